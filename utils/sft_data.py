@@ -1,0 +1,152 @@
+"""SFT examples: prompt + response -> token ids and labels masked on the prompt.
+
+One masking function (`build_sft_example`) serves teacher-SFT (phase 3, on teacher traces),
+self-SFT (phase 3, on the student's own best samples) and the preflight's label check.
+
+- The prompt is tokenized with the tokenizer's chat template and generation prompt, exactly as
+  generation sees it (`encode_prompt`, also used by the rollout and evaluation code).
+- The response is tokenized on its own and appended, then the end-of-turn token. Generation
+  produces tokens after the prompt ids, so this is the same boundary the policy samples at.
+- labels = IGNORE_INDEX on every prompt and padding position, = input_ids on every response
+  position. The causal-LM loss shifts labels internally, so position i's label is token i.
+- Truncation keeps the whole prompt and cuts the response from the right (ids and labels in
+  lockstep); an example whose prompt alone does not fit leaves no response tokens and is dropped
+  (counted in the batch's `num_dropped`), rather than training on a cut prompt.
+
+This module knows tokenizers and tensors, not models or configs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from utils.prompts import CODE_FENCE, PYTHON_FENCE, SYSTEM_PROMPT_UNIFIED, THINK_CLOSE, THINK_OPEN, build_chat_messages
+
+IGNORE_INDEX = -100
+
+
+def build_sft_target(thinking: str | None, code: str, include_thinking: bool = True) -> str:
+    """The response text the student should produce: thinking block, blank line, python block."""
+    answer = f"{PYTHON_FENCE}\n{code.strip(chr(10))}\n{CODE_FENCE}"
+    if include_thinking and thinking and thinking.strip():
+        return f"{THINK_OPEN}\n{thinking.strip()}\n{THINK_CLOSE}\n\n{answer}"
+    return answer
+
+
+def encode_prompt(
+    tokenizer: Any,
+    user_prompt: str,
+    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    """Token ids of the chat prompt up to and including the assistant generation header."""
+    messages = build_chat_messages(user_prompt, system_prompt)
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False, **(chat_template_kwargs or {})
+    )
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that ends an assistant turn: ChatML's <|im_end|> if the vocab has it, else eos.
+
+    Qwen base tokenizers use <|endoftext|> as eos but end chat turns with <|im_end|>; the
+    student must learn to emit the token that generation stops on.
+    """
+    vocab = tokenizer.get_vocab()
+    for token in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        if token in vocab:
+            return vocab[token]
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer has neither a chat end-of-turn token nor an eos token")
+    return tokenizer.eos_token_id
+
+
+def encode_response(tokenizer: Any, response: str, add_end_of_turn: bool = True) -> list[int]:
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    return list(ids) + ([end_of_turn_id(tokenizer)] if add_end_of_turn else [])
+
+
+def build_sft_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int) -> dict[str, list[int]] | None:
+    """The masking function. Returns {'input_ids', 'labels'} or None if nothing is left to learn.
+
+    len(input_ids) == len(labels) <= max_length; labels[:len(prompt_ids)] are IGNORE_INDEX.
+    """
+    room = max_length - len(prompt_ids)
+    if room <= 0 or not response_ids:
+        return None
+    response_ids = list(response_ids)[:room]
+    return {
+        "input_ids": list(prompt_ids) + response_ids,
+        "labels": [IGNORE_INDEX] * len(prompt_ids) + response_ids,
+    }
+
+
+def collate_sft(examples: Sequence[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest example. Pads get attention 0 and label IGNORE_INDEX.
+
+    Returns input_ids, attention_mask, labels: (B, T) long tensors.
+    """
+    width = max((len(e["input_ids"]) for e in examples), default=0)
+    batch = len(examples)
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    labels = torch.full((batch, width), IGNORE_INDEX, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    for row, example in enumerate(examples):
+        n = len(example["input_ids"])
+        input_ids[row, :n] = torch.tensor(example["input_ids"], dtype=torch.long)
+        labels[row, :n] = torch.tensor(example["labels"], dtype=torch.long)
+        attention_mask[row, :n] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def prepare_sft_batch(
+    examples: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    max_length: int = 2048,
+    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Batch of {'prompt': user prompt, 'response': full response text} (self-SFT uses this).
+
+    Returns the collated tensors plus prompt_lengths (list[int], per kept example),
+    num_response_tokens (list[int]) and num_dropped (examples with no room for a response).
+    """
+    kept, prompt_lengths = [], []
+    for example in examples:
+        prompt_ids = encode_prompt(tokenizer, example["prompt"], system_prompt, chat_template_kwargs)
+        built = build_sft_example(prompt_ids, encode_response(tokenizer, example["response"]), max_length)
+        if built is not None:
+            kept.append(built)
+            prompt_lengths.append(len(prompt_ids))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id(tokenizer)
+    batch: dict[str, Any] = collate_sft(kept, pad_id)
+    batch["prompt_lengths"] = prompt_lengths
+    batch["num_response_tokens"] = [sum(1 for t in e["labels"] if t != IGNORE_INDEX) for e in kept]
+    batch["num_dropped"] = len(examples) - len(kept)
+    return batch
+
+
+def prepare_teacher_sft_batch(
+    teacher_examples: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    include_thinking: bool = True,
+    max_length: int = 2048,
+    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Batch of teacher traces {'prompt', 'thinking', 'code'} with the canonical target format.
+
+    The target is `<think>\\n{thinking}\\n</think>\\n\\n```python\\n{code}\\n```` + end-of-turn
+    (without the think block when include_thinking is False or the trace has no thinking).
+    """
+    examples = [
+        {"prompt": ex["prompt"], "response": build_sft_target(ex.get("thinking"), ex["code"], include_thinking)}
+        for ex in teacher_examples
+    ]
+    return prepare_sft_batch(examples, tokenizer, max_length, system_prompt, chat_template_kwargs)

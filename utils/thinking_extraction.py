@@ -1,0 +1,98 @@
+"""Split a model response into thinking and answer, then find the code in the answer.
+
+`extract_thinking_and_code_unified` is the only parser of model output in the project: the
+teacher traces (phase 2), the rewards (phase 3), evaluation (phase 4), the format reward and
+the preflight all call it, so they cannot disagree.
+
+Rules, decided once (tests/test_thinking_extraction.py covers each):
+- CRLF and CR become LF first.
+- Thinking comes from one of three places:
+  * inline: ``<think> ... </think>`` in the text. With several think spans, the answer is the text
+    after the **last** ``</think>``; the thinking is everything from the first ``<think>`` up to it,
+    with the tags removed. Text before the first ``<think>`` is ignored.
+  * template-opened: the chat template already emitted ``<think>`` (Qwen3 does), so the text only
+    contains ``</think>``: everything before it is thinking.
+  * a separate field: OpenAI-compatible servers with a reasoning parser return the thinking as
+    ``reasoning`` (older vLLM: ``reasoning_content``), and the text holds only the answer. Pass it
+    as `reasoning=`; inline tags in the text are still removed.
+- An unclosed ``<think>`` (the model was cut off while thinking) yields **no answer and no
+  code**: whatever code it drafted while thinking is not graded. A ``<think>`` that reopens after
+  the last ``</think>`` ends the answer at that point.
+- Code is chosen from the answer only, by `utils.code_parser.select_code` (last python block,
+  else last untagged block, else the answer itself if it is a program).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from utils.code_parser import check_syntax, normalize_newlines, select_code
+from utils.prompts import THINK_CLOSE, THINK_OPEN
+
+
+def _strip_tags(text: str) -> str:
+    return text.replace(THINK_OPEN, "").replace(THINK_CLOSE, "").strip()
+
+
+def split_thinking(response: str | None, reasoning: str | None = None) -> dict[str, Any]:
+    """Return {'thinking', 'answer', 'has_thinking', 'think_closed', 'thinking_source'}.
+
+    thinking_source is "inline", "template_opened", "field" or None (no thinking at all).
+    """
+    text = normalize_newlines(response or "")
+    last_close = text.rfind(THINK_CLOSE)
+    first_open = text.find(THINK_OPEN)
+    if last_close != -1:
+        head, answer = text[:last_close], text[last_close + len(THINK_CLOSE):]
+        if first_open != -1 and first_open < last_close:
+            thinking, source = _strip_tags(head[first_open + len(THINK_OPEN):]), "inline"
+        else:
+            thinking, source = _strip_tags(head), "template_opened"
+        closed = True
+    elif first_open != -1:
+        thinking, answer, closed, source = _strip_tags(text[first_open + len(THINK_OPEN):]), "", False, "inline"
+    else:
+        thinking, answer, closed, source = "", text, False, None
+
+    reopened = answer.find(THINK_OPEN)
+    if reopened != -1:  # "<think>a</think> answer <think> b...": the tail is unfinished thinking
+        thinking = "\n\n".join(p for p in (thinking, _strip_tags(answer[reopened:])) if p)
+        answer, closed = answer[:reopened], False
+
+    field = normalize_newlines(reasoning).strip() if reasoning else ""
+    if field:
+        thinking = "\n\n".join(p for p in (field, thinking) if p)
+        source = "field"
+        # The server's parser removed the tags; an answer after the reasoning means it ended.
+        closed = bool(answer.strip()) and reopened == -1
+    return {
+        "thinking": thinking,
+        "answer": answer.strip("\n"),
+        "has_thinking": bool(thinking),
+        "think_closed": closed,
+        "thinking_source": source,
+    }
+
+
+def extract_thinking_and_code_unified(response: str | None, reasoning: str | None = None) -> dict[str, Any]:
+    """Parse one model response (see the module docstring for the rules).
+
+    Returns a dict with:
+      thinking (str), answer (str), code (str | None), has_thinking, think_closed,
+      thinking_source, has_code, code_source ("python_block" | "plain_block" | "raw_answer" | None),
+      num_code_blocks, syntax_ok, syntax_error, well_formed (closed thinking followed by a python
+      block: the format the prompt asks for).
+    """
+    parsed = split_thinking(response, reasoning)
+    code, code_source, num_blocks = select_code(parsed["answer"]) if parsed["answer"] else (None, None, 0)
+    syntax_ok, syntax_error = check_syntax(code) if code else (False, None)
+    parsed.update(
+        code=code,
+        has_code=code is not None,
+        code_source=code_source,
+        num_code_blocks=num_blocks,
+        syntax_ok=syntax_ok,
+        syntax_error=syntax_error,
+        well_formed=parsed["has_thinking"] and parsed["think_closed"] and code_source == "python_block",
+    )
+    return parsed
