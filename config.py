@@ -113,6 +113,18 @@ class DataConfig:
         "Fraction of each dataset held out for validation (split per source, then merged).",
     )
     seed: int = option(42, "Seed of the train/val split. Same seed and inputs give identical files.")
+    split_mode: str = option(
+        "random",
+        "'random': each dataset split val_ratio at random with the seed (the product's 80/20). "
+        "'standard': the published evaluation splits instead (MBPP test = task ids 11-510, APPS "
+        "test split as validation), so pass@k compares with published numbers.",
+        choices=("random", "standard"),
+    )
+    apps_test_path: str = option(
+        "",
+        "Local APPS test-split file, used by split_mode=standard with apps_path. Empty: the hub's "
+        "test.jsonl.",
+    )
 
 
 @dataclass(frozen=True)

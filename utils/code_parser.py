@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 from utils.prompts import CODE_FENCE
@@ -83,12 +84,21 @@ def check_syntax(code: str) -> tuple[bool, str | None]:
     `nonlocal`) are raised only at compile time.
     """
     try:
-        compile(code, "<solution>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # invalid escapes etc. are warnings, not errors
+            warnings.simplefilter("ignore")
+            compile(code, "<solution>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         return False, f"line {exc.lineno}: {exc.msg}"
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
         return False, f"{type(exc).__name__}: {exc}"
     return True, None
+
+
+def parse_quietly(code: str) -> ast.Module:
+    """ast.parse without SyntaxWarnings (model and MBPP code is full of '\\d' in plain strings)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(code)
 
 
 def is_valid_python(code: str | None) -> bool:
@@ -105,8 +115,7 @@ def looks_like_program(text: str) -> bool:
     """True if `text` compiles and has a statement beyond a bare name or constant."""
     if not text.strip() or not check_syntax(text)[0]:
         return False
-    tree = ast.parse(text)
-    for node in tree.body:
+    for node in parse_quietly(text).body:
         if isinstance(node, _PROGRAM_NODES):
             return True
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
@@ -137,7 +146,7 @@ def find_function_names(code: str) -> list[str]:
     Returns [] for code that does not parse.
     """
     try:
-        tree = ast.parse(code)
+        tree = parse_quietly(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     names = []

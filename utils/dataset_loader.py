@@ -10,18 +10,37 @@ tests stored as data, in one of three test styles:
 - ``call`` (APPS problems with ``fn_name``): ``tests`` is a list of ``{"input": [args...],
   "output": value}``; ``fn_name`` is a plain function or a method of ``class Solution``.
 
+Loaders convert the original schemas to this record:
+- MBPP, full schema (``text, code, task_id, test_setup_code, test_list, challenge_test_list``) or
+  sanitized (``prompt, code, task_id, test_imports, test_list``), from the hub
+  (``google-research-datasets/mbpp``) or a local ``.jsonl``/``.json``/``.parquet`` file. The
+  reference code keeps its CRLF line endings and tabs (Python accepts both).
+- APPS, ``codeparrot/apps`` schema (``problem_id, question, solutions`` (JSON string),
+  ``input_output`` (JSON string), ``difficulty, url, starter_code``), from the hub's plain
+  ``train.jsonl``/``test.jsonl`` files (the repository's loading script is refused by
+  ``datasets>=4``) or a local ``.jsonl``/``.parquet``. Inputs/outputs given as lists of lines are
+  joined with newlines (stdin problems); call-based expected values are kept as stored, including
+  Codewars' one-element-list wrapping (the sandbox accepts ``out == exp`` or ``out == exp[0]``).
+  Problems without usable tests are skipped and counted in a `LoadReport`, never silently.
+
 What this module does not know: how tests are executed (evaluation.code_executor) or how a
 prompt is worded (utils.prompts).
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
 import os
+import random
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from utils.code_parser import parse_quietly
 
 TEST_TYPES = ("assert", "stdin", "call")
 
@@ -132,3 +151,310 @@ def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> P
 
 def write_tasks(path: str | Path, tasks: Iterable[Task]) -> Path:
     return write_jsonl_atomic(path, (t.to_dict() for t in tasks))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading raw rows from local files
+# --------------------------------------------------------------------------------------------
+
+SUPPORTED_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def read_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """Rows of a local .jsonl/.json/.parquet file as (location, row); location is 'file:line'."""
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError(f"{path}: file not found. Check the path, or drop the flag to load from the hub.")
+    if path.is_dir():
+        raise DataFormatError(f"{path}: is a folder; pass the data file itself ({', '.join(SUPPORTED_SUFFIXES)}).")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return [(f"{path}:{n}", row) for n, row in read_jsonl(path)]
+    if suffix == ".json":
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if "Extra data" in exc.msg:  # `Dataset.to_json` writes JSON lines even into .json files
+                return [(f"{path}:{n}", row) for n, row in read_jsonl(path)]
+            raise DataFormatError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}). Fix the file or re-export it.") from None
+        if isinstance(data, dict):  # {"train": [...], "test": [...]} or a single row
+            data = [r for v in data.values() if isinstance(v, list) for r in v] or [data]
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise DataFormatError(f"{path}: expected a JSON array of objects (or JSON lines).")
+        return [(f"{path}:row {i}", row) for i, row in enumerate(data, start=1)]
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq  # ships with `datasets`
+
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
+            raise DataFormatError(f"{path}: unreadable parquet file ({exc}).") from None
+        return [(f"{path}:row {i}", row) for i, row in enumerate(rows, start=1)]
+    raise DataFormatError(f"{path}: unsupported file type '{suffix}'. Use one of: {', '.join(SUPPORTED_SUFFIXES)}.")
+
+
+@dataclass
+class LoadReport:
+    """What a loader kept and skipped (and why). Phase 1 prints it and saves it in the manifest."""
+
+    source: str
+    origin: str  # file path or hub id
+    rows: int = 0
+    kept: int = 0
+    skipped: Counter = field(default_factory=Counter)  # reason -> count
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "origin": self.origin, "rows": self.rows, "kept": self.kept,
+                "skipped": dict(sorted(self.skipped.items()))}
+
+
+def _require(row: dict, keys: tuple[str, ...], where: str, schema: str) -> None:
+    missing = [k for k in keys if k not in row]
+    if missing:
+        raise DataFormatError(
+            f"{where}: missing required field(s) {', '.join(missing)} for the {schema} schema "
+            f"(row has: {', '.join(sorted(row)) or 'nothing'})."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# MBPP
+# --------------------------------------------------------------------------------------------
+
+MBPP_HUB_ID = "google-research-datasets/mbpp"
+MBPP_STANDARD_TEST_IDS = range(11, 511)  # the published MBPP test split: task ids 11-510
+
+
+def mbpp_original_split(task_id: int) -> str:
+    """MBPP's own split by task id (paper / HF card): 1-10 prompt, 11-510 test, 511-600 validation, 601+ train."""
+    if task_id <= 10:
+        return "prompt"
+    if task_id <= 510:
+        return "test"
+    if task_id <= 600:
+        return "validation"
+    return "train"
+
+
+def entry_point_from_asserts(asserts: Iterable[str], code: str = "") -> str | None:
+    """The function the asserts call: the first called name the code defines, else the first
+    called name that is not a builtin (``assert set(f(x)) == ...`` names f, not set)."""
+    try:
+        defined = {n.name for n in ast.walk(parse_quietly(code)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    except (SyntaxError, ValueError):
+        defined = set()
+    trees = []
+    for line in asserts:
+        try:
+            trees.append(parse_quietly(line.strip()))
+        except SyntaxError:
+            continue
+    fallback = None
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                name = node.func.id
+                if name in defined:
+                    return name
+                if fallback is None and not hasattr(builtins, name):
+                    fallback = name
+    return fallback
+
+
+def mbpp_row_to_task(row: dict[str, Any], where: str) -> Task | None:
+    """One MBPP row (full or sanitized schema) -> Task, or None if it has no tests."""
+    schema = "MBPP sanitized" if "prompt" in row and "text" not in row else "MBPP full"
+    _require(row, ("task_id", "code", "test_list", "prompt" if schema == "MBPP sanitized" else "text"), where, schema)
+    tests = tuple(t.strip() for t in (row.get("test_list") or []) if t and t.strip())
+    if not tests:
+        return None
+    task_id = int(row["task_id"])
+    code = row["code"] or ""
+    imports = row.get("test_imports") or []
+    return Task(
+        task_id=f"mbpp/{task_id}",
+        source="mbpp",
+        problem=(row.get("text") if schema == "MBPP full" else row.get("prompt")) or "",
+        test_type="assert",
+        tests=tests,
+        difficulty="basic",
+        fn_name=entry_point_from_asserts(tests, code),
+        test_imports=tuple(imports),
+        test_setup_code=row.get("test_setup_code") or "",
+        challenge_tests=tuple(t.strip() for t in (row.get("challenge_test_list") or []) if t and t.strip()),
+        reference_solutions=(code,) if code.strip() else (),
+        metadata={"original_id": task_id, "schema": "sanitized" if schema == "MBPP sanitized" else "full",
+                  "original_split": mbpp_original_split(task_id)},
+    )
+
+
+def _mbpp_hub_rows(config: str) -> tuple[list[tuple[str, dict]], str]:
+    from datasets import concatenate_datasets, load_dataset  # lazy: the hub path only
+
+    ds = load_dataset(MBPP_HUB_ID, config)
+    merged = concatenate_datasets([ds[split] for split in ds])
+    return [(f"{MBPP_HUB_ID}[{config}] row {i}", row) for i, row in enumerate(merged, start=1)], f"{MBPP_HUB_ID} ({config})"
+
+
+def load_mbpp(path: str | Path | None = None, config: str = "full") -> tuple[list[Task], LoadReport]:
+    """All MBPP tasks from a local file (either schema) or the hub (config 'full' or 'sanitized')."""
+    rows, origin = (read_rows(path), str(path)) if path else _mbpp_hub_rows(config)
+    report = LoadReport("mbpp", origin, rows=len(rows))
+    tasks: dict[str, Task] = {}
+    for where, row in rows:
+        task = mbpp_row_to_task(row, where)
+        if task is None:
+            report.skip("no tests")
+        elif task.task_id in tasks:
+            report.skip("duplicate task_id")
+        else:
+            tasks[task.task_id] = task
+    report.kept = len(tasks)
+    return list(tasks.values()), report
+
+
+# --------------------------------------------------------------------------------------------
+# APPS
+# --------------------------------------------------------------------------------------------
+
+APPS_HUB_ID = "codeparrot/apps"
+APPS_DIFFICULTIES = ("introductory", "interview", "competition")
+
+
+def _join_lines(value: Any) -> Any:
+    """APPS stdin data may be a list of lines; the reference harness joins them with newlines."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value) + "\n" if value else ""
+    return value
+
+
+def apps_row_to_task(row: dict[str, Any], where: str, split: str = "train") -> tuple[Task | None, str | None]:
+    """One codeparrot/apps row -> (Task, None) or (None, skip reason)."""
+    _require(row, ("problem_id", "question", "input_output"), where, "APPS")
+    raw_io = row.get("input_output") or ""
+    if isinstance(raw_io, str) and not raw_io.strip():
+        return None, "no tests"
+    try:
+        io_spec = json.loads(raw_io) if isinstance(raw_io, str) else raw_io
+    except json.JSONDecodeError:
+        return None, "input_output is not valid JSON"
+    if not isinstance(io_spec, dict):
+        return None, "no tests"
+    inputs, outputs = io_spec.get("inputs") or [], io_spec.get("outputs") or []
+    if not inputs or not outputs:
+        return None, "no tests"
+    if len(inputs) != len(outputs):
+        return None, "inputs and outputs differ in length"
+    fn_name = io_spec.get("fn_name") or None
+    if fn_name:
+        if not all(isinstance(i, list) for i in inputs):
+            return None, "call-based inputs are not argument lists"
+        tests = tuple({"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True))
+    else:
+        tests = tuple({"input": _join_lines(i), "output": _join_lines(o)} for i, o in zip(inputs, outputs, strict=True))
+        if not all(isinstance(t["input"], str) and isinstance(t["output"], str) for t in tests):
+            return None, "stdin test is not text"
+    try:
+        solutions = json.loads(row.get("solutions") or "[]") if isinstance(row.get("solutions"), str) else (row.get("solutions") or [])
+    except json.JSONDecodeError:
+        solutions = []
+    problem_id = int(row["problem_id"])
+    difficulty = row.get("difficulty") or ""
+    return Task(
+        task_id=f"apps/{problem_id}" if split == "train" else f"apps/{split}-{problem_id}",
+        source="apps",
+        problem=row["question"] or "",
+        test_type="call" if fn_name else "stdin",
+        tests=tests,
+        difficulty=difficulty,
+        fn_name=fn_name,
+        starter_code=row.get("starter_code") or "",
+        reference_solutions=tuple(s for s in solutions if isinstance(s, str) and s.strip()),
+        metadata={"original_id": problem_id, "url": row.get("url") or "", "original_split": split},
+    ), None
+
+
+def _apps_hub_rows(split: str) -> tuple[list[tuple[str, dict]], str]:
+    from huggingface_hub import hf_hub_download  # lazy: the hub path only
+
+    local = hf_hub_download(APPS_HUB_ID, f"{split}.jsonl", repo_type="dataset")
+    return read_rows(local), f"{APPS_HUB_ID}/{split}.jsonl"
+
+
+def load_apps(path: str | Path | None = None, split: str = "train", difficulty: str = "all") -> tuple[list[Task], LoadReport]:
+    """APPS tasks from a local file or the hub's plain `{split}.jsonl`, filtered by difficulty."""
+    if difficulty != "all" and difficulty not in APPS_DIFFICULTIES:
+        raise ValueError(f"difficulty must be 'all' or one of {APPS_DIFFICULTIES}, got {difficulty!r}")
+    rows, origin = (read_rows(path), str(path)) if path else _apps_hub_rows(split)
+    report = LoadReport("apps", origin, rows=len(rows))
+    tasks: dict[str, Task] = {}
+    for where, row in rows:
+        task, reason = apps_row_to_task(row, where, split)
+        if task is None:
+            report.skip(reason)
+        elif difficulty != "all" and task.difficulty != difficulty:
+            report.skip(f"difficulty is not {difficulty}")
+        elif task.task_id in tasks:
+            report.skip("duplicate problem_id")
+        else:
+            tasks[task.task_id] = task
+    report.kept = len(tasks)
+    return list(tasks.values()), report
+
+
+# --------------------------------------------------------------------------------------------
+# Embedded fixtures and splitting
+# --------------------------------------------------------------------------------------------
+
+EMBEDDED_DIR = Path(__file__).resolve().parent.parent / "data" / "embedded"
+EMBEDDED_MBPP = EMBEDDED_DIR / "mbpp_fixtures.jsonl"
+EMBEDDED_APPS = EMBEDDED_DIR / "apps_fixtures.jsonl"
+
+
+def task_sort_key(task: Task) -> tuple:
+    """Natural order: source, then numeric id where there is one (mbpp/9 before mbpp/10)."""
+    ident = task.task_id.split("/", 1)[-1]
+    return (task.source, ident.isdigit() is False, int(ident) if ident.isdigit() else 0, ident)
+
+
+def seeded_sample(tasks: list[Task], k: int, seed: int) -> list[Task]:
+    """k tasks chosen with the seed, independent of input order (sorted first)."""
+    ordered = sorted(tasks, key=task_sort_key)
+    if k <= 0 or k >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, k), key=task_sort_key)
+
+
+def split_tasks(tasks: list[Task], val_ratio: float, seed: int) -> tuple[list[Task], list[Task]]:
+    """Deterministic train/val split of one dataset, stratified by difficulty.
+
+    The validation size is round(n * val_ratio) (at least 1 and at most n - 1 when n >= 2), so
+    each dataset is split val_ratio within +-1 task. It is shared among difficulties in proportion
+    to their size (largest remainder), so every level appears in validation when it can. Within a
+    difficulty the tasks are sorted, shuffled with the seed and cut. The result depends only on
+    the set of tasks and the seed, not on input order; both lists come back in natural task order.
+    """
+    n = len(tasks)
+    n_val = round(n * val_ratio)
+    if n >= 2:
+        n_val = min(max(n_val, 1), n - 1)
+    groups: dict[str, list[Task]] = {}
+    for task in sorted(tasks, key=task_sort_key):
+        groups.setdefault(task.difficulty, []).append(task)
+    exact = {d: len(g) * n_val / n for d, g in groups.items()} if n else {}
+    quota = {d: int(x) for d, x in exact.items()}
+    by_remainder = sorted(groups, key=lambda d: (-(exact[d] - quota[d]), d))
+    for d in by_remainder[: n_val - sum(quota.values())]:
+        quota[d] += 1
+    train: list[Task] = []
+    val: list[Task] = []
+    for difficulty in sorted(groups):
+        group = groups[difficulty]
+        random.Random(f"{seed}:{difficulty}").shuffle(group)
+        val += group[: quota[difficulty]]
+        train += group[quota[difficulty]:]
+    return sorted(train, key=task_sort_key), sorted(val, key=task_sort_key)

@@ -1,0 +1,215 @@
+"""Phase 1: load MBPP and APPS into one task format, split each dataset, merge, write.
+
+    python phase1_prepare_data.py                          # hub MBPP (full) + APPS, 80/20 per dataset
+    python phase1_prepare_data.py --apps_difficulty introductory
+    python phase1_prepare_data.py --skip_apps
+    python phase1_prepare_data.py --offline                # the embedded fixtures, no network
+    python phase1_prepare_data.py --mbpp_path mbpp.jsonl --apps_path apps.jsonl
+
+Writes data/train.jsonl, data/val.jsonl (task records, see ARCHITECTURE.md), data/split_manifest.json
+(seed, sources, counts, skipped rows, file hashes) and data/phase1_config.json (the resolved config).
+All files are written to temporary names first and renamed at the end, manifest last: either the
+whole set appears or nothing changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from config import (
+    Config,
+    ConfigError,
+    add_config_arguments,
+    config_from_args,
+    config_to_dict,
+    exit_on_config_error,
+    format_config,
+)
+from utils.dataset_loader import (
+    EMBEDDED_APPS,
+    EMBEDDED_MBPP,
+    MBPP_STANDARD_TEST_IDS,
+    DataFormatError,
+    LoadReport,
+    Task,
+    load_apps,
+    load_mbpp,
+    seeded_sample,
+    split_tasks,
+)
+
+OUTPUT_NAMES = ("train.jsonl", "val.jsonl", "split_manifest.json", "phase1_config.json")
+
+
+def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]]], list[LoadReport]]:
+    """Load every enabled dataset and split it: {source: (train, val)} plus the load reports."""
+    data = config.data
+    if data.offline and data.split_mode == "standard":
+        raise ConfigError("--offline uses the embedded fixtures, which have no standard split; use split_mode=random.")
+    mbpp_path = data.mbpp_path or (EMBEDDED_MBPP if data.offline else None)
+    apps_path = data.apps_path or (EMBEDDED_APPS if data.offline else None)
+    splits: dict[str, tuple[list[Task], list[Task]]] = {}
+    reports: list[LoadReport] = []
+
+    mbpp, report = load_mbpp(mbpp_path, data.mbpp_config)
+    reports.append(report)
+    if data.split_mode == "standard":
+        in_test = [t for t in mbpp if t.metadata["original_id"] in MBPP_STANDARD_TEST_IDS]
+        splits["mbpp"] = ([t for t in mbpp if t not in in_test], in_test)
+    else:
+        splits["mbpp"] = split_tasks(mbpp, data.val_ratio, data.seed)
+
+    if not data.skip_apps:
+        if data.split_mode == "standard":
+            if apps_path and not data.apps_test_path:
+                raise ConfigError("split_mode=standard with --apps_path also needs --set data.apps_test_path=FILE.")
+            train, train_report = load_apps(apps_path, "train", data.apps_difficulty)
+            test, test_report = load_apps(data.apps_test_path or None, "test", data.apps_difficulty)
+            reports += [train_report, test_report]
+            splits["apps"] = (seeded_sample(train, data.max_apps, data.seed), seeded_sample(test, data.max_apps, data.seed))
+        else:
+            apps, report = load_apps(apps_path, "train", data.apps_difficulty)
+            reports.append(report)
+            splits["apps"] = split_tasks(seeded_sample(apps, data.max_apps, data.seed), data.val_ratio, data.seed)
+    return splits, reports
+
+
+def count_table(splits: dict[str, tuple[list[Task], list[Task]]]) -> dict[str, dict[str, dict[str, int]]]:
+    """{source: {split: {difficulty: count}}}."""
+    table = {}
+    for source, (train, val) in splits.items():
+        table[source] = {name: dict(sorted(Counter(t.difficulty for t in tasks).items()))
+                         for name, tasks in (("train", train), ("val", val))}
+    return table
+
+
+def format_counts(table: dict[str, dict[str, dict[str, int]]]) -> str:
+    rows = [("source", "difficulty", "train", "val", "total")]
+    totals = [0, 0]
+    for source, by_split in table.items():
+        difficulties = sorted(set(by_split["train"]) | set(by_split["val"]))
+        for difficulty in difficulties:
+            tr, va = by_split["train"].get(difficulty, 0), by_split["val"].get(difficulty, 0)
+            rows.append((source, difficulty, str(tr), str(va), str(tr + va)))
+        tr, va = sum(by_split["train"].values()), sum(by_split["val"].values())
+        totals = [totals[0] + tr, totals[1] + va]
+        rows.append((source, "all", str(tr), str(va), str(tr + va)))
+    rows.append(("TOTAL", "", str(totals[0]), str(totals[1]), str(sum(totals))))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def _jsonl_bytes(tasks: list[Task]) -> bytes:
+    return "".join(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in tasks).encode("utf-8")
+
+
+def write_outputs(out_dir: Path, files: dict[str, bytes]) -> None:
+    """Write every file to a temp name, then rename them in order (the manifest last)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    temps = []
+    try:
+        for name, payload in files.items():
+            tmp = out_dir / f".{name}.tmp{os.getpid()}"
+            with tmp.open("wb") as handle:
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            temps.append((tmp, out_dir / name))
+        for tmp, final in temps:
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
+
+
+def main(config: Config) -> dict:
+    """Prepare the splits for `config`; returns the manifest. Raises DataFormatError/ConfigError."""
+    splits, reports = load_sources(config)
+    for report in reports:
+        skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
+        print(f"{report.source}: {report.kept} tasks kept of {report.rows} rows from {report.origin} (skipped: {skipped})")
+    train = [t for tr, _ in splits.values() for t in tr]
+    val = [t for _, va in splits.values() for t in va]
+    if not train or not val:
+        raise DataFormatError(
+            f"no tasks left after filtering ({len(train)} train, {len(val)} val). Loosen --apps_difficulty or "
+            "--max_apps, drop --skip_apps, or check the input files."
+        )
+    overlap = {t.task_id for t in train} & {t.task_id for t in val}
+    assert not overlap, f"a task is in both splits: {sorted(overlap)[:5]}"
+
+    out_dir = Path(config.paths.data_dir)
+    payloads = {"train.jsonl": _jsonl_bytes(train), "val.jsonl": _jsonl_bytes(val)}
+    table = count_table(splits)
+    manifest = {
+        "seed": config.data.seed,
+        "split_mode": config.data.split_mode,
+        "val_ratio": config.data.val_ratio,
+        "sources": [r.to_dict() for r in reports],
+        "counts": table,
+        "totals": {"train": len(train), "val": len(val)},
+        "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()},
+    }
+    payloads["phase1_config.json"] = (json.dumps(config_to_dict(config), indent=2) + "\n").encode()
+    payloads["split_manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
+    write_outputs(out_dir, payloads)
+
+    print("\n" + format_counts(table))
+    print(f"\nWrote {out_dir / 'train.jsonl'} ({len(train)} tasks), {out_dir / 'val.jsonl'} ({len(val)} tasks), "
+          f"{out_dir / 'split_manifest.json'}")
+    return manifest
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
+    parser = argparse.ArgumentParser(
+        description="Phase 1: load MBPP and APPS, split each dataset train/val with a fixed seed, merge, and "
+        "write data/train.jsonl, data/val.jsonl and data/split_manifest.json.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--apps_difficulty", choices=("introductory", "interview", "competition", "all"),
+                        help="Keep only this APPS difficulty (config data.apps_difficulty; default all).")
+    parser.add_argument("--skip_apps", action="store_true", default=None, help="Use MBPP only.")
+    parser.add_argument("--mbpp_path", help="Local MBPP file (.jsonl/.json/.parquet; full or sanitized schema) "
+                        "instead of the hub.")
+    parser.add_argument("--mbpp_config", choices=("full", "sanitized"), help="Hub MBPP config (default full).")
+    parser.add_argument("--apps_path", help="Local APPS file (.jsonl/.parquet, codeparrot/apps schema) instead of the hub.")
+    parser.add_argument("--max_apps", type=int, help="Cap on APPS tasks after filtering, sampled with the seed "
+                        "(default 5000; 0 = no cap).")
+    parser.add_argument("--val_ratio", type=float, help="Validation share of each dataset (default 0.2).")
+    parser.add_argument("--seed", type=int, help="Split seed (default 42). Same inputs + seed = identical files.")
+    parser.add_argument("--split_mode", choices=("random", "standard"),
+                        help="random: seeded val_ratio split; standard: MBPP test ids 11-510 and the APPS test split "
+                        "as validation, to compare with published numbers (default random).")
+    parser.add_argument("--output_dir", help="Where to write the files (config paths.data_dir; default data).")
+    parser.add_argument("--offline", action="store_true", default=None,
+                        help="Use the embedded fixtures in data/embedded/ (no network). Implied by --preset cpu.")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    data_flags = ("apps_difficulty", "skip_apps", "mbpp_path", "mbpp_config", "apps_path", "max_apps",
+                  "val_ratio", "seed", "split_mode", "offline")
+    extra: dict = {"data": {k: getattr(args, k) for k in data_flags if getattr(args, k) is not None}}
+    if args.output_dir:
+        extra["paths"] = {"data_dir": args.output_dir}
+    return args, extra
+
+
+if __name__ == "__main__":
+    cli_args, flag_overrides = parse_args()
+    try:
+        resolved = config_from_args(cli_args, flag_overrides)
+    except ConfigError as error:
+        exit_on_config_error(error)
+    print(format_config(resolved) + "\n")
+    try:
+        main(resolved)
+    except (DataFormatError, ConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,112 @@
+"""phase1_prepare_data.py through its command line and its main(config)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import phase1_prepare_data as phase1
+from config import build_config
+from tests.conftest import ROOT, SHARED_DATA
+from utils.dataset_loader import DataFormatError, read_tasks
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "phase1_prepare_data.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_offline_cli_writes_all_outputs_and_prints_the_table(tmp_path):
+    proc = run_cli("--offline", "--preset", "cpu", "--output_dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "source  difficulty" in proc.stdout and "TOTAL" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(phase1.OUTPUT_NAMES)
+    manifest = json.loads((tmp_path / "split_manifest.json").read_text())
+    assert manifest["seed"] == 42 and manifest["totals"] == {"train": 57, "val": 14}
+    assert set(manifest["counts"]) == {"mbpp", "apps"}
+    assert json.loads((tmp_path / "phase1_config.json").read_text())["data"]["offline"] is True
+    train, val = read_tasks(tmp_path / "train.jsonl"), read_tasks(tmp_path / "val.jsonl")
+    assert not {t.task_id for t in train} & {t.task_id for t in val}
+    for source in ("mbpp", "apps"):
+        n_train = sum(t.source == source for t in train)
+        n_val = sum(t.source == source for t in val)
+        assert abs(n_val - 0.2 * (n_train + n_val)) <= 1
+
+
+def test_same_inputs_and_seed_give_byte_identical_files(tmp_path):
+    config = build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'a'}"])
+    phase1.main(config)
+    first = {name: (tmp_path / "a" / name).read_bytes() for name in phase1.OUTPUT_NAMES}
+    phase1.main(config)
+    for name in phase1.OUTPUT_NAMES:
+        assert (tmp_path / "a" / name).read_bytes() == first[name], name
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'c'}", "data.seed=1"]))
+    assert (tmp_path / "c" / "val.jsonl").read_bytes() != (tmp_path / "a" / "val.jsonl").read_bytes()
+
+
+def test_manifest_hashes_match_the_files(tmp_path):
+    import hashlib
+
+    manifest = phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path}"]))
+    for name, meta in manifest["files"].items():
+        assert hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() == meta["sha256"]
+
+
+def test_flags_filter_and_cap(tmp_path):
+    manifest = phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path}", "data.apps_difficulty=introductory",
+                                                          "data.max_apps=10", "data.val_ratio=0.3"]))
+    apps = manifest["counts"]["apps"]
+    assert set(apps["train"]) | set(apps["val"]) == {"introductory"}
+    assert sum(apps["train"].values()) + sum(apps["val"].values()) == 10 and sum(apps["val"].values()) == 3
+    skipped = manifest["sources"][1]["skipped"]
+    assert skipped == {"difficulty is not introductory": 10}
+    only_mbpp = phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path}", "data.skip_apps=true"]))
+    assert set(only_mbpp["counts"]) == {"mbpp"}
+
+
+@pytest.mark.parametrize(
+    "make_input, message",
+    [
+        (lambda d: ["--mbpp_path", str(d / "nope.jsonl")], "nope.jsonl: file not found"),
+        (lambda d: ["--mbpp_path", str(d.joinpath("x.csv").write_text("a") and d / "x.csv")], "unsupported file type '.csv'"),
+        (lambda d: ["--mbpp_path", str(d.joinpath("m.jsonl").write_text('{"a": 1}\n') and d / "m.jsonl")], "m.jsonl:1: missing required"),
+        (lambda d: ["--mbpp_path", str(d.joinpath("e.jsonl").write_text("") or d / "e.jsonl"), "--skip_apps"], "no tasks left after filtering"),
+    ],
+)
+def test_bad_input_is_one_line_error_and_leaves_old_outputs_untouched(tmp_path, make_input, message):
+    out = tmp_path / "out"
+    assert run_cli("--offline", "--preset", "cpu", "--output_dir", str(out)).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = run_cli("--preset", "cpu", "--output_dir", str(out), *make_input(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: ") and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1  # one line, no traceback
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing partial, nothing lost
+
+
+def test_malformed_line_number_is_reported(tmp_path):
+    good = json.dumps({"text": "t", "code": "def f():\n  return 1", "task_id": 1, "test_list": ["assert f() == 1"]})
+    path = tmp_path / "m.jsonl"
+    path.write_text(good + "\n" + good.replace("1", "2", 1) + "\n{broken\n")
+    with pytest.raises(DataFormatError, match=r"m\.jsonl:3: malformed JSON"):
+        phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'o'}", f"data.mbpp_path={path}"]))
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_help_explains_every_flag():
+    proc = run_cli("--help")
+    for flag in ("--apps_difficulty", "--skip_apps", "--mbpp_path", "--apps_path", "--max_apps", "--val_ratio",
+                 "--seed", "--output_dir", "--offline", "--split_mode", "--preset", "--config", "--set"):
+        assert flag in proc.stdout
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
+def test_real_data_random_and_standard_splits(tmp_path):
+    base = [f"data.mbpp_path={SHARED_DATA / 'mbpp.jsonl'}", f"data.apps_path={SHARED_DATA / 'apps_sample.jsonl'}", "data.offline=false"]
+    manifest = phase1.main(build_config("cpu", overrides=[*base, f"paths.data_dir={tmp_path / 'r'}"]))
+    assert manifest["totals"] == {"train": 779 + 122, "val": 195 + 31}
+    standard = phase1.main(build_config("cpu", overrides=[*base[:1], "data.offline=false", "data.skip_apps=true",
+                                                          "data.split_mode=standard", f"paths.data_dir={tmp_path / 's'}"]))
+    assert standard["totals"] == {"train": 474, "val": 500}
+    val_ids = {t.metadata["original_id"] for t in read_tasks(tmp_path / "s" / "val.jsonl")}
+    assert val_ids == set(range(11, 511))
