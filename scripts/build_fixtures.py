@@ -346,7 +346,7 @@ def build_mbpp_rows() -> list[dict]:
         text, fn_name, code, cases = problem[:4]
         challenge = problem[4] if len(problem) > 4 else []
 
-        def assert_line(args):
+        def assert_line(args, fn_name=fn_name, code=code):
             call = f"{fn_name}({', '.join(repr(a) for a in args)})"
             return f"assert {call} == {_run_function(code, fn_name, args)!r}"
 
