@@ -272,6 +272,18 @@ class GRPOConfig:
         "advantage, no learning); too high gives garbage.",
     )
     top_p: float = option(1.0, "Rollout nucleus sampling threshold (1.0 = off, unbiased on-policy).")
+    correctness_reward: str = option(
+        "binary",
+        "'binary': 1 only when every test passes (no credit for near misses, cannot be gamed by "
+        "passing the easy tests); 'fraction': the share of tests passed (denser signal for weak "
+        "students; the cpu preset uses it).",
+        choices=("binary", "fraction"),
+    )
+    format_reward_weight: float = option(
+        0.1,
+        "Weight of the format reward (1 for closed <think> then a python block, 0.5 for other code, "
+        "0 for none). Small: it teaches the format early without outweighing correctness.",
+    )
 
 
 @dataclass(frozen=True)
@@ -316,14 +328,23 @@ class SandboxConfig:
     timeout_per_test: float = option(
         4.0,
         "Wall-clock seconds for one test (the APPS harness uses 4). Too low marks slow-but-correct "
-        "code wrong, which RL then learns to avoid.",
+        "code wrong, which RL then learns to avoid; too high makes every infinite loop cost that much.",
     )
     memory_limit_mb: int = option(
-        1024, "Address-space limit of the program under test, in MiB."
+        1024, "Address space a program may add on top of the interpreter, in MiB (MemoryError beyond)."
     )
     max_workers: int = option(
-        0, "Programs executed in parallel. 0 means one per CPU core."
+        0, "Sandbox worker processes (programs executed in parallel). 0 means one per CPU core."
     )
+    include_challenge_tests: bool = option(
+        False, "Also run MBPP's challenge_test_list (11 tasks have one). Off matches published MBPP scoring."
+    )
+    isolate: bool = option(
+        True,
+        "Use namespaces and a dedicated uid when running as root (no network, secrets hidden, "
+        "uid-wide cleanup). Off only for debugging; without root it is off anyway.",
+    )
+
 
 
 @dataclass(frozen=True)
@@ -383,7 +404,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},
         "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0},
-        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 192},
+        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 192, "correctness_reward": "fraction"},
         "training": {
             "num_train_epochs": 1,
             "max_steps": 8,

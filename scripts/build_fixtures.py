@@ -124,7 +124,7 @@ MBPP_PROBLEMS = [
     ("Write a function to find the elements common to two lists, returned as a sorted list without duplicates.",
      "common_elements",
      "def common_elements(a, b):\n    return sorted(set(a) & set(b))",
-     [([1, 2, 3, 4], [3, 4, 5]), ([1], [2]), ([5, 5, 1], [5, 1, 1])]),
+     [([1, 2, 3, 4], [3, 4, 5]), ([1], [2]), ([100, 3, 50], [50, 100, 3, 7])]),
     ("Write a function that returns the running sums of a list of numbers.", "running_sum",
      "def running_sum(numbers):\n    out, total = [], 0\n    for x in numbers:\n        total += x\n        out.append(total)\n    return out",
      [([1, 2, 3, 4],), ([],), ([5, -5, 5],)]),

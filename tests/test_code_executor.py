@@ -1,0 +1,256 @@
+"""Correctness of the sandbox verdicts: references pass, wrong variants fail, comparison rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from evaluation import sandbox_worker as protocol
+from evaluation.code_executor import (
+    SandboxLimits,
+    SandboxPool,
+    call_output_matches,
+    check_value,
+    execute_many,
+    execute_program,
+    plan_assert,
+    stdout_matches,
+    wrap_like_apps,
+)
+from tests.conftest import ROOT, SHARED_DATA
+from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp
+
+LIMITS = SandboxLimits(test_timeout=2.0)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(workers=2, limits=LIMITS) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def fixtures():
+    return load_mbpp(EMBEDDED_MBPP)[0] + load_apps(EMBEDDED_APPS)[0]
+
+
+# ---------------------------------------------------------------- comparison rules (pure)
+
+
+@pytest.mark.parametrize("actual, expected", [
+    ("3\n", "3"), ("3", "3\n\n"), ("1 2 \n3  \n", "1 2\n3"), ("1 2\r\n3\r\n", "1 2\n3\n"),
+    ("0.3333333", "0.333333333"), ("1e3", "1000"), ("YES\n", "YES"), ("4 5 2 3 1\n", "4 5 2 3 1 "),
+])
+def test_stdout_accepted(actual, expected):
+    assert stdout_matches(actual, expected)
+
+
+@pytest.mark.parametrize("actual, expected", [
+    ("2 1", "1 2"),  # order matters (the APPS harness's token-set fallback would accept this)
+    ("1 1 2", "1 2"),  # multiplicity matters
+    ("3.001", "3"), ("yes", "YES"), ("", "0"), ("12", "1 2"), ("nan", "0"),
+])
+def test_stdout_rejected(actual, expected):
+    assert not stdout_matches(actual, expected)
+
+
+def test_call_output_normalization():
+    assert call_output_matches((1, 2), [1, 2])  # tuple -> list
+    assert call_output_matches([(1, 2), (3, 4)], [[1, 2], [3, 4]])
+    assert call_output_matches(False, [False])  # Codewars one-element wrapping
+    assert call_output_matches([1], [[1]])
+    assert call_output_matches({1: "a"}, {"1": "a"})  # JSON turned int keys into strings
+    assert not call_output_matches([1, 2], [[1, 2], [3]])
+    assert not call_output_matches("1", 1)
+    assert not call_output_matches(protocol.Opaque("X"), [1])
+
+
+@pytest.mark.parametrize("source, check, expected, trusted", [
+    ("assert f(1) == 3", "eq", 3, True),
+    ("assert f(1)==(4, 5)", "eq", (4, 5), True),
+    ("assert set(f(1)) == set((4, 5))", "eq", {4, 5}, True),
+    ("assert 3 == f(1)", "eq", 3, True),
+    ("assert f(1) != 2", "ne", 2, True),
+    ("assert f(1) in [1, 2]", "in", [1, 2], True),
+    ("assert f(1) is None", "is", None, True),
+    ("assert not f(1)", "falsy", None, True),
+    ("assert f(1)", "truthy", None, True),
+    ("assert math.isclose(f(2), 12.56, rel_tol=0.001)", "isclose", 12.56, True),
+    ("assert f(1) == 1,0", "eq", 1, True),  # MBPP 362: parses as an assert with a message
+    ("assert f(x) == sys.getsizeof(x)", "exec_ok", None, False),  # MBPP 596
+    ("assert f(root) == Node(1)", "exec_ok", None, False),
+    ("x = 1", "exec_ok", None, False),
+])
+def test_plan_assert(source, check, expected, trusted):
+    plan = plan_assert(source)
+    assert (plan.check, plan.trusted) == (check, trusted)
+    if trusted:
+        assert plan.expected == expected and plan.worker_test["kind"] == "expr"
+        # the worker gets only the side that calls the candidate, never the expected value
+        assert plan.worker_test["src"] in ("f(1)", "set(f(1))", "f(2)")
+
+
+def test_check_value_is_plain_python_equality_on_decoded_data():
+    eq = plan_assert("assert f(1) == (4, 5)")
+    assert check_value(eq, (4, 5)) and not check_value(eq, [4, 5])  # tuple vs list, as Python
+    assert check_value(plan_assert("assert f(1) == 1.0"), 1)
+    assert not check_value(plan_assert("assert f(1) != 2"), protocol.Opaque("X"))
+    assert check_value(plan_assert("assert math.isclose(f(2), 12.56, rel_tol=0.001)"), 12.5601)
+    assert not check_value(plan_assert("assert math.isclose(f(2), 12.56)"), True)
+    roundtrip = protocol.decode_value(json.loads(json.dumps(protocol.encode_value({(1, 2): {3, 4}, "k": [1.5, None]}))))
+    assert roundtrip == {(1, 2): {3, 4}, "k": [1.5, None]}
+
+
+def test_wrap_like_apps_makes_top_level_return_legal():
+    code = "from math import *\nn = int(input())\nif n < 0:\n    print(-1)\n    return\nprint(floor(sqrt(n)))"
+    compile(wrap_like_apps(code), "<w>", "exec")
+
+
+# ---------------------------------------------------------------- verdicts through the sandbox
+
+
+def test_every_fixture_reference_passes(pool, fixtures):
+    results = execute_many([(t.reference_solutions[0], t) for t in fixtures], pool, include_challenge=True)
+    failures = [(t.task_id, r.status, r.error) for t, r in zip(fixtures, results, strict=True) if not r.passed]
+    assert not failures
+    assert all(r.tests_passed == r.tests_total > 0 for r in results)
+
+
+WRONG_VARIANTS = [("+", "-"), ("return a + b", "return a * b"), ("max(", "min("), ("print(a + b)", "print(a - b)"),
+                  ("[::-1]", ""), ("% 2 == 0", "% 2 == 1"), ("sorted(", "list("), ("best = max(best, cur)", "best = cur")]
+
+
+def test_small_wrong_variants_fail(pool, fixtures):
+    mutated = []
+    for task in fixtures:
+        code = task.reference_solutions[0]
+        for old, new in WRONG_VARIANTS:
+            if old in code:
+                mutated.append((code.replace(old, new, 1), task))
+                break
+    assert len(mutated) >= 15
+    results = execute_many(mutated, pool)
+    survivors = [(t.task_id, r.status) for (_, t), r in zip(mutated, results, strict=True) if r.passed]
+    # a mutation that keeps every test green would be a weak fixture; there should be none
+    assert not survivors
+
+
+def test_results_keep_input_order_and_ids(pool, fixtures):
+    items = [(fixtures[0].reference_solutions[0], fixtures[0]), ("def nope(: pass", fixtures[1]), (None, fixtures[2])]
+    results = execute_many(items, pool, sample_ids=["a", "b", "c"])
+    assert [r.sample_id for r in results] == ["a", "b", "c"]
+    assert [r.status for r in results] == ["passed", "syntax_error", "no_code"]
+    assert results[1].error.startswith("line 1") and results[2].pass_fraction == 0.0
+
+
+def test_partial_credit_and_statuses(pool):
+    task = Task(task_id="t/1", source="t", problem="p", test_type="assert", fn_name="f",
+                tests=("assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9"))
+    half = execute_program("def f(x):\n    return x * x if x < 3 else 0\n", task, LIMITS, pool)
+    assert (half.passed, half.tests_passed, half.status) == (False, 2, "wrong_answer")
+    assert half.pass_fraction == pytest.approx(2 / 3)
+    assert [o.passed for o in half.test_outcomes] == [True, True, False]
+    crash = execute_program("def f(x):\n    return 1 // (x - x)\n", task, LIMITS, pool)
+    assert crash.status == "runtime_error" and "ZeroDivisionError" in crash.error and crash.tests_passed == 0
+
+
+def test_mbpp_setup_code_runs_after_the_program(pool):
+    task = Task(task_id="t/2", source="t", problem="p", test_type="assert", fn_name="size",
+                tests=("assert size(s) == 2",), test_setup_code="s = Box()\ns.add(1)\ns.add(2)",
+                test_imports=("import math",))
+    code = "class Box:\n    def __init__(self):\n        self.items = []\n    def add(self, x):\n        self.items.append(x)\n" \
+           "def size(b):\n    return len(b.items) if math.pi > 3 else 0\n"
+    assert execute_program(code, task, LIMITS, pool).passed
+
+
+def test_call_based_solution_class_and_typing_names(pool):
+    task = Task(task_id="t/3", source="t", problem="p", test_type="call", fn_name="twice",
+                tests=({"input": [[1, 2]], "output": [2, 4]}, {"input": [[]], "output": [[]]}))
+    code = "class Solution:\n    def twice(self, xs: List[int]) -> Tuple[int, ...]:\n        return tuple(2 * x for x in xs)\n"
+    assert execute_program(code, task, LIMITS, pool).passed
+
+
+def test_stdin_reads_all_input_forms(pool):
+    task = Task(task_id="t/4", source="t", problem="p", test_type="stdin",
+                tests=({"input": "3\n1 2 3\n", "output": "6\n"},))
+    for code in ("import sys\nprint(sum(map(int, sys.stdin.read().split()[1:])))",
+                 "n = int(input())\nprint(sum(map(int, input().split())))",
+                 "data = open(0).read().split()\nprint(sum(map(int, data[1:])))",
+                 "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split()[1:])))",
+                 "def main():\n    input()\n    print(sum(map(int, input().split())))\nif __name__ == '__main__':\n    main()"):
+        result = execute_program(code, task, LIMITS, pool)
+        assert result.passed, (code, result)
+
+
+def test_timeout_then_later_tests_still_run(pool):
+    task = Task(task_id="t/5", source="t", problem="p", test_type="assert", fn_name="f",
+                tests=("assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2"))
+    code = "def f(x):\n    while x == 1:\n        pass\n    return x\n"
+    result = execute_program(code, task, SandboxLimits(test_timeout=0.5), pool)
+    assert [o.status for o in result.test_outcomes] == ["passed", "timeout", "passed"]
+    assert result.status == "timeout" and result.tests_passed == 2
+
+
+def test_sandbox_error_is_distinct_and_the_pool_recovers():
+    with SandboxPool(workers=1, limits=LIMITS) as single:
+        task = Task(task_id="t/6", source="t", problem="p", test_type="call", fn_name="f", tests=({"input": [], "output": 1},))
+        single._all[0].process.kill()  # the harness dies, not the program
+        single._all[0].process.wait()
+        broken = execute_program("def f():\n    return 1\n", task, LIMITS, single)
+        assert broken.status == "sandbox_error" and broken.tests_passed == 0
+        assert execute_program("def f():\n    return 1\n", task, LIMITS, single).passed
+
+
+def test_basic_isolation_mode_still_judges_correctly():
+    with SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic:
+        task = Task(task_id="t/7", source="t", problem="p", test_type="stdin", tests=({"input": "2\n", "output": "4\n"},))
+        assert basic.isolation == "basic"
+        assert execute_program("print(int(input()) * 2)", task, LIMITS, basic).passed
+        assert execute_program("print(int(input()) * 3)", task, LIMITS, basic).status == "wrong_answer"
+
+
+def test_command_line_rescoring(tmp_path, fixtures):
+    from utils.dataset_loader import write_tasks
+
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks(tasks, fixtures[:2])
+    samples = tmp_path / "samples.jsonl"
+    rows = [{"task_id": fixtures[0].task_id, "completion": f"<think>easy</think>\n```python\n{fixtures[0].reference_solutions[0]}\n```"},
+            {"task_id": fixtures[1].task_id, "code": "def nothing():\n    pass\n"},
+            {"task_id": fixtures[0].task_id, "completion": "<think>cut off"}]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "evaluation.code_executor", "--tasks", str(tasks), "--samples", str(samples),
+                           "--output", str(out), "--workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["status"] for x in lines] == ["passed", "runtime_error", "no_code"]
+    assert {"passed", "tests_passed", "tests_total", "pass_fraction", "status", "error", "wall_time", "test_outcomes"} <= set(lines[0])
+    assert "3 samples" in proc.stdout and "1 passed" in proc.stdout
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text(json.dumps({"task_id": "mbpp/does-not-exist", "code": "pass"}) + "\n")
+    bad = subprocess.run([sys.executable, "-m", "evaluation.code_executor", "--tasks", str(tasks), "--samples", str(unknown),
+                          "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "is not in" in bad.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
+def test_real_mbpp_and_apps_references():
+    mbpp = load_mbpp(SHARED_DATA / "mbpp.jsonl")[0]
+    apps = load_apps(SHARED_DATA / "apps_sample.jsonl")[0]
+    plans = [plan_assert(a) for t in mbpp for a in t.tests]
+    untrusted = [p for p in plans if not p.trusted]
+    assert len(plans) == 2922 and len(untrusted) == 3  # only MBPP 596 (sys.getsizeof) runs whole in the child
+    # 10 s per test: MBPP 123's reference needs 4.4 s on a 2-core machine, more than the 4 s default
+    with SandboxPool(limits=SandboxLimits(test_timeout=10.0)) as big:
+        results = execute_many([(t.reference_solutions[0], t) for t in mbpp], big, include_challenge=True)
+        assert [t.task_id for t, r in zip(mbpp, results, strict=True) if not r.passed] == []
+        results = execute_many([(t.reference_solutions[0], t) for t in apps], big)
+    failed = sorted(t.metadata["original_id"] for t, r in zip(apps, results, strict=True) if not r.passed)
+    # exactly the 7 problems whose statements accept several answers (DATA_NOTES.md); 2036, 2038,
+    # 2046 and 2382 pass only because their top-level `return` is wrapped like the APPS harness does
+    assert failed == [33, 2023, 2029, 2378, 2386, 2398, 2400]

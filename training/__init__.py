@@ -1,0 +1,1 @@
+"""Phase 3: rewards, losses and the GRPO + teacher-SFT + self-SFT trainer."""
