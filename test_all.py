@@ -5,6 +5,8 @@ It checks, with the same library functions the phases use (nothing is re-impleme
   - thinking and code extraction on canned responses in every format a model or server produces;
   - the extraction entry points agree, and the extracted code is valid Python;
   - SFT labels mask the prompt and padding and keep every response token;
+  - extracted code runs against a task's tests in the sandbox, rewards are computed, and a hostile
+    program (an always-equal object plus sys.exit) scores zero;
   - the student loads and generates, and whether its output already has <think> and a code block
     (a WARN, not a FAIL, for a small untrained model);
   - the teacher endpoint answers, if one is running (WARN when none is).
@@ -230,6 +232,46 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> object
     return tokenizer
 
 
+def check_code_execution(report: Report, config: Config) -> None:
+    section("Code execution (sandbox) and rewards")
+    from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool, execute_many
+    from training.rewards import compute_rewards
+    from utils.dataset_loader import Task
+
+    task = Task(task_id="preflight/add", source="preflight", problem="Add two numbers.", test_type="assert", fn_name="add",
+                tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"))
+    responses = {
+        "correct": f"<think>\nAdd them.\n</think>\n\n```python\n{ADD}\n```",
+        "wrong": "<think>\nSubtract?\n</think>\n\n```python\ndef add(a, b):\n    return a - b\n```",
+        "hostile": "```python\nimport sys\nclass Yes:\n    def __eq__(self, other):\n        return True\n"
+                   "def add(a, b):\n    return Yes()\nsys.exit(0)\n```",
+    }
+    parsed = {name: extract_thinking_and_code_unified(text) for name, text in responses.items()}
+    try:
+        with SandboxPool(workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate) as pool:
+            results = dict(zip(responses, execute_many([(parsed[n]["code"], task) for n in responses], pool), strict=True))
+            isolation = pool.isolation
+    except (SandboxError, OSError) as exc:
+        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
+        return
+    ok = results["correct"]
+    report.expect(ok.passed and ok.tests_passed == 3, f"code extracted from a full response passes its tests "
+                  f"({ok.tests_passed}/{ok.tests_total}, {ok.wall_time * 1000:.0f} ms)", f"sandbox verdict: {ok.status} {ok.error}")
+    report.expect(not results["wrong"].passed and results["wrong"].status == "wrong_answer",
+                  "wrong code is judged wrong_answer", f"got {results['wrong'].status}")
+    rewards = compute_rewards([results[n] for n in responses], [parsed[n] for n in responses],
+                              config.grpo.correctness_reward, config.grpo.format_reward_weight)
+    correct, wrong, hostile = (r.total for r in rewards)
+    report.expect(correct is not None and correct > wrong >= 0, f"rewards computed: correct {correct:.2f} > wrong {wrong:.2f}",
+                  "see training/rewards.py")
+    report.expect(not results["hostile"].passed and rewards[2].correctness == 0.0,
+                  f"a hostile program (always-equal object + sys.exit) scores zero ({results['hostile'].status})",
+                  "the verdict must come from the harness, not the program")
+    report.ok_or_warn(isolation == "namespaces", "sandbox isolation: namespaces (no network, secrets hidden, separate uid)",
+                      "sandbox isolation: basic (rlimits and process-group kill only)",
+                      "run as root (e.g. in a container) for network/filesystem isolation of model code")
+
+
 def check_teacher_endpoint(report: Report, url: str, model_name: str) -> None:
     section(f"Teacher endpoint ({url})")
     base = normalize_api_base(url)
@@ -274,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for check in checks:
         check()
+    check_code_execution(report, config)
     if not args.skip_model:
         tokenizer = check_student(report, config, args.max_new_tokens)
         if tokenizer is not None:

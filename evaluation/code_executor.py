@@ -64,7 +64,8 @@ STATUSES = ("passed", "wrong_answer", "runtime_error", "syntax_error", "timeout"
             "no_code", "sandbox_error")
 PRELOAD = ("collections", "itertools", "functools", "heapq", "bisect", "math", "re", "string", "typing", "fractions",
            "decimal", "random", "statistics", "operator", "copy", "datetime", "array", "queue", "json", "ctypes",
-           "numpy", "cmath", "textwrap", "unicodedata", "calendar", "enum", "dataclasses", "threading", "io")
+           "cmath", "textwrap", "unicodedata", "calendar", "enum", "dataclasses", "threading", "io", "shutil",
+           "subprocess", "traceback", "base64", "struct", "hashlib", "time")
 MAX_CODE_BYTES = 200_000
 
 
@@ -469,8 +470,8 @@ def _classify_error(error_type: str | None, message: str | None) -> str:
     text = f"{error_type or ''} {message or ''}"
     if "MemoryError" in text:
         return "memory_limit"
-    if "RecursionError" in text:
-        return "runtime_error"
+    if "File too large" in text:  # RLIMIT_FSIZE (Python ignores SIGXFSZ, so the write fails instead)
+        return "output_limit"
     return "runtime_error"
 
 
@@ -484,21 +485,30 @@ def _signal_status(sig: int | None) -> str:
     return "runtime_error"
 
 
+def _setup_failure(raw: dict, n: int) -> list[TestOutcome] | None:
+    """Every test fails the same way when the program could not even start its first test."""
+    err = raw.get("setup_error")
+    if not err:
+        return None
+    status = {"Timeout": "timeout", "OutputLimit": "output_limit"}.get(err["type"], _classify_error(err["type"], err["msg"]))
+    return [TestOutcome(False, status, f"{err['type']} during {err['phase']}: {err['msg']}") for _ in range(n)]
+
+
 def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
+    failed = _setup_failure(raw, len(expected))
+    if failed:
+        return failed
     outcomes = []
     for test, want in zip(raw["tests"], expected, strict=True):
-        t = test.get("time", 0.0)
-        if test.get("killed") in ("timeout", "output_limit"):
-            outcomes.append(TestOutcome(False, test["killed"], "time limit exceeded" if test["killed"] == "timeout"
-                                        else "output limit exceeded", t))
-        elif test.get("signal") is not None:
-            outcomes.append(TestOutcome(False, _signal_status(test["signal"]), f"killed by signal {test['signal']}", t))
-        elif test.get("exit_code") == 3 and test.get("stderr", "").startswith("SyntaxError"):
-            outcomes.append(TestOutcome(False, "runtime_error", test["stderr"].strip()[:300], t))
-        elif test.get("exit_code") != 0:
-            stderr = test.get("stderr", "").strip()
-            last = stderr.splitlines()[-1] if stderr else f"exit code {test.get('exit_code')}"
-            outcomes.append(TestOutcome(False, _classify_error(None, stderr), last[:300], t))
+        status, t, error = test.get("status"), test.get("time", 0.0), test.get("error")
+        if status in ("timeout", "output_limit"):
+            outcomes.append(TestOutcome(False, status, error or status.replace("_", " "), t))
+        elif status == "not_run":
+            outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
+        elif status == "crashed" and test.get("signal") is not None:
+            outcomes.append(TestOutcome(False, _signal_status(test["signal"]), error, t))
+        elif test.get("exit_code") != 0:  # includes a crash by os._exit(n != 0) during the test
+            outcomes.append(TestOutcome(False, _classify_error(None, error), error or f"exit code {test.get('exit_code')}", t))
         elif stdout_matches(test.get("stdout", ""), want):
             outcomes.append(TestOutcome(True, "passed", None, t))
         else:
@@ -508,11 +518,9 @@ def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
 
 
 def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[TestOutcome]:
-    if raw.get("setup_error"):
-        err = raw["setup_error"]
-        status = {"Timeout": "timeout", "OutputLimit": "output_limit"}.get(err["type"], _classify_error(err["type"], err["msg"]))
-        message = f"{err['type']} during {err['phase']}: {err['msg']}"
-        return [TestOutcome(False, status, message) for _ in expectations]
+    failed = _setup_failure(raw, len(expectations))
+    if failed:
+        return failed
     outcomes = []
     for test, expectation in zip(raw["tests"], expectations, strict=True):
         t = test.get("time", 0.0)
@@ -550,10 +558,14 @@ def _summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None) 
 
 
 def execute_program(code: str | None, task: Task, limits: SandboxLimits | None = None, pool: SandboxPool | None = None,
-                    sample_id: str | None = None, include_challenge: bool = False) -> ExecutionResult:
-    """Run one program against one task's tests in the sandbox and judge it."""
+                    sample_id: str | None = None, include_challenge: bool = False,
+                    planned: PlannedTests | None = None) -> ExecutionResult:
+    """Run one program against one task's tests in the sandbox and judge it.
+
+    `planned` may pass `plan_tests(task, include_challenge)` computed once for many samples.
+    """
     start = time.monotonic()
-    planned = plan_tests(task, include_challenge)
+    planned = planned or plan_tests(task, include_challenge)
     n = planned.total
     if not code or not code.strip():
         return ExecutionResult(False, 0, n, "no_code", "no code was extracted", 0.0,
@@ -626,9 +638,14 @@ def execute_many(items: Iterable[tuple[str | None, Task]], pool: SandboxPool | N
 
         bar = tqdm(total=len(items), desc="executing", unit="prog")
 
+    plans: dict[int, PlannedTests] = {}  # G samples of one task share its plan
+    for _, task in items:
+        if id(task) not in plans:
+            plans[id(task)] = plan_tests(task, include_challenge)
+
     def one(index: int) -> ExecutionResult:
         code, task = items[index]
-        result = execute_program(code, task, limits, pool, ids[index], include_challenge)
+        result = execute_program(code, task, limits, pool, ids[index], include_challenge, plans[id(task)])
         if bar is not None:
             bar.update(1)
         return result

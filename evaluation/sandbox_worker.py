@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import fcntl
+import gc
 import io
 import json
 import math
@@ -44,7 +46,11 @@ import struct
 import sys
 import tempfile
 import time
-import traceback
+
+# The worker disables these in itself (children inherit the disabled state for free) and keeps
+# private references for its own use.
+_fork, _kill, _killpg, _setsid = os.fork, os.kill, os.killpg, os.setsid
+_setuid, _setgid, _chown, _chmod, _unlink, _rmdir = os.setuid, os.setgid, os.chown, os.chmod, os.unlink, os.rmdir
 
 # --------------------------------------------------------------------------------------------
 # Framing: 4-byte big-endian length + UTF-8 JSON. Shared with the parent (code_executor).
@@ -267,6 +273,9 @@ def _process_count(uid: int) -> int:
     return count
 
 
+_BASE_ADDRESS_SPACE = 0  # the worker's own address space after preloading; set in main()
+
+
 def _address_space_now() -> int:
     with open("/proc/self/status") as handle:
         for line in handle:
@@ -276,7 +285,7 @@ def _address_space_now() -> int:
 
 
 _DISABLED = {
-    "os": ("kill", "killpg", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
+    "os": ("kill", "killpg", "system", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
            "forkpty", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
            "chroot", "lchown", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
            "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "setsid", "setpgid"),
@@ -302,42 +311,67 @@ def _reliability_guard() -> None:
         sys.modules[name] = None  # type: ignore[assignment]
 
 
-def _enter_child(job: dict, workdir: str, fds: dict[int, int]) -> None:
-    """In the forked child: wire fds, set limits, drop privileges, scrub the environment."""
-    os.setsid()
-    for target, source in fds.items():
+_STDIO_BASE = 10  # in a stdin-mode child, test i reads fd 10 + 2i (a memfd) and writes fd 11 + 2i
+
+
+def _move_fds(fds: dict[int, int]) -> int:
+    """dup2 sources onto targets safely (a source may sit on another target's number); close the rest."""
+    high = max(fds) + 1
+    lifted = {target: fcntl.fcntl(source, fcntl.F_DUPFD, high) for target, source in fds.items()}
+    for target, source in lifted.items():
         os.dup2(source, target)
-    os.closerange(max(fds) + 1, 4096)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    os.closerange(high, max(soft, high + 1))
+    return high
+
+
+def _fresh_stdio(stderr: bool = True) -> None:
+    """New sys.std* objects on fds 0-2 (inherited objects may hold buffered bytes of another owner)."""
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace")
+    if stderr:
+        sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+                                      errors="replace", line_buffering=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+
+
+def _enter_child(job: dict, workdir: str, fds: dict[int, int]) -> None:
+    """In the forked child: wire fds, set limits, drop privileges. The environment, standard
+    streams, signal dispositions and disabled functions were prepared once in the worker."""
+    _setsid()
+    high = _move_fds(fds)
     limits = job["limits"]
     cpu = int(math.ceil(limits["total_timeout"])) + 1
-    address_space = _address_space_now() + limits["memory_mb"] * 1024 * 1024
+    address_space = _BASE_ADDRESS_SPACE + limits["memory_mb"] * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * 1024 * 1024,) * 2)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (high + 128,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     uid = job["uid"]
     if uid is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"],) * 2)
         os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        _setgid(uid)
+        _setuid(uid)
     else:  # without a dedicated uid the count includes the user's other processes
         n = _process_count(os.getuid()) + limits["max_processes"]
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     os.chdir(workdir)
+
+
+def prepare_template(workdir: str) -> None:
+    """Make the worker's own state what every child should start from (done once, not per fork):
+    a scrubbed environment, fresh standard streams, default signal dispositions, a high recursion
+    limit, and destructive functions disabled. The worker itself uses the private references above."""
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
                        "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1"})
-    # Fresh standard streams: the inherited objects may hold buffered bytes of the worker's own.
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  errors="replace", line_buffering=True)
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    _fresh_stdio()
     sys.setrecursionlimit(10000)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _reliability_guard()
 
 
 PRELUDE = (
@@ -363,7 +397,6 @@ def _child_calls(job: dict) -> None:
     except SyntaxError as exc:
         send(out_fd, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"})
         return
-    _reliability_guard()
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
             exec(code if source is None else compile(source, f"<{phase}>", "exec"), namespace)
@@ -372,9 +405,8 @@ def _child_calls(job: dict) -> None:
             return
     send(out_fd, {"k": "setup_ok"})
     fn_name = job.get("fn_name")
-    for index in job["run"]:
+    for index in job["run"]:  # a test starts when the previous one reported (or at setup_ok)
         test = job["tests"][index]
-        send(out_fd, {"k": "begin", "i": index})
         try:
             if test["kind"] == "expr":
                 value = eval(compile(test["src"], "<test>", "eval"), namespace)
@@ -393,28 +425,35 @@ def _child_calls(job: dict) -> None:
             send(out_fd, {"k": "err", "i": index, "type": type(exc).__name__, "msg": _trim(exc)})
 
 
-def _child_stdin(job: dict) -> int:
-    """Child body for one stdin test: run the program as __main__; return its exit code."""
+def _child_stdin(job: dict) -> None:
+    """Child body for stdin tests: run the program as __main__ once per test, each test on its own
+    stdin/stdout memfds, and report each test's exit status on fd 3 (the output stays in the memfd)."""
+    send, dup2, fresh_stdio = write_message, os.dup2, _fresh_stdio  # bound before the program can patch them
+    out_fd = 3
     try:
         code = compile(job["code"], "<solution>", "exec")
     except SyntaxError as exc:
-        sys.stderr.write(f"SyntaxError: line {exc.lineno}: {exc.msg}\n")
-        return 3
-    _reliability_guard()
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    status = 0
-    try:
-        exec(code, namespace)
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc(limit=3)
-        status = 1
-    try:
-        sys.stdout.flush()
-    except BaseException:  # noqa: BLE001 - a closed stdout is the program's problem
-        status = status or 1
-    return status
+        send(out_fd, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"})
+        return
+    send(out_fd, {"k": "setup_ok"})
+    for index in job["run"]:
+        dup2(_STDIO_BASE + 2 * index, 0)
+        dup2(_STDIO_BASE + 2 * index + 1, 1)
+        fresh_stdio(stderr=False)
+        status, error = 0, None
+        try:
+            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if status:
+                error = f"SystemExit: {exc.code}"
+        except BaseException as exc:  # noqa: BLE001 - the program may raise anything
+            status, error = 1, f"{type(exc).__name__}: {_trim(exc)}"
+        try:
+            sys.stdout.flush()
+        except BaseException as exc:  # noqa: BLE001 - a closed or full stdout is the program's problem
+            status, error = status or 1, error or f"{type(exc).__name__}: {_trim(exc)}"
+        send(out_fd, {"k": "done", "i": index, "exit": status, "error": error})
 
 
 def _trim(exc: BaseException, limit: int = 300) -> str:
@@ -430,16 +469,16 @@ def _trim(exc: BaseException, limit: int = 300) -> str:
 def _kill_all(pid: int, uid: int | None) -> None:
     """Kill the child's process group and, with a dedicated uid, every process of that uid."""
     try:
-        os.killpg(pid, signal.SIGKILL)
+        _killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     if uid is not None:
-        helper = os.fork()
+        helper = _fork()
         if helper == 0:
             try:
-                os.setgid(uid)
-                os.setuid(uid)
-                os.kill(-1, signal.SIGKILL)  # every process this uid may signal, except itself
+                _setgid(uid)
+                _setuid(uid)
+                _kill(-1, signal.SIGKILL)  # every process this uid may signal, except itself
             finally:
                 os._exit(0)
         os.waitpid(helper, 0)
@@ -475,7 +514,7 @@ def _reap_all(deadline_s: float = 5.0) -> None:
             return
         for kid in kids:
             try:
-                os.kill(kid, signal.SIGKILL)
+                _kill(kid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.002)
@@ -552,145 +591,184 @@ def _supervise(pid: int, pipes: dict[str, int], deadline_fn, output_cap: int, re
 
 def _finish(pid: int, pidfd: int, uid: int | None) -> tuple[int | None, int | None]:
     """Kill everything left, reap the child; return (exit_code, signal)."""
-    _kill_all(pid, uid)
+    try:
+        _killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
-    _reap_all()
+    # Every surviving descendant has been re-parented to this worker (a child subreaper), so "no
+    # child left" proves nothing of the program survives; only then is the slow path skipped.
+    try:
+        os.waitpid(-1, os.WNOHANG)
+        leftover = True  # some child exists (alive, or a zombie just reaped)
+    except ChildProcessError:
+        leftover = False
+    if leftover:
+        _kill_all(pid, uid)
+        _reap_all()
     if os.WIFSIGNALED(status):
         return None, os.WTERMSIG(status)
     return os.WEXITSTATUS(status), None
 
 
+_WORKDIR = "/tmp/run"  # set in main(): one fixed path per worker, emptied after every program
+
+
 def _make_workdir(uid: int | None) -> str:
-    workdir = tempfile.mkdtemp(prefix="run-", dir="/tmp")
+    if os.path.lexists(_WORKDIR):
+        _remove_tree(_WORKDIR)
+    os.mkdir(_WORKDIR, 0o700)
     if uid is not None:
-        os.chown(workdir, uid, uid)
-    os.chmod(workdir, 0o700)
-    return workdir
+        _chown(_WORKDIR, uid, uid)
+    return _WORKDIR
 
 
 def _remove_tree(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def run_stdin_test(job: dict, stdin_text: str, deadline: float) -> dict:
-    uid = job["uid"]
-    limits = job["limits"]
-    workdir = _make_workdir(uid)
-    stdin_fd = os.memfd_create("stdin")
-    os.write(stdin_fd, stdin_text.encode("utf-8"))
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    start = time.monotonic()
-    test_deadline = min(deadline, start + limits["test_timeout"])
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 1
-        try:
-            _enter_child(job, workdir, {0: stdin_fd, 1: out_w, 2: err_w})
-            code = _child_stdin(job)
-        finally:
-            os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
-    for fd in (stdin_fd, out_w, err_w):
-        os.close(fd)
-    outcome = _supervise(pid, {"stdout": out_r, "stderr": err_r}, lambda: test_deadline, limits["output_bytes"], None, None)
-    exit_code, sig = _finish(pid, outcome["pidfd"], uid)
-    for fd in (out_r, err_r):
-        os.close(fd)
-    _remove_tree(workdir)
-    captured = outcome["captured"]
-    return {
-        "stdout": captured["stdout"].decode("utf-8", errors="replace"),
-        "stderr": captured["stderr"][-2000:].decode("utf-8", errors="replace"),
-        "exit_code": exit_code,
-        "signal": sig,
-        "killed": outcome["killed"],
-        "time": time.monotonic() - start,
-    }
+    """rm -rf with the worker's private unlink/rmdir (the public ones are disabled)."""
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:
+                _unlink(os.path.join(root, name))
+            except OSError:
+                pass
+        for name in dirs:
+            full = os.path.join(root, name)
+            try:
+                (_unlink if os.path.islink(full) else _rmdir)(full)
+            except OSError:
+                pass
+    try:
+        _rmdir(path)
+    except OSError:
+        pass
 
 
-def run_call_tests(job: dict, deadline: float) -> dict:
-    """Run the pending call/assert tests in one child; restart after a test times out or crashes."""
-    limits = job["limits"]
-    uid = job["uid"]
-    n = len(job["tests"])
+_HARNESS_FAILED = 125  # exit code of a child whose sandbox setup failed (not the program's fault)
+
+
+def _memfd(name: str, data: bytes = b"") -> int:
+    fd = os.memfd_create(name)
+    if data:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run_tests(job: dict, deadline: float) -> dict:
+    """Run a program's tests in one child, in order; after a test times out or kills the child,
+    start a fresh child for the tests after it (each test is bounded, none is skipped)."""
+    limits, uid, stdin_mode = job["limits"], job["uid"], job["mode"] == "stdin"
+    n = len(job["inputs"]) if stdin_mode else len(job["tests"])
+    io_fds: list[tuple[int, int]] = []
+    if stdin_mode:  # every test gets its own stdin and stdout memfd, created once
+        io_fds = [(_memfd(f"in{i}", text.encode("utf-8")), _memfd(f"out{i}")) for i, text in enumerate(job["inputs"])]
     results: dict[int, dict] = {}
     setup_error = None
     pending = list(range(n))
     output_tail = b""
-    while pending and setup_error is None:
-        if time.monotonic() >= deadline:
-            for i in pending:
-                results[i] = {"status": "timeout", "error": "program time limit reached before this test ran"}
-            break
-        workdir = _make_workdir(uid)
-        res_r, res_w = os.pipe()
-        out_r, out_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        state = {"current": None, "test_deadline": time.monotonic() + limits["test_timeout"], "setup_ok": False, "times": {}}
-        sub_job = dict(job, run=pending)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _enter_child(job, workdir, {0: null, 1: out_w, 2: out_w, 3: res_w})
-                _child_calls(sub_job)
-                sys.stdout.flush()
-            finally:
-                os._exit(0)
-        for fd in (res_w, out_w, null):
-            os.close(fd)
+    try:
+        while pending and setup_error is None:
+            if time.monotonic() >= deadline:
+                for i in pending:
+                    results[i] = {"status": "timeout", "error": "program time limit reached before this test ran"}
+                break
+            workdir = _make_workdir(uid)
+            res_r, res_w = os.pipe()
+            out_r, out_w = os.pipe()
+            null = os.open(os.devnull, os.O_RDONLY)
+            fds = {0: null, 1: out_w, 2: out_w, 3: res_w}
+            for i in pending if stdin_mode else ():
+                fds[_STDIO_BASE + 2 * i], fds[_STDIO_BASE + 2 * i + 1] = io_fds[i]
+            state = {"current": None, "test_deadline": time.monotonic() + limits["test_timeout"], "setup_ok": False,
+                     "times": {}}
+            sub_job = dict(job, run=pending)
+            pid = _fork()
+            if pid == 0:
+                try:
+                    _enter_child(job, workdir, fds)
+                except BaseException:  # noqa: BLE001 - the harness failed before any untrusted code ran
+                    os._exit(_HARNESS_FAILED)
+                try:
+                    (_child_stdin if stdin_mode else _child_calls)(sub_job)
+                    sys.stdout.flush()
+                finally:
+                    os._exit(0)
+            for fd in (res_w, out_w, null):
+                os.close(fd)
 
-        def on_message(message: dict, state=state, pending=pending) -> None:
-            nonlocal setup_error
-            if not isinstance(message, dict):
-                return
-            kind = message.get("k")
-            now = time.monotonic()
-            if kind == "setup_ok":
-                state["setup_ok"] = True
-            elif kind == "setup_err" and not state["setup_ok"]:
-                setup_error = {"type": str(message.get("type")), "msg": str(message.get("msg"))[:500],
-                               "phase": str(message.get("phase"))}
-            elif kind == "begin" and isinstance(message.get("i"), int) and message["i"] in pending:
-                state["current"] = message["i"]
-                state["times"][message["i"]] = now
+            def start_next(now: float, state=state, pending=pending) -> None:
+                """Tests run in `pending` order: the next one starts when the previous one reports."""
+                upcoming = [i for i in pending if i not in results]
+                state["current"] = upcoming[0] if upcoming else None
+                if upcoming:
+                    state["times"][upcoming[0]] = now
                 state["test_deadline"] = now + limits["test_timeout"]
-            elif kind in ("val", "err") and message.get("i") == state["current"] and message["i"] not in results:
-                i = message["i"]
-                elapsed = now - state["times"].get(i, now)
-                if kind == "val":
-                    results[i] = {"status": "ok", "value": message.get("v"), "time": elapsed}
-                else:
-                    results[i] = {"status": "error", "type": str(message.get("type")), "error": str(message.get("msg"))[:500],
-                                  "time": elapsed}
-                state["current"] = None
 
-        outcome = _supervise(pid, {"results": res_r, "output": out_r},
-                             lambda state=state: min(deadline, state["test_deadline"]),
-                             limits["output_bytes"], FrameBuffer(limits["output_bytes"] * 4), on_message)
-        exit_code, sig = _finish(pid, outcome["pidfd"], uid)
-        for fd in (res_r, out_r):
-            os.close(fd)
-        _remove_tree(workdir)
-        output_tail = outcome["captured"]["output"][-1000:]
-        if setup_error is not None:
-            break
-        # The first test without a result is where the child stopped (timeout, crash, exit...).
-        remaining = [i for i in pending if i not in results]
-        if not remaining:
-            break
-        stopped_at = remaining[0]
-        if not state["setup_ok"]:
-            reason = outcome["killed"] or ("signal" if sig else "exit")
-            setup_error = {"type": {"timeout": "Timeout", "output_limit": "OutputLimit"}.get(reason, "ProgramExited"),
-                           "msg": _describe_stop(outcome["killed"], exit_code, sig), "phase": "program"}
-            break
-        results[stopped_at] = {"status": outcome["killed"] or "crashed", "error": _describe_stop(outcome["killed"], exit_code, sig),
-                               "signal": sig, "exit_code": exit_code}
-        pending = remaining[1:]
+            def on_message(message: dict, state=state, start_next=start_next) -> None:
+                nonlocal setup_error
+                if not isinstance(message, dict):
+                    return
+                kind, now = message.get("k"), time.monotonic()
+                if kind == "setup_ok" and not state["setup_ok"]:
+                    state["setup_ok"] = True
+                    start_next(now)
+                elif kind == "setup_err" and not state["setup_ok"]:
+                    setup_error = {"type": str(message.get("type")), "msg": str(message.get("msg"))[:500],
+                                   "phase": str(message.get("phase"))}
+                elif kind in ("val", "err", "done") and state["current"] is not None and message.get("i") == state["current"]:
+                    i = message["i"]
+                    record = {"time": now - state["times"].get(i, now)}
+                    if kind == "val":
+                        record.update(status="ok", value=message.get("v"))
+                    elif kind == "err":
+                        record.update(status="error", type=str(message.get("type")), error=str(message.get("msg"))[:500])
+                    else:
+                        exit_code = message.get("exit")
+                        record.update(status="done", exit_code=exit_code if isinstance(exit_code, int) else 1,
+                                      error=str(message.get("error"))[:500] if message.get("error") else None)
+                    results[i] = record
+                    start_next(now)
+
+            outcome = _supervise(pid, {"results": res_r, "output": out_r},
+                                 lambda state=state: min(deadline, state["test_deadline"]),
+                                 limits["output_bytes"], FrameBuffer(limits["output_bytes"] * 4), on_message)
+            exit_code, sig = _finish(pid, outcome["pidfd"], uid)
+            for fd in (res_r, out_r):
+                os.close(fd)
+            _remove_tree(workdir)
+            output_tail = outcome["captured"]["output"][-1000:]
+            if setup_error is not None:
+                break
+            remaining = [i for i in pending if i not in results]
+            if not remaining:
+                break
+            if not state["setup_ok"] and exit_code == _HARNESS_FAILED:
+                raise RuntimeError("the sandbox could not set up the child process")
+            if not state["setup_ok"]:
+                reason = outcome["killed"] or "exit"
+                setup_error = {"type": {"timeout": "Timeout", "output_limit": "OutputLimit"}.get(reason, "ProgramExited"),
+                               "msg": _describe_stop(outcome["killed"], exit_code, sig), "phase": "program"}
+                break
+            # The first test without a result is where the child stopped (timeout, crash, exit...).
+            stopped_at = remaining[0]
+            started = stopped_at in state["times"]
+            results[stopped_at] = {"status": outcome["killed"] or "crashed", "signal": sig,
+                                   "exit_code": exit_code if started else None,
+                                   "error": _describe_stop(outcome["killed"], exit_code, sig),
+                                   "time": time.monotonic() - state["times"].get(stopped_at, time.monotonic())}
+            pending = remaining[1:]
+        if stdin_mode:  # attach each test's output, read back from its memfd
+            cap = limits["output_bytes"]
+            for i, record in results.items():
+                data = os.pread(io_fds[i][1], cap + 1, 0)
+                record["stdout"] = data[:cap].decode("utf-8", errors="replace")
+                if len(data) > cap:
+                    record["status"] = "output_limit"
+    finally:
+        for pair in io_fds:
+            for fd in pair:
+                os.close(fd)
     return {"tests": [results.get(i, {"status": "not_run"}) for i in range(n)], "setup_error": setup_error,
             "output_tail": output_tail.decode("utf-8", errors="replace")}
 
@@ -709,17 +787,7 @@ def run_job(job: dict) -> dict:
     limits = job["limits"]
     start = time.monotonic()
     deadline = start + limits["total_timeout"]
-    if job["mode"] == "stdin":
-        tests = []
-        for text in job["inputs"]:
-            if time.monotonic() >= deadline:
-                tests.append({"killed": "timeout", "stdout": "", "stderr": "", "exit_code": None, "signal": None,
-                              "time": 0.0, "not_run": True})
-                continue
-            tests.append(run_stdin_test(job, text, deadline))
-        result = {"tests": tests}
-    else:
-        result = run_call_tests(job, deadline)
+    result = run_tests(job, deadline)
     result["id"] = job.get("id")
     result["wall_time"] = time.monotonic() - start
     return result
@@ -731,6 +799,8 @@ def main(argv: list[str]) -> int:
     if not isinstance(init, dict):
         return 1
     _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl subreaper")
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a problem with many tests holds 2 memfds per test
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the parent
     info: dict = {"isolation": "basic", "uid": None}
     if os.geteuid() == 0 and init.get("isolate", True):
@@ -746,6 +816,17 @@ def main(argv: list[str]) -> int:
             __import__(name)
         except ImportError:
             pass
+    global _BASE_ADDRESS_SPACE, _WORKDIR
+    if info["isolation"] != "namespaces":  # /tmp is shared with the host: use a private folder in it
+        _WORKDIR = os.path.join(tempfile.mkdtemp(prefix="tgrpo-sandbox-"), "run")
+        if info["uid"] is not None:
+            _chmod(os.path.dirname(_WORKDIR), 0o755)
+    prepare_template(_WORKDIR)
+    _BASE_ADDRESS_SPACE = _address_space_now() + 64 * 1024 * 1024  # headroom for the child's own setup
+    # Move every object created so far out of the garbage collector's sight: a collection in a
+    # forked child would otherwise touch (and copy) every page of the worker's heap.
+    gc.collect()
+    gc.freeze()
     write_message(out_fd, {"k": "ready", **info})
     uid = info["uid"]
     while True:

@@ -230,7 +230,7 @@ STDIN_PROBLEMS = [
      "\n\n-----Output-----\n\nThe count.",
      "n = int(input())\nsieve = bytearray([1]) * (n + 1)\nsieve[0:2] = b'\\x00\\x00'[: n + 1]\ni = 2\nwhile i * i <= n:\n"
      "    if sieve[i]:\n        sieve[i * i::i] = bytearray(len(range(i * i, n + 1, i)))\n    i += 1\nprint(sum(sieve))",
-     ["10\n", "1\n", "100\n", "1000000\n"]),
+     ["10\n", "1\n", "100\n", "100000\n"]),
     ("interview",
      "Transpose a matrix.\n\n-----Input-----\n\nThe first line contains r and c. Each of the next r lines contains c "
      "integers.\n\n-----Output-----\n\nc lines of r integers each: the transposed matrix.",
@@ -247,7 +247,7 @@ STDIN_PROBLEMS = [
      "A staircase has n steps. You climb 1 or 2 steps at a time. Print the number of different ways to reach the "
      "top, modulo 1000000007.\n\n-----Input-----\n\nOne integer n (1 <= n <= 10^6).\n\n-----Output-----\n\nThe count.",
      "n = int(input())\na, b = 1, 1\nfor _ in range(n - 1):\n    a, b = b, (a + b) % 1000000007\nprint(b)",
-     ["1\n", "2\n", "10\n", "1000000\n"]),
+     ["1\n", "2\n", "10\n", "100000\n"]),
     ("introductory",
      "Print the average of n numbers with exactly six digits after the decimal point.\n\n-----Input-----\n\nThe first "
      "line contains n. The second line contains n integers.\n\n-----Output-----\n\nThe average.",

@@ -254,3 +254,10 @@ def test_real_mbpp_and_apps_references():
     # exactly the 7 problems whose statements accept several answers (DATA_NOTES.md); 2036, 2038,
     # 2046 and 2382 pass only because their top-level `return` is wrapped like the APPS harness does
     assert failed == [33, 2023, 2029, 2378, 2386, 2398, 2400]
+
+
+def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
+    # numpy is not preloaded (it doubles fork cost) but importable; the working directory is writable
+    task = Task(task_id="t/8", source="t", problem="p", test_type="stdin", tests=({"input": "1 2 3\n", "output": "6\n"},))
+    code = "import numpy as np\nopen('scratch.txt', 'w').write('x')\nprint(int(np.array(input().split(), dtype=int).sum()))"
+    assert execute_program(code, task, LIMITS, pool).passed

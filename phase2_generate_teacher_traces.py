@@ -1,0 +1,153 @@
+"""Phase 2: teacher traces over the OpenAI-compatible API, verified by execution, resumable.
+
+    python phase2_generate_teacher_traces.py --test_connection      # is the teacher up? thinking on?
+    python phase2_generate_teacher_traces.py                        # every training task x num_samples
+    python phase2_generate_teacher_traces.py --max_tasks 5 --num_samples 2
+
+The teacher is `vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` on a GPU, or the
+local CPU stand-in (`make teacher`). Writes data/teacher_traces.jsonl (one record per sample, see
+synthesis/generate_traces.py), data/teacher_traces.stats.json and data/teacher_traces.config.json.
+A rerun continues where the last one stopped; --overwrite starts fresh.
+Exit codes: 0 done, 1 every request failed or the server is unusable, 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from config import (
+    Config,
+    ConfigError,
+    add_config_arguments,
+    config_from_args,
+    exit_on_config_error,
+    format_config,
+    save_config,
+)
+from evaluation.code_executor import SandboxLimits, SandboxPool
+from synthesis.generate_traces import TraceFileBusy, generate_traces
+from synthesis.teacher_query import TeacherClient, TeacherFatalError
+from utils.dataset_loader import DataFormatError, read_tasks
+from utils.prompts import build_chat_messages, get_unified_prompt
+from utils.student_model import EMBEDDED_PREFIX, resolve_model_path
+from utils.thinking_extraction import extract_thinking_and_code_unified
+
+
+def resolve_teacher_model(config: Config) -> str:
+    """Embedded names are served by their materialized folder path (what `transformers serve` expects)."""
+    name = config.teacher.model_name
+    return resolve_model_path(name, config.paths.model_cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
+
+
+async def test_connection(config: Config) -> int:
+    model = resolve_teacher_model(config)
+    async with TeacherClient.from_config(config.teacher, model=model, max_retries=1) as client:
+        print(f"Teacher: {client.base_url}  model: {model}")
+        try:
+            served = await client.list_models()
+        except TeacherFatalError as exc:
+            print(f"✗ {exc}")
+            return 1
+        print(f"Served models: {', '.join(served) if served else '(the server lists none)'}")
+        prompt = get_unified_prompt("Write a Python function add(a, b) that returns a + b.")
+        client.sampling["max_tokens"] = min(client.sampling["max_tokens"], 512)
+        try:
+            response = await client.complete(build_chat_messages(prompt))
+        except TeacherFatalError as exc:
+            print(f"✗ {exc}")
+            return 1
+        if not response.ok:
+            print(f"✗ request failed: {response.error}")
+            return 1
+        parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
+        where = "separate reasoning field" if response.reasoning else "inline <think>" if parsed["has_thinking"] else "none"
+        print(f"✓ answered in {response.latency:.2f} s, {response.usage.get('completion_tokens', '?')} tokens, "
+              f"finish_reason={response.finish_reason}")
+        print(f"  thinking came back: {parsed['has_thinking']} ({where}); code extracted: {parsed['has_code']}")
+        return 0
+
+
+async def run(config: Config, input_path: Path, output_path: Path, max_tasks: int | None, overwrite: bool) -> int:
+    tasks = read_tasks(input_path)
+    if max_tasks:
+        tasks = tasks[:max_tasks]
+    model = resolve_teacher_model(config)
+    n = config.teacher.num_samples_per_problem
+    print(f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; teacher {model} at {config.teacher.base_url}")
+    limits = SandboxLimits.from_config(config.sandbox)
+    async with TeacherClient.from_config(config.teacher, model=model) as client:
+        served = await client.list_models()  # fails fast and clearly when no server answers
+        if served and model not in served and not any(s.startswith(model) for s in served):
+            print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
+        with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
+            stats = await generate_traces(tasks, client, output_path, n, pool, limits, config.prompt.num_visible_tests,
+                                          overwrite=overwrite, teacher_model=config.teacher.model_name)
+    print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
+    print(stats.table())
+    print(f"elapsed: {stats.elapsed_s:.1f} s")
+    stats_path = output_path.with_suffix(".stats.json")
+    payload = {**stats.to_dict(), "output": str(output_path), "teacher_model": config.teacher.model_name,
+               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    stats_path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"\nWrote {output_path} and {stats_path}")
+    if stats.total and stats.api_errors == stats.total:
+        first = next(iter(stats.errors), "unknown")
+        print(f"error: every request failed (first error: {first})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
+    parser = argparse.ArgumentParser(
+        description="Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
+        "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable).",
+    )
+    parser.add_argument("--test_connection", action="store_true",
+                        help="Only check the server: list its models, send one small request, report latency and whether "
+                        "thinking came back. Exit code 0 only if it works.")
+    parser.add_argument("--max_tasks", type=int, help="Use only the first N training tasks (quick trials).")
+    parser.add_argument("--num_samples", type=int, help="Samples per task (teacher.num_samples_per_problem; default 8).")
+    parser.add_argument("--api_url", help="Teacher base URL (teacher.api_url; a full /v1/chat/completions URL is fine).")
+    parser.add_argument("--model", help="Model name as the server knows it (teacher.model_name).")
+    parser.add_argument("--concurrency", type=int, help="Requests in flight (teacher.max_concurrent_requests; default 32).")
+    parser.add_argument("--max_tokens", type=int, help="Max completion tokens per request (teacher.max_tokens).")
+    parser.add_argument("--input", help="Task file (default: data/train.jsonl under paths.data_dir).")
+    parser.add_argument("--output", help="Trace file (default: data/teacher_traces.jsonl under paths.data_dir).")
+    parser.add_argument("--overwrite", action="store_true", help="Start a fresh trace file instead of resuming.")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    teacher = {k: v for k, v in (("num_samples_per_problem", args.num_samples), ("api_url", args.api_url),
+                                 ("model_name", args.model), ("max_concurrent_requests", args.concurrency),
+                                 ("max_tokens", args.max_tokens)) if v is not None}
+    return args, {"teacher": teacher} if teacher else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    try:
+        config = config_from_args(args, extra)
+    except ConfigError as error:
+        exit_on_config_error(error)
+    print(format_config(config) + "\n")
+    if args.test_connection:
+        return asyncio.run(test_connection(config))
+    input_path = Path(args.input) if args.input else config.paths.train_file
+    output_path = Path(args.output) if args.output else config.paths.teacher_traces_file
+    try:
+        save_config(config, output_path.with_suffix(".config.json"))
+        return asyncio.run(run(config, input_path, output_path, args.max_tasks, args.overwrite))
+    except (TeacherFatalError, DataFormatError, TraceFileBusy) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished samples are saved; rerun the same command to continue.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

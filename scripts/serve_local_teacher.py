@@ -1,0 +1,49 @@
+"""Serve the embedded model over the OpenAI-compatible chat API on 127.0.0.1 (the CPU teacher).
+
+    python scripts/serve_local_teacher.py [--port 8129] [--model embedded:SmolLM2-135M-Instruct]
+
+A development stand-in for `vllm serve`: it runs `transformers serve` (the `serving` extra of
+transformers) on the materialized model folder, offline. Requests must name that folder as the
+model; phase 2 does this itself when teacher.model_name is an `embedded:` name. Known quirks of
+`transformers serve` handled here or in the client: it samples only if the folder's
+generation_config says so (the materialized folder does), it serves one request at a time, it
+ignores `n` and `presence_penalty`, and its `/v1/models` fails unless the hub cache folder exists
+(created here). The GPU teacher is `vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from utils.student_model import EMBEDDED_MODELS, resolve_model_path  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, default=8129, help="Port on 127.0.0.1 (default 8129, like the GPU teacher).")
+    parser.add_argument("--model", default=EMBEDDED_MODELS[0], help="Embedded name or local model folder.")
+    parser.add_argument("--print_model_path", action="store_true", help="Print the served model path and exit.")
+    args = parser.parse_args()
+    path = resolve_model_path(args.model)
+    if args.print_model_path:
+        print(path)
+        return
+    (Path.home() / ".cache" / "huggingface" / "hub").mkdir(parents=True, exist_ok=True)
+    executable = shutil.which("transformers", path=os.path.dirname(sys.executable)) or shutil.which("transformers")
+    if executable is None:
+        sys.exit("`transformers` command not found; install the requirements (make install).")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
+    command = [executable, "serve", path, "--host", "127.0.0.1", "--port", str(args.port), "--device", "cpu",
+               "--dtype", "float32"]
+    print(f"serving {path} at http://127.0.0.1:{args.port}/v1 (Ctrl-C to stop)", flush=True)
+    os.execve(executable, command, env)
+
+
+if __name__ == "__main__":
+    main()

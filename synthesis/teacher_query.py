@@ -1,0 +1,187 @@
+"""Transport to the teacher: an async OpenAI-compatible chat client. Knows nothing about tasks.
+
+Works against `vllm serve` (the GPU teacher) and the local CPU stand-in (`transformers serve`).
+
+- At most `max_concurrency` requests in flight (a semaphore); one sample per request, because some
+  servers ignore `n` (vLLM's prefix cache makes repeated prompts cheap anyway).
+- Sampling parameters and ``extra_body={"chat_template_kwargs": {"enable_thinking": ...}}``.
+- Retries with exponential backoff and full jitter on connection errors, timeouts, 408/409/429 and
+  5xx; never on other 4xx. A request for a model the server does not serve raises
+  `TeacherFatalError` at once, listing what `/v1/models` says the server does serve.
+- Every response shape a vLLM server produces for Qwen3 is returned as (text, reasoning):
+  ``message.reasoning`` (vLLM with a reasoning parser), ``message.reasoning_content`` (older vLLM),
+  or nothing (thinking inline in ``content``, possibly only ``</think>`` when the chat template
+  opened the tag). The caller parses them with `extract_thinking_and_code_unified`.
+- A malformed answer (no choices, no message) is a failed request (`TeacherResponse.error`), never
+  a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from config import normalize_api_base
+
+RETRYABLE_STATUS = {408, 409, 429}
+
+
+class TeacherFatalError(RuntimeError):
+    """A mistake that retrying cannot fix (wrong model name, bad API key, no server)."""
+
+
+@dataclass
+class TeacherResponse:
+    text: str | None  # message.content
+    reasoning: str | None = None  # message.reasoning / reasoning_content, when the server split it out
+    finish_reason: str | None = None  # "stop", "length" (truncated), ...
+    usage: dict = field(default_factory=dict)  # prompt_tokens, completion_tokens, total_tokens
+    latency: float = 0.0  # seconds, all attempts included
+    attempts: int = 0
+    error: str | None = None  # set when the request failed for good (the sample becomes an api_error row)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APIConnectionError, asyncio.TimeoutError)):  # includes APITimeoutError
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
+    return False
+
+
+def _looks_like_wrong_model(exc: openai.APIStatusError) -> bool:
+    text = str(exc).lower()
+    return exc.status_code == 404 or (exc.status_code in (400, 422) and "model" in text and
+                                      any(w in text for w in ("not found", "does not exist", "pinned", "unknown")))
+
+
+class TeacherClient:
+    def __init__(self, base_url: str, model: str, api_key: str = "EMPTY", temperature: float = 0.7, top_p: float = 0.8,
+                 presence_penalty: float = 0.0, max_tokens: int = 1024, enable_thinking: bool = True,
+                 request_timeout: float = 600.0, max_retries: int = 5, max_concurrency: int = 32,
+                 backoff_base: float = 1.0, backoff_cap: float = 30.0) -> None:
+        self.base_url = normalize_api_base(base_url)
+        self.model = model
+        self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        if presence_penalty:
+            self.sampling["presence_penalty"] = presence_penalty
+        self.extra_body = {"chat_template_kwargs": {"enable_thinking": enable_thinking}}
+        self.request_timeout = request_timeout
+        self.max_retries = max_retries
+        self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
+        self.max_concurrency = max_concurrency
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        # Our own retry loop replaces the client's (it does not know our fatal/transient split).
+        self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, timeout=request_timeout, max_retries=0)
+
+    @classmethod
+    def from_config(cls, teacher: Any, model: str | None = None, **overrides: Any) -> TeacherClient:
+        """From a config.TeacherConfig section; `model` overrides the (resolved) model name."""
+        import os
+
+        kwargs = dict(
+            base_url=teacher.api_url, model=model or teacher.model_name,
+            api_key=os.environ.get("TGRPO_TEACHER_API_KEY", teacher.api_key), temperature=teacher.temperature,
+            top_p=teacher.top_p, presence_penalty=teacher.presence_penalty, max_tokens=teacher.max_tokens,
+            enable_thinking=teacher.enable_thinking, request_timeout=teacher.request_timeout,
+            max_retries=teacher.max_retries, max_concurrency=teacher.max_concurrent_requests,
+        )
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    async def list_models(self, timeout: float = 10.0) -> list[str]:
+        """Model ids from GET /v1/models. Raises TeacherFatalError when nothing answers."""
+        try:
+            page = await asyncio.wait_for(self._client.models.list(), timeout)
+        except (TimeoutError, openai.APIConnectionError) as exc:
+            raise TeacherFatalError(
+                f"No teacher server answers at {self.base_url} ({type(exc).__name__}). Start one: "
+                "`vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` on a GPU, or `make teacher` "
+                "for the local CPU stand-in; or point --api_url at a running server."
+            ) from None
+        except openai.APIStatusError as exc:
+            if exc.status_code in (401, 403):
+                raise TeacherFatalError(f"{self.base_url} refused the API key ({exc.status_code}); set "
+                                        "TGRPO_TEACHER_API_KEY or teacher.api_key.") from None
+            return []  # some servers do not implement /v1/models; requests may still work
+        return [m.id for m in getattr(page, "data", []) or []]
+
+    async def complete(self, messages: list[dict[str, str]]) -> TeacherResponse:
+        """One chat completion with retries. Never raises for a bad sample; raises TeacherFatalError
+        for mistakes that would fail every request."""
+        start = time.monotonic()
+        attempt = 0
+        async with self._semaphore:
+            while True:
+                attempt += 1
+                try:
+                    raw = await self._client.chat.completions.create(
+                        model=self.model, messages=messages, extra_body=self.extra_body, **self.sampling)
+                    response = self._parse(raw)
+                except openai.APIStatusError as exc:
+                    if exc.status_code in (401, 403):
+                        raise TeacherFatalError(f"{self.base_url} refused the API key ({exc.status_code}).") from None
+                    if _looks_like_wrong_model(exc):
+                        served = await self._served_models()
+                        raise TeacherFatalError(
+                            f"The server at {self.base_url} does not serve model {self.model!r} ({exc.status_code}: "
+                            f"{str(exc)[:200]}). It serves: {', '.join(served) or 'nothing it will list'}. Set "
+                            "teacher.model_name (or --model) to one of these.") from None
+                    if not _is_retryable(exc) or attempt > self.max_retries:
+                        return self._failed(f"HTTP {exc.status_code}: {str(exc)[:300]}", start, attempt)
+                except (TimeoutError, openai.APIConnectionError) as exc:
+                    if attempt > self.max_retries:
+                        return self._failed(f"{type(exc).__name__}: {str(exc)[:300]}", start, attempt)
+                except (openai.APIError, ValueError, TypeError, AttributeError, KeyError) as exc:
+                    # malformed or unparsable answer: a failed sample, not a crash (not retried)
+                    return self._failed(f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", start, attempt)
+                else:
+                    response.latency, response.attempts = time.monotonic() - start, attempt
+                    return response
+                delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
+                await asyncio.sleep(random.uniform(0, delay))  # full jitter: spreads retries of a burst
+
+    @staticmethod
+    def _failed(error: str, start: float, attempts: int) -> TeacherResponse:
+        return TeacherResponse(None, error=error, latency=time.monotonic() - start, attempts=attempts)
+
+    @staticmethod
+    def _parse(raw: Any) -> TeacherResponse:
+        choices = getattr(raw, "choices", None)
+        if not choices:
+            raise ValueError("the response has no choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise ValueError("the first choice has no message")
+        reasoning = getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)
+        usage = raw.usage.model_dump() if getattr(raw, "usage", None) is not None else {}
+        return TeacherResponse(
+            text=message.content, reasoning=reasoning if isinstance(reasoning, str) else None,
+            finish_reason=getattr(choice, "finish_reason", None),
+            usage={k: v for k, v in usage.items() if isinstance(v, int)},
+        )
+
+    async def _served_models(self) -> list[str]:
+        try:
+            return await self.list_models(timeout=5.0)
+        except TeacherFatalError:
+            return []
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> TeacherClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

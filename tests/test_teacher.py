@@ -1,0 +1,263 @@
+"""Phase 2: the teacher client against a real local HTTP server, and the trace pipeline end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import phase1_prepare_data as phase1
+import phase2_generate_teacher_traces as phase2
+from config import build_config
+from synthesis.generate_traces import TraceFileBusy, open_trace_file
+from synthesis.teacher_query import TeacherClient, TeacherFatalError
+from tests.conftest import ROOT
+from tests.fake_openai_server import SHAPES, FakeTeacher, RunningServer, free_port
+from utils.dataset_loader import read_tasks
+from utils.prompts import build_chat_messages, get_unified_prompt
+from utils.thinking_extraction import extract_thinking_and_code_unified
+
+RECORD_KEYS = {"task_id", "sample_idx", "prompt", "thinking", "code", "response", "reasoning", "finish_reason", "usage",
+               "syntax_ok", "passed", "pass_fraction", "tests_passed", "tests_total", "status", "error", "teacher_model",
+               "timestamp", "latency"}
+
+
+def ask(url: str, model: str = "fake-teacher", **kwargs):
+    async def go():
+        async with TeacherClient(url, model, backoff_base=0.01, **kwargs) as client:
+            return await client.complete(build_chat_messages("Write add."))
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data")
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={out}"]))
+    return out / "train.jsonl"
+
+
+def solving_teacher(tasks, **kwargs) -> FakeTeacher:
+    """A fake teacher that answers each task with its reference solution."""
+    return FakeTeacher(answers={t.problem.strip(): t.reference_solutions[0] for t in tasks}, **kwargs)
+
+
+# ---------------------------------------------------------------- the client
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_response_shape_parses(shape):
+    with RunningServer(FakeTeacher(shape=shape, default_code="def add(a, b):\n    return a + b")) as server:
+        response = ask(server.url)
+    assert response.ok and response.attempts == 1 and response.usage["completion_tokens"] == 20
+    parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
+    if shape == "truncated":
+        assert response.finish_reason == "length" and parsed["code"] is None and not parsed["think_closed"]
+    else:
+        assert parsed["code"] == "def add(a, b):\n    return a + b"
+        assert parsed["has_thinking"] == (shape != "no_thinking")
+
+
+def test_request_carries_the_sampling_parameters():
+    with RunningServer(FakeTeacher()) as server:
+        ask(server.url + "/chat/completions", temperature=0.7, top_p=0.8, presence_penalty=1.5, max_tokens=99,
+            enable_thinking=False)
+        payload = server.state.requests[0]
+    assert payload["model"] == "fake-teacher" and payload["max_tokens"] == 99
+    assert (payload["temperature"], payload["top_p"], payload["presence_penalty"]) == (0.7, 0.8, 1.5)
+    assert payload["chat_template_kwargs"] == {"enable_thinking": False}
+    assert payload["messages"][0]["role"] == "system"
+
+
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_transient_errors_are_retried(status):
+    with RunningServer(FakeTeacher(fail_first=2, fail_status=status)) as server:
+        response = ask(server.url, max_retries=3)
+    assert response.ok and response.attempts == 3
+
+
+def test_retries_run_out_and_other_4xx_are_not_retried():
+    with RunningServer(FakeTeacher(fail_first=10, fail_status=500)) as server:
+        exhausted = ask(server.url, max_retries=2)
+        assert not exhausted.ok and exhausted.attempts == 3 and "HTTP 500" in exhausted.error
+    with RunningServer(FakeTeacher(shape="error400")) as server:
+        bad = ask(server.url, max_retries=5)
+        assert not bad.ok and bad.attempts == 1 and "HTTP 400" in bad.error
+        assert len(server.state.requests) == 1
+
+
+def test_wrong_model_fails_at_once_listing_served_models():
+    with RunningServer(FakeTeacher()) as server:
+        start = time.monotonic()
+        with pytest.raises(TeacherFatalError, match="It serves: fake-teacher"):
+            ask(server.url, model="Qwen/Qwen3-32B-FP8", max_retries=5)
+        assert time.monotonic() - start < 5 and len(server.state.requests) == 1
+
+
+@pytest.mark.parametrize("shape", ["empty_choices", "no_message", "garbage"])
+def test_malformed_answers_are_failed_samples_not_crashes(shape):
+    with RunningServer(FakeTeacher(shape=shape)) as server:
+        response = ask(server.url)
+    assert not response.ok and "malformed" in response.error
+
+
+def test_no_server_is_a_clear_error_within_10_seconds(train_file, tmp_path, capsys):
+    start = time.monotonic()
+    code = phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--model", "x",
+                        "--input", str(train_file), "--output", str(tmp_path / "t.jsonl")])
+    assert code == 1 and time.monotonic() - start < 10
+    err = capsys.readouterr().err
+    assert "No teacher server answers at" in err and "make teacher" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- trace generation
+
+
+def run_phase2(train_file, out, url, *extra):
+    return phase2.main(["--preset", "cpu", "--api_url", url, "--model", "fake-teacher", "--input", str(train_file),
+                        "--output", str(out), *extra])
+
+
+def read_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_end_to_end_records_are_verified_and_a_rerun_adds_nothing(train_file, tmp_path, capsys):
+    tasks = read_tasks(train_file)[:6]
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(solving_teacher(tasks, shape="reasoning")) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "6", "--num_samples", "2") == 0
+        records = read_records(out)
+        assert len(records) == 12 and all(set(r) == RECORD_KEYS for r in records)
+        assert {(r["task_id"], r["sample_idx"]) for r in records} == {(t.task_id, i) for t in tasks for i in range(2)}
+        assert all(r["passed"] and r["syntax_ok"] and r["status"] == "passed" and r["pass_fraction"] == 1.0 for r in records)
+        assert all(r["reasoning"] and r["thinking"] == "I will solve it step by step." for r in records)
+        assert records[0]["prompt"] == get_unified_prompt(next(t for t in tasks if t.task_id == records[0]["task_id"]))
+        stats = json.loads(out.with_suffix(".stats.json").read_text())
+        assert stats["total"] == 12 and stats["passed_tests"] == 12 and stats["api_errors"] == 0
+        assert json.loads(out.with_suffix(".config.json").read_text())["teacher"]["num_samples_per_problem"] == 2
+        printed = capsys.readouterr().out
+        assert "passed tests:" in printed and "with thinking:" in printed and "truncated (length):" in printed
+        # rerun: nothing left to do, no request sent, nothing appended
+        sent = len(server.state.requests)
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "6", "--num_samples", "2") == 0
+        assert len(read_records(out)) == 12 and len(server.state.requests) == sent
+        assert json.loads(out.with_suffix(".stats.json").read_text())["skipped_existing"] == 12
+        # more samples later: only the new ones are generated
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "6", "--num_samples", "3") == 0
+        assert len(read_records(out)) == 18 and len(server.state.requests) == sent + 6
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "1", "--overwrite") == 0
+        assert len(read_records(out)) == 2
+
+
+def test_wrong_code_truncation_and_api_errors_are_recorded(train_file, tmp_path):
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(FakeTeacher(shape="truncated")) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "1") == 0
+    truncated = read_records(out)
+    assert all(r["finish_reason"] == "length" and r["code"] is None and r["status"] == "no_code" for r in truncated)
+    out2 = tmp_path / "wrong.jsonl"
+    with RunningServer(FakeTeacher(shape="no_thinking")) as server:  # answers `def solution(): ...` to everything
+        assert run_phase2(train_file, out2, server.url, "--max_tasks", "2", "--num_samples", "1") == 0
+    assert all(r["syntax_ok"] and not r["passed"] for r in read_records(out2))
+
+
+def test_all_requests_failing_exits_nonzero_with_stats(train_file, tmp_path, capsys):
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(FakeTeacher(shape="empty_choices")) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1") == 1
+    captured = capsys.readouterr()
+    assert "API errors:" in captured.out and "every request failed" in captured.err
+    assert all(r["status"] == "api_error" and "no choices" in r["error"] for r in read_records(out))
+
+
+def test_test_connection(tmp_path, capsys):
+    with RunningServer(FakeTeacher(shape="reasoning")) as server:
+        assert phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacher", "--test_connection"]) == 0
+    out = capsys.readouterr().out
+    assert "Served models: fake-teacher" in out and "thinking came back: True (separate reasoning field)" in out
+    assert phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--test_connection"]) == 1
+
+
+def test_two_runs_cannot_write_one_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    first, _ = open_trace_file(path, overwrite=False)
+    try:
+        with pytest.raises(TraceFileBusy, match="another phase 2 run"):
+            open_trace_file(path, overwrite=False)
+    finally:
+        first.close()
+
+
+def test_torn_last_line_is_repaired(tmp_path):
+    path = tmp_path / "t.jsonl"
+    good = json.dumps({"task_id": "a/1", "sample_idx": 0}) + "\n"
+    path.write_text(good + '{"task_id": "a/1", "sample_')
+    handle, done = open_trace_file(path, overwrite=False)
+    handle.close()
+    assert done == {("a/1", 0)} and path.read_text() == good
+
+
+def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file, tmp_path):
+    out = tmp_path / "traces.jsonl"
+    tasks = read_tasks(train_file)[:8]
+    with RunningServer(solving_teacher(tasks, delay=0.3)) as server:
+        command = [sys.executable, "phase2_generate_teacher_traces.py", "--preset", "cpu", "--api_url", server.url,
+                   "--model", "fake-teacher", "--input", str(train_file), "--output", str(out), "--max_tasks", "8",
+                   "--num_samples", "2", "--concurrency", "2"]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 4):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        before = read_records(out)
+        assert 4 <= len(before) < 16
+        with out.open("a") as handle:  # as if the kill had landed in the middle of a write
+            handle.write('{"task_id": "mbpp/9001", "sample_idx": 1, "prom')
+        requests_before = len(server.state.requests)
+        resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        after = read_records(out)
+        keys = [(r["task_id"], r["sample_idx"]) for r in after]
+        assert len(keys) == len(set(keys)) == 16  # everything, once
+        assert after[: len(before)] == before  # finished records were kept as they were
+        # only the missing samples were requested again (at most the 2 in flight were lost)
+        assert len(server.state.requests) - requests_before == 16 - len(before)
+        assert requests_before - len(before) <= 2
+
+
+@pytest.mark.slow
+def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
+    """`transformers serve` with the embedded model, started the way `make teacher` starts it."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "scripts/serve_local_teacher.py", "--port", str(port)], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import urllib.request
+
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        out = tmp_path / "traces.jsonl"
+        code = phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{port}/v1", "--input", str(train_file),
+                            "--output", str(out), "--max_tasks", "2", "--num_samples", "1", "--max_tokens", "48"])
+        assert code == 0
+        records = read_records(out)
+        assert len(records) == 2 and all(set(r) == RECORD_KEYS for r in records)
+        assert all(r["status"] != "api_error" and r["response"] for r in records)
+        assert all(r["usage"]["completion_tokens"] <= 48 for r in records)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
