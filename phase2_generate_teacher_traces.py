@@ -48,19 +48,13 @@ async def test_connection(config: Config) -> int:
     model = resolve_teacher_model(config)
     async with TeacherClient.from_config(config.teacher, model=model, max_retries=1) as client:
         print(f"Teacher: {client.base_url}  model: {model}")
+        prompt = get_unified_prompt("Write a Python function add(a, b) that returns a + b.")
         try:
-            served = await client.list_models()
+            served, response = await client.probe(build_chat_messages(prompt))
         except TeacherFatalError as exc:
             print(f"✗ {exc}")
             return 1
         print(f"Served models: {', '.join(served) if served else '(the server lists none)'}")
-        prompt = get_unified_prompt("Write a Python function add(a, b) that returns a + b.")
-        client.sampling["max_tokens"] = min(client.sampling["max_tokens"], 512)
-        try:
-            response = await client.complete(build_chat_messages(prompt))
-        except TeacherFatalError as exc:
-            print(f"✗ {exc}")
-            return 1
         if not response.ok:
             print(f"✗ request failed: {response.error}")
             return 1
@@ -72,10 +66,10 @@ async def test_connection(config: Config) -> int:
         return 0
 
 
-async def run(config: Config, input_path: Path, output_path: Path, max_tasks: int | None, overwrite: bool) -> int:
+async def run(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> int:
     tasks = read_tasks(input_path)
-    if max_tasks:
-        tasks = tasks[:max_tasks]
+    if config.teacher.max_tasks > 0:
+        tasks = tasks[: config.teacher.max_tasks]
     model = resolve_teacher_model(config)
     n = config.teacher.num_samples_per_problem
     print(f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; teacher {model} at {config.teacher.base_url}")
@@ -110,7 +104,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     parser.add_argument("--test_connection", action="store_true",
                         help="Only check the server: list its models, send one small request, report latency and whether "
                         "thinking came back. Exit code 0 only if it works.")
-    parser.add_argument("--max_tasks", type=int, help="Use only the first N training tasks (quick trials).")
+    parser.add_argument("--max_tasks", type=int, help="Use only the first N training tasks (teacher.max_tasks; 0 = all).")
     parser.add_argument("--num_samples", type=int, help="Samples per task (teacher.num_samples_per_problem; default 8).")
     parser.add_argument("--api_url", help="Teacher base URL (teacher.api_url; a full /v1/chat/completions URL is fine).")
     parser.add_argument("--model", help="Model name as the server knows it (teacher.model_name).")
@@ -122,6 +116,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     teacher = {k: v for k, v in (("num_samples_per_problem", args.num_samples), ("api_url", args.api_url),
+                                 ("max_tasks", args.max_tasks),
                                  ("model_name", args.model), ("max_concurrent_requests", args.concurrency),
                                  ("max_tokens", args.max_tokens)) if v is not None}
     return args, {"teacher": teacher} if teacher else {}
@@ -140,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     output_path = Path(args.output) if args.output else config.paths.teacher_traces_file
     try:
         save_config(config, output_path.with_suffix(".config.json"))
-        return asyncio.run(run(config, input_path, output_path, args.max_tasks, args.overwrite))
+        return asyncio.run(run(config, input_path, output_path, args.overwrite))
     except (TeacherFatalError, DataFormatError, TraceFileBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

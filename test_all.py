@@ -18,11 +18,8 @@ Functions are named check_* so pytest does not collect this file (tests/test_pre
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -272,22 +269,39 @@ def check_code_execution(report: Report, config: Config) -> None:
                       "run as root (e.g. in a container) for network/filesystem isolation of model code")
 
 
-def check_teacher_endpoint(report: Report, url: str, model_name: str) -> None:
+def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
     section(f"Teacher endpoint ({url})")
-    base = normalize_api_base(url)
+    import asyncio
+
+    from synthesis.teacher_query import TeacherClient, TeacherFatalError
+    from utils.student_model import EMBEDDED_PREFIX, resolve_model_path
+
+    name = config.teacher.model_name
+    model = resolve_model_path(name, config.paths.model_cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
+
+    async def probe():
+        async with TeacherClient.from_config(config.teacher, model=model, base_url=url, max_retries=1,
+                                             request_timeout=120.0) as client:
+            return await client.probe(build_chat_messages(get_unified_prompt("Write add(a, b) returning a + b.")), 256)
+
     try:
-        with urllib.request.urlopen(base + "/models", timeout=5) as response:
-            served = [m.get("id") for m in json.load(response).get("data", [])]
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-        report.warn(f"no teacher answering at {base} ({getattr(exc, 'reason', exc)})",
-                    "fine for now; start it before phase 2 (GPU: `vllm serve Qwen/Qwen3-32B-FP8 --port 8129`), "
-                    "or point --teacher_url at it")
+        served, response = asyncio.run(probe())
+    except TeacherFatalError as exc:
+        if "No teacher server answers" in str(exc):
+            report.warn(f"no teacher answering at {normalize_api_base(url)}",
+                        "fine for now; start it before phase 2: `make teacher` (CPU) or "
+                        "`vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` (GPU), or point --teacher_url at it")
+        else:
+            report.fail(f"teacher endpoint unusable: {exc}", "fix teacher.model_name / teacher.api_key")
         return
-    except ValueError as exc:
-        report.fail(f"{base}/models did not return JSON: {exc}", "is this an OpenAI-compatible server?")
+    if not report.expect(response.ok, f"teacher answered in {response.latency:.1f} s (serves: {', '.join(served) or 'unlisted'})",
+                         f"the request failed: {response.error}"):
         return
-    report.expect(model_name in served or any(str(s).endswith(model_name) for s in served),
-                  f"teacher serves {model_name!r}", f"the server serves {served}; set teacher.model_name to one of them")
+    parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
+    report.ok_or_warn(parsed["has_thinking"], "teacher returned thinking", "teacher returned no thinking",
+                      "set teacher.enable_thinking=true; a small stand-in teacher may simply not think")
+    report.ok_or_warn(parsed["has_code"], "teacher returned extractable code", "no code in the teacher's answer",
+                      "check teacher.max_tokens: a truncated answer has no code")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = check_student(report, config, args.max_new_tokens)
         if tokenizer is not None:
             check_sft_labels(report, tokenizer)
-    check_teacher_endpoint(report, args.teacher_url or config.teacher.api_url, config.teacher.model_name)
+    check_teacher_endpoint(report, config, args.teacher_url or config.teacher.api_url)
 
     failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")
     print("\nPreflight summary:")

@@ -124,8 +124,13 @@ class TeacherClient:
             while True:
                 attempt += 1
                 try:
-                    raw = await self._client.chat.completions.create(
-                        model=self.model, messages=messages, extra_body=self.extra_body, **self.sampling)
+                    # The client's low-level `post` with a plain dict body: the typed
+                    # `chat.completions.create` path spends ~2.4 ms of CPU per request walking
+                    # TypedDicts and building pydantic models, which at 32 requests in flight cost
+                    # ~14% of throughput on a 2-core machine. Auth, timeouts and the error classes
+                    # (openai.APIStatusError & co.) are the same.
+                    raw = await self._client.post("/chat/completions", cast_to=object, body={
+                        "model": self.model, "messages": messages, **self.sampling, **self.extra_body})
                     response = self._parse(raw)
                 except openai.APIStatusError as exc:
                     if exc.status_code in (401, 403):
@@ -156,20 +161,35 @@ class TeacherClient:
 
     @staticmethod
     def _parse(raw: Any) -> TeacherResponse:
-        choices = getattr(raw, "choices", None)
-        if not choices:
+        """The JSON body of a chat completion -> TeacherResponse; ValueError when it is not one."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"the body is not a JSON object: {str(raw)[:80]!r}")
+        choices = raw.get("choices")
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise ValueError("the response has no choices")
         choice = choices[0]
-        message = getattr(choice, "message", None)
-        if message is None:
+        message = choice.get("message")
+        if not isinstance(message, dict):
             raise ValueError("the first choice has no message")
-        reasoning = getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)
-        usage = raw.usage.model_dump() if getattr(raw, "usage", None) is not None else {}
+        reasoning = message.get("reasoning") or message.get("reasoning_content")
+        content = message.get("content")
+        usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
         return TeacherResponse(
-            text=message.content, reasoning=reasoning if isinstance(reasoning, str) else None,
-            finish_reason=getattr(choice, "finish_reason", None),
+            text=content if isinstance(content, str) else None,
+            reasoning=reasoning if isinstance(reasoning, str) else None,
+            finish_reason=choice.get("finish_reason"),
             usage={k: v for k, v in usage.items() if isinstance(v, int)},
         )
+
+    async def probe(self, messages: list[dict[str, str]], max_tokens: int = 512) -> tuple[list[str], TeacherResponse]:
+        """Connection check: (served model ids, one small completion). Raises TeacherFatalError."""
+        served = await self.list_models(timeout=5.0)
+        saved = self.sampling["max_tokens"]
+        self.sampling["max_tokens"] = min(saved, max_tokens)
+        try:
+            return served, await self.complete(messages)
+        finally:
+            self.sampling["max_tokens"] = saved
 
     async def _served_models(self) -> list[str]:
         try:

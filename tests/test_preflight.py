@@ -59,3 +59,18 @@ def test_full_preflight_on_the_embedded_student():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "✓ PASS model loaded" in proc.stdout
     assert "✓ PASS labels: prompt and padding masked" in proc.stdout
+
+
+def test_preflight_checks_a_running_teacher_through_the_client(capsys):
+    from tests.fake_openai_server import FakeTeacher, RunningServer
+
+    with RunningServer(FakeTeacher(shape="reasoning", default_code="def add(a, b):\n    return a + b")) as server:
+        code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", server.url,
+                              "--set", "teacher.model_name=fake-teacher"])
+        assert server.state.requests and server.state.requests[0]["chat_template_kwargs"] == {"enable_thinking": True}
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "✓ PASS teacher answered in" in out and "✓ PASS teacher returned thinking" in out
+    with RunningServer(FakeTeacher()) as server:  # serves another model: a FAIL with the served list
+        assert test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", server.url]) == 1
+    assert "It serves: fake-teacher" in capsys.readouterr().out
