@@ -289,11 +289,80 @@ class GRPOConfig:
         "Weight of the format reward (1 for closed <think> then a python block, 0.5 for other code, "
         "0 for none). Small: it teaches the format early without outweighing correctness.",
     )
+    clip_range_high: float = option(
+        -1.0,
+        "Upper clip epsilon (DAPO clip-higher, e.g. 0.28): lets low-probability tokens grow faster, "
+        "against entropy collapse. Negative means equal to clip_range.",
+    )
+    scale_rewards: bool = option(
+        True,
+        "Divide group-centred rewards by the group's std (GRPO). False gives Dr. GRPO's mean-only "
+        "advantage, which does not up-weight groups that are almost all right or all wrong.",
+    )
+    loss_aggregation: str = option(
+        "token-mean",
+        "How per-token losses become one number: 'token-mean' (DAPO; long answers weigh per token), "
+        "'seq-mean-token-mean' (original GRPO; favours short correct and long wrong answers), "
+        "'seq-mean-token-sum-norm' (Dr. GRPO; divides by max_new_tokens, no length bias).",
+        choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+    )
+    num_iterations: int = option(
+        1,
+        "Optimisation passes (mu) over each batch of rollouts. With 1 the importance ratio is exactly 1 "
+        "and clipping is inert (pure on-policy); >1 reuses rollouts (cheaper per step, clipping matters) "
+        "and computes old log-probs once before the first pass.",
+    )
+    dynamic_filtering: bool = option(
+        False,
+        "Drop groups whose rewards are all equal from the GRPO term (DAPO dynamic sampling without "
+        "resampling): they have zero advantage and only dilute the token-mean.",
+    )
+    rollout_backend: str = option(
+        "hf",
+        "'hf': transformers generate (CPU and small GPUs). 'vllm': a vllm.LLM with LoRA enabled, much "
+        "faster on GPU; needs the gpu extra.",
+        choices=("hf", "vllm"),
+    )
+    gen_update_steps: int = option(
+        1,
+        "vllm backend: push the current adapter to vLLM every N optimizer steps (1 = always on-policy).",
+    )
+    vllm_gpu_memory_utilization: float = option(
+        0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
+    )
 
 
 @dataclass(frozen=True)
 class DualSourceConfig:
     grpo_weight: float = option(1.0, "Weight of the GRPO (execution reward) loss.")
+    teacher_sft_batch_size: int = option(
+        2, "Teacher traces per micro-batch for the teacher-SFT term (0 disables the term)."
+    )
+    teacher_sft_only_passed: bool = option(
+        True,
+        "Learn only from traces that passed their tests. Off also distills failed reasoning, which "
+        "teaches the format but also the mistakes.",
+    )
+    include_thinking: bool = option(
+        True, "Teacher-SFT targets include the <think> block (off: code only)."
+    )
+    sft_max_length: int = option(
+        2048, "Max tokens of one SFT example (prompt + response); longer responses are cut."
+    )
+    sft_weight_schedule: str = option(
+        "constant",
+        "How the two SFT weights evolve: 'constant', or 'linear'/'cosine' decay to their final values "
+        "over sft_decay_steps. Published work finds a constant SFT term can hurt RL late; annealing helps.",
+        choices=("constant", "linear", "cosine"),
+    )
+    sft_decay_steps: int = option(0, "Steps over which the SFT weights decay (0: the whole run).")
+    teacher_sft_final_weight: float = option(0.0, "Teacher-SFT weight at the end of the decay.")
+    self_sft_final_weight: float = option(0.0, "Self-SFT weight at the end of the decay.")
+    self_sft_buffer_size: int = option(
+        32,
+        "Recent successes kept for self-SFT, so that steps without a passing sample still have data "
+        "(0: only the current step's successes).",
+    )
     teacher_sft_weight: float = option(
         0.3,
         "Weight of SFT on teacher traces. Distills reasoning the student cannot find alone; too "
@@ -326,6 +395,21 @@ class TrainingConfig:
         "full fine-tuning; too high makes the KL explode.",
     )
     seed: int = option(42, "Seed for torch, numpy and random (sampling order, dropout, rollouts).")
+    warmup_steps: int = option(0, "Linear learning-rate warmup from 0 over this many optimizer steps.")
+    lr_scheduler: str = option(
+        "cosine", "Learning rate after warmup: 'constant', 'linear' or 'cosine' decay to 0 at the last step.",
+        choices=("constant", "linear", "cosine"),
+    )
+    max_grad_norm: float = option(1.0, "Gradient clipping norm (0 disables). RL gradients are spiky.")
+    weight_decay: float = option(0.0, "AdamW weight decay on the LoRA parameters.")
+    gradient_checkpointing: bool = option(
+        False, "Recompute activations in the backward pass: ~30% slower, much less memory for long completions."
+    )
+    save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
+    save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
+    logging_backends: tuple[str, ...] = option(
+        (), "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'."
+    )
 
 
 @dataclass(frozen=True)
@@ -417,7 +501,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "per_device_train_batch_size": 2,
             "gradient_accumulation_steps": 1,
             "learning_rate": 1e-4,
+            "save_steps": 4,
         },
+        "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
         "evaluation": {"num_samples": 4, "k_values": (1, 2, 4), "max_new_tokens": 192},
     },
@@ -618,6 +704,9 @@ def validate(config: Config) -> None:
     for key in ("grpo_weight", "teacher_sft_weight", "self_sft_weight"):
         need(getattr(config.dual_source, key) >= 0, f"dual_source.{key}", "must be >= 0")
     need(config.training.learning_rate > 0, "training.learning_rate", "must be > 0")
+    need(config.grpo.num_iterations >= 1, "grpo.num_iterations", "must be >= 1")
+    for backend in config.training.logging_backends:
+        need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
     need(config.training.per_device_train_batch_size >= 1, "training.per_device_train_batch_size", "must be >= 1")
     need(config.training.gradient_accumulation_steps >= 1, "training.gradient_accumulation_steps", "must be >= 1")
     need(config.sandbox.timeout_per_test > 0, "sandbox.timeout_per_test", "must be > 0")

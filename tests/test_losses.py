@@ -1,0 +1,144 @@
+"""The loss math against numbers worked out by hand (arithmetic in the comments)."""
+
+import math
+
+import pytest
+import torch
+
+from training.losses import (
+    aggregate_loss,
+    clipped_surrogate,
+    combine_losses,
+    group_advantages,
+    grpo_loss,
+    k3_kl,
+    masked_sft_nll,
+    scheduled_weight,
+    selective_log_softmax,
+    sft_loss_via_log_softmax,
+)
+
+NAN = float("nan")
+
+
+def test_advantages_z_score_by_hand():
+    # group [1, 0, 0, 1]: mean 0.5, Bessel std = sqrt((4 * 0.25) / 3) = sqrt(1/3) = 0.57735
+    adv, m = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), scale=True, eps=0.0)
+    a = 0.5 / math.sqrt(1 / 3)  # = 0.866025
+    assert adv.tolist()[0] == pytest.approx([a, -a, -a, a], rel=1e-5)
+    assert m["reward/mean"] == 0.5 and m["frac_reward_zero_std"] == 0.0
+
+
+def test_advantages_mean_only_and_zero_variance_groups():
+    rewards = torch.tensor([[1.0, 0.0, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    adv, m = group_advantages(rewards, scale=False)
+    # mean of group 0 = 0.5: advantages r - 0.5
+    assert adv[0].tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert adv[1].tolist() == [0.0] * 4 and adv[2].tolist() == [0.0] * 4
+    assert m["frac_reward_zero_std"] == pytest.approx(2 / 3)
+
+
+def test_unscorable_rewards_get_zero_advantage_and_leave_the_statistics():
+    # valid [1, 0] (NaNs excluded): mean 0.5, Bessel std = sqrt(0.5) = 0.7071; eps 0
+    adv, m = group_advantages(torch.tensor([[1.0, NAN, 0.0, NAN]]), eps=0.0)
+    assert adv[0, 1] == 0 and adv[0, 3] == 0
+    assert adv[0, 0].item() == pytest.approx(0.5 / math.sqrt(0.5)) and adv[0, 2].item() == pytest.approx(-0.5 / math.sqrt(0.5))
+    assert m["frac_unscorable"] == 0.5
+    alone, m2 = group_advantages(torch.tensor([[1.0, NAN, NAN, NAN]]))
+    assert alone.tolist() == [[0.0] * 4] and m2["frac_reward_zero_std"] == 1.0  # one valid sample: no comparison
+    assert not torch.isnan(group_advantages(torch.full((2, 3), NAN))[0]).any()
+
+
+def test_selective_log_softmax_matches_the_full_computation():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 7, 50)
+    index = torch.randint(0, 50, (5, 7))
+    reference = torch.log_softmax(logits, dim=-1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
+    for chunk in (1, 2, 5):
+        assert torch.allclose(selective_log_softmax(logits, index, chunk_rows=chunk), reference, atol=1e-6)
+    half = selective_log_softmax(logits.to(torch.bfloat16), index)
+    assert half.dtype == torch.float32 and torch.allclose(half, reference, atol=0.05)
+
+
+def test_clipping_on_both_sides_by_hand():
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.9]]))  # ratios 1.5, 0.5, 1.1, 0.9 (old_logp = 0)
+    old = torch.zeros(1, 4)
+    mask = torch.ones(1, 4)
+    pos, m = clipped_surrogate(logp, old, torch.tensor([2.0]), mask, clip_low=0.2, clip_high=0.2)
+    # A = +2: -min(r A, clip(r) A) = -min(3.0, 2.4), -min(1.0, 1.6), -min(2.2, 2.2), -min(1.8, 1.8)
+    assert pos[0].tolist() == pytest.approx([-2.4, -1.0, -2.2, -1.8])
+    assert m["clip_ratio/high_mean"] == 0.25 and m["clip_ratio/low_mean"] == 0.0
+    neg, m = clipped_surrogate(logp, old, torch.tensor([-2.0]), mask, clip_low=0.2, clip_high=0.2)
+    # A = -2: -min(-3.0, -2.4) = 3.0 (unclipped, pessimistic), -min(-1.0, -1.6) = 1.6 (clipped at 0.8)
+    assert neg[0].tolist() == pytest.approx([3.0, 1.6, 2.2, 1.8])
+    assert m["clip_ratio/low_mean"] == 0.25
+    higher, _ = clipped_surrogate(logp, old, torch.tensor([2.0]), mask, clip_low=0.2, clip_high=0.28)
+    assert higher[0, 0].item() == pytest.approx(-2 * 1.28)  # DAPO clip-higher
+
+
+def test_ratio_one_means_plain_policy_gradient():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, _ = clipped_surrogate(logp, logp.detach(), torch.tensor([0.5]), torch.ones(1, 2))
+    loss.sum().backward()
+    assert logp.grad.tolist() == [[-0.5, -0.5]]  # d/dlogp of -r A at r = 1 is -A
+
+
+def test_k3_kl_by_hand():
+    logp = torch.tensor([[math.log(0.5), math.log(0.25)]])
+    ref = torch.tensor([[math.log(0.25), math.log(0.25)]])
+    # delta = ref - logp = -ln 2, 0: exp(-ln2) + ln2 - 1 = 0.5 + 0.693147 - 1 = 0.193147; and 0
+    assert k3_kl(logp, ref).tolist()[0] == pytest.approx([0.193147, 0.0], abs=1e-6)
+    assert (k3_kl(torch.randn(3, 4), torch.randn(3, 4)) >= 0).all()
+
+
+def test_aggregation_modes_by_hand():
+    loss = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    assert aggregate_loss(loss, mask, "token-mean").item() == pytest.approx((1 + 2 + 3 + 4) / 4)  # 2.5
+    assert aggregate_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((6 / 3 + 4 / 1) / 2)  # 3.0
+    assert aggregate_loss(loss, mask, "seq-mean-token-sum-norm", norm_length=4).item() == pytest.approx((6 + 4) / 2 / 4)
+    empty = torch.zeros(2, 4)
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert aggregate_loss(loss, empty, mode).item() == 0.0  # all masked: 0, not NaN
+    with pytest.raises(ValueError, match="valid: token-mean"):
+        aggregate_loss(loss, mask, "sum")
+
+
+def test_grpo_loss_at_step_zero_has_zero_kl_and_the_expected_value():
+    logp = torch.log(torch.tensor([[0.5, 0.5], [0.25, 0.25]]))
+    loss, m = grpo_loss(logp, logp, logp, torch.tensor([1.0, -1.0]), torch.ones(2, 2), kl_coef=0.05)
+    # ratio 1 everywhere: per-token -A -> [-1, -1, 1, 1]; token-mean = 0; KL = 0 (policy == reference)
+    assert loss.item() == pytest.approx(0.0) and m["kl"] == 0.0
+    with pytest.raises(ValueError, match="reference"):
+        grpo_loss(logp, logp, None, torch.tensor([1.0, -1.0]), torch.ones(2, 2), kl_coef=0.1)
+
+
+def test_masked_sft_nll_matches_cross_entropy_and_ignores_prompt_and_pads():
+    torch.manual_seed(1)
+    logits = torch.randn(2, 6, 11, requires_grad=True)
+    labels = torch.tensor([[-100, -100, 3, 4, 5, -100], [-100, 7, 8, -100, -100, -100]])
+    loss, m = masked_sft_nll(logits, labels)
+    assert loss.item() == pytest.approx(sft_loss_via_log_softmax(logits, labels).item(), rel=1e-6)
+    assert m["sft/tokens"] == 5.0  # shifted targets labels[:, 1:]: 3, 4, 5 in row 0 and 7, 8 in row 1
+    loss.backward()
+    assert logits.grad[:, -1].abs().sum() == 0  # the last position predicts nothing
+    none, m = masked_sft_nll(logits, torch.full((2, 6), -100))
+    assert none.item() == 0.0 and m["sft/tokens"] == 0.0
+
+
+def test_weight_schedules():
+    assert scheduled_weight(5, 0.3, 0.0, 10, "constant") == 0.3
+    assert scheduled_weight(5, 0.3, 0.0, 10, "linear") == pytest.approx(0.15)
+    assert scheduled_weight(5, 0.3, 0.0, 10, "cosine") == pytest.approx(0.15)  # cos(pi/2) = 0: the midpoint
+    assert scheduled_weight(0, 0.3, 0.1, 10, "cosine") == pytest.approx(0.3)
+    assert scheduled_weight(20, 0.3, 0.1, 10, "linear") == pytest.approx(0.1)  # held at the final value
+    with pytest.raises(ValueError, match="valid: constant, linear, cosine"):
+        scheduled_weight(1, 1, 0, 5, "exp")
+
+
+def test_combine_losses_by_hand():
+    total, m = combine_losses(torch.tensor(2.0), torch.tensor(1.0), None, 1.0, 0.3, 0.2)
+    assert total.item() == pytest.approx(2.0 + 0.3)  # the missing self-SFT term counts as 0
+    assert m["weight/self_sft"] == 0.2 and "loss/self_sft" not in m and m["loss/total"] == pytest.approx(2.3)
+    with pytest.raises(ValueError):
+        combine_losses(None, None, None, 1, 1, 1)

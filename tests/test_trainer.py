@@ -1,0 +1,220 @@
+"""The trainer on the tiny random model: KL at step 0, what moves, exact resume, crash-safe saves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from evaluation.code_executor import SandboxPool
+from tests.conftest import ROOT
+from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
+from training.grpo_trainer import (
+    GRPOTrainer,
+    best_passing_sample,
+    completion_logprobs,
+    load_teacher_examples,
+    pad_rollout_batch,
+)
+from training.rollout import VLLMRollout, vllm_sampling_kwargs
+from utils.sft_data import encode_prompt
+from utils.student_model import attach_lora, load_student
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(workers=2) as p:
+        yield p
+
+
+def make_trainer(tmp_path, pool, **overrides):
+    config = tiny_config(tmp_path / "out", **overrides)
+    torch.manual_seed(0)
+    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    tasks = small_tasks()
+    rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
+    return GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool)
+
+
+def test_first_step_kl_is_zero_and_only_lora_moves(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool)
+    base_before, lora_before = base_state(trainer.model), lora_state(trainer.model)
+    groups, rollout_metrics = trainer.collect_rollouts()
+    metrics = trainer.train_on_rollouts(groups, rollout_metrics)[0]
+    assert metrics["kl"] == 0.0  # the adapter starts as the identity: policy == reference
+    assert 0 < metrics["pass_rate"] < 1 and metrics["frac_reward_zero_std"] < 1  # mixed groups: real advantages
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in metrics.items() if k.startswith("loss/"))
+    assert metrics["self_sft/samples"] >= 1 and "loss/teacher_sft" in metrics and "loss/self_sft" in metrics
+    after_base, after_lora = base_state(trainer.model), lora_state(trainer.model)
+    assert all(torch.equal(base_before[k], after_base[k]) for k in base_before)
+    assert any(not torch.equal(lora_before[k], after_lora[k]) for k in lora_before)
+    second = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
+    assert second["kl"] > 0  # the adapter has moved away from the base
+
+
+def test_four_steps_equal_two_plus_resume_plus_two(tmp_path, pool):
+    straight = make_trainer(tmp_path / "a", pool, **{"training.max_steps": 4})
+    straight.train()
+    reference = lora_state(straight.model)
+    first = make_trainer(tmp_path / "b", pool, **{"training.max_steps": 2})
+    first.train()
+    assert (tmp_path / "b" / "out" / "final_model" / "adapter_config.json").is_file()
+    # a checkpoint is written at step 2 only when the run continues; write it as an interrupted run would
+    first.save_checkpoint()
+    resumed = make_trainer(tmp_path / "b", pool, **{"training.max_steps": 4})
+    resumed.train(resume_from="latest")
+    assert resumed.state.global_step == 4
+    result = lora_state(resumed.model)
+    for key in reference:
+        assert torch.allclose(reference[key], result[key], atol=1e-6), key
+    steps = [json.loads(line)["step"] for line in (tmp_path / "b" / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]  # same step counter after resuming
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "a" / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert lrs == [0.01] * 4
+
+
+def test_crash_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path, pool, monkeypatch):
+    trainer = make_trainer(tmp_path, pool, **{"training.max_steps": 10})
+    trainer.train_on_rollouts(*trainer.collect_rollouts())
+    good = trainer.save_checkpoint()
+    trainer.train_on_rollouts(*trainer.collect_rollouts())
+    real_save = torch.save
+
+    def crash(obj, path, *args, **kwargs):
+        if str(path).endswith("scheduler.pt"):
+            raise OSError("disk full")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.save_checkpoint()
+    monkeypatch.setattr(torch, "save", real_save)
+    checkpoints = sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*"))
+    assert checkpoints == [good.name]
+    fresh = make_trainer(tmp_path, pool, **{"training.max_steps": 10})
+    fresh.load_checkpoint(fresh._resolve_checkpoint("latest"))
+    assert fresh.state.global_step == 1
+
+
+def test_checkpoint_retention(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool, **{"training.save_total_limit": 2})
+    for _ in range(3):
+        trainer.train_on_rollouts(*trainer.collect_rollouts())
+        trainer.save_checkpoint()
+    assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    saved = tmp_path / "out" / "checkpoint-3"
+    assert {"adapter", "optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json", "config.json"} <= {p.name for p in saved.iterdir()}
+
+
+def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    samples = [{"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7]},
+               {"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]}]
+    batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
+    assert batch["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    with torch.no_grad():
+        fast = completion_logprobs(model, batch)
+        for row, s in enumerate(samples):
+            ids = torch.tensor([s["prompt_ids"] + s["token_ids"]])
+            logits = model(ids).logits[0]  # no padding at all
+            p = len(s["prompt_ids"])
+            slow = torch.log_softmax(logits[p - 1:-1], -1).gather(-1, torch.tensor(s["token_ids"]).unsqueeze(-1)).squeeze(-1)
+            assert torch.allclose(fast[row, :len(s["token_ids"])], slow, atol=1e-5)
+
+
+def test_best_passing_sample_prefers_the_shortest():
+    ok = types.SimpleNamespace(passed=True)
+    bad = types.SimpleNamespace(passed=False)
+    group = [{"result": bad, "token_ids": [1]}, {"result": ok, "token_ids": [1, 2, 3]}, {"result": ok, "token_ids": [1, 2]}]
+    assert best_passing_sample(group)["token_ids"] == [1, 2]
+    assert best_passing_sample([{"result": bad, "token_ids": [1]}]) is None
+
+
+def test_teacher_examples_are_filtered(tmp_path):
+    rows = [{"task_id": "a/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
+            {"task_id": "a/2", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": False},
+            {"task_id": "val/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
+            {"task_id": "a/3", "prompt": "p", "thinking": "", "code": None, "passed": False}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
+    assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, True)] == ["a/1"]
+    assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, False)] == ["a/1", "a/2"]
+    assert load_teacher_examples(tmp_path / "missing.jsonl", {"a/1"}, True) == []
+
+
+def test_vllm_branch_builds_the_right_requests(tmp_path, tiny_model_name, monkeypatch):
+    """vLLM cannot run here: a stand-in module records what the branch asks of it."""
+    calls = {}
+
+    class LLM:
+        def __init__(self, **kwargs):
+            calls["llm"] = kwargs
+
+        def generate(self, prompts, params, lora_request=None, use_tqdm=False):
+            calls.setdefault("generate", []).append((prompts, params, lora_request))
+            completion = types.SimpleNamespace(token_ids=[11, 12], text="ok", finish_reason="stop")
+            return [types.SimpleNamespace(outputs=[completion] * params.kwargs["n"]) for _ in prompts]
+
+    class SamplingParams:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    class LoRARequest:
+        def __init__(self, lora_name, lora_int_id, lora_path):
+            self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
+
+    fake = types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", types.SimpleNamespace(LoRARequest=LoRARequest))
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    model = attach_lora(model, 4, 8, 0.0, ("q_proj", "v_proj"))
+    rollout = VLLMRollout("/base", tokenizer, tmp_path / "adapters", lora_rank=4, max_new_tokens=32, temperature=0.9,
+                          top_p=0.95, gen_update_steps=2, vllm_module=fake)
+    assert calls["llm"] == {"model": "/base", "enable_lora": True, "max_lora_rank": 4, "max_loras": 1,
+                            "gpu_memory_utilization": 0.3, "dtype": "bfloat16"}
+    out = rollout.generate(model, ["p1", "p2"], num_samples=3, step=0)
+    prompts, params, request = calls["generate"][0]
+    assert [p["prompt_token_ids"] for p in prompts] == [encode_prompt(tokenizer, "p1"), encode_prompt(tokenizer, "p2")]
+    eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert params.kwargs == vllm_sampling_kwargs(3, 32, 0.9, 0.95, [eot]) and params.kwargs["n"] == 3
+    assert (tmp_path / "adapters" / "step-0" / "adapter_config.json").is_file() and request.lora_int_id == 1
+    assert len(out) == 2 and len(out[0]) == 3 and out[0][0]["token_ids"] == [11, 12, eot]  # stop token restored
+    rollout.generate(model, ["p1"], 1, step=1)
+    assert calls["generate"][1][2] is request  # within gen_update_steps: same adapter
+    rollout.generate(model, ["p1"], 1, step=2)
+    assert calls["generate"][2][2].lora_int_id == 3 and (tmp_path / "adapters" / "step-2").is_dir()
+
+
+def test_phase3_command_line_on_the_tiny_model(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
+                           "--set", "grpo.max_new_tokens=8", "--max_steps", "2", "--output_dir", str(out),
+                           "--teacher_traces", str(tmp_path / "none.jsonl")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "teacher-SFT term off" in proc.stdout
+    for name in ("final_model/adapter_config.json", "final_model/tgrpo_config.json", "metrics.jsonl", "config.json",
+                 "training_curves.png"):
+        assert (out / name).is_file(), name
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    needed = {"reward/mean", "reward/std", "pass_rate", "loss/grpo", "loss/total", "weight/grpo", "kl", "clip_ratio/low_mean",
+              "frac_reward_zero_std", "completion/mean_length", "self_sft/samples", "time/rollout_s", "time/reward_s",
+              "time/update_s", "tokens_per_s", "lr"}
+    assert needed <= set(rows[0])
+    bad = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--train_file", str(tmp_path / "x.jsonl")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "x.jsonl: file not found" in bad.stderr
+
+
+def test_resume_errors_name_the_folder(tmp_path):
+    holder = types.SimpleNamespace(output_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint-"):
+        GRPOTrainer._resolve_checkpoint(holder, "latest")
+    with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
+        GRPOTrainer._resolve_checkpoint(holder, str(tmp_path))

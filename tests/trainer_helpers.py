@@ -1,0 +1,65 @@
+"""Shared pieces for trainer tests (also run under `accelerate launch` by tests/ddp_two_steps.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from config import build_config
+from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
+from utils.sft_data import encode_prompt, end_of_turn_id
+
+
+class ScriptedRollout:
+    """A stand-in policy sampler: for each prompt, G completions of which a random subset (drawn from
+    torch's RNG, so resuming must restore it) is the task's reference solution and the rest wrong code.
+    Rewards then differ within groups, so the GRPO term has real gradients on the tiny model."""
+
+    def __init__(self, tokenizer, tasks_by_problem: dict[str, object]) -> None:
+        self.tokenizer = tokenizer
+        self.tasks_by_problem = tasks_by_problem
+
+    def generate(self, model, prompts, num_samples, step):
+        eot = end_of_turn_id(self.tokenizer)
+        out = []
+        for prompt in prompts:
+            task = next(t for p, t in self.tasks_by_problem.items() if p in prompt)
+            ids = encode_prompt(self.tokenizer, prompt)
+            good = torch.randint(0, 2, (num_samples,)).tolist()
+            samples = []
+            for ok in good:
+                code = task.reference_solutions[0] if ok else "def nothing():\n    return 0"
+                text = f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
+                token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eot]
+                samples.append({"text": text, "token_ids": token_ids, "prompt_ids": ids, "finish_reason": "stop",
+                                "num_tokens": len(token_ids)})
+            out.append(samples)
+        return out
+
+
+def tiny_config(output_dir, **overrides):
+    sets = [f"paths.output_dir={output_dir}", "student.model_name=embedded:tiny-random", "grpo.max_new_tokens=64",
+            "grpo.num_samples_per_prompt=4", "training.per_device_train_batch_size=2",
+            "training.gradient_accumulation_steps=2", "training.learning_rate=0.01", "training.save_steps=2",
+            "training.warmup_steps=0", "training.lr_scheduler=constant", "grpo.kl_coef=0.05",
+            "dual_source.teacher_sft_batch_size=1"]
+    sets += [f"{k}={v}" for k, v in overrides.items()]
+    return build_config("cpu", overrides=sets)
+
+
+def small_tasks(n: int = 6):
+    return load_mbpp(EMBEDDED_MBPP)[0][:n]
+
+
+def teacher_examples(tasks):
+    from utils.prompts import get_unified_prompt
+
+    return [{"prompt": get_unified_prompt(t), "thinking": "Add them.", "code": t.reference_solutions[0], "task_id": t.task_id}
+            for t in tasks]
+
+
+def lora_state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" in k}
+
+
+def base_state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" not in k}

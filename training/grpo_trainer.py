@@ -1,0 +1,492 @@
+"""The training loop: rollouts -> sandbox rewards -> group advantages -> combined loss -> step.
+
+One optimizer step consumes `per_device_train_batch_size x gradient_accumulation_steps` prompts per
+process (TRL's convention): all of them are rolled out first (G completions each), scored in the
+sandbox, turned into advantages within each group, then split into `gradient_accumulation_steps`
+micro-batches for the update. With `num_iterations` (mu) > 1 the same rollouts serve mu optimizer
+steps, and old log-probs are computed once before the first pass; with mu = 1 the ratio is exactly
+1 and clipping is inert. Log-probs cover the whole completion, thinking and code together.
+
+The reference policy is the same model with its LoRA adapter disabled (no second copy of the base
+weights). Teacher-SFT draws a batch of verified traces per micro-batch; self-SFT trains on each
+group's best passing sample (ties: the shortest), with a bounded buffer of recent successes for
+steps that have none. Both use `utils.sft_data`'s masking.
+
+Runs under `accelerate launch` unchanged: each process rolls out its own share of the prompts
+(groups never straddle processes, so advantages need no communication) and DDP averages the
+gradients. Checkpoints (adapter, optimizer, scheduler, RNG states, trainer state, config) are
+written to a temporary folder and renamed, so a crash mid-save leaves the previous one intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from config import Config, config_to_dict, save_config
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests
+from training.losses import (
+    combine_losses,
+    group_advantages,
+    grpo_loss,
+    masked_sft_nll,
+    scheduled_weight,
+    selective_log_softmax,
+)
+from training.rewards import compute_rewards
+from utils.dataset_loader import Task
+from utils.prompts import get_unified_prompt
+from utils.sft_data import build_sft_example, collate_sft, end_of_turn_id, prepare_teacher_sft_batch
+from utils.student_model import save_adapter
+from utils.thinking_extraction import extract_thinking_and_code_unified
+
+CHECKPOINT_PREFIX = "checkpoint-"
+
+
+# --------------------------------------------------------------------------------------------
+# Data helpers
+# --------------------------------------------------------------------------------------------
+
+
+def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[dict]:
+    """Teacher traces usable for SFT: with code, for training tasks only, passed if asked."""
+    if not path.is_file():
+        return []
+    examples = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line of an interrupted phase 2
+            if record.get("task_id") not in train_task_ids or not record.get("code"):
+                continue
+            if only_passed and not record.get("passed"):
+                continue
+            examples.append({"prompt": record["prompt"], "thinking": record.get("thinking") or "", "code": record["code"],
+                             "task_id": record["task_id"]})
+    return examples
+
+
+def best_passing_sample(group: list[dict]) -> dict | None:
+    """Self-SFT pick: a sample that passed every test; ties go to the shortest completion."""
+    passing = [s for s in group if s["result"].passed]
+    return min(passing, key=lambda s: len(s["token_ids"])) if passing else None
+
+
+def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-pad prompts to a common width P and right-pad completions to T.
+
+    Returns input_ids, attention_mask, position_ids (B, P + T), completion_ids and
+    completion_mask (B, T). Position ids count real tokens only, as generation does with left padding.
+    """
+    width = max(len(s["prompt_ids"]) for s in samples)
+    length = max(max(len(s["token_ids"]) for s in samples), 1)
+    rows, masks, comp, comp_mask = [], [], [], []
+    for s in samples:
+        p, c = s["prompt_ids"], s["token_ids"]
+        rows.append([pad_id] * (width - len(p)) + p + c + [pad_id] * (length - len(c)))
+        masks.append([0] * (width - len(p)) + [1] * (len(p) + len(c)) + [0] * (length - len(c)))
+        comp.append(c + [pad_id] * (length - len(c)))
+        comp_mask.append([1] * len(c) + [0] * (length - len(c)))
+    attention = torch.tensor(masks)
+    return {"input_ids": torch.tensor(rows), "attention_mask": attention,
+            "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "completion_ids": torch.tensor(comp),
+            "completion_mask": torch.tensor(comp_mask)}
+
+
+def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log-probs (B, T) of the completion tokens under `model`.
+
+    Only the last T + 1 positions go through the LM head (`logits_to_keep`); the logit at position
+    P - 1 + j predicts completion token j. Logits are divided by the sampling temperature, so the
+    log-probs are those of the distribution the completions were drawn from.
+    """
+    length = batch["completion_ids"].shape[1]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
+                logits_to_keep=length + 1)
+    logits = out.logits[:, :-1]  # (B, T, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    return selective_log_softmax(logits, batch["completion_ids"])
+
+
+# --------------------------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainerState:
+    global_step: int = 0  # optimizer steps done
+    rollout_batches: int = 0  # rollout batches consumed (the position in the data order)
+    self_sft_buffer: list = field(default_factory=list)  # [(prompt_ids, completion_ids)]
+
+
+class GRPOTrainer:
+    def __init__(self, config: Config, model: Any, tokenizer: Any, tasks: list[Task], teacher_examples: list[dict],
+                 output_dir: str | Path, accelerator: Any = None, rollout: Any = None, pool: SandboxPool | None = None) -> None:
+        from accelerate import Accelerator
+
+        self.config = config
+        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.tokenizer = tokenizer
+        self.tasks = tasks
+        self.plans = {t.task_id: plan_tests(t, config.sandbox.include_challenge_tests) for t in tasks}
+        self.teacher_examples = teacher_examples
+        self.output_dir = Path(output_dir)
+        self.g = config.grpo.num_samples_per_prompt
+        t = config.training
+        self.prompts_per_micro = t.per_device_train_batch_size
+        self.micro_batches = t.gradient_accumulation_steps
+        self.prompts_per_rollout = self.prompts_per_micro * self.micro_batches  # per process
+        world = self.accelerator.num_processes
+        batches_per_epoch = max(1, len(tasks) // (self.prompts_per_rollout * world))
+        mu = config.grpo.num_iterations
+        self.total_steps = t.max_steps if t.max_steps > 0 else max(1, t.num_train_epochs * batches_per_epoch * mu)
+        if t.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        self.limits = SandboxLimits.from_config(config.sandbox)
+        self._own_pool = pool is None
+        self.pool = pool or SandboxPool(config.sandbox.max_workers, self.limits, config.sandbox.isolate)
+        self.rollout = rollout
+        self.state = TrainerState()
+        self.buffer: deque = deque(maxlen=max(config.dual_source.self_sft_buffer_size, 1))
+        self.teacher_rng = random.Random(t.seed + 1 + self.accelerator.process_index)
+        self.eot = end_of_turn_id(tokenizer)
+        self.metrics_path = self.output_dir / "metrics.jsonl"
+        self._trackers: list = []
+
+    # ---------------------------------------------------------------- schedules and data order
+
+    def _lr_factor(self, step: int) -> float:
+        t = self.config.training
+        if t.warmup_steps and step < t.warmup_steps:
+            return (step + 1) / t.warmup_steps
+        if t.lr_scheduler == "constant":
+            return 1.0
+        progress = min(1.0, (step - t.warmup_steps) / max(1, self.total_steps - t.warmup_steps))
+        return 1.0 - progress if t.lr_scheduler == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def _prompt_indices(self, rollout_batch: int) -> list[int]:
+        """This process's task indices for a rollout batch: epoch permutations seeded by (seed, epoch)."""
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        per_batch = self.prompts_per_rollout * world
+        n = len(self.tasks)
+        start = rollout_batch * per_batch
+        indices = []
+        for position in range(start, start + per_batch):
+            epoch, offset = divmod(position, n)
+            order = np.random.default_rng([self.config.training.seed, epoch]).permutation(n)
+            indices.append(int(order[offset]))
+        return indices[rank * self.prompts_per_rollout:(rank + 1) * self.prompts_per_rollout]
+
+    def sft_weights(self, step: int) -> tuple[float, float]:
+        d = self.config.dual_source
+        decay = d.sft_decay_steps or self.total_steps
+        return (scheduled_weight(step, d.teacher_sft_weight, d.teacher_sft_final_weight, decay, d.sft_weight_schedule),
+                scheduled_weight(step, d.self_sft_weight, d.self_sft_final_weight, decay, d.sft_weight_schedule))
+
+    # ---------------------------------------------------------------- one rollout batch
+
+    def collect_rollouts(self) -> tuple[list[list[dict]], dict]:
+        """Sample, execute and score G completions for each prompt of the next rollout batch."""
+        cfg = self.config
+        tasks = [self.tasks[i] for i in self._prompt_indices(self.state.rollout_batches)]
+        prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests) for t in tasks]
+        start = time.monotonic()
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad():
+            generations = self.rollout.generate(unwrapped, prompts, self.g, self.state.global_step)
+        rollout_time = time.monotonic() - start
+        flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
+        parsed = [extract_thinking_and_code_unified(s["text"]) for _, s in flat]
+        start = time.monotonic()
+        results = execute_many([(p["code"], t) for (t, _), p in zip(flat, parsed, strict=True)], self.pool, self.limits,
+                               include_challenge=cfg.sandbox.include_challenge_tests)
+        rewards = compute_rewards(results, parsed, cfg.grpo.correctness_reward, cfg.grpo.format_reward_weight)
+        reward_time = time.monotonic() - start
+        groups = []
+        for i, task in enumerate(tasks):
+            group = []
+            for j in range(self.g):
+                k = i * self.g + j
+                group.append({**flat[k][1], "task": task, "parsed": parsed[k], "result": results[k], "reward": rewards[k]})
+            groups.append(group)
+        generated = sum(s["num_tokens"] for _, s in flat)
+        metrics = {"time/rollout_s": rollout_time, "time/reward_s": reward_time,
+                   "tokens_per_s": generated / max(rollout_time, 1e-9),
+                   "completion/mean_length": generated / max(len(flat), 1),
+                   "completion/clipped_ratio": sum(s["finish_reason"] == "length" for _, s in flat) / max(len(flat), 1),
+                   "pass_rate": sum(r.passed for r in results) / max(len(results), 1),
+                   "pass_fraction/mean": sum(r.pass_fraction for r in results) / max(len(results), 1),
+                   "reward/format_mean": sum(r.format for r in rewards) / max(len(rewards), 1),
+                   "format/closed_think": sum(p["think_closed"] for p in parsed) / max(len(parsed), 1)}
+        return groups, metrics
+
+    def _self_sft_examples(self, groups: list[list[dict]]) -> list[dict]:
+        fresh = []
+        for group in groups:
+            best = best_passing_sample(group)
+            if best is not None:
+                fresh.append((best["prompt_ids"], best["token_ids"]))
+        self.buffer.extend(fresh)
+        chosen = fresh if fresh else list(self.buffer)[-len(groups):] if self.config.dual_source.self_sft_buffer_size else []
+        return [e for e in (build_sft_example(p, c, self.config.dual_source.sft_max_length) for p, c in chosen) if e]
+
+    def _sft_loss(self, batch: dict | None) -> torch.Tensor | None:
+        if batch is None or batch["input_ids"].shape[0] == 0:
+            return None
+        device = self.accelerator.device
+        out = self.model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
+        loss, _ = masked_sft_nll(out.logits, batch["labels"].to(device))
+        return loss
+
+    def _teacher_batch(self) -> dict | None:
+        d = self.config.dual_source
+        if not self.teacher_examples or d.teacher_sft_batch_size <= 0:
+            return None
+        picked = [self.teacher_rng.choice(self.teacher_examples) for _ in range(d.teacher_sft_batch_size)]
+        return prepare_teacher_sft_batch(picked, self.tokenizer, d.include_thinking, d.sft_max_length,
+                                         chat_template_kwargs={"enable_thinking": self.config.student.enable_thinking})
+
+    def train_on_rollouts(self, groups: list[list[dict]], rollout_metrics: dict) -> list[dict]:
+        """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
+        cfg = self.config
+        device = self.accelerator.device
+        reward_matrix = torch.tensor([[s["reward"].total if s["reward"].total is not None else float("nan") for s in g]
+                                      for g in groups], dtype=torch.float32)  # (P, G)
+        advantages, adv_metrics = group_advantages(reward_matrix, scale=cfg.grpo.scale_rewards)
+        samples = [s for g in groups for s in g]
+        keep = list(range(len(samples)))
+        if cfg.grpo.dynamic_filtering:
+            zero = [i for i, g in enumerate(groups) if float(advantages[i].abs().sum()) == 0.0]
+            keep = [k for k in keep if k // self.g not in zero]
+        flat_adv = advantages.reshape(-1)
+        pad = self.tokenizer.pad_token_id
+        micro = [keep[i::self.micro_batches] for i in range(self.micro_batches)]
+        micro = [m for m in micro if m]
+        batches = [pad_rollout_batch([samples[k] for k in m], pad) for m in micro]
+        batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        temperature = cfg.grpo.temperature
+        ref_logps, old_logps = [], []
+        with torch.no_grad():
+            for batch in batches:
+                if cfg.grpo.kl_coef > 0:
+                    with unwrapped.disable_adapter():  # the frozen base model is the reference
+                        ref_logps.append(completion_logprobs(unwrapped, batch, temperature))
+                if cfg.grpo.num_iterations > 1:
+                    old_logps.append(completion_logprobs(unwrapped, batch, temperature))
+        self_examples = self._self_sft_examples(groups)
+        self_batches = [collate_sft(self_examples[i::len(batches)], pad) if self_examples[i::len(batches)] else None
+                        for i in range(len(batches))] if batches else []
+        step_metrics = []
+        self.model.train()
+        for _ in range(cfg.grpo.num_iterations):
+            start = time.monotonic()
+            w_teacher, w_self = self.sft_weights(self.state.global_step)
+            totals: dict[str, float] = {}
+            for i, (indices, batch) in enumerate(zip(micro, batches, strict=True)):
+                last = i == len(batches) - 1
+                context = self.accelerator.no_sync(self.model) if not last else contextlib.nullcontext()
+                with context:
+                    logp = completion_logprobs(self.model, batch, temperature)
+                    old = old_logps[i] if old_logps else logp.detach()
+                    ref = ref_logps[i] if ref_logps else None
+                    adv = flat_adv[indices].to(device)
+                    grpo, gm = grpo_loss(logp, old, ref, adv, batch["completion_mask"], cfg.grpo.clip_range,
+                                         cfg.grpo.clip_range_high if cfg.grpo.clip_range_high >= 0 else None,
+                                         cfg.grpo.kl_coef, cfg.grpo.loss_aggregation, cfg.grpo.max_new_tokens)
+                    teacher = self._sft_loss(self._teacher_batch()) if w_teacher > 0 else None
+                    self_loss = self._sft_loss(self_batches[i]) if w_self > 0 and self_batches else None
+                    total, lm = combine_losses(grpo, teacher, self_loss, cfg.dual_source.grpo_weight, w_teacher, w_self)
+                    self.accelerator.backward(total / len(batches))
+                for key, value in {**gm, **lm}.items():
+                    totals[key] = totals.get(key, 0.0) + value / len(batches)
+            grad_norm = 0.0
+            if cfg.training.max_grad_norm > 0:
+                grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm))
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.state.global_step += 1
+            metrics = {"step": self.state.global_step, "epoch": self.state.rollout_batches * self.prompts_per_rollout
+                       * self.accelerator.num_processes / max(len(self.tasks), 1),
+                       "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm, **rollout_metrics, **adv_metrics,
+                       **totals, "weight/teacher_sft": w_teacher, "weight/self_sft": w_self,
+                       "self_sft/samples": len(self_examples), "teacher_sft/pool": len(self.teacher_examples),
+                       "time/update_s": time.monotonic() - start}
+            step_metrics.append(metrics)
+            if self.state.global_step >= self.total_steps:
+                break
+        return step_metrics
+
+    # ---------------------------------------------------------------- the loop
+
+    def train(self, resume_from: str | None = None) -> dict:
+        from tqdm import tqdm
+
+        if resume_from:
+            self.load_checkpoint(self._resolve_checkpoint(resume_from))
+        main = self.accelerator.is_main_process
+        if main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            save_config(self.config, self.output_dir / "config.json")
+            self._open_trackers()
+        bar = tqdm(total=self.total_steps, initial=self.state.global_step, desc="GRPO", unit="step", disable=not main,
+                   dynamic_ncols=True)
+        last: dict = {}
+        while self.state.global_step < self.total_steps:
+            groups, rollout_metrics = self.collect_rollouts()
+            for metrics in self.train_on_rollouts(groups, rollout_metrics):
+                metrics = self._reduce(metrics)
+                last = metrics
+                if main:
+                    self._log(metrics)
+                    bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", loss=f"{metrics['loss/total']:.3f}",
+                                    pass_rate=f"{metrics['pass_rate']:.2f}", refresh=False)
+                    bar.update(1)
+            self.state.rollout_batches += 1
+            self.state.self_sft_buffer = list(self.buffer)
+            save_every = self.config.training.save_steps
+            if save_every and self.state.global_step % save_every < self.config.grpo.num_iterations and \
+                    self.state.global_step < self.total_steps:
+                self.save_checkpoint()
+        bar.close()
+        self.save_final()
+        self._close_trackers()
+        if self._own_pool:
+            self.pool.close()
+        return last
+
+    # ---------------------------------------------------------------- logging
+
+    def _reduce(self, metrics: dict) -> dict:
+        """Average numeric metrics over processes (each process saw different prompts)."""
+        if self.accelerator.num_processes == 1:
+            return metrics
+        keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
+        values = torch.tensor([float(metrics[k]) for k in keys], device=self.accelerator.device)
+        values = self.accelerator.reduce(values, reduction="mean")
+        return {**metrics, **dict(zip(keys, values.tolist(), strict=True)), "step": metrics["step"]}
+
+    def _open_trackers(self) -> None:
+        for backend in self.config.training.logging_backends:
+            if backend == "tensorboard":
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._trackers.append(("tensorboard", SummaryWriter(str(self.output_dir / "tensorboard"))))
+            elif backend == "wandb":
+                import wandb
+
+                self._trackers.append(("wandb", wandb.init(project="tgrpo", config=config_to_dict(self.config))))
+
+    def _log(self, metrics: dict) -> None:
+        with self.metrics_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}) + "\n")
+        for kind, tracker in self._trackers:
+            scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
+            if kind == "tensorboard":
+                for key, value in scalars.items():
+                    tracker.add_scalar(key, value, metrics["step"])
+            else:
+                tracker.log(scalars, step=metrics["step"])
+
+    def _close_trackers(self) -> None:
+        for kind, tracker in self._trackers:
+            tracker.close() if kind == "tensorboard" else tracker.finish()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def _resolve_checkpoint(self, spec: str) -> Path:
+        if spec != "latest":
+            path = Path(spec)
+            if not (path / "trainer_state.json").is_file():
+                raise FileNotFoundError(f"{path} is not a checkpoint folder (no trainer_state.json).")
+            return path
+        found = sorted(self.output_dir.glob(f"{CHECKPOINT_PREFIX}*"), key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+        if not found:
+            raise FileNotFoundError(f"no {CHECKPOINT_PREFIX}* folder in {self.output_dir} to resume from.")
+        return found[-1]
+
+    def save_checkpoint(self) -> Path | None:
+        self.accelerator.wait_for_everyone()
+        final = self.output_dir / f"{CHECKPOINT_PREFIX}{self.state.global_step}"
+        if self.accelerator.is_main_process:
+            tmp = self.output_dir / f".{final.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            self.accelerator.unwrap_model(self.model).save_pretrained(tmp / "adapter")
+            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+            torch.save(self.scheduler.state_dict(), tmp / "scheduler.pt")
+            torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                        "teacher": self.teacher_rng.getstate(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, tmp / "rng.pt")
+            state = {"global_step": self.state.global_step, "rollout_batches": self.state.rollout_batches,
+                     "self_sft_buffer": [list(map(list, e)) for e in self.buffer], "total_steps": self.total_steps}
+            (tmp / "trainer_state.json").write_text(json.dumps(state))
+            save_config(self.config, tmp / "config.json")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)  # the checkpoint appears whole or not at all
+            self._prune_checkpoints()
+        self.accelerator.wait_for_everyone()
+        return final
+
+    def _prune_checkpoints(self) -> None:
+        limit = self.config.training.save_total_limit
+        found = sorted(self.output_dir.glob(f"{CHECKPOINT_PREFIX}*"), key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+        for old in found[:-limit] if limit > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        set_peft_model_state_dict(unwrapped, load_file(str(path / "adapter" / "adapter_model.safetensors")))
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+        rng = torch.load(path / "rng.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.teacher_rng.setstate(rng["teacher"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        state = json.loads((path / "trainer_state.json").read_text())
+        self.state.global_step = state["global_step"]
+        self.state.rollout_batches = state["rollout_batches"]
+        self.buffer.clear()
+        self.buffer.extend((tuple(p), tuple(c)) for p, c in state["self_sft_buffer"])
+        if self.accelerator.is_main_process:
+            print(f"resumed from {path} at step {self.state.global_step}", flush=True)
+
+    def save_final(self) -> Path:
+        final = self.output_dir / "final_model"
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            save_adapter(self.accelerator.unwrap_model(self.model), self.tokenizer, final)
+            save_config(self.config, final / "tgrpo_config.json")
+        self.accelerator.wait_for_everyone()
+        return final
+
+

@@ -1,0 +1,193 @@
+"""The math of the combined objective, as pure tensor functions (no configs, no models).
+
+    L = w_grpo * L_grpo + w_teacher(step) * L_teacher_sft + w_self(step) * L_self_sft
+
+Shapes: P prompts, G samples per prompt, B = P * G sequences, T completion tokens, V vocabulary.
+Functions return `(value, metrics)` where metrics are floats under namespaced keys.
+
+Conventions pinned here (and tested in tests/test_losses.py):
+- Advantages (DeepSeekMath GRPO, arXiv:2402.03300): A = (r - mean_g) / (std_g + eps) with the
+  Bessel-corrected std of the group (as TRL computes it); `scale=False` gives the mean-only advantage
+  of Dr. GRPO (arXiv:2503.20783). Unscorable samples (reward NaN) get A = 0 and are excluded from
+  their group's mean/std; a group whose valid rewards are all equal gets A = 0 exactly.
+- Ratio r_t = exp(logp_t - old_logp_t); surrogate -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+  (PPO; eps_high > eps_low is DAPO's clip-higher, arXiv:2503.14476).
+- KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman), added per token.
+- Aggregation (one function, three modes): token-mean (DAPO), seq-mean-token-mean (original GRPO),
+  seq-mean-token-sum-norm (Dr. GRPO: token sums divided by a constant length).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4) -> tuple[torch.Tensor, dict]:
+    """rewards: (P, G), NaN = unscorable. Returns advantages (P, G) and metrics.
+
+    metrics: reward/mean, reward/std (over valid rewards), frac_reward_zero_std (share of groups
+    with fewer than two distinct valid rewards: they carry no learning signal), frac_unscorable.
+    """
+    valid = ~torch.isnan(rewards)  # (P, G)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards))
+    count = valid.sum(dim=1, keepdim=True).clamp(min=1)  # (P, 1)
+    mean = r.sum(dim=1, keepdim=True) / count
+    centered = torch.where(valid, r - mean, torch.zeros_like(r))
+    var = (centered ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)  # Bessel
+    std = var.sqrt()
+    zero_std = (std.squeeze(1) == 0) | (valid.sum(dim=1) < 2)  # (P,)
+    advantages = centered / (std + eps) if scale else centered
+    advantages = torch.where(valid & ~zero_std.unsqueeze(1), advantages, torch.zeros_like(advantages))
+    valid_rewards = rewards[valid]
+    metrics = {
+        "reward/mean": float(valid_rewards.mean()) if valid_rewards.numel() else 0.0,
+        "reward/std": float(valid_rewards.std()) if valid_rewards.numel() > 1 else 0.0,
+        "frac_reward_zero_std": float(zero_std.float().mean()) if zero_std.numel() else 0.0,
+        "frac_unscorable": float((~valid).float().mean()) if valid.numel() else 0.0,
+    }
+    return advantages, metrics
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1) -> torch.Tensor:
+    """log softmax(logits)[..., index] for logits (B, T, V) and index (B, T) -> (B, T), in float32.
+
+    Processes `chunk_rows` sequences at a time, so the float32 temporaries are (chunk, T, V) rather
+    than a full-batch (B, T, V) copy: the vocabulary (50-150k) makes that the largest tensor of a step.
+    """
+    out = []
+    for start in range(0, logits.shape[0], chunk_rows):
+        rows = logits[start:start + chunk_rows].float()  # (c, T, V)
+        picked = rows.gather(-1, index[start:start + chunk_rows].unsqueeze(-1)).squeeze(-1)  # (c, T)
+        out.append(picked - torch.logsumexp(rows, dim=-1))
+    return torch.cat(out, dim=0) if out else logits.new_zeros(index.shape, dtype=torch.float32)
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                      clip_low: float = 0.2, clip_high: float | None = None) -> tuple[torch.Tensor, dict]:
+    """Per-token PPO loss (B, T) from logp/old_logp (B, T), advantages (B,), mask (B, T) in {0, 1}.
+
+    metrics: clip_ratio/low_mean (share of tokens where the lower clip was active, A < 0),
+    clip_ratio/high_mean (upper clip active, A > 0), ratio/mean.
+    """
+    clip_high = clip_low if clip_high is None else clip_high
+    ratio = torch.exp(logp - old_logp)  # (B, T)
+    adv = advantages.unsqueeze(1)  # (B, 1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    m = mask.float()
+    n = m.sum().clamp(min=1.0)
+    low = ((ratio < 1.0 - clip_low) & (adv < 0)).float()
+    high = ((ratio > 1.0 + clip_high) & (adv > 0)).float()
+    metrics = {"clip_ratio/low_mean": float((low * m).sum() / n), "clip_ratio/high_mean": float((high * m).sum() / n),
+               "ratio/mean": float((ratio.detach() * m).sum() / n)}
+    return per_token, metrics
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1, (B, T), >= 0."""
+    delta = ref_logp - logp
+    return torch.exp(delta) - delta - 1.0
+
+
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar over the masked tokens.
+
+    token-mean:               sum(l * m) / sum(m)               every token weighs the same (DAPO)
+    seq-mean-token-mean:      mean_b [sum_t(l * m) / sum_t(m)]  every sequence weighs the same (GRPO)
+    seq-mean-token-sum-norm:  mean_b [sum_t(l * m)] / norm_length   a constant divisor, no length bias (Dr. GRPO)
+    Rows without any token contribute nothing (never NaN).
+    """
+    m = mask.to(per_token.dtype)
+    if mode == "token-mean":
+        return (per_token * m).sum() / m.sum().clamp(min=1.0)
+    if mode == "seq-mean-token-mean":
+        lengths = m.sum(dim=1)
+        rows = lengths > 0
+        if not rows.any():
+            return (per_token * m).sum()  # zero, connected to the graph
+        return ((per_token * m).sum(dim=1)[rows] / lengths[rows]).mean()
+    if mode == "seq-mean-token-sum-norm":
+        divisor = float(norm_length if norm_length is not None else per_token.shape[1])
+        return (per_token * m).sum(dim=1).mean() / divisor
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None, advantages: torch.Tensor,
+              mask: torch.Tensor, clip_low: float = 0.2, clip_high: float | None = None, kl_coef: float = 0.05,
+              aggregation: str = "token-mean", norm_length: int | None = None) -> tuple[torch.Tensor, dict]:
+    """The GRPO objective for one mini-batch: surrogate + kl_coef * k3 KL, aggregated once.
+
+    logp/old_logp/ref_logp/mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef == 0.
+    """
+    per_token, metrics = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
+    m = mask.float()
+    if kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs reference log-probs")
+        kl = k3_kl(logp, ref_logp)
+        per_token = per_token + kl_coef * kl
+        metrics["kl"] = float((kl.detach() * m).sum() / m.sum().clamp(min=1.0))
+    else:
+        metrics["kl"] = 0.0
+    loss = aggregate_loss(per_token, mask, aggregation, norm_length)
+    metrics["loss/grpo"] = float(loss.detach())
+    return loss, metrics
+
+
+def masked_sft_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Causal-LM negative log-likelihood. logits (B, L, V) for input ids (B, L); labels (B, L) with
+    IGNORE_INDEX on prompt and padding. Position i's logits predict label i + 1 (the usual shift).
+
+    Returns the mean NLL over supervised tokens (0, still differentiable, when there are none).
+    """
+    shifted_logits = logits[:, :-1]  # (B, L-1, V)
+    targets = labels[:, 1:]  # (B, L-1)
+    supervised = targets != IGNORE_INDEX
+    n = int(supervised.sum())
+    if n == 0:
+        return logits.sum() * 0.0, {"sft/tokens": 0.0}
+    logp = selective_log_softmax(shifted_logits, targets.clamp(min=0))  # (B, L-1)
+    loss = -(logp * supervised).sum() / n
+    return loss, {"sft/tokens": float(n)}
+
+
+def scheduled_weight(step: int, initial: float, final: float, decay_steps: int, kind: str = "constant") -> float:
+    """A loss weight at `step`: constant, or a linear/cosine decay from initial to final over decay_steps."""
+    if kind == "constant" or decay_steps <= 0:
+        if kind not in SCHEDULES:
+            raise ValueError(f"unknown schedule {kind!r}; valid: {', '.join(SCHEDULES)}")
+        return initial
+    progress = min(max(step / decay_steps, 0.0), 1.0)
+    if kind == "linear":
+        return initial + (final - initial) * progress
+    if kind == "cosine":
+        return final + (initial - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown schedule {kind!r}; valid: {', '.join(SCHEDULES)}")
+
+
+def combine_losses(grpo: torch.Tensor | None, teacher_sft: torch.Tensor | None, self_sft: torch.Tensor | None,
+                   grpo_weight: float, teacher_weight: float, self_weight: float) -> tuple[torch.Tensor, dict]:
+    """w_grpo * L_grpo + w_teacher * L_teacher + w_self * L_self; a missing term (None) counts as 0."""
+    terms = [(grpo, grpo_weight, "grpo"), (teacher_sft, teacher_weight, "teacher_sft"), (self_sft, self_weight, "self_sft")]
+    present = [(t, w) for t, w, _ in terms if t is not None and w != 0]
+    if not present:
+        raise ValueError("combine_losses needs at least one loss term with a nonzero weight")
+    total = sum(w * t for t, w in present)
+    metrics = {f"weight/{name}": w for _, w, name in terms}
+    metrics.update({f"loss/{name}": float(t.detach()) for t, _, name in terms if t is not None})
+    metrics["loss/total"] = float(total.detach())
+    return total, metrics
+
+
+def sft_loss_via_log_softmax(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Reference implementation for tests: cross-entropy with the same shift and ignore index."""
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
+                           ignore_index=IGNORE_INDEX)
