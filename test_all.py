@@ -7,6 +7,8 @@ It checks, with the same library functions the phases use (nothing is re-impleme
   - SFT labels mask the prompt and padding and keep every response token;
   - extracted code runs against a task's tests in the sandbox, rewards are computed, and a hostile
     program (an always-equal object plus sys.exit) scores zero;
+  - one training step on the student gives finite losses, changes the LoRA weights and leaves the
+    base weights unchanged;
   - the student loads and generates, and whether its output already has <think> and a code block
     (a WARN, not a FAIL, for a small untrained model);
   - the teacher endpoint answers, if one is running (WARN when none is).
@@ -18,6 +20,7 @@ Functions are named check_* so pytest does not collect this file (tests/test_pre
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -199,7 +202,7 @@ def check_sft_labels(report: Report, tokenizer) -> None:
                   f"({sum(batch['num_response_tokens'])} supervised tokens)", "; ".join(problems))
 
 
-def check_student(report: Report, config: Config, max_new_tokens: int) -> object | None:
+def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple | None:
     section(f"Student model ({config.student.model_name})")
     from utils.student_model import ModelLoadError, generate_completions, load_student
 
@@ -226,7 +229,52 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> object
     if parsed["has_code"]:
         report.ok_or_warn(parsed["syntax_ok"], "student code is valid Python",
                           f"student code does not compile ({parsed['syntax_error']})", small)
-    return tokenizer
+    return model, tokenizer
+
+
+def check_training_step(report: Report, config: Config, model, tokenizer) -> None:
+    section("One training step (GRPO + teacher-SFT + self-SFT)")
+    import dataclasses
+    import tempfile
+
+    import torch
+
+    from training.grpo_trainer import GRPOTrainer
+    from training.rollout import HFRollout
+    from utils.dataset_loader import Task
+    from utils.student_model import attach_lora
+
+    task = Task(task_id="preflight/add", source="preflight", problem="Write a function add(a, b) that returns a + b.",
+                test_type="assert", fn_name="add", tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"),
+                reference_solutions=(ADD,))
+    small = dataclasses.replace(
+        config,
+        grpo=dataclasses.replace(config.grpo, num_samples_per_prompt=2, max_new_tokens=48),
+        training=dataclasses.replace(config.training, per_device_train_batch_size=1, gradient_accumulation_steps=1,
+                                     max_steps=1, save_steps=0, warmup_steps=0, gradient_checkpointing=False),
+        dual_source=dataclasses.replace(config.dual_source, teacher_sft_batch_size=1),
+    )
+    lora = config.lora
+    peft_model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
+    base = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" not in k}
+    adapter = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
+    teacher = [{"prompt": get_unified_prompt(task), "thinking": "Return the sum.", "code": ADD, "task_id": task.task_id}]
+    rollout = HFRollout(tokenizer, 48, small.grpo.temperature, small.grpo.top_p,
+                        {"enable_thinking": config.student.enable_thinking}, batch_size=2)
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
+            metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
+            trainer.pool.close()
+        except Exception as exc:  # a preflight reports any failure instead of crashing
+            report.fail(f"a training step raised {type(exc).__name__}: {exc}", "see training/grpo_trainer.py")
+            return
+    report.expect(all(math.isfinite(v) for k, v in metrics.items() if k.startswith("loss/")),
+                  f"losses are finite (total {metrics['loss/total']:.4f}, KL {metrics['kl']:.2e})", "check the learning rate")
+    changed = sum(not torch.equal(adapter[k], v) for k, v in peft_model.named_parameters() if "lora_" in k)
+    report.expect(changed > 0, f"the step changed {changed} LoRA tensors", "no LoRA weight moved: are the SFT weights 0?")
+    unchanged = all(torch.equal(base[k], v) for k, v in peft_model.named_parameters() if "lora_" not in k)
+    report.expect(unchanged, "base weights are unchanged", "only LoRA parameters may be trainable")
 
 
 def check_code_execution(report: Report, config: Config) -> None:
@@ -332,9 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         check()
     check_code_execution(report, config)
     if not args.skip_model:
-        tokenizer = check_student(report, config, args.max_new_tokens)
-        if tokenizer is not None:
+        loaded = check_student(report, config, args.max_new_tokens)
+        if loaded is not None:
+            model, tokenizer = loaded
             check_sft_labels(report, tokenizer)
+            check_training_step(report, config, model, tokenizer)
     check_teacher_endpoint(report, config, args.teacher_url or config.teacher.api_url)
 
     failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")
