@@ -120,6 +120,16 @@ class DataConfig:
         "test split as validation), so pass@k compares with published numbers.",
         choices=("random", "standard"),
     )
+    verify_references: bool = option(
+        False,
+        "Run each task's first reference solution through the sandbox and report the failures "
+        "(APPS has problems whose single stored answer rejects other valid answers).",
+    )
+    drop_failing_references: bool = option(
+        False,
+        "With verify_references: drop tasks whose reference fails, so rewards never come from tests "
+        "that reject correct programs.",
+    )
     apps_test_path: str = option(
         "",
         "Local APPS test-split file, used by split_mode=standard with apps_path. Empty: the hub's "
@@ -494,14 +504,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},
         "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0},
-        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 192, "correctness_reward": "fraction"},
+        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 160, "correctness_reward": "fraction"},
         "training": {
             "num_train_epochs": 1,
-            "max_steps": 8,
+            "max_steps": 6,
             "per_device_train_batch_size": 2,
             "gradient_accumulation_steps": 1,
             "learning_rate": 1e-4,
-            "save_steps": 4,
+            "save_steps": 3,
         },
         "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},

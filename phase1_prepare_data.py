@@ -80,6 +80,28 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
     return splits, reports
 
 
+def verify_references(splits: dict[str, tuple[list[Task], list[Task]]], config: Config, drop: bool) -> dict:
+    """Run each task's first reference solution in the sandbox; optionally drop the failures."""
+    from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
+
+    report: dict = {}
+    limits = SandboxLimits.from_config(config.sandbox)
+    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate) as pool:
+        for source, (train, val) in splits.items():
+            tasks = [t for t in train + val if t.reference_solutions]
+            results = execute_many([(t.reference_solutions[0], t) for t in tasks], pool, limits, progress=True,
+                                   include_challenge=config.sandbox.include_challenge_tests)
+            failing = {t.task_id: r.status for t, r in zip(tasks, results, strict=True) if not r.passed}
+            report[source] = {"checked": len(tasks), "passed": len(tasks) - len(failing),
+                              "without_reference": len(train) + len(val) - len(tasks), "failing": failing, "dropped": drop}
+            print(f"{source}: {len(tasks) - len(failing)}/{len(tasks)} reference solutions pass"
+                  + (f"; failing: {', '.join(f'{k} ({v})' for k, v in list(failing.items())[:12])}"
+                     + (" ..." if len(failing) > 12 else "") if failing else ""))
+            if drop and failing:
+                splits[source] = ([t for t in train if t.task_id not in failing], [t for t in val if t.task_id not in failing])
+    return report
+
+
 def count_table(splits: dict[str, tuple[list[Task], list[Task]]]) -> dict[str, dict[str, dict[str, int]]]:
     """{source: {split: {difficulty: count}}}."""
     table = {}
@@ -133,6 +155,8 @@ def write_outputs(out_dir: Path, files: dict[str, bytes]) -> None:
 def main(config: Config) -> dict:
     """Prepare the splits for `config`; returns the manifest. Raises DataFormatError/ConfigError."""
     splits, reports = load_sources(config)
+    reference_check = verify_references(splits, config, config.data.drop_failing_references) \
+        if config.data.verify_references else None
     for report in reports:
         skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
         print(f"{report.source}: {report.kept} tasks kept of {report.rows} rows from {report.origin} (skipped: {skipped})")
@@ -158,6 +182,8 @@ def main(config: Config) -> dict:
         "totals": {"train": len(train), "val": len(val)},
         "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()},
     }
+    if reference_check is not None:
+        manifest["reference_check"] = reference_check
     payloads["phase1_config.json"] = (json.dumps(config_to_dict(config), indent=2) + "\n").encode()
     payloads["split_manifest.json"] = (json.dumps(manifest, indent=2) + "\n").encode()
     write_outputs(out_dir, payloads)
@@ -189,12 +215,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
                         help="random: seeded val_ratio split; standard: MBPP test ids 11-510 and the APPS test split "
                         "as validation, to compare with published numbers (default random).")
     parser.add_argument("--output_dir", help="Where to write the files (config paths.data_dir; default data).")
+    parser.add_argument("--verify_references", action="store_true", default=None,
+                        help="Run every reference solution through the sandbox and report the tasks whose reference fails.")
+    parser.add_argument("--drop_failing_references", action="store_true", default=None,
+                        help="With --verify_references: leave those tasks out of both splits.")
     parser.add_argument("--offline", action="store_true", default=None,
                         help="Use the embedded fixtures in data/embedded/ (no network). Implied by --preset cpu.")
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     data_flags = ("apps_difficulty", "skip_apps", "mbpp_path", "mbpp_config", "apps_path", "max_apps",
-                  "val_ratio", "seed", "split_mode", "offline")
+                  "val_ratio", "seed", "split_mode", "offline", "verify_references", "drop_failing_references")
     extra: dict = {"data": {k: getattr(args, k) for k in data_flags if getattr(args, k) is not None}}
     if args.output_dir:
         extra["paths"] = {"data_dir": args.output_dir}

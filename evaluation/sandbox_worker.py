@@ -530,9 +530,26 @@ def _supervise(pid: int, pipes: dict[str, int], deadline_fn, output_cap: int, re
         selector.register(fd, selectors.EVENT_READ, name)
     captured = {name: bytearray() for name in pipes if name != "results"}
     outcome = {"killed": None}
+
+    def consume(name: str, chunk: bytes) -> str | None:
+        """Route a chunk to the message decoder or the capped capture; return a limit hit, if any."""
+        if name == "results":
+            try:
+                for message in results.feed(chunk):
+                    on_message(message)
+            except OverflowError:
+                return "output_limit"
+            return None
+        buffer = captured[name]
+        buffer += chunk
+        if len(buffer) > output_cap:
+            del buffer[output_cap:]
+            return "output_limit"
+        return None
+
     exited = False
     try:
-        while not exited:
+        while not exited and not outcome["killed"]:
             remaining = deadline_fn() - time.monotonic()
             if remaining <= 0:
                 outcome["killed"] = "timeout"
@@ -548,40 +565,19 @@ def _supervise(pid: int, pipes: dict[str, int], deadline_fn, output_cap: int, re
                 if not chunk:
                     selector.unregister(key.fd)
                     continue
-                if key.data == "results":
-                    try:
-                        for message in results.feed(chunk):
-                            on_message(message)
-                    except OverflowError:
-                        outcome["killed"] = "output_limit"
-                        break
-                else:
-                    buffer = captured[key.data]
-                    buffer += chunk
-                    if len(buffer) > output_cap:
-                        del buffer[output_cap:]
-                        outcome["killed"] = "output_limit"
-                        break
-            if outcome["killed"]:
-                break
-        if exited:  # drain what the child wrote before exiting (descendants may keep pipes open)
+                outcome["killed"] = consume(key.data, chunk)
+                if outcome["killed"]:
+                    break
+        if exited and not outcome["killed"]:  # drain what the child wrote before exiting
             for name, fd in pipes.items():
-                while True:
+                while not outcome["killed"]:
                     try:
                         chunk = os.read(fd, 1 << 16)
                     except (BlockingIOError, OSError):
-                        break
+                        break  # empty for now: descendants may hold the pipe open, do not wait for them
                     if not chunk:
                         break
-                    if name == "results":
-                        try:
-                            for message in results.feed(chunk):
-                                on_message(message)
-                        except OverflowError:
-                            outcome["killed"] = "output_limit"
-                            break
-                    elif len(captured[name]) <= output_cap:
-                        captured[name] += chunk[: output_cap + 1 - len(captured[name])]
+                    outcome["killed"] = consume(name, chunk)
     finally:
         selector.close()
     outcome["captured"] = {k: bytes(v) for k, v in captured.items()}

@@ -110,3 +110,22 @@ def test_real_data_random_and_standard_splits(tmp_path):
     assert standard["totals"] == {"train": 474, "val": 500}
     val_ids = {t.metadata["original_id"] for t in read_tasks(tmp_path / "s" / "val.jsonl")}
     assert val_ids == set(range(11, 511))
+
+
+def test_verify_references_reports_and_drops_failures(tmp_path):
+    from utils.dataset_loader import EMBEDDED_MBPP
+
+    rows = [json.loads(line) for line in EMBEDDED_MBPP.read_text().splitlines()[:10]]
+    rows[3]["code"] = rows[3]["code"].replace("return", "return None and ")  # this reference now fails its tests
+    broken = tmp_path / "mbpp.jsonl"
+    broken.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = [f"data.mbpp_path={broken}", "data.skip_apps=true", "data.verify_references=true"]
+    kept = phase1.main(build_config("cpu", overrides=[*base, f"paths.data_dir={tmp_path / 'a'}"]))
+    check = kept["reference_check"]["mbpp"]
+    assert check["checked"] == 10 and check["passed"] == 9 and list(check["failing"]) == [f"mbpp/{rows[3]['task_id']}"]
+    assert kept["totals"]["train"] + kept["totals"]["val"] == 10
+    dropped = phase1.main(build_config("cpu", overrides=[*base, "data.drop_failing_references=true",
+                                                         f"paths.data_dir={tmp_path / 'b'}"]))
+    assert dropped["totals"]["train"] + dropped["totals"]["val"] == 9
+    ids = {t.task_id for t in read_tasks(tmp_path / "b" / "train.jsonl") + read_tasks(tmp_path / "b" / "val.jsonl")}
+    assert f"mbpp/{rows[3]['task_id']}" not in ids
