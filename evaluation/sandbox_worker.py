@@ -239,13 +239,18 @@ def isolate_worker(hide: list[str], keep: list[str], tmp_size_mb: int) -> dict:
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     os.chdir("/")
     keep_real = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
-    hide_real = sorted({os.path.realpath(h) for h in hide if os.path.exists(h)})
+    scratch = [p for p in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(p)]  # private, writable, emptied
+    hide_real = sorted({os.path.realpath(h) for h in [*hide, *scratch] if os.path.exists(h)})
     # a hidden path inside another hidden path is already covered
     hide_real = [h for h in hide_real if not any(o != h and _under(h, o) for o in hide_real)]
+    # Open what must stay visible before covering it: the project (and its virtualenv) may live
+    # anywhere, /tmp included, and is re-exposed read-only inside the covering tmpfs.
     keep_fds = {k: os.open(k, os.O_PATH | os.O_DIRECTORY) for k in keep_real if any(_under(k, h) for h in hide_real)}
     hidden = []
     for path in hide_real:
-        if os.path.isdir(path):
+        if path in scratch:
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
+        elif os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
         else:
             _mount("/dev/null", path, None, MS_BIND, None)
@@ -255,9 +260,6 @@ def isolate_worker(hide: list[str], keep: list[str], tmp_size_mb: int) -> dict:
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC, None)
         os.close(fd)
-    for path in ("/tmp", "/var/tmp", "/dev/shm"):
-        if os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
     return {"hidden": hidden, "kept": sorted(keep_fds)}
 
 

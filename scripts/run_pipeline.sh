@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The pipeline on the embedded default: preflight, phase 1, the local teacher + phase 2, then the
-# phases that exist. Phases not built yet are reported as such; nothing is faked.
+# The whole pipeline on the embedded default: preflight, phase 1, the local teacher + phase 2,
+# phase 3, phase 4 with the baseline. Each phase resumes what an earlier run left (phase 2 skips
+# existing traces, phase 4 reuses cached completions); `make run FRESH=1` starts clean.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -9,6 +10,12 @@ PORT=${TEACHER_PORT:-8129}
 TEACHER_URL="http://127.0.0.1:$PORT/v1"
 
 step() { printf '\n== %s ==\n' "$*"; }
+
+if [ "${FRESH:-0}" = "1" ]; then
+  step "FRESH=1: removing generated data/ files and outputs/"
+  find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +
+  rm -rf outputs
+fi
 
 step "Preflight (python test_all.py --preset $PRESET)"
 "$PYTHON" test_all.py --preset "$PRESET" --teacher_url "$TEACHER_URL"
@@ -31,17 +38,17 @@ fi
 "$PYTHON" phase2_generate_teacher_traces.py --preset "$PRESET" --api_url "$TEACHER_URL"
 if [ -n "$teacher_pid" ]; then kill "$teacher_pid" 2>/dev/null || true; wait "$teacher_pid" 2>/dev/null || true; teacher_pid=""; fi
 
-missing=()
-for script in phase3_train_grpo.py phase4_evaluate.py; do
-  if [ -f "$script" ]; then
-    step "$script --preset $PRESET"
-    "$PYTHON" "$script" --preset "$PRESET"
-  else
-    missing+=("$script")
-  fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo
-  echo "NOT RUN (not built yet): ${missing[*]}"
-  echo "The pipeline is incomplete: preflight, phase 1 and phase 2 ran; outputs are in data/."
+step "Phase 3: GRPO + teacher-SFT + self-SFT (python phase3_train_grpo.py --preset $PRESET)"
+if [ -f outputs/final_model/adapter_config.json ]; then
+  echo "outputs/final_model exists: training skipped (make run FRESH=1 retrains)"
+elif ls -d outputs/checkpoint-* >/dev/null 2>&1; then
+  "$PYTHON" phase3_train_grpo.py --preset "$PRESET" --resume_from_checkpoint latest
+else
+  "$PYTHON" phase3_train_grpo.py --preset "$PRESET"
 fi
+
+step "Phase 4: pass@k of the trained adapter and of the base model (--baseline)"
+"$PYTHON" phase4_evaluate.py --preset "$PRESET" --baseline
+
+printf '\nDone. Results: outputs/evaluation_results.json (per sample: outputs/eval_samples.jsonl);\n'
+printf 'adapter: outputs/final_model; training metrics: outputs/metrics.jsonl, outputs/training_curves.png\n'

@@ -192,9 +192,14 @@ def test_vllm_branch_builds_the_right_requests(tmp_path, tiny_model_name, monkey
 
 
 def test_phase3_command_line_on_the_tiny_model(tmp_path):
+    import phase1_prepare_data as phase1
+    from config import build_config
+
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
                            "--set", "grpo.max_new_tokens=8", "--max_steps", "2", "--output_dir", str(out),
+                           "--train_file", str(tmp_path / "data" / "train.jsonl"),
                            "--teacher_traces", str(tmp_path / "none.jsonl")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher-SFT term off" in proc.stdout

@@ -350,6 +350,7 @@ class GRPOTrainer:
         if main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(self.config, self.output_dir / "config.json")
+            self._trim_metrics()
             self._open_trackers()
         bar = tqdm(total=self.total_steps, initial=self.state.global_step, desc="GRPO", unit="step", disable=not main,
                    dynamic_ncols=True)
@@ -387,6 +388,20 @@ class GRPOTrainer:
         values = torch.tensor([float(metrics[k]) for k in keys], device=self.accelerator.device)
         values = self.accelerator.reduce(values, reduction="mean")
         return {**metrics, **dict(zip(keys, values.tolist(), strict=True)), "step": metrics["step"]}
+
+    def _trim_metrics(self) -> None:
+        """A fresh run starts a new metrics file; a resumed one keeps the lines up to its step."""
+        if not self.metrics_path.exists():
+            return
+        kept = []
+        if self.state.global_step > 0:
+            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if json.loads(line)["step"] <= self.state.global_step:
+                        kept.append(line + "\n")
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    break
+        self.metrics_path.write_text("".join(kept), encoding="utf-8")
 
     def _open_trackers(self) -> None:
         for backend in self.config.training.logging_backends:

@@ -1,0 +1,152 @@
+"""Phase 4's library: sample completions (cached, resumable), execute them, summarize pass@k.
+
+Generation goes through the same rollout classes as the trainer (`training.rollout`), so the
+evaluated prompts, templates and decoding are exactly the trained ones. Completions are appended to
+a cache file as they are produced (one JSON line per sample, keyed by a fingerprint of the model and
+the decoding settings), so an interrupted large run (e.g. 200 samples per task) resumes instead of
+starting over. Execution is cheap and always redone from the cache, so verdicts follow the current
+sandbox.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
+from evaluation.pass_at_k import pass_at_k_table
+from utils.dataset_loader import Task
+from utils.prompts import get_unified_prompt
+from utils.thinking_extraction import extract_thinking_and_code_unified
+
+
+def fingerprint(**parts: Any) -> str:
+    """A short stable key for (model, adapter, decoding settings): what makes cached samples reusable."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def read_cache(path: Path) -> dict[tuple[str, int], dict]:
+    """Cached completions by (task_id, sample_idx); a torn last line is ignored (and rewritten later)."""
+    cache: dict[tuple[str, int], dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                cache[(record["task_id"], int(record["sample_idx"]))] = record
+            except (json.JSONDecodeError, KeyError, ValueError, TypeError):
+                continue
+    return cache
+
+
+def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], list[list[dict]]], num_samples: int,
+                    cache_path: Path, num_visible_tests: int = 1, chunk: int = 8, progress: bool = True) -> dict[tuple[str, int], dict]:
+    """Make sure every (task, sample) has a cached completion; returns them all.
+
+    `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model).
+    Samples are produced per task in chunks of `chunk` and appended + flushed after each chunk.
+    """
+    cache = read_cache(cache_path)
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    missing = [(t, [i for i in range(num_samples) if (t.task_id, i) not in cache]) for t in tasks]
+    missing = [(t, idx) for t, idx in missing if idx]
+    bar = None
+    if progress and missing:
+        from tqdm import tqdm
+
+        bar = tqdm(total=sum(len(idx) for _, idx in missing), desc="generating", unit="sample", dynamic_ncols=True)
+    with cache_path.open("a", encoding="utf-8") as handle:
+        for task, indices in missing:
+            prompt = get_unified_prompt(task, num_visible_tests)
+            for start in range(0, len(indices), chunk):
+                batch = indices[start:start + chunk]
+                samples = generate([prompt], len(batch))[0]
+                for sample_idx, sample in zip(batch, samples, strict=True):
+                    record = {"task_id": task.task_id, "sample_idx": sample_idx, "completion": sample["text"],
+                              "num_tokens": sample["num_tokens"], "finish_reason": sample["finish_reason"]}
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    cache[(task.task_id, sample_idx)] = record
+                handle.flush()
+                if bar is not None:
+                    bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    return cache
+
+
+def execute_samples(tasks: Sequence[Task], cache: dict[tuple[str, int], dict], num_samples: int, pool: SandboxPool,
+                    limits: SandboxLimits, include_challenge: bool = False) -> list[dict]:
+    """Parse and execute every sample; one record per sample with its code and verdict."""
+    rows, items = [], []
+    for task in tasks:
+        for i in range(num_samples):
+            cached = cache[(task.task_id, i)]
+            parsed = extract_thinking_and_code_unified(cached["completion"])
+            rows.append({"task_id": task.task_id, "source": task.source, "difficulty": task.difficulty, "sample_idx": i,
+                         "completion": cached["completion"], "num_tokens": cached["num_tokens"],
+                         "finish_reason": cached["finish_reason"], "thinking": parsed["thinking"], "code": parsed["code"],
+                         "think_closed": parsed["think_closed"], "has_code": parsed["has_code"],
+                         "syntax_ok": parsed["syntax_ok"]})
+            items.append((parsed["code"], task))
+    results = execute_many(items, pool, limits, progress=True, include_challenge=include_challenge)
+    for row, result in zip(rows, results, strict=True):
+        row.update(passed=result.passed, status=result.status, tests_passed=result.tests_passed,
+                   tests_total=result.tests_total, pass_fraction=result.pass_fraction, error=result.error)
+    return rows
+
+
+def _pass_table(rows: list[dict], ks: Sequence[int]) -> dict:
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    for row in rows:
+        per_task[row["task_id"]].append(bool(row["passed"]))
+    n = [len(v) for v in per_task.values()]
+    c = [sum(v) for v in per_task.values()]
+    return {str(k): v for k, v in pass_at_k_table(n, c, ks).items()}
+
+
+def summarize(rows: list[dict], ks: Sequence[int]) -> dict:
+    """pass@k overall, per source and per APPS difficulty, plus format and status statistics."""
+    n = max(len(rows), 1)
+    by_source = defaultdict(list)
+    by_difficulty = defaultdict(list)
+    for row in rows:
+        by_source[row["source"]].append(row)
+        if row["source"] == "apps":
+            by_difficulty[row["difficulty"]].append(row)
+    table = _pass_table(rows, ks)
+    return {
+        "num_tasks": len({r["task_id"] for r in rows}),
+        "num_samples": len(rows),
+        "pass_at_k": table,
+        "not_computable_k": [int(k) for k, v in table.items() if v is None],
+        "pass_at_k_by_source": {s: _pass_table(r, ks) for s, r in sorted(by_source.items())},
+        "pass_at_k_by_difficulty": {d: _pass_table(r, ks) for d, r in sorted(by_difficulty.items())},
+        "mean_pass_fraction": sum(r["pass_fraction"] for r in rows) / n,
+        "format": {"closed_thinking": sum(r["think_closed"] for r in rows) / n,
+                   "extractable_code": sum(r["has_code"] for r in rows) / n,
+                   "valid_python": sum(r["syntax_ok"] for r in rows) / n,
+                   "truncated": sum(r["finish_reason"] == "length" for r in rows) / n},
+        "mean_completion_tokens": sum(r["num_tokens"] for r in rows) / n,
+        "status_counts": dict(Counter(r["status"] for r in rows).most_common()),
+    }
+
+
+def delta(trained: dict, baseline: dict) -> dict:
+    """trained - baseline per k (None where either is not computable)."""
+    out = {}
+    for k, value in trained["pass_at_k"].items():
+        base = baseline["pass_at_k"].get(k)
+        out[k] = None if value is None or base is None else value - base
+    return out
+
+
+def format_table(summary: dict, title: str = "Pass@k Results") -> str:
+    lines = ["=" * 50, f"{title}:", "=" * 50]
+    for k, value in summary["pass_at_k"].items():
+        lines.append(f"pass@{int(k):3d}: " + (f"{value:.4f} ({value:.2%})" if value is not None
+                                                 else f"not computable (needs >= {k} samples per task)"))
+    lines.append("=" * 50)
+    return "\n".join(lines)

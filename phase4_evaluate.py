@@ -1,0 +1,179 @@
+"""Phase 4: unbiased pass@k of a base model, a checkpoint or the final adapter on the validation split.
+
+    python phase4_evaluate.py                                        # outputs/final_model on data/val.jsonl
+    python phase4_evaluate.py --model_path outputs/checkpoint-100    # a checkpoint
+    python phase4_evaluate.py --model_path Qwen/Qwen3-1.7B           # a base model, no adapter
+    python phase4_evaluate.py --num_samples 200                      # a tighter estimate (resumable)
+    python phase4_evaluate.py --baseline                             # also the base model, and the delta
+
+Writes outputs/evaluation_results.json (schema in ARCHITECTURE.md) and outputs/eval_samples.jsonl
+(every sample with its code and verdict), both atomically; completions are cached under
+outputs/eval_cache/ as they are generated, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from config import (
+    Config,
+    ConfigError,
+    add_config_arguments,
+    config_from_args,
+    config_to_dict,
+    exit_on_config_error,
+    format_config,
+)
+from evaluation.code_executor import SandboxLimits, SandboxPool
+from evaluation.evaluate import delta, execute_samples, fingerprint, format_table, generate_cached, summarize
+from training.rollout import HFRollout, VLLMRollout
+from utils.dataset_loader import DataFormatError, read_tasks, write_jsonl_atomic
+from utils.student_model import ModelLoadError, load_adapter, load_student, resolve_model_path
+
+
+def resolve_model(model_path: str, config: Config) -> tuple[str, Path | None]:
+    """(base model name, adapter folder or None) for an adapter, a checkpoint-* folder or a base model."""
+    path = Path(model_path)
+    adapter = path if (path / "adapter_config.json").is_file() else path / "adapter" if (path / "adapter" / "adapter_config.json").is_file() else None
+    if adapter is None:
+        if path.exists() and not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is neither a LoRA adapter, a checkpoint-* folder, nor a model folder.")
+        if model_path == "outputs/final_model" or (path.parent.name == "outputs" and not path.exists()):
+            raise ModelLoadError(f"no trained adapter at {path}: run phase 3 first, or pass --model_path <base model>.")
+        return model_path, None
+    for saved in (adapter / "tgrpo_config.json", adapter.parent / "config.json"):
+        if saved.is_file():
+            try:
+                return json.loads(saved.read_text())["student"]["model_name"], adapter
+            except (KeyError, json.JSONDecodeError):
+                pass
+    return config.student.model_name, adapter
+
+
+def _adapter_digest(adapter: Path | None) -> str | None:
+    if adapter is None:
+        return None
+    weights = adapter / "adapter_model.safetensors"
+    return hashlib.sha256(weights.read_bytes()).hexdigest()[:16] if weights.is_file() else str(adapter.resolve())
+
+
+def main(config: Config, model_path: str, baseline: bool, output: Path, samples_output: Path, eval_file: Path,
+         max_tasks: int | None) -> dict:
+    ev = config.evaluation
+    tasks = read_tasks(eval_file)[: max_tasks or None]
+    base_name, adapter = resolve_model(model_path, config)
+    print(f"{len(tasks)} tasks from {eval_file}; model {base_name}" + (f" + adapter {adapter}" if adapter else ""))
+    model, tokenizer = load_student(base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir)
+    if adapter is not None:
+        model = load_adapter(model, adapter)
+    template = {"enable_thinking": config.student.enable_thinking}
+    if config.grpo.rollout_backend == "vllm":
+        rollout = VLLMRollout(resolve_model_path(base_name, config.paths.model_cache_dir), tokenizer,
+                              Path(config.paths.output_dir) / ".vllm_eval_adapter", config.lora.r, ev.max_new_tokens,
+                              ev.temperature, ev.top_p, 10**9, config.grpo.vllm_gpu_memory_utilization,
+                              config.student.torch_dtype, template)
+    else:
+        rollout = HFRollout(tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p, template, batch_size=8)
+    limits = SandboxLimits.from_config(config.sandbox)
+    settings = {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
+                "visible_tests": config.prompt.num_visible_tests, "thinking": config.student.enable_thinking,
+                "backend": config.grpo.rollout_backend}
+    cache_dir = Path(config.paths.output_dir) / "eval_cache"
+    runs = [("trained" if adapter else "model", adapter)]
+    if baseline:
+        if adapter is None:
+            print("--baseline needs an adapter to compare against; evaluating the base model only.", file=sys.stderr)
+        else:
+            runs.append(("baseline", None))
+    summaries, all_rows = {}, []
+    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[eval_file]) as pool:
+        for role, role_adapter in runs:
+            key = fingerprint(base=base_name, adapter=_adapter_digest(role_adapter), **settings)
+            print(f"\n[{role}] generating {ev.num_samples} samples per task (cache: {cache_dir / key}.jsonl)")
+
+            def generate(prompts, n, role=role):
+                if role == "baseline":  # the same weights with the adapter switched off
+                    with model.disable_adapter():
+                        return rollout.generate(model, prompts, n, step=0)
+                return rollout.generate(model, prompts, n, step=0)
+
+            cache = generate_cached(tasks, generate, ev.num_samples, cache_dir / f"{key}.jsonl",
+                                    config.prompt.num_visible_tests)
+            rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
+            summaries[role] = summarize(rows, ev.k_values)
+            all_rows += [{"model": role, **row} for row in rows]
+    main_role = runs[0][0]
+    result = {
+        "model": {"path": model_path, "base_model": base_name, "adapter": str(adapter) if adapter else None},
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "eval_file": str(eval_file),
+        "config": config_to_dict(config),
+        **summaries[main_role],
+        "baseline": summaries.get("baseline"),
+        "delta": delta(summaries[main_role], summaries["baseline"]) if "baseline" in summaries else None,
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(output)
+    write_jsonl_atomic(samples_output, all_rows)
+    print("\n" + format_table(summaries[main_role]))
+    if "baseline" in summaries:
+        print(format_table(summaries["baseline"], "Baseline (adapter disabled)"))
+        print("Delta (trained - baseline): " + ", ".join(
+            f"pass@{k} {v:+.4f}" if v is not None else f"pass@{k} n/a" for k, v in result["delta"].items()))
+    fmt = summaries[main_role]["format"]
+    print(f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%}, valid Python "
+          f"{fmt['valid_python']:.1%}; mean completion tokens {summaries[main_role]['mean_completion_tokens']:.0f}")
+    print(f"\nWrote {output} and {samples_output}")
+    return result
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
+    parser = argparse.ArgumentParser(description="Phase 4: pass@k of a model (base, checkpoint or final adapter) on the "
+                                     "validation tasks, executed in the sandbox.")
+    parser.add_argument("--model_path", default="outputs/final_model",
+                        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default outputs/final_model).")
+    parser.add_argument("--num_samples", type=int, help="Completions per task (evaluation.num_samples).")
+    parser.add_argument("--k", type=int, nargs="+", help="The k values of pass@k (evaluation.k_values; default 1 5 10).")
+    parser.add_argument("--temperature", type=float, help="Sampling temperature; 0 = greedy (then use --num_samples 1).")
+    parser.add_argument("--max_new_tokens", type=int, help="Max tokens per completion (evaluation.max_new_tokens).")
+    parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
+    parser.add_argument("--split", choices=("val", "train"), default="val", help="Which phase-1 split (default val).")
+    parser.add_argument("--eval_file", help="A task file instead of --split (e.g. a standard evaluation set).")
+    parser.add_argument("--baseline", action="store_true", help="Also evaluate the base model (adapter disabled) in "
+                        "the same run and report the difference per k.")
+    parser.add_argument("--output", help="Results JSON (default outputs/evaluation_results.json).")
+    parser.add_argument("--samples_output", help="Per-sample JSONL (default outputs/eval_samples.jsonl).")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    evaluation = {k: v for k, v in (("num_samples", args.num_samples), ("k_values", args.k), ("temperature", args.temperature),
+                                    ("max_new_tokens", args.max_new_tokens)) if v is not None}
+    return args, {"evaluation": evaluation} if evaluation else {}
+
+
+def run(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    try:
+        config = config_from_args(args, extra)
+    except ConfigError as error:
+        exit_on_config_error(error)
+    print(format_config(config) + "\n")
+    out_dir = Path(config.paths.output_dir)
+    eval_file = Path(args.eval_file) if args.eval_file else (config.paths.val_file if args.split == "val" else config.paths.train_file)
+    try:
+        main(config, args.model_path, args.baseline, Path(args.output) if args.output else out_dir / "evaluation_results.json",
+             Path(args.samples_output) if args.samples_output else out_dir / "eval_samples.jsonl", eval_file, args.max_tasks)
+    except (DataFormatError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,126 @@
+"""Phase 4: results schema, pass@k from verdicts, baseline delta, resume, model resolution."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import phase4_evaluate as phase4
+from evaluation.code_executor import SandboxLimits, SandboxPool
+from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
+from tests.conftest import ROOT
+from tests.trainer_helpers import small_tasks, tiny_config
+from utils.student_model import ModelLoadError
+
+RESULT_KEYS = {"model", "timestamp", "eval_file", "config", "num_tasks", "num_samples", "pass_at_k", "not_computable_k",
+               "pass_at_k_by_source", "pass_at_k_by_difficulty", "mean_pass_fraction", "format", "mean_completion_tokens",
+               "status_counts", "baseline", "delta"}
+
+
+def scripted(tasks, correct_per_task):
+    """A generate() whose first c samples of each task are the reference solution, the rest wrong."""
+    counters: dict[str, int] = {}
+
+    def generate(prompts, n):
+        task = next(t for t in tasks if t.problem.strip() in prompts[0])
+        out = []
+        for _ in range(n):
+            i = counters.get(task.task_id, 0)
+            counters[task.task_id] = i + 1
+            code = task.reference_solutions[0] if i < correct_per_task[task.task_id] else "def nothing():\n    return 0"
+            out.append({"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"})
+        return [out]
+    return generate
+
+
+def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path):
+    tasks = small_tasks(3)
+    correct = {tasks[0].task_id: 0, tasks[1].task_id: 2, tasks[2].task_id: 5}
+    cache = generate_cached(tasks, scripted(tasks, correct), 5, tmp_path / "c.jsonl", progress=False)
+    with SandboxPool(2) as pool:
+        rows = execute_samples(tasks, cache, 5, pool, SandboxLimits())
+    summary = summarize(rows, [1, 2, 5, 10])
+    # per task 1 - C(n-c, k)/C(n, k) with n = 5: c=0 -> 0; c=2 -> k=1: 0.4, k=2: 1 - 3/10 = 0.7; c=5 -> 1
+    assert summary["pass_at_k"]["1"] == pytest.approx((0 + 0.4 + 1) / 3)
+    assert summary["pass_at_k"]["2"] == pytest.approx((0 + (1 - math.comb(3, 2) / math.comb(5, 2)) + 1) / 3)
+    assert summary["pass_at_k"]["5"] == pytest.approx((0 + 1 + 1) / 3)
+    assert summary["pass_at_k"]["10"] is None and summary["not_computable_k"] == [10]  # k > n: reported, not dropped
+    assert summary["status_counts"] == {"runtime_error": 8, "passed": 7}  # 0 + 2 + 5 correct of 15; the rest call a missing function
+    assert summary["pass_at_k_by_source"]["mbpp"] == summary["pass_at_k"]
+    assert summary["format"]["closed_thinking"] == 1.0 and summary["num_tasks"] == 3
+
+
+def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
+    tasks = small_tasks(3)
+    calls = []
+    inner = scripted(tasks, {t.task_id: 1 for t in tasks})
+
+    def flaky(prompts, n):
+        calls.append(n)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # interrupted during the second task's second chunk
+        return inner(prompts, n)
+
+    path = tmp_path / "cache.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        generate_cached(tasks, flaky, 4, path, chunk=2, progress=False)
+    done = read_cache(path)
+    assert len(done) == 4  # task 0: 4 samples in two chunks; nothing of the interrupted chunk
+    calls.clear()
+    cache = generate_cached(tasks, lambda p, n: (calls.append(n), inner(p, n))[1], 4, path, chunk=2, progress=False)
+    assert len(cache) == 12 and sum(calls) == 8  # only the 8 missing samples were generated
+    assert len(path.read_text().splitlines()) == 12  # and none twice
+
+
+def test_model_resolution(tmp_path):
+    config = tiny_config(tmp_path)
+    adapter = tmp_path / "final_model"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "tgrpo_config.json").write_text(json.dumps({"student": {"model_name": "embedded:tiny-random"}}))
+    assert phase4.resolve_model(str(adapter), config) == ("embedded:tiny-random", adapter)
+    checkpoint = tmp_path / "checkpoint-4"
+    (checkpoint / "adapter").mkdir(parents=True)
+    (checkpoint / "adapter" / "adapter_config.json").write_text("{}")
+    assert phase4.resolve_model(str(checkpoint), config) == (config.student.model_name, checkpoint / "adapter")
+    assert phase4.resolve_model("Qwen/Qwen3-1.7B", config) == ("Qwen/Qwen3-1.7B", None)
+    with pytest.raises(ModelLoadError, match="run phase 3 first"):
+        phase4.resolve_model(str(tmp_path / "outputs" / "final_model"), config)
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(ModelLoadError, match="neither a LoRA adapter"):
+        phase4.resolve_model(str(tmp_path / "junk"), config)
+
+
+def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
+    import phase1_prepare_data as phase1
+    from config import build_config
+
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
+    train = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
+                            "--set", "grpo.max_new_tokens=8", "--max_steps", "1", "--output_dir", str(tmp_path / "out"),
+                            "--set", f"paths.data_dir={tmp_path / 'data'}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-2000:]
+    command = [sys.executable, "phase4_evaluate.py", "--preset", "cpu", "--model_path", str(tmp_path / "out" / "final_model"),
+               "--max_tasks", "2", "--num_samples", "2", "--k", "1", "2", "5", "--max_new_tokens", "8", "--baseline",
+               "--set", f"paths.output_dir={tmp_path / 'out'}", "--set", f"paths.data_dir={tmp_path / 'data'}"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pass@  1:" in proc.stdout and "Baseline (adapter disabled)" in proc.stdout and "Delta (trained - baseline)" in proc.stdout
+    assert "pass@  5: not computable" in proc.stdout
+    result = json.loads((tmp_path / "out" / "evaluation_results.json").read_text())
+    assert set(result) == RESULT_KEYS
+    assert result["model"]["adapter"].endswith("final_model") and result["model"]["base_model"] == "embedded:tiny-random"
+    assert result["num_tasks"] == 2 and result["num_samples"] == 4 and result["not_computable_k"] == [5]
+    assert set(result["baseline"]) >= {"pass_at_k", "format", "status_counts"}
+    assert result["delta"]["1"] == pytest.approx(result["pass_at_k"]["1"] - result["baseline"]["pass_at_k"]["1"])
+    samples = [json.loads(line) for line in (tmp_path / "out" / "eval_samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 8 and {s["model"] for s in samples} == {"trained", "baseline"}
+    assert {"task_id", "sample_idx", "completion", "code", "status", "passed"} <= set(samples[0])
+    # the rerun finds every completion cached: nothing is generated again
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "generating:" not in again.stderr
