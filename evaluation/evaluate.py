@@ -43,35 +43,46 @@ def read_cache(path: Path) -> dict[tuple[str, int], dict]:
 
 
 def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], list[list[dict]]], num_samples: int,
-                    cache_path: Path, num_visible_tests: int = 1, chunk: int = 8, progress: bool = True) -> dict[tuple[str, int], dict]:
+                    cache_path: Path, num_visible_tests: int = 1, chunk: int = 8, batch_samples: int = 16,
+                    progress: bool = True) -> dict[tuple[str, int], dict]:
     """Make sure every (task, sample) has a cached completion; returns them all.
 
     `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model).
-    Samples are produced per task in chunks of `chunk` and appended + flushed after each chunk.
+    Work is cut into units of at most `chunk` samples of one task; units of equal size are batched
+    into one call of up to `batch_samples` sequences (several tasks at once keep the CPU/GPU busy),
+    and each call's results are appended and flushed before the next call.
     """
     cache = read_cache(cache_path)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    missing = [(t, [i for i in range(num_samples) if (t.task_id, i) not in cache]) for t in tasks]
-    missing = [(t, idx) for t, idx in missing if idx]
+    units = []  # (task, sample indices), each at most `chunk` long
+    for task in tasks:
+        indices = [i for i in range(num_samples) if (task.task_id, i) not in cache]
+        units += [(task, indices[s:s + chunk]) for s in range(0, len(indices), chunk)]
+    calls: list[list[tuple[Task, list[int]]]] = []
+    for unit in units:
+        size = len(unit[1])
+        if calls and len(calls[-1][0][1]) == size and (len(calls[-1]) + 1) * size <= max(batch_samples, size):
+            calls[-1].append(unit)
+        else:
+            calls.append([unit])
     bar = None
-    if progress and missing:
+    if progress and units:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(idx) for _, idx in missing), desc="generating", unit="sample", dynamic_ncols=True)
+        bar = tqdm(total=sum(len(idx) for _, idx in units), desc="generating", unit="sample", dynamic_ncols=True)
     with cache_path.open("a", encoding="utf-8") as handle:
-        for task, indices in missing:
-            prompt = get_unified_prompt(task, num_visible_tests)
-            for start in range(0, len(indices), chunk):
-                batch = indices[start:start + chunk]
-                samples = generate([prompt], len(batch))[0]
-                for sample_idx, sample in zip(batch, samples, strict=True):
+        for call in calls:
+            prompts = [get_unified_prompt(task, num_visible_tests) for task, _ in call]
+            outputs = generate(prompts, len(call[0][1]))
+            for (task, indices), samples in zip(call, outputs, strict=True):
+                for sample_idx, sample in zip(indices, samples, strict=True):
                     record = {"task_id": task.task_id, "sample_idx": sample_idx, "completion": sample["text"],
                               "num_tokens": sample["num_tokens"], "finish_reason": sample["finish_reason"]}
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                     cache[(task.task_id, sample_idx)] = record
-                handle.flush()
-                if bar is not None:
-                    bar.update(len(batch))
+            handle.flush()
+            if bar is not None:
+                bar.update(sum(len(idx) for _, idx in call))
     if bar is not None:
         bar.close()
     return cache

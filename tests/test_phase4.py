@@ -26,14 +26,17 @@ def scripted(tasks, correct_per_task):
     counters: dict[str, int] = {}
 
     def generate(prompts, n):
-        task = next(t for t in tasks if t.problem.strip() in prompts[0])
-        out = []
-        for _ in range(n):
-            i = counters.get(task.task_id, 0)
-            counters[task.task_id] = i + 1
-            code = task.reference_solutions[0] if i < correct_per_task[task.task_id] else "def nothing():\n    return 0"
-            out.append({"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"})
-        return [out]
+        results = []
+        for prompt in prompts:
+            task = next(t for t in tasks if t.problem.strip() in prompt)
+            out = []
+            for _ in range(n):
+                i = counters.get(task.task_id, 0)
+                counters[task.task_id] = i + 1
+                code = task.reference_solutions[0] if i < correct_per_task[task.task_id] else "def nothing():\n    return 0"
+                out.append({"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"})
+            results.append(out)
+        return results
     return generate
 
 
@@ -67,12 +70,14 @@ def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
 
     path = tmp_path / "cache.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        generate_cached(tasks, flaky, 4, path, chunk=2, progress=False)
+        generate_cached(tasks, flaky, 4, path, chunk=2, batch_samples=2, progress=False)
     done = read_cache(path)
     assert len(done) == 4  # task 0: 4 samples in two chunks; nothing of the interrupted chunk
     calls.clear()
-    cache = generate_cached(tasks, lambda p, n: (calls.append(n), inner(p, n))[1], 4, path, chunk=2, progress=False)
+    cache = generate_cached(tasks, lambda p, n: (calls.append(n * len(p)), inner(p, n))[1], 4, path, chunk=2,
+                            progress=False)
     assert len(cache) == 12 and sum(calls) == 8  # only the 8 missing samples were generated
+    assert len(calls) == 1  # in one batched call: 4 units of 2 samples, 8 sequences <= 16
     assert len(path.read_text().splitlines()) == 12  # and none twice
 
 
