@@ -835,6 +835,18 @@ def exit_on_config_error(exc: ConfigError) -> typing.NoReturn:
     raise SystemExit(2)
 
 
+def config_from_args_or_exit(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None,
+                             show: bool = True) -> Config:
+    """What every script does first: resolve the config, exit 2 with the message on a mistake, print it."""
+    try:
+        config = config_from_args(args, extra)
+    except ConfigError as error:
+        exit_on_config_error(error)
+    if show:
+        print(format_config(config) + "\n")
+    return config
+
+
 if __name__ == "__main__":
     # `python config.py [--preset cpu] [--set ...]` prints the resolved config; --help lists keys.
     cli = argparse.ArgumentParser(

@@ -26,10 +26,8 @@ from config import (
     Config,
     ConfigError,
     add_config_arguments,
-    config_from_args,
+    config_from_args_or_exit,
     config_to_dict,
-    exit_on_config_error,
-    format_config,
 )
 from utils.dataset_loader import (
     EMBEDDED_APPS,
@@ -233,11 +231,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 
 if __name__ == "__main__":
     cli_args, flag_overrides = parse_args()
-    try:
-        resolved = config_from_args(cli_args, flag_overrides)
-    except ConfigError as error:
-        exit_on_config_error(error)
-    print(format_config(resolved) + "\n")
+    resolved = config_from_args_or_exit(cli_args, flag_overrides)
     try:
         main(resolved)
     except (DataFormatError, ConfigError) as error:

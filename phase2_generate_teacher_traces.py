@@ -22,11 +22,8 @@ from pathlib import Path
 
 from config import (
     Config,
-    ConfigError,
     add_config_arguments,
-    config_from_args,
-    exit_on_config_error,
-    format_config,
+    config_from_args_or_exit,
     save_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
@@ -124,11 +121,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
-    try:
-        config = config_from_args(args, extra)
-    except ConfigError as error:
-        exit_on_config_error(error)
-    print(format_config(config) + "\n")
+    config = config_from_args_or_exit(args, extra)
     if args.test_connection:
         return asyncio.run(test_connection(config))
     input_path = Path(args.input) if args.input else config.paths.train_file

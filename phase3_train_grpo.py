@@ -16,7 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from config import Config, ConfigError, add_config_arguments, config_from_args, exit_on_config_error, format_config
+from config import (
+    Config,
+    add_config_arguments,
+    config_from_args_or_exit,
+)
 from training.grpo_trainer import GRPOTrainer, load_teacher_examples
 from training.plot import plot_metrics
 from training.rollout import HFRollout, VLLMRollout
@@ -95,11 +99,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 
 if __name__ == "__main__":
     cli_args, flags = parse_args()
-    try:
-        resolved = config_from_args(cli_args, flags)
-    except ConfigError as error:
-        exit_on_config_error(error)
-    print(format_config(resolved) + "\n")
+    resolved = config_from_args_or_exit(cli_args, flags)
     try:
         main(resolved, cli_args.resume_from_checkpoint, Path(cli_args.teacher_traces) if cli_args.teacher_traces else None,
              Path(cli_args.train_file) if cli_args.train_file else None)

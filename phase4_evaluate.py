@@ -22,12 +22,9 @@ from pathlib import Path
 
 from config import (
     Config,
-    ConfigError,
     add_config_arguments,
-    config_from_args,
+    config_from_args_or_exit,
     config_to_dict,
-    exit_on_config_error,
-    format_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
 from evaluation.evaluate import delta, execute_samples, fingerprint, format_table, generate_cached, summarize
@@ -159,11 +156,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 
 def run(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
-    try:
-        config = config_from_args(args, extra)
-    except ConfigError as error:
-        exit_on_config_error(error)
-    print(format_config(config) + "\n")
+    config = config_from_args_or_exit(args, extra)
     out_dir = Path(config.paths.output_dir)
     eval_file = Path(args.eval_file) if args.eval_file else (config.paths.val_file if args.split == "val" else config.paths.train_file)
     try:
