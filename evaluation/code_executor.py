@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation import sandbox_worker as protocol
-from utils.code_parser import parse_quietly
+from utils.code_parser import check_syntax, parse_quietly
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
@@ -545,9 +545,6 @@ def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[Test
     return outcomes
 
 
-_STATUS_PRIORITY = ("sandbox_error", "memory_limit", "output_limit", "timeout", "runtime_error", "wrong_answer")
-
-
 def _summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None) -> ExecutionResult:
     n_pass = sum(o.passed for o in outcomes)
     failed = [o for o in outcomes if not o.passed]
@@ -573,9 +570,7 @@ def execute_program(code: str | None, task: Task, limits: SandboxLimits | None =
     if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
         return ExecutionResult(False, 0, n, "syntax_error", f"program longer than {MAX_CODE_BYTES} bytes", 0.0,
                                [TestOutcome(False, "runtime_error") for _ in range(n)], sample_id)
-    from utils.code_parser import check_syntax  # compile only: nothing runs here
-
-    ok, syntax_error = check_syntax(code)
+    ok, syntax_error = check_syntax(code)  # compile only: nothing runs here
     if not ok and task.test_type == "stdin" and any(e in (syntax_error or "") for e in _WRAPPABLE_ERRORS):
         wrapped = wrap_like_apps(code)
         if check_syntax(wrapped)[0]:

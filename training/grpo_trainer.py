@@ -248,7 +248,12 @@ class GRPOTrainer:
             if best is not None:
                 fresh.append((best["prompt_ids"], best["token_ids"]))
         self.buffer.extend(fresh)
-        chosen = fresh if fresh else list(self.buffer)[-len(groups):] if self.config.dual_source.self_sft_buffer_size else []
+        if fresh:
+            chosen = fresh
+        elif self.config.dual_source.self_sft_buffer_size > 0:  # no success this step: recent ones
+            chosen = list(self.buffer)[-len(groups):]
+        else:
+            chosen = []
         return [e for e in (build_sft_example(p, c, self.config.dual_source.sft_max_length) for p, c in chosen) if e]
 
     def _sft_loss(self, batch: dict | None) -> torch.Tensor | None:

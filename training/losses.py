@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 IGNORE_INDEX = -100
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -186,8 +185,3 @@ def combine_losses(grpo: torch.Tensor | None, teacher_sft: torch.Tensor | None, 
     metrics["loss/total"] = float(total.detach())
     return total, metrics
 
-
-def sft_loss_via_log_softmax(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Reference implementation for tests: cross-entropy with the same shift and ignore index."""
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
-                           ignore_index=IGNORE_INDEX)
