@@ -1,6 +1,6 @@
 """Learning check: does training raise the reward on easy tasks? (Not a CI test: it takes a while.)
 
-    python benchmarks/bench_learning.py [--tasks 16] [--steps 30] [--samples 8] [--teacher references|traces|none]
+    python benchmarks/bench_learning.py [--tasks 16] [--steps 30] [--samples 8] [--teacher references|traces|none] [--lr 5e-4]
 
 On the embedded SmolLM2-135M and the easiest fixture tasks: measure the mean training reward
 (share of tests passed) over tasks x samples with the adapter off, train `--steps` optimizer steps
@@ -42,8 +42,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=16, help="The first N (easiest) MBPP-format fixtures.")
     parser.add_argument("--steps", type=int, default=30, help="Optimizer steps of training.")
     parser.add_argument("--samples", type=int, default=8, help="Samples per task for each measurement.")
-    parser.add_argument("--teacher", choices=("references", "traces", "none"), default="references")
-    parser.add_argument("--output_dir", default="outputs/learning_check")
+    parser.add_argument("--teacher", choices=("references", "traces", "none"), default="references",
+                        help="Teacher-SFT source: the tasks' reference solutions, data/teacher_traces.jsonl, or none.")
+    parser.add_argument("--lr", type=float, default=5e-4,
+                        help="Learning rate (the cpu preset's 1e-4 moves a 135M LoRA too little in a few dozen steps).")
+    parser.add_argument("--teacher_batch", type=int, default=2, help="Teacher-SFT examples per optimizer step.")
+    parser.add_argument("--max_new_tokens", type=int, default=160, help="Completion budget, training and measuring.")
+    parser.add_argument("--output_dir", default="outputs/learning_check", help="Samples, metrics and learning_check.json.")
     args = parser.parse_args()
 
     import torch
@@ -59,7 +64,9 @@ def main() -> None:
 
     out = Path(args.output_dir)
     config = build_config("cpu", overrides=[f"paths.output_dir={out}", f"training.max_steps={args.steps}",
-                                            "training.save_steps=0", "training.per_device_train_batch_size=2"])
+                                            "training.save_steps=0", "training.per_device_train_batch_size=2",
+                                            f"training.learning_rate={args.lr}", f"grpo.max_new_tokens={args.max_new_tokens}",
+                                            f"dual_source.teacher_sft_batch_size={args.teacher_batch}"])
     tasks = load_mbpp(EMBEDDED_MBPP)[0][: args.tasks]
     if args.teacher == "references":
         teacher = [{"prompt": get_unified_prompt(t), "thinking": "", "code": t.reference_solutions[0], "task_id": t.task_id}
@@ -89,6 +96,7 @@ def main() -> None:
     diffs = [a[t.task_id] - b[t.task_id] for t in tasks]
     low, high = bootstrap_ci(diffs)
     result = {"tasks": len(tasks), "samples_per_task": args.samples, "steps": args.steps, "teacher": args.teacher,
+              "learning_rate": args.lr, "teacher_batch": args.teacher_batch, "max_new_tokens": args.max_new_tokens,
               "reward_before": sum(b.values()) / len(b), "reward_after": sum(a.values()) / len(a),
               "pass_rate_before": sum(r["passed"] for r in before) / len(before),
               "pass_rate_after": sum(r["passed"] for r in after) / len(after),
