@@ -415,6 +415,12 @@ class TrainingConfig:
     gradient_checkpointing: bool = option(
         False, "Recompute activations in the backward pass: ~30% slower, much less memory for long completions."
     )
+    forward_chunk_size: int = option(
+        4,
+        "Sequences per forward/backward pass inside a micro-batch (0: the whole micro-batch at once). "
+        "Losses are normalized over the whole micro-batch, so the gradient does not change; peak "
+        "activation memory scales with this. Lower it before lowering the batch size.",
+    )
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     logging_backends: tuple[str, ...] = option(
@@ -512,6 +518,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "gradient_accumulation_steps": 1,
             "learning_rate": 1e-4,
             "save_steps": 3,
+            "forward_chunk_size": 2,
         },
         "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
@@ -719,6 +726,7 @@ def validate(config: Config) -> None:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
     need(config.training.per_device_train_batch_size >= 1, "training.per_device_train_batch_size", "must be >= 1")
     need(config.training.gradient_accumulation_steps >= 1, "training.gradient_accumulation_steps", "must be >= 1")
+    need(config.training.forward_chunk_size >= 0, "training.forward_chunk_size", "must be >= 0 (0: no chunking)")
     need(config.sandbox.timeout_per_test > 0, "sandbox.timeout_per_test", "must be > 0")
     need(config.evaluation.num_samples >= 1, "evaluation.num_samples", "must be >= 1")
     need(all(k >= 1 for k in config.evaluation.k_values), "evaluation.k_values", "must all be >= 1")

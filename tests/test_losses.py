@@ -7,6 +7,7 @@ import torch
 
 from training.losses import (
     aggregate_loss,
+    aggregation_denominator,
     clipped_surrogate,
     combine_losses,
     group_advantages,
@@ -107,6 +108,33 @@ def test_aggregation_modes_by_hand():
         assert aggregate_loss(loss, empty, mode).item() == 0.0  # all masked: 0, not NaN
     with pytest.raises(ValueError, match="valid: token-mean"):
         aggregate_loss(loss, mask, "sum")
+
+
+def test_denominators_by_hand_and_chunk_losses_add_up_to_the_batch_loss():
+    loss = torch.tensor([[1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0], [5.0, 6.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0]])
+    assert aggregation_denominator(mask, "token-mean") == 6.0
+    assert aggregation_denominator(mask, "seq-mean-token-mean") == 3.0  # the empty row does not count
+    assert aggregation_denominator(mask, "seq-mean-token-sum-norm", norm_length=5) == 20.0
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        whole = aggregate_loss(loss, mask, mode, norm_length=5)
+        denominator = aggregation_denominator(mask, mode, norm_length=5)
+        for cut in ([[0], [1], [2], [3]], [[0, 1], [2, 3]], [[0, 2, 3], [1]]):
+            parts = sum(aggregate_loss(loss[rows], mask[rows], mode, 5, denominator) for rows in cut)
+            assert parts.item() == pytest.approx(whole.item()), (mode, cut)
+    # by hand: token-mean (1+2+3+4+5+6)/6 = 3.5; rows [0] alone with that denominator: 6/6 = 1
+    assert aggregate_loss(loss[[0]], mask[[0]], "token-mean", denominator=6.0).item() == pytest.approx(1.0)
+
+
+def test_masked_sft_nll_chunks_with_a_shared_token_count_add_up():
+    torch.manual_seed(2)
+    logits = torch.randn(3, 5, 7)
+    labels = torch.tensor([[-100, 1, 2, -100, -100], [-100, -100, 3, 4, 5], [-100, 6, -100, -100, -100]])
+    whole, m = masked_sft_nll(logits, labels)
+    n = int(m["sft/tokens"])  # 2 + 3 + 1
+    assert n == 6
+    parts = masked_sft_nll(logits[:2], labels[:2], n)[0] + masked_sft_nll(logits[2:], labels[2:], n)[0]
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
 
 
 def test_grpo_loss_at_step_zero_has_zero_kl_and_the_expected_value():

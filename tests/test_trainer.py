@@ -16,9 +16,12 @@ from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small
 from training.grpo_trainer import (
     GRPOTrainer,
     best_passing_sample,
+    chunked_completion_logprobs,
     completion_logprobs,
     load_teacher_examples,
     pad_rollout_batch,
+    row_chunks,
+    slice_rollout_batch,
 )
 from training.rollout import VLLMRollout, vllm_sampling_kwargs
 from utils.sft_data import encode_prompt
@@ -125,6 +128,52 @@ def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
             p = len(s["prompt_ids"])
             slow = torch.log_softmax(logits[p - 1:-1], -1).gather(-1, torch.tensor(s["token_ids"]).unsqueeze(-1)).squeeze(-1)
             assert torch.allclose(fast[row, :len(s["token_ids"])], slow, atol=1e-5)
+
+
+def test_chunked_logprobs_trim_padding_and_match_the_whole_batch(tiny_model_name):
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    samples = [{"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]},
+               {"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7, 11]},
+               {"prompt_ids": encode_prompt(tokenizer, "mid size prompt"), "token_ids": [4]}]
+    batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
+    part, width = slice_rollout_batch(batch, [0, 2])
+    assert width == 2 and part["completion_mask"].tolist() == [[1, 1], [1, 0]]
+    assert part["input_ids"].shape[1] == len(samples[0]["prompt_ids"]) + 2  # row 1's longer padding is gone
+    assert part["attention_mask"][0].all()  # the longest chosen prompt has no padding left
+    with torch.no_grad():
+        whole = completion_logprobs(model, batch)
+        for chunk in (1, 2, 0):
+            chunked = chunked_completion_logprobs(model, batch, chunk)
+            assert torch.allclose(chunked * batch["completion_mask"], whole * batch["completion_mask"], atol=1e-5), chunk
+    assert row_chunks(5, 2) == [[0, 1], [2, 3], [4]] and row_chunks(3, 0) == [[0, 1, 2]] and row_chunks(0, 2) == []
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_forward_chunking_leaves_the_gradient_unchanged(tmp_path, pool, aggregation):
+    grads = {}
+    for chunk in (0, 1, 3):
+        trainer = make_trainer(tmp_path / str(chunk), pool, **{"training.forward_chunk_size": chunk,
+                                                                "grpo.loss_aggregation": aggregation,
+                                                                "dual_source.self_sft_weight": 0.5})
+        captured = {}
+
+        def record(*args, _trainer=trainer, _captured=captured, **kwargs):
+            _captured.update({n: p.grad.clone() for n, p in _trainer.model.named_parameters() if p.grad is not None})
+
+        trainer.optimizer.step = record
+        groups, rollout_metrics = trainer.collect_rollouts()  # same seed: the same rollouts for every chunk size
+        metrics = trainer.train_on_rollouts(groups, rollout_metrics)[0]
+        assert metrics["self_sft/samples"] >= 1 and "loss/teacher_sft" in metrics
+        grads[chunk] = (captured, metrics)
+    whole, whole_metrics = grads[0]
+    assert whole and any(g.abs().sum() > 0 for g in whole.values())
+    for chunk in (1, 3):
+        chunked, metrics = grads[chunk]
+        assert chunked.keys() == whole.keys()
+        for name in whole:
+            assert torch.allclose(chunked[name], whole[name], rtol=1e-4, atol=1e-7), (chunk, name)
+        for key in ("loss/grpo", "loss/teacher_sft", "loss/self_sft", "loss/total", "kl", "ratio/mean"):
+            assert metrics[key] == pytest.approx(whole_metrics[key], rel=1e-4, abs=1e-7), (chunk, key)
 
 
 def test_best_passing_sample_prefers_the_shortest():

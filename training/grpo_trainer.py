@@ -12,6 +12,11 @@ weights). Teacher-SFT draws a batch of verified traces per micro-batch; self-SFT
 group's best passing sample (ties: the shortest), with a bounded buffer of recent successes for
 steps that have none. Both use `utils.sft_data`'s masking.
 
+Memory: each micro-batch goes through forward/backward in chunks of `forward_chunk_size` sequences
+(padding trimmed per chunk), and each loss term is backpropagated on its own. Every chunk's loss is
+divided by its whole micro-batch's normalizer, so the gradient equals the unchunked one while only
+one chunk's activations are alive at a time.
+
 Runs under `accelerate launch` unchanged: each process rolls out its own share of the prompts
 (groups never straddle processes, so advantages need no communication) and DDP averages the
 gradients. Checkpoints (adapter, optimizer, scheduler, RNG states, trainer state, config) are
@@ -21,6 +26,7 @@ written to a temporary folder and renamed, so a crash mid-save leaves the previo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -38,6 +44,8 @@ import torch
 from config import Config, config_to_dict, save_config
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests
 from training.losses import (
+    IGNORE_INDEX,
+    aggregation_denominator,
     combine_losses,
     group_advantages,
     grpo_loss,
@@ -121,6 +129,42 @@ def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature:
     if temperature != 1.0:
         logits = logits / temperature
     return selective_log_softmax(logits, batch["completion_ids"])
+
+
+def row_chunks(num_rows: int, chunk_size: int) -> list[list[int]]:
+    """Consecutive groups of at most `chunk_size` row indices (0: one group with every row)."""
+    size = chunk_size if chunk_size > 0 else max(num_rows, 1)
+    return [list(range(start, min(start + size, num_rows))) for start in range(0, num_rows, size)]
+
+
+def slice_rollout_batch(batch: dict[str, torch.Tensor], rows: list[int]) -> tuple[dict[str, torch.Tensor], int]:
+    """The rows of a `pad_rollout_batch` batch, without the padding columns none of them need.
+
+    Left-padding columns that every chosen row pads are cut (position ids are explicit, so nothing
+    shifts), and completions are cut to the longest chosen one. Returns the batch and its completion
+    width T' (per-token tensors of the full batch are cut to [rows, :T'] to match).
+    """
+    index = torch.tensor(rows, device=batch["input_ids"].device)
+    full_width = batch["completion_ids"].shape[1]
+    width = max(int(batch["completion_mask"][index].sum(dim=1).max()), 1) if rows else 1
+    prompt_width = batch["input_ids"].shape[1] - full_width
+    longest_prompt = int(batch["attention_mask"][index, :prompt_width].sum(dim=1).max())
+    start = prompt_width - longest_prompt
+    end = prompt_width + width
+    out = {k: batch[k][index, start:end] for k in ("input_ids", "attention_mask", "position_ids")}
+    out["completion_ids"] = batch["completion_ids"][index, :width]
+    out["completion_mask"] = batch["completion_mask"][index, :width]
+    return out, width
+
+
+def chunked_completion_logprobs(model: Any, batch: dict[str, torch.Tensor], chunk_size: int,
+                                temperature: float = 1.0) -> torch.Tensor:
+    """`completion_logprobs` (B, T) computed `chunk_size` rows at a time (for no-grad passes)."""
+    out = torch.zeros(batch["completion_ids"].shape, dtype=torch.float32, device=batch["completion_ids"].device)
+    for rows in row_chunks(batch["completion_ids"].shape[0], chunk_size):
+        part, width = slice_rollout_batch(batch, rows)
+        out[rows, :width] = completion_logprobs(model, part, temperature)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,14 +300,6 @@ class GRPOTrainer:
             chosen = []
         return [e for e in (build_sft_example(p, c, self.config.dual_source.sft_max_length) for p, c in chosen) if e]
 
-    def _sft_loss(self, batch: dict | None) -> torch.Tensor | None:
-        if batch is None or batch["input_ids"].shape[0] == 0:
-            return None
-        device = self.accelerator.device
-        out = self.model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
-        loss, _ = masked_sft_nll(out.logits, batch["labels"].to(device))
-        return loss
-
     def _teacher_batch(self) -> dict | None:
         d = self.config.dual_source
         if not self.teacher_examples or d.teacher_sft_batch_size <= 0:
@@ -271,6 +307,63 @@ class GRPOTrainer:
         picked = [self.teacher_rng.choice(self.teacher_examples) for _ in range(d.teacher_sft_batch_size)]
         return prepare_teacher_sft_batch(picked, self.tokenizer, d.include_thinking, d.sft_max_length,
                                          chat_template_kwargs={"enable_thinking": self.config.student.enable_thinking})
+
+    def _grpo_pass(self, batch: dict, rows: list[int], old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
+                   advantages: torch.Tensor, weight: float) -> dict[str, float]:
+        """Forward + backward of the GRPO term for `rows` of one micro-batch.
+
+        The loss is divided by the whole micro-batch's aggregation denominator, so the chunks' losses
+        (and gradients) sum to the micro-batch's. Returned metrics are sums; chunk means are weighted
+        by the chunk's share of the micro-batch's tokens (`_step_loss_metrics` finishes them).
+        """
+        g = self.config.grpo
+        part, width = slice_rollout_batch(batch, rows)
+        index = torch.tensor(rows, device=part["input_ids"].device)
+        denominator = aggregation_denominator(batch["completion_mask"], g.loss_aggregation, g.max_new_tokens)
+        logp = completion_logprobs(self.model, part, g.temperature)
+        old = old_logp[index, :width] if old_logp is not None else logp.detach()
+        ref = ref_logp[index, :width] if ref_logp is not None else None
+        loss, metrics = grpo_loss(logp, old, ref, advantages[index], part["completion_mask"], g.clip_range,
+                                  g.clip_range_high if g.clip_range_high >= 0 else None, g.kl_coef,
+                                  g.loss_aggregation, g.max_new_tokens, denominator)
+        self.accelerator.backward(weight * loss)
+        share = float(part["completion_mask"].sum()) / max(float(batch["completion_mask"].sum()), 1.0)
+        sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
+        sums["loss/grpo"] = metrics["loss/grpo"]
+        return sums
+
+    def _sft_pass(self, batch: dict, weight: float, name: str) -> dict[str, float]:
+        """Forward + backward of one SFT term (teacher or self) in row chunks; returns its loss."""
+        if batch is None or batch["input_ids"].shape[0] == 0:
+            return {}
+        device = self.accelerator.device
+        num_tokens = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+        if num_tokens == 0:
+            return {}
+        total = 0.0
+        for rows in row_chunks(batch["input_ids"].shape[0], self.config.training.forward_chunk_size):
+            ids, attention, labels = (batch[k][rows].to(device) for k in ("input_ids", "attention_mask", "labels"))
+            width = int(attention.sum(dim=1).max())  # right-padded: cut the shared padding
+            out = self.model(input_ids=ids[:, :width], attention_mask=attention[:, :width])
+            loss, _ = masked_sft_nll(out.logits, labels[:, :width], num_tokens)
+            self.accelerator.backward(weight * loss)
+            total += float(loss.detach())
+        return {f"loss/{name}": total, f"count/{name}": 1.0}
+
+    def _step_loss_metrics(self, sums: dict[str, float], num_micro: int, w_teacher: float, w_self: float) -> dict:
+        """Per-step loss metrics from the passes' sums: GRPO values averaged over micro-batches,
+        SFT losses averaged over the micro-batches that had that term, and the combined total."""
+        out = {k: v / max(num_micro, 1) for k, v in sums.items() if not k.startswith(("loss/teacher_sft", "loss/self_sft", "count/"))}
+        terms = {}
+        for name in ("teacher_sft", "self_sft"):
+            count = sums.get(f"count/{name}", 0.0)
+            terms[name] = torch.tensor(sums[f"loss/{name}"] / count) if count else None
+        grpo = torch.tensor(out["loss/grpo"]) if "loss/grpo" in out else None
+        if grpo is None and all(v is None for v in terms.values()):
+            return out
+        _, combined = combine_losses(grpo, terms["teacher_sft"], terms["self_sft"], self.config.dual_source.grpo_weight,
+                                     w_teacher, w_self)
+        return {**out, **combined}
 
     def train_on_rollouts(self, groups: list[list[dict]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
@@ -292,14 +385,15 @@ class GRPOTrainer:
         batches = [{k: v.to(device) for k, v in b.items()} for b in batches]
         unwrapped = self.accelerator.unwrap_model(self.model)
         temperature = cfg.grpo.temperature
+        chunk = cfg.training.forward_chunk_size
         ref_logps, old_logps = [], []
         with torch.no_grad():
             for batch in batches:
                 if cfg.grpo.kl_coef > 0:
                     with unwrapped.disable_adapter():  # the frozen base model is the reference
-                        ref_logps.append(completion_logprobs(unwrapped, batch, temperature))
+                        ref_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
                 if cfg.grpo.num_iterations > 1:
-                    old_logps.append(completion_logprobs(unwrapped, batch, temperature))
+                    old_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
         self_examples = self._self_sft_examples(groups)
         self_batches = [collate_sft(self_examples[i::len(batches)], pad) if self_examples[i::len(batches)] else None
                         for i in range(len(batches))] if batches else []
@@ -308,24 +402,29 @@ class GRPOTrainer:
         for _ in range(cfg.grpo.num_iterations):
             start = time.monotonic()
             w_teacher, w_self = self.sft_weights(self.state.global_step)
-            totals: dict[str, float] = {}
+            scale = 1.0 / max(len(batches), 1)  # micro-batch losses are averaged, as in gradient accumulation
+            # Every backward pass of this optimizer step, in order; DDP synchronizes on the last only.
+            passes: list = []
             for i, (indices, batch) in enumerate(zip(micro, batches, strict=True)):
-                last = i == len(batches) - 1
-                context = self.accelerator.no_sync(self.model) if not last else contextlib.nullcontext()
-                with context:
-                    logp = completion_logprobs(self.model, batch, temperature)
-                    old = old_logps[i] if old_logps else logp.detach()
-                    ref = ref_logps[i] if ref_logps else None
-                    adv = flat_adv[indices].to(device)
-                    grpo, gm = grpo_loss(logp, old, ref, adv, batch["completion_mask"], cfg.grpo.clip_range,
-                                         cfg.grpo.clip_range_high if cfg.grpo.clip_range_high >= 0 else None,
-                                         cfg.grpo.kl_coef, cfg.grpo.loss_aggregation, cfg.grpo.max_new_tokens)
-                    teacher = self._sft_loss(self._teacher_batch()) if w_teacher > 0 else None
-                    self_loss = self._sft_loss(self_batches[i]) if w_self > 0 and self_batches else None
-                    total, lm = combine_losses(grpo, teacher, self_loss, cfg.dual_source.grpo_weight, w_teacher, w_self)
-                    self.accelerator.backward(total / len(batches))
-                for key, value in {**gm, **lm}.items():
-                    totals[key] = totals.get(key, 0.0) + value / len(batches)
+                old = old_logps[i] if old_logps else None
+                ref = ref_logps[i] if ref_logps else None
+                adv = flat_adv[indices].to(device)
+                for rows in row_chunks(len(indices), chunk):
+                    passes.append(functools.partial(self._grpo_pass, batch, rows, old, ref, adv,
+                                                    cfg.dual_source.grpo_weight * scale))
+                if w_teacher > 0:
+                    teacher_batch = self._teacher_batch()
+                    if teacher_batch is not None:
+                        passes.append(functools.partial(self._sft_pass, teacher_batch, w_teacher * scale, "teacher_sft"))
+                if w_self > 0 and self_batches and self_batches[i] is not None:
+                    passes.append(functools.partial(self._sft_pass, self_batches[i], w_self * scale, "self_sft"))
+            sums: dict[str, float] = {}
+            for j, run_pass in enumerate(passes):
+                last = j == len(passes) - 1
+                with self.accelerator.no_sync(self.model) if not last else contextlib.nullcontext():
+                    for key, value in run_pass().items():
+                        sums[key] = sums.get(key, 0.0) + value
+            totals = self._step_loss_metrics(sums, len(batches), w_teacher, w_self)
             grad_norm = 0.0
             if cfg.training.max_grad_norm > 0:
                 grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm))

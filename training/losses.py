@@ -96,35 +96,55 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None) -> torch.Tensor:
+def aggregation_denominator(mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None) -> float:
+    """The divisor `aggregate_loss` uses for a (B, T) mask: the number of tokens (token-mean), of rows
+    that have tokens (seq-mean-token-mean), or B * norm_length (seq-mean-token-sum-norm); at least 1.
+
+    Computing it once for a whole micro-batch and passing it to `aggregate_loss` for each chunk of
+    rows makes the chunk losses sum to the whole-batch loss: the same gradient with a smaller
+    activation peak.
+    """
+    m = mask.float()
+    if mode == "token-mean":
+        return max(float(m.sum()), 1.0)
+    if mode == "seq-mean-token-mean":
+        return max(float((m.sum(dim=1) > 0).sum()), 1.0)
+    if mode == "seq-mean-token-sum-norm":
+        return float(mask.shape[0] * (norm_length if norm_length is not None else mask.shape[1]))
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None,
+                   denominator: float | None = None) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar over the masked tokens.
 
     token-mean:               sum(l * m) / sum(m)               every token weighs the same (DAPO)
     seq-mean-token-mean:      mean_b [sum_t(l * m) / sum_t(m)]  every sequence weighs the same (GRPO)
     seq-mean-token-sum-norm:  mean_b [sum_t(l * m)] / norm_length   a constant divisor, no length bias (Dr. GRPO)
-    Rows without any token contribute nothing (never NaN).
+    Rows without any token contribute nothing (never NaN). `denominator` (from
+    `aggregation_denominator` of the enclosing batch) replaces this batch's own divisor, so that the
+    losses of row chunks add up to the loss of the batch they were cut from.
     """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
     m = mask.to(per_token.dtype)
-    if mode == "token-mean":
-        return (per_token * m).sum() / m.sum().clamp(min=1.0)
+    sums = (per_token * m).sum(dim=1)  # (B,)
     if mode == "seq-mean-token-mean":
         lengths = m.sum(dim=1)
-        rows = lengths > 0
-        if not rows.any():
-            return (per_token * m).sum()  # zero, connected to the graph
-        return ((per_token * m).sum(dim=1)[rows] / lengths[rows]).mean()
-    if mode == "seq-mean-token-sum-norm":
-        divisor = float(norm_length if norm_length is not None else per_token.shape[1])
-        return (per_token * m).sum(dim=1).mean() / divisor
-    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+        sums = torch.where(lengths > 0, sums / lengths.clamp(min=1.0), sums)  # empty rows: 0, still in the graph
+    if denominator is None:
+        denominator = aggregation_denominator(mask, mode, norm_length)
+    return sums.sum() / denominator
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None, advantages: torch.Tensor,
               mask: torch.Tensor, clip_low: float = 0.2, clip_high: float | None = None, kl_coef: float = 0.05,
-              aggregation: str = "token-mean", norm_length: int | None = None) -> tuple[torch.Tensor, dict]:
+              aggregation: str = "token-mean", norm_length: int | None = None,
+              denominator: float | None = None) -> tuple[torch.Tensor, dict]:
     """The GRPO objective for one mini-batch: surrogate + kl_coef * k3 KL, aggregated once.
 
     logp/old_logp/ref_logp/mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef == 0.
+    `denominator`: see `aggregate_loss` (for a chunk of a larger batch; metrics stay chunk means).
     """
     per_token, metrics = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
     m = mask.float()
@@ -136,16 +156,18 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
         metrics["kl"] = float((kl.detach() * m).sum() / m.sum().clamp(min=1.0))
     else:
         metrics["kl"] = 0.0
-    loss = aggregate_loss(per_token, mask, aggregation, norm_length)
+    loss = aggregate_loss(per_token, mask, aggregation, norm_length, denominator)
     metrics["loss/grpo"] = float(loss.detach())
     return loss, metrics
 
 
-def masked_sft_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def masked_sft_nll(logits: torch.Tensor, labels: torch.Tensor, num_tokens: int | None = None) -> tuple[torch.Tensor, dict]:
     """Causal-LM negative log-likelihood. logits (B, L, V) for input ids (B, L); labels (B, L) with
     IGNORE_INDEX on prompt and padding. Position i's logits predict label i + 1 (the usual shift).
 
     Returns the mean NLL over supervised tokens (0, still differentiable, when there are none).
+    `num_tokens` divides instead of this batch's own count: the supervised tokens of the batch this
+    one is a chunk of, so that chunk losses add up to the batch loss.
     """
     shifted_logits = logits[:, :-1]  # (B, L-1, V)
     targets = labels[:, 1:]  # (B, L-1)
@@ -154,7 +176,7 @@ def masked_sft_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Te
     if n == 0:
         return logits.sum() * 0.0, {"sft/tokens": 0.0}
     logp = selective_log_softmax(shifted_logits, targets.clamp(min=0))  # (B, L-1)
-    loss = -(logp * supervised).sum() / n
+    loss = -(logp * supervised).sum() / (num_tokens if num_tokens is not None else n)
     return loss, {"sft/tokens": float(n)}
 
 
