@@ -503,14 +503,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "api_url": "http://127.0.0.1:8129/v1",
             "model_name": EMBEDDED_STUDENT,
             "num_samples_per_problem": 1,
-            "max_tasks": 16,
+            "max_tasks": 12,
             "max_concurrent_requests": 2,
             "max_tokens": 160,
             "request_timeout": 120.0,
         },
         "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},
         "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0},
-        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 160, "correctness_reward": "fraction"},
+        "grpo": {"num_samples_per_prompt": 4, "max_new_tokens": 128, "correctness_reward": "fraction"},
         "training": {
             "num_train_epochs": 1,
             "max_steps": 6,
@@ -522,7 +522,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
-        "evaluation": {"num_samples": 4, "k_values": (1, 2, 4), "max_new_tokens": 192},
+        "evaluation": {"num_samples": 4, "k_values": (1, 2, 4), "max_new_tokens": 128},
     },
 }
 PRESET_CHOICES = ("auto", *PRESETS)
