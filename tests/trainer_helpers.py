@@ -14,9 +14,10 @@ class ScriptedRollout:
     torch's RNG, so resuming must restore it) is the task's reference solution and the rest wrong code.
     Rewards then differ within groups, so the GRPO term has real gradients on the tiny model."""
 
-    def __init__(self, tokenizer, tasks_by_problem: dict[str, object]) -> None:
+    def __init__(self, tokenizer, tasks_by_problem: dict[str, object], always_wrong: bool = False) -> None:
         self.tokenizer = tokenizer
         self.tasks_by_problem = tasks_by_problem
+        self.always_wrong = always_wrong  # every group all wrong: zero-variance rewards, no self-SFT sample
 
     def generate(self, model, prompts, num_samples, step):
         eot = end_of_turn_id(self.tokenizer)
@@ -25,6 +26,7 @@ class ScriptedRollout:
             task = next(t for p, t in self.tasks_by_problem.items() if p in prompt)
             ids = encode_prompt(self.tokenizer, prompt)
             good = torch.randint(0, 2, (num_samples,)).tolist()
+            good = [0] * num_samples if self.always_wrong else good
             samples = []
             for ok in good:
                 code = task.reference_solutions[0] if ok else "def nothing():\n    return 0"

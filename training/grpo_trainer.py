@@ -350,6 +350,15 @@ class GRPOTrainer:
             total += float(loss.detach())
         return {f"loss/{name}": total, f"count/{name}": 1.0}
 
+    def _synchronizing_pass(self) -> None:
+        """A zero-weighted one-token forward/backward outside `no_sync`: DDP all-reduces the gradients
+        accumulated by the real passes. Every rank runs exactly one, however many real passes it
+        had (a rank whose groups were all filtered out, or whose SFT batch was empty, has fewer or
+        none), so no rank waits for a collective the others never start."""
+        token = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.long, device=self.accelerator.device)
+        out = self.model(input_ids=token, attention_mask=torch.ones_like(token))
+        self.accelerator.backward(out.logits.sum() * 0.0)
+
     def _step_loss_metrics(self, sums: dict[str, float], num_micro: int, w_teacher: float, w_self: float) -> dict:
         """Per-step loss metrics from the passes' sums: GRPO values averaged over micro-batches,
         SFT losses averaged over the micro-batches that had that term, and the combined total."""
@@ -419,11 +428,13 @@ class GRPOTrainer:
                 if w_self > 0 and self_batches and self_batches[i] is not None:
                     passes.append(functools.partial(self._sft_pass, self_batches[i], w_self * scale, "self_sft"))
             sums: dict[str, float] = {}
-            for j, run_pass in enumerate(passes):
-                last = j == len(passes) - 1
-                with self.accelerator.no_sync(self.model) if not last else contextlib.nullcontext():
+            distributed = self.accelerator.num_processes > 1
+            for run_pass in passes:  # under DDP: accumulate locally, synchronize once below
+                with self.accelerator.no_sync(self.model) if distributed else contextlib.nullcontext():
                     for key, value in run_pass().items():
                         sums[key] = sums.get(key, 0.0) + value
+            if distributed:
+                self._synchronizing_pass()
             totals = self._step_loss_metrics(sums, len(batches), w_teacher, w_self)
             grad_norm = 0.0
             if cfg.training.max_grad_norm > 0:
@@ -485,13 +496,22 @@ class GRPOTrainer:
     # ---------------------------------------------------------------- logging
 
     def _reduce(self, metrics: dict) -> dict:
-        """Average numeric metrics over processes (each process saw different prompts)."""
+        """Average numeric metrics over processes (each process saw different prompts).
+
+        Ranks may report different keys (one whose groups were all filtered out has no GRPO loss),
+        so the dicts are gathered as objects and each key is averaged over the ranks that have it.
+        """
         if self.accelerator.num_processes == 1:
             return metrics
-        keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
-        values = torch.tensor([float(metrics[k]) for k in keys], device=self.accelerator.device)
-        values = self.accelerator.reduce(values, reduction="mean")
-        return {**metrics, **dict(zip(keys, values.tolist(), strict=True)), "step": metrics["step"]}
+        from accelerate.utils import gather_object
+
+        everyone = gather_object([metrics])
+        out = dict(metrics)
+        for key in {k for m in everyone for k, v in m.items() if isinstance(v, (int, float))}:
+            values = [float(m[key]) for m in everyone if isinstance(m.get(key), (int, float))]
+            out[key] = sum(values) / len(values)
+        out["step"] = metrics["step"]
+        return out
 
     def _trim_metrics(self) -> None:
         """A fresh run starts a new metrics file; a resumed one keeps the lines up to its step."""
