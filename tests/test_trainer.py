@@ -176,6 +176,28 @@ def test_forward_chunking_leaves_the_gradient_unchanged(tmp_path, pool, aggregat
             assert metrics[key] == pytest.approx(whole_metrics[key], rel=1e-4, abs=1e-7), (chunk, key)
 
 
+def test_a_step_whose_groups_are_all_filtered_still_learns_from_teacher_sft(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool, **{"grpo.dynamic_filtering": True, "training.max_steps": 2})
+    trainer.rollout.always_wrong = True  # every group all wrong: zero variance, all dropped, no self-SFT
+    lora_before = lora_state(trainer.model)
+    trainer.train()
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["frac_reward_zero_std"] for m in lines] == [1.0, 1.0]
+    assert all("loss/grpo" not in m and m["loss/teacher_sft"] > 0 for m in lines)
+    # the total is the optimized objective: teacher weight x its loss averaged over the 2 accumulation slots
+    assert all(m["loss/total"] == pytest.approx(m["weight/teacher_sft"] * m["loss/teacher_sft"], rel=1e-6) for m in lines)
+    assert any(not torch.equal(lora_before[k], v) for k, v in lora_state(trainer.model).items())
+
+
+def test_loss_total_weighs_an_sft_term_by_the_slots_it_filled(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool)
+    sums = {"loss/grpo": 0.8, "kl": 0.2, "loss/self_sft": 3.0, "count/self_sft": 1.0}  # self-SFT in 1 of 2 slots
+    metrics = trainer._step_loss_metrics(sums, num_micro=2, slots=2, w_teacher=0.0, w_self=0.5)
+    assert metrics["loss/grpo"] == pytest.approx(0.4) and metrics["kl"] == pytest.approx(0.1)
+    assert metrics["loss/self_sft"] == pytest.approx(3.0)  # the loss value where it was computed
+    assert metrics["loss/total"] == pytest.approx(1.0 * 0.4 + 0.5 * 3.0 / 2)  # what the gradient optimized
+
+
 def test_best_passing_sample_prefers_the_shortest():
     ok = types.SimpleNamespace(passed=True)
     bad = types.SimpleNamespace(passed=False)

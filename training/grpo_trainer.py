@@ -359,20 +359,25 @@ class GRPOTrainer:
         out = self.model(input_ids=token, attention_mask=torch.ones_like(token))
         self.accelerator.backward(out.logits.sum() * 0.0)
 
-    def _step_loss_metrics(self, sums: dict[str, float], num_micro: int, w_teacher: float, w_self: float) -> dict:
-        """Per-step loss metrics from the passes' sums: GRPO values averaged over micro-batches,
-        SFT losses averaged over the micro-batches that had that term, and the combined total."""
-        out = {k: v / max(num_micro, 1) for k, v in sums.items() if not k.startswith(("loss/teacher_sft", "loss/self_sft", "count/"))}
-        terms = {}
+    def _step_loss_metrics(self, sums: dict[str, float], num_micro: int, slots: int, w_teacher: float,
+                           w_self: float) -> dict:
+        """Per-step loss metrics from the passes' sums. GRPO values are averaged over the micro-batches
+        that had GRPO samples; each SFT loss is its mean over the slots that had a batch (the loss as
+        a value); `loss/total` is the objective actually optimized (SFT terms averaged over all slots)."""
+        out = {k: v / max(num_micro, 1) for k, v in sums.items()
+               if not k.startswith(("loss/teacher_sft", "loss/self_sft", "count/"))}
+        optimized, reported = {}, {}
         for name in ("teacher_sft", "self_sft"):
             count = sums.get(f"count/{name}", 0.0)
-            terms[name] = torch.tensor(sums[f"loss/{name}"] / count) if count else None
+            optimized[name] = torch.tensor(sums[f"loss/{name}"] / slots) if count else None
+            if count:
+                reported[f"loss/{name}"] = sums[f"loss/{name}"] / count
         grpo = torch.tensor(out["loss/grpo"]) if "loss/grpo" in out else None
-        if grpo is None and all(v is None for v in terms.values()):
+        if grpo is None and all(v is None for v in optimized.values()):
             return out
-        _, combined = combine_losses(grpo, terms["teacher_sft"], terms["self_sft"], self.config.dual_source.grpo_weight,
-                                     w_teacher, w_self)
-        return {**out, **combined}
+        _, combined = combine_losses(grpo, optimized["teacher_sft"], optimized["self_sft"],
+                                     self.config.dual_source.grpo_weight, w_teacher, w_self)
+        return {**out, **combined, **reported}
 
     def train_on_rollouts(self, groups: list[list[dict]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
@@ -404,29 +409,35 @@ class GRPOTrainer:
                 if cfg.grpo.num_iterations > 1:
                     old_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
         self_examples = self._self_sft_examples(groups)
-        self_batches = [collate_sft(self_examples[i::len(batches)], pad) if self_examples[i::len(batches)] else None
-                        for i in range(len(batches))] if batches else []
+        # SFT terms get one slot per configured micro-batch, whether or not filtering left GRPO
+        # samples for it: a step (or a rank) whose groups were all dropped still learns from SFT.
+        slots = self.micro_batches
+        self_batches = [collate_sft(self_examples[i::slots], pad) if self_examples[i::slots] else None
+                        for i in range(slots)]
         step_metrics = []
         self.model.train()
         for _ in range(cfg.grpo.num_iterations):
             start = time.monotonic()
             w_teacher, w_self = self.sft_weights(self.state.global_step)
-            scale = 1.0 / max(len(batches), 1)  # micro-batch losses are averaged, as in gradient accumulation
-            # Every backward pass of this optimizer step, in order; DDP synchronizes on the last only.
-            passes: list = []
-            for i, (indices, batch) in enumerate(zip(micro, batches, strict=True)):
-                old = old_logps[i] if old_logps else None
-                ref = ref_logps[i] if ref_logps else None
-                adv = flat_adv[indices].to(device)
-                for rows in row_chunks(len(indices), chunk):
-                    passes.append(functools.partial(self._grpo_pass, batch, rows, old, ref, adv,
-                                                    cfg.dual_source.grpo_weight * scale))
+            # micro-batch losses are averaged, as in gradient accumulation
+            grpo_scale, sft_scale = 1.0 / max(len(batches), 1), 1.0 / slots
+            passes: list = []  # every backward pass of this optimizer step, in order
+            for i in range(max(slots, len(batches))):
+                if i < len(batches):
+                    old = old_logps[i] if old_logps else None
+                    ref = ref_logps[i] if ref_logps else None
+                    adv = flat_adv[micro[i]].to(device)
+                    for rows in row_chunks(len(micro[i]), chunk):
+                        passes.append(functools.partial(self._grpo_pass, batches[i], rows, old, ref, adv,
+                                                        cfg.dual_source.grpo_weight * grpo_scale))
+                if i >= slots:
+                    continue
                 if w_teacher > 0:
                     teacher_batch = self._teacher_batch()
                     if teacher_batch is not None:
-                        passes.append(functools.partial(self._sft_pass, teacher_batch, w_teacher * scale, "teacher_sft"))
-                if w_self > 0 and self_batches and self_batches[i] is not None:
-                    passes.append(functools.partial(self._sft_pass, self_batches[i], w_self * scale, "self_sft"))
+                        passes.append(functools.partial(self._sft_pass, teacher_batch, w_teacher * sft_scale, "teacher_sft"))
+                if w_self > 0 and self_batches[i] is not None:
+                    passes.append(functools.partial(self._sft_pass, self_batches[i], w_self * sft_scale, "self_sft"))
             sums: dict[str, float] = {}
             distributed = self.accelerator.num_processes > 1
             for run_pass in passes:  # under DDP: accumulate locally, synchronize once below
@@ -435,7 +446,7 @@ class GRPOTrainer:
                         sums[key] = sums.get(key, 0.0) + value
             if distributed:
                 self._synchronizing_pass()
-            totals = self._step_loss_metrics(sums, len(batches), w_teacher, w_self)
+            totals = self._step_loss_metrics(sums, len(batches), slots, w_teacher, w_self)
             grad_norm = 0.0
             if cfg.training.max_grad_norm > 0:
                 grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm))
@@ -477,7 +488,7 @@ class GRPOTrainer:
                 last = metrics
                 if main:
                     self._log(metrics)
-                    bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", loss=f"{metrics['loss/total']:.3f}",
+                    bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", loss=f"{metrics.get('loss/total', float('nan')):.3f}",
                                     pass_rate=f"{metrics['pass_rate']:.2f}", refresh=False)
                     bar.update(1)
             self.state.rollout_batches += 1
