@@ -309,17 +309,16 @@ class GRPOTrainer:
                                          chat_template_kwargs={"enable_thinking": self.config.student.enable_thinking})
 
     def _grpo_pass(self, batch: dict, rows: list[int], old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
-                   advantages: torch.Tensor, weight: float) -> dict[str, float]:
+                   advantages: torch.Tensor, weight: float, denominator: float, batch_tokens: float) -> dict[str, float]:
         """Forward + backward of the GRPO term for `rows` of one micro-batch.
 
-        The loss is divided by the whole micro-batch's aggregation denominator, so the chunks' losses
+        The loss is divided by the whole micro-batch's aggregation `denominator`, so the chunks' losses
         (and gradients) sum to the micro-batch's. Returned metrics are sums; chunk means are weighted
-        by the chunk's share of the micro-batch's tokens (`_step_loss_metrics` finishes them).
+        by the chunk's share of the micro-batch's `batch_tokens` (`_step_loss_metrics` finishes them).
         """
         g = self.config.grpo
         part, width = slice_rollout_batch(batch, rows)
         index = torch.tensor(rows, device=part["input_ids"].device)
-        denominator = aggregation_denominator(batch["completion_mask"], g.loss_aggregation, g.max_new_tokens)
         logp = completion_logprobs(self.model, part, g.temperature)
         old = old_logp[index, :width] if old_logp is not None else logp.detach()
         ref = ref_logp[index, :width] if ref_logp is not None else None
@@ -327,18 +326,16 @@ class GRPOTrainer:
                                   g.clip_range_high if g.clip_range_high >= 0 else None, g.kl_coef,
                                   g.loss_aggregation, g.max_new_tokens, denominator)
         self.accelerator.backward(weight * loss)
-        share = float(part["completion_mask"].sum()) / max(float(batch["completion_mask"].sum()), 1.0)
+        share = float(part["completion_mask"].sum()) / batch_tokens
         sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
         sums["loss/grpo"] = metrics["loss/grpo"]
         return sums
 
     def _sft_pass(self, batch: dict, weight: float, name: str) -> dict[str, float]:
         """Forward + backward of one SFT term (teacher or self) in row chunks; returns its loss."""
-        if batch is None or batch["input_ids"].shape[0] == 0:
-            return {}
         device = self.accelerator.device
         num_tokens = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-        if num_tokens == 0:
+        if num_tokens == 0:  # no rows, or nothing supervised
             return {}
         total = 0.0
         for rows in row_chunks(batch["input_ids"].shape[0], self.config.training.forward_chunk_size):
@@ -408,9 +405,14 @@ class GRPOTrainer:
                         ref_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
                 if cfg.grpo.num_iterations > 1:
                     old_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
+        # the whole micro-batch's normalizers, shared by its row chunks (see `_grpo_pass`)
+        denominators = [aggregation_denominator(b["completion_mask"], cfg.grpo.loss_aggregation, cfg.grpo.max_new_tokens)
+                        for b in batches]
+        batch_tokens = [max(float(b["completion_mask"].sum()), 1.0) for b in batches]
         self_examples = self._self_sft_examples(groups)
         # SFT terms get one slot per configured micro-batch, whether or not filtering left GRPO
         # samples for it: a step (or a rank) whose groups were all dropped still learns from SFT.
+        # `micro` never has more lists than slots, so slot i holds micro-batch i when it exists.
         slots = self.micro_batches
         self_batches = [collate_sft(self_examples[i::slots], pad) if self_examples[i::slots] else None
                         for i in range(slots)]
@@ -422,16 +424,15 @@ class GRPOTrainer:
             # micro-batch losses are averaged, as in gradient accumulation
             grpo_scale, sft_scale = 1.0 / max(len(batches), 1), 1.0 / slots
             passes: list = []  # every backward pass of this optimizer step, in order
-            for i in range(max(slots, len(batches))):
+            for i in range(slots):
                 if i < len(batches):
                     old = old_logps[i] if old_logps else None
                     ref = ref_logps[i] if ref_logps else None
                     adv = flat_adv[micro[i]].to(device)
                     for rows in row_chunks(len(micro[i]), chunk):
                         passes.append(functools.partial(self._grpo_pass, batches[i], rows, old, ref, adv,
-                                                        cfg.dual_source.grpo_weight * grpo_scale))
-                if i >= slots:
-                    continue
+                                                        cfg.dual_source.grpo_weight * grpo_scale, denominators[i],
+                                                        batch_tokens[i]))
                 if w_teacher > 0:
                     teacher_batch = self._teacher_batch()
                     if teacher_batch is not None:
