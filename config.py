@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import difflib
 import json
-import os
 import sys
 import types
 import typing
@@ -779,12 +778,9 @@ def format_config(config: Config) -> str:
 
 def save_config(config: Config, path: str | Path) -> Path:
     """Write the resolved config as JSON next to an output (atomically)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(config_to_dict(config), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    from utils.jsonl import write_json_atomic  # standard library only; config stays import-light
+
+    return write_json_atomic(path, config_to_dict(config))
 
 
 def config_help_text() -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -41,6 +40,7 @@ from utils.dataset_loader import (
     seeded_sample,
     split_tasks,
 )
+from utils.jsonl import jsonl_bytes, write_files_atomic
 
 OUTPUT_NAMES = ("train.jsonl", "val.jsonl", "split_manifest.json", "phase1_config.json")
 
@@ -128,26 +128,12 @@ def format_counts(table: dict[str, dict[str, dict[str, int]]]) -> str:
 
 
 def _jsonl_bytes(tasks: list[Task]) -> bytes:
-    return "".join(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in tasks).encode("utf-8")
+    return jsonl_bytes(t.to_dict() for t in tasks)
 
 
 def write_outputs(out_dir: Path, files: dict[str, bytes]) -> None:
     """Write every file to a temp name, then rename them in order (the manifest last)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    temps = []
-    try:
-        for name, payload in files.items():
-            tmp = out_dir / f".{name}.tmp{os.getpid()}"
-            with tmp.open("wb") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-            temps.append((tmp, out_dir / name))
-        for tmp, final in temps:
-            os.replace(tmp, final)
-    finally:
-        for tmp, _ in temps:
-            tmp.unlink(missing_ok=True)
+    write_files_atomic({out_dir / name: payload for name, payload in files.items()})
 
 
 def main(config: Config) -> dict:

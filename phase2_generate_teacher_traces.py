@@ -8,7 +8,9 @@ The teacher is `vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwe
 local CPU stand-in (`make teacher`). Writes data/teacher_traces.jsonl (one record per sample, see
 synthesis/generate_traces.py), data/teacher_traces.stats.json and data/teacher_traces.config.json.
 A rerun continues where the last one stopped; --overwrite starts fresh.
-Exit codes: 0 done, 1 every request failed or the server is unusable, 2 bad configuration.
+Exit codes: 0 every sample answered, 1 every request failed, the server is unusable or a file is bad,
+2 bad configuration, 3 some requests failed (their api_error rows are kept; rerun the same command
+to ask for exactly those samples again), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from evaluation.code_executor import SandboxLimits, SandboxPool
 from synthesis.generate_traces import TraceFileBusy, generate_traces
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks
+from utils.jsonl import write_json_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.student_model import EMBEDDED_PREFIX, resolve_model_path
 from utils.thinking_extraction import extract_thinking_and_code_unified
+
+EXIT_SOME_FAILED = 3
 
 
 def resolve_teacher_model(config: Config) -> str:
@@ -63,12 +68,45 @@ async def test_connection(config: Config) -> int:
         return 0
 
 
+# Settings that change what a trace looks like: records made with different values must not share a file.
+SAMPLING_KEYS = ("model_name", "temperature", "top_p", "presence_penalty", "enable_thinking", "max_tokens")
+
+
+class TraceSettingsChanged(ValueError):
+    """A resume with sampling settings other than those the existing trace file was made with."""
+
+
+def check_resume_settings(config: Config, output_path: Path, saved_config_path: Path) -> None:
+    """Refuse to append to a trace file made with other sampling settings (its saved config says which)."""
+    if not output_path.is_file() or output_path.stat().st_size == 0 or not saved_config_path.is_file():
+        return
+    try:
+        saved = json.loads(saved_config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return
+    old_teacher, old_prompt = saved.get("teacher", {}), saved.get("prompt", {})
+    changed = [f"teacher.{key} {old_teacher[key]!r} -> {getattr(config.teacher, key)!r}"
+               for key in SAMPLING_KEYS if key in old_teacher and old_teacher[key] != getattr(config.teacher, key)]
+    if "num_visible_tests" in old_prompt and old_prompt["num_visible_tests"] != config.prompt.num_visible_tests:
+        changed.append(f"prompt.num_visible_tests {old_prompt['num_visible_tests']!r} -> {config.prompt.num_visible_tests!r}")
+    if changed:
+        raise TraceSettingsChanged(
+            f"{output_path} was generated with other settings ({'; '.join(changed)}); appending would mix two kinds of "
+            "traces in one file. Rerun with the old settings, start the file afresh with --overwrite, or write a new "
+            "file with --output."
+        )
+
+
 async def run(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> int:
     tasks = read_tasks(input_path)
     if config.teacher.max_tasks > 0:
         tasks = tasks[: config.teacher.max_tasks]
     model = resolve_teacher_model(config)
     n = config.teacher.num_samples_per_problem
+    config_path = output_path.with_suffix(".config.json")
+    if not overwrite:
+        check_resume_settings(config, output_path, config_path)
+        save_config(config, config_path)
     print(f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; teacher {model} at {config.teacher.base_url}")
     limits = SandboxLimits.from_config(config.sandbox)
     async with TeacherClient.from_config(config.teacher, model=model) as client:
@@ -77,19 +115,26 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
             print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
         with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
             stats = await generate_traces(tasks, client, output_path, n, pool, limits, config.prompt.num_visible_tests,
-                                          overwrite=overwrite, teacher_model=config.teacher.model_name)
+                                          overwrite=overwrite, teacher_model=config.teacher.model_name,
+                                          on_fresh_start=lambda: save_config(config, config_path))
     print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
     print(stats.table())
     print(f"elapsed: {stats.elapsed_s:.1f} s")
     stats_path = output_path.with_suffix(".stats.json")
     payload = {**stats.to_dict(), "output": str(output_path), "teacher_model": config.teacher.model_name,
                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    stats_path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_json_atomic(stats_path, payload)
     print(f"\nWrote {output_path} and {stats_path}")
+    first = next(iter(stats.errors), "unknown")
+    if stats.kept_old_file:
+        print(f"--overwrite: no request succeeded, so {output_path} was left as it was.", file=sys.stderr)
     if stats.total and stats.api_errors == stats.total:
-        first = next(iter(stats.errors), "unknown")
         print(f"error: every request failed (first error: {first})", file=sys.stderr)
         return 1
+    if stats.api_errors:
+        print(f"error: {stats.api_errors} of {stats.total} requests failed (first error: {first}); rerun the same "
+              "command to retry them (exit code 3).", file=sys.stderr)
+        return EXIT_SOME_FAILED
     return 0
 
 
@@ -127,9 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     input_path = Path(args.input) if args.input else config.paths.train_file
     output_path = Path(args.output) if args.output else config.paths.teacher_traces_file
     try:
-        save_config(config, output_path.with_suffix(".config.json"))
         return asyncio.run(run(config, input_path, output_path, args.overwrite))
-    except (TeacherFatalError, DataFormatError, TraceFileBusy) as exc:
+    except (TeacherFatalError, DataFormatError, TraceFileBusy, TraceSettingsChanged) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -21,7 +21,8 @@ from config import (
     add_config_arguments,
     config_from_args_or_exit,
 )
-from training.grpo_trainer import GRPOTrainer, load_teacher_examples
+from synthesis.generate_traces import load_teacher_examples
+from training.grpo_trainer import GRPOTrainer
 from training.plot import plot_metrics
 from training.rollout import HFRollout, VLLMRollout
 from utils.dataset_loader import DataFormatError, read_tasks

@@ -1,6 +1,7 @@
 """Phase 4: unbiased pass@k of a base model, a checkpoint or the final adapter on the validation split.
 
     python phase4_evaluate.py                                        # outputs/final_model on data/val.jsonl
+    python phase4_evaluate.py --output_dir runs/a                    # runs/a/final_model; results in runs/a
     python phase4_evaluate.py --model_path outputs/checkpoint-100    # a checkpoint
     python phase4_evaluate.py --model_path Qwen/Qwen3-1.7B           # a base model, no adapter
     python phase4_evaluate.py --num_samples 200                      # a tighter estimate (resumable)
@@ -14,7 +15,6 @@ outputs/eval_cache/ as they are generated, so an interrupted run resumes.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from datetime import UTC, datetime
@@ -27,10 +27,24 @@ from config import (
     config_to_dict,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
-from evaluation.evaluate import delta, execute_samples, fingerprint, format_table, generate_cached, summarize
+from evaluation.evaluate import (
+    content_digest,
+    delta,
+    execute_samples,
+    fingerprint,
+    format_table,
+    generate_cached,
+    summarize,
+)
 from training.rollout import HFRollout, VLLMRollout
-from utils.dataset_loader import DataFormatError, read_tasks, write_jsonl_atomic
+from utils.dataset_loader import DataFormatError, read_tasks
+from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
 from utils.student_model import ModelLoadError, load_adapter, load_student, resolve_model_path
+
+
+def default_model_path(config: Config) -> Path:
+    """What phase 3 wrote for this config: `final_model` in the resolved paths.output_dir."""
+    return Path(config.paths.output_dir) / "final_model"
 
 
 def resolve_model(model_path: str, config: Config) -> tuple[str, Path | None]:
@@ -40,8 +54,10 @@ def resolve_model(model_path: str, config: Config) -> tuple[str, Path | None]:
     if adapter is None:
         if path.exists() and not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is neither a LoRA adapter, a checkpoint-* folder, nor a model folder.")
-        if model_path == "outputs/final_model" or (path.parent.name == "outputs" and not path.exists()):
-            raise ModelLoadError(f"no trained adapter at {path}: run phase 3 first, or pass --model_path <base model>.")
+        if not path.exists() and (path == default_model_path(config) or path.name == "final_model"
+                                  or path.name.startswith("checkpoint-") or path.parent.name == "outputs"):
+            raise ModelLoadError(f"no trained adapter at {path}: run phase 3 first (with the same paths.output_dir), "
+                                 "or pass --model_path <base model>.")
         return model_path, None
     for saved in (adapter / "tgrpo_config.json", adapter.parent / "config.json"):
         if saved.is_file():
@@ -52,11 +68,18 @@ def resolve_model(model_path: str, config: Config) -> tuple[str, Path | None]:
     return config.student.model_name, adapter
 
 
-def _adapter_digest(adapter: Path | None) -> str | None:
-    if adapter is None:
+def local_model_folder(name: str, config: Config) -> Path | None:
+    """The folder a base model's files are in: a local path, an embedded model's materialized folder, or the
+    hub cache's snapshot (after loading, it is there). None if it cannot be found."""
+    local = Path(resolve_model_path(name, config.paths.model_cache_dir))
+    if local.is_dir():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:  # not a hub id, or not cached: the key falls back to the name
         return None
-    weights = adapter / "adapter_model.safetensors"
-    return hashlib.sha256(weights.read_bytes()).hexdigest()[:16] if weights.is_file() else str(adapter.resolve())
 
 
 def main(config: Config, model_path: str, baseline: bool, output: Path, samples_output: Path, eval_file: Path,
@@ -79,8 +102,13 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     limits = SandboxLimits.from_config(config.sandbox)
     settings = {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
                 "visible_tests": config.prompt.num_visible_tests, "thinking": config.student.enable_thinking,
-                "backend": config.grpo.rollout_backend}
+                "backend": config.grpo.rollout_backend, "dtype": config.student.torch_dtype,
+                "load_in_8bit": config.student.load_in_8bit}
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
+    # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
+    memo = cache_dir / "file_hashes.json"
+    base_folder = local_model_folder(base_name, config)
+    base_key = content_digest(base_folder, memo) if base_folder is not None else base_name
     runs = [("trained" if adapter else "model", adapter)]
     if baseline:
         if adapter is None:
@@ -90,7 +118,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     summaries, all_rows = {}, []
     with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[eval_file]) as pool:
         for role, role_adapter in runs:
-            key = fingerprint(base=base_name, adapter=_adapter_digest(role_adapter), **settings)
+            key = fingerprint(base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None,
+                              **settings)
             print(f"\n[{role}] generating {ev.num_samples} samples per task (cache: {cache_dir / key}.jsonl)")
 
             def generate(prompts, n, role=role):
@@ -114,10 +143,7 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
         "baseline": summaries.get("baseline"),
         "delta": delta(summaries[main_role], summaries["baseline"]) if "baseline" in summaries else None,
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(output)
+    write_json_atomic(output, result)
     write_jsonl_atomic(samples_output, all_rows)
     print("\n" + format_table(summaries[main_role]))
     if "baseline" in summaries:
@@ -134,8 +160,11 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(description="Phase 4: pass@k of a model (base, checkpoint or final adapter) on the "
                                      "validation tasks, executed in the sandbox.")
-    parser.add_argument("--model_path", default="outputs/final_model",
-                        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default outputs/final_model).")
+    parser.add_argument("--model_path",
+                        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
+                        "in the output folder, e.g. outputs/final_model).")
+    parser.add_argument("--output_dir", help="Where phase 3 wrote the model and where results and the completion cache "
+                        "go (paths.output_dir; default outputs).")
     parser.add_argument("--num_samples", type=int, help="Completions per task (evaluation.num_samples).")
     parser.add_argument("--k", type=int, nargs="+", help="The k values of pass@k (evaluation.k_values; default 1 5 10).")
     parser.add_argument("--temperature", type=float, help="Sampling temperature; 0 = greedy (then use --num_samples 1).")
@@ -145,13 +174,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     parser.add_argument("--eval_file", help="A task file instead of --split (e.g. a standard evaluation set).")
     parser.add_argument("--baseline", action="store_true", help="Also evaluate the base model (adapter disabled) in "
                         "the same run and report the difference per k.")
-    parser.add_argument("--output", help="Results JSON (default outputs/evaluation_results.json).")
-    parser.add_argument("--samples_output", help="Per-sample JSONL (default outputs/eval_samples.jsonl).")
+    parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
+    parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     evaluation = {k: v for k, v in (("num_samples", args.num_samples), ("k_values", args.k), ("temperature", args.temperature),
                                     ("max_new_tokens", args.max_new_tokens)) if v is not None}
-    return args, {"evaluation": evaluation} if evaluation else {}
+    extra: dict = {"evaluation": evaluation} if evaluation else {}
+    if args.output_dir:
+        extra["paths"] = {"output_dir": args.output_dir}
+    return args, extra
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -160,9 +192,9 @@ def run(argv: list[str] | None = None) -> int:
     out_dir = Path(config.paths.output_dir)
     eval_file = Path(args.eval_file) if args.eval_file else (config.paths.val_file if args.split == "val" else config.paths.train_file)
     try:
-        main(config, args.model_path, args.baseline, Path(args.output) if args.output else out_dir / "evaluation_results.json",
+        main(config, args.model_path or str(default_model_path(config)), args.baseline, Path(args.output) if args.output else out_dir / "evaluation_results.json",
              Path(args.samples_output) if args.samples_output else out_dir / "eval_samples.jsonl", eval_file, args.max_tasks)
-    except (DataFormatError, ModelLoadError) as error:
+    except (DataFormatError, ModelLoadError, FileBusyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

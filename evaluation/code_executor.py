@@ -658,7 +658,8 @@ def execute_many(items: Iterable[tuple[str | None, Task]], pool: SandboxPool | N
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from utils.dataset_loader import DataFormatError, read_jsonl, read_tasks, write_jsonl_atomic
+    from utils.dataset_loader import DataFormatError, read_tasks
+    from utils.jsonl import iter_jsonl, write_jsonl_atomic
 
     parser = argparse.ArgumentParser(
         prog="python -m evaluation.code_executor",
@@ -675,7 +676,7 @@ def _main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         tasks = {t.task_id: t for t in read_tasks(args.tasks)}
-        samples = list(read_jsonl(args.samples))
+        samples = list(iter_jsonl(args.samples))
     except DataFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,9 +2,11 @@
 
 Generation goes through the same rollout classes as the trainer (`training.rollout`), so the
 evaluated prompts, templates and decoding are exactly the trained ones. Completions are appended to
-a cache file as they are produced (one JSON line per sample, keyed by a fingerprint of the model and
-the decoding settings), so an interrupted large run (e.g. 200 samples per task) resumes instead of
-starting over. Execution is cheap and always redone from the cache, so verdicts follow the current
+a cache file as they are produced (one JSON line per sample), so an interrupted large run (e.g. 200
+samples per task) resumes instead of starting over. The cache file is named by a fingerprint of
+the *contents* of the base model and adapter folders (weights, tokenizer, chat template:
+`content_digest`) and the decoding settings; each record carries a digest of the chat messages it
+answered, so a task whose text changed is generated again. Execution is cheap and always redone from the cache, so verdicts follow the current
 sandbox.
 """
 
@@ -20,7 +22,8 @@ from typing import Any
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
 from evaluation.pass_at_k import pass_at_k_table
 from utils.dataset_loader import Task
-from utils.prompts import get_unified_prompt
+from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic
+from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
@@ -29,16 +32,61 @@ def fingerprint(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _file_sha256(path: Path, memo: dict[str, str]) -> str:
+    """sha256 of one file's bytes; `memo` maps (real path, size, mtime, inode) to it, so a 3 GB base model is
+    read once, not on every run. Any rewrite of the file changes its mtime or size and so its memo key."""
+    real = path.resolve()
+    info = real.stat()
+    key = f"{real}|{info.st_size}|{info.st_mtime_ns}|{info.st_ino}"
+    if key not in memo:
+        digest = hashlib.sha256()
+        with real.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        memo[key] = digest.hexdigest()
+    return memo[key]
+
+
+def content_digest(folder: str | Path, memo_path: Path | None = None) -> str:
+    """A digest of everything in a model or adapter folder: weights, config, tokenizer, chat template.
+
+    What the completion cache is keyed by, instead of the folder's name: replacing the weights in a folder
+    (a retrained `final_model`, a re-downloaded base model) changes the key, so old completions are never
+    reused for a different model. Hidden entries (`.cache`, temp files) are skipped.
+    """
+    folder = Path(folder)
+    memo: dict[str, str] = {}
+    if memo_path is not None and memo_path.is_file():
+        try:
+            memo = json.loads(memo_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            memo = {}
+    files = sorted(p for p in folder.rglob("*") if p.is_file()
+                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{_file_sha256(path, memo)}\n".encode())
+    if memo_path is not None:
+        write_json_atomic(memo_path, memo)
+    return digest.hexdigest()[:16]
+
+
+def prompt_digest(prompt: str) -> str:
+    """What the model actually reads for a task: the chat messages (system prompt + task prompt)."""
+    return hashlib.sha256(json.dumps(build_chat_messages(prompt)).encode()).hexdigest()[:16]
+
+
 def read_cache(path: Path) -> dict[tuple[str, int], dict]:
-    """Cached completions by (task_id, sample_idx); a torn last line is ignored (and rewritten later)."""
+    """Cached completions by (task_id, sample_idx). `utils.jsonl`'s policy: a torn last line is skipped (and
+    regenerated), a bad middle line is an error naming file and line (delete the cache file to start over)."""
     cache: dict[tuple[str, int], dict] = {}
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line_no, record in iter_jsonl(path, tolerate_torn_tail=True):
             try:
-                record = json.loads(line)
                 cache[(record["task_id"], int(record["sample_idx"]))] = record
-            except (json.JSONDecodeError, KeyError, ValueError, TypeError):
-                continue
+            except (KeyError, ValueError, TypeError):
+                raise DataFormatError(f"{path}:{line_no}: not a completion-cache record; delete {path} to regenerate "
+                                      "its completions.") from None
     return cache
 
 
@@ -54,6 +102,10 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], 
     """
     cache = read_cache(cache_path)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
+    prompts = {task.task_id: get_unified_prompt(task, num_visible_tests) for task in tasks}
+    digests = {task_id: prompt_digest(prompt) for task_id, prompt in prompts.items()}
+    for key in [k for k, record in cache.items() if record.get("prompt_sha256") != digests.get(k[0])]:
+        del cache[key]  # the task's text (or the prompt format) changed since: its old completions answer another prompt
     units = []  # (task, sample indices), each at most `chunk` long
     for task in tasks:
         indices = [i for i in range(num_samples) if (task.task_id, i) not in cache]
@@ -70,17 +122,16 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], 
         from tqdm import tqdm
 
         bar = tqdm(total=sum(len(idx) for _, idx in units), desc="generating", unit="sample", dynamic_ncols=True)
-    with cache_path.open("a", encoding="utf-8") as handle:
+    with JsonlAppender(cache_path) as handle:  # cuts a torn last line; one writer per cache file
         for call in calls:
-            prompts = [get_unified_prompt(task, num_visible_tests) for task, _ in call]
-            outputs = generate(prompts, len(call[0][1]))
+            outputs = generate([prompts[task.task_id] for task, _ in call], len(call[0][1]))
             for (task, indices), samples in zip(call, outputs, strict=True):
                 for sample_idx, sample in zip(indices, samples, strict=True):
                     record = {"task_id": task.task_id, "sample_idx": sample_idx, "completion": sample["text"],
-                              "num_tokens": sample["num_tokens"], "finish_reason": sample["finish_reason"]}
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                              "num_tokens": sample["num_tokens"], "finish_reason": sample["finish_reason"],
+                              "prompt_sha256": digests[task.task_id]}
+                    handle.write(record)
                     cache[(task.task_id, sample_idx)] = record
-            handle.flush()
             if bar is not None:
                 bar.update(sum(len(idx) for _, idx in call))
     if bar is not None:

@@ -15,7 +15,8 @@ from config import ConfigError, add_config_arguments, config_from_args, exit_on_
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problem", help="The problem statement.")
-    parser.add_argument("--model_path", default="outputs/final_model", help="Adapter, checkpoint-* folder or base model.")
+    parser.add_argument("--model_path", help="Adapter, checkpoint-* folder or base model (default: final_model in the "
+                        "resolved paths.output_dir, e.g. outputs/final_model).")
     parser.add_argument("--assert", dest="asserts", action="append", default=[],
                         help="An MBPP-style test, e.g. --assert 'assert add(1, 2) == 3' (repeatable; the first is shown "
                         "in the prompt, like phase 4 does).")
@@ -30,24 +31,28 @@ def main(argv: list[str] | None = None) -> int:
         exit_on_config_error(error)
 
     from evaluation.code_executor import execute_program
-    from phase4_evaluate import resolve_model
-    from utils.dataset_loader import Task, entry_point_from_asserts
+    from phase4_evaluate import default_model_path, resolve_model
+    from utils.dataset_loader import Task, TaskSchemaError, entry_point_from_asserts
     from utils.prompts import get_unified_prompt
     from utils.student_model import ModelLoadError, generate_completions, load_adapter, load_student
     from utils.thinking_extraction import extract_thinking_and_code_unified
 
+    task = None
+    if args.asserts:  # checked before the model loads: a test that cannot fail must not print "passed"
+        try:
+            task = Task(task_id="solve/1", source="solve", problem=args.problem, test_type="assert",
+                        tests=tuple(args.asserts), fn_name=entry_point_from_asserts(args.asserts))
+        except TaskSchemaError as error:
+            print(f"error: --assert: {error}.", file=sys.stderr)
+            return 2
     try:
-        base, adapter = resolve_model(args.model_path, config)
+        base, adapter = resolve_model(args.model_path or str(default_model_path(config)), config)
         model, tokenizer = load_student(base, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir)
     except ModelLoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if adapter is not None:
         model = load_adapter(model, adapter)
-    task = None
-    if args.asserts:
-        task = Task(task_id="solve/1", source="solve", problem=args.problem, test_type="assert", tests=tuple(args.asserts),
-                    fn_name=entry_point_from_asserts(args.asserts))
     prompt = get_unified_prompt(task if task else args.problem, config.prompt.num_visible_tests)
     samples = generate_completions(model, tokenizer, [prompt], num_samples=args.samples, max_new_tokens=args.max_new_tokens,
                                    temperature=args.temperature,

@@ -35,7 +35,8 @@ if ! curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
     sleep 1
   done
 fi
-"$PYTHON" phase2_generate_teacher_traces.py --preset "$PRESET" --api_url "$TEACHER_URL"
+# exit code 3: some requests failed (kept as api_error rows; the next run retries them) - train on what came back
+"$PYTHON" phase2_generate_teacher_traces.py --preset "$PRESET" --api_url "$TEACHER_URL" || [ $? -eq 3 ]
 if [ -n "$teacher_pid" ]; then kill "$teacher_pid" 2>/dev/null || true; wait "$teacher_pid" 2>/dev/null || true; teacher_pid=""; fi
 
 step "Phase 3: GRPO + teacher-SFT + self-SFT (python phase3_train_grpo.py --preset $PRESET)"

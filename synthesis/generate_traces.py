@@ -5,31 +5,34 @@ Knows tasks, prompts, parsing, verification and resumption; knows nothing about 
 
 Crash safety. Records are appended to the output file and flushed as each sample completes, so a
 Ctrl-C or `kill -9` loses only the requests in flight. A rerun reads the file, repairs a torn last
-line (a kill during a write), and skips every `(task_id, sample_idx)` already present, so there
-are never duplicates. An exclusive `flock` on the file stops two runs from writing it at once.
+line (a kill during a write; a bad line anywhere else is an error naming file and line, see
+`utils.jsonl`), and skips every `(task_id, sample_idx)` whose newest record is an answer. A sample
+whose newest record is an `api_error` is asked again: the new record is appended (the error row
+stays, so the file keeps the full history) and carries the earlier errors in `previous_errors`;
+readers take the newest record per sample (`latest_records`). An exclusive `flock` on the file
+stops two runs from writing it at once. `--overwrite` empties the file only when the first good
+answer arrives, so a run whose every request fails leaves the old traces as they were.
 
 Record fields: task_id, sample_idx, prompt, thinking, code, response (the raw content), reasoning
 (the server's separate reasoning field, if any), finish_reason, usage, latency, syntax_ok, passed,
 pass_fraction, tests_passed, tests_total, status (a sandbox status, or "api_error"), error,
-teacher_model, timestamp.
+previous_errors (the API errors of earlier attempts at this sample), teacher_model, timestamp.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import json
-import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from evaluation.code_executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
 from synthesis.teacher_query import TeacherClient, TeacherFatalError, TeacherResponse
 from utils.dataset_loader import Task
+from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
 from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
@@ -48,6 +51,8 @@ class TraceStats:
     api_errors: int = 0
     truncated: int = 0  # finish_reason == "length"
     skipped_existing: int = 0  # already in the file from an earlier run
+    retried: int = 0  # samples that had failed with an API error in an earlier run and were asked again
+    kept_old_file: bool = False  # --overwrite without a single good answer: the old file was left as it was
     elapsed_s: float = 0.0
     errors: dict = field(default_factory=dict)  # first few API error messages, by message
 
@@ -72,6 +77,8 @@ class TraceStats:
         lines = [f"{name + ':':20s} {count:7d}" + (f"  ({count / n:6.1%})" if name != "total responses" else "")
                  for name, count in rows]
         lines.append(f"{'already present:':20s} {self.skipped_existing:7d}  (skipped, from earlier runs)")
+        if self.retried:
+            lines.append(f"{'retried:':20s} {self.retried:7d}  (had failed with an API error before)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,10 +86,10 @@ class TraceStats:
 
 
 def build_record(task: Task, sample_idx: int, prompt: str, response: TeacherResponse, result: ExecutionResult | None,
-                 parsed: dict | None, teacher_model: str) -> dict[str, Any]:
+                 parsed: dict | None, teacher_model: str, previous_errors: Sequence[str] = ()) -> dict[str, Any]:
     base = {"task_id": task.task_id, "sample_idx": sample_idx, "prompt": prompt, "teacher_model": teacher_model,
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "latency": round(response.latency, 3),
-            "finish_reason": response.finish_reason, "usage": response.usage}
+            "finish_reason": response.finish_reason, "usage": response.usage, "previous_errors": list(previous_errors)}
     if not response.ok:
         return {**base, "thinking": "", "code": None, "response": None, "reasoning": None, "syntax_ok": False, "passed": False,
                 "pass_fraction": 0.0, "tests_passed": 0, "tests_total": 0, "status": "api_error", "error": response.error}
@@ -93,38 +100,63 @@ def build_record(task: Task, sample_idx: int, prompt: str, response: TeacherResp
             "status": result.status, "error": result.error}
 
 
-def open_trace_file(path: Path, overwrite: bool) -> tuple[IO[str], set[tuple[str, int]]]:
-    """Open (and lock) the trace file for appending; return it with the keys already present.
+def latest_records(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The newest record of each (task_id, sample_idx) in a trace file (a retried sample has an older api_error row).
 
-    A torn last line (the process was killed while writing it) is cut off so appends stay valid.
+    The one reader of the trace format: phase 2 resumes from it and phase 3's teacher-SFT reads it (through
+    `load_teacher_examples`). Torn-line policy of `utils.jsonl`: a torn last line is skipped, a bad middle line
+    is an error naming file and line.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - returned to the caller, closed there
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for line_no, record in iter_jsonl(path, tolerate_torn_tail=True):
+        try:
+            key = (str(record["task_id"]), int(record["sample_idx"]))
+        except (KeyError, TypeError, ValueError):
+            raise DataFormatError(f"{path}:{line_no}: not a trace record (needs task_id and sample_idx); fix or remove "
+                                  "that line, or start a fresh file with --overwrite.") from None
+        latest[key] = record
+    return latest
+
+
+def error_history(records: dict[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
+    """For each sample whose newest record is an API error: every error it has had so far (oldest first)."""
+    return {key: [*record.get("previous_errors", []), record.get("error") or "unknown error"]
+            for key, record in records.items() if record.get("status") == "api_error"}
+
+
+def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tuple[str, int], dict[str, Any]]]:
+    """Open (and lock) the trace file for appending; return it with the newest record of each sample already there.
+
+    A torn last line (the process was killed while writing it) is cut off so appends stay valid. With
+    `overwrite` nothing is read and nothing is cut yet: the caller truncates when its first good answer
+    arrives, so a run that gets none (a typo'd model name, a dead server) leaves the old traces alone.
+    """
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+        appender = JsonlAppender(path)
+    except FileBusyError:
         raise TraceFileBusy(f"{path} is being written by another phase 2 run; wait for it or use another --output.") from None
     if overwrite:
-        handle.truncate(0)
-        return handle, set()
-    handle.seek(0)
-    data = handle.read()
-    done: set[tuple[str, int]] = set()
-    good_end = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break  # torn final line
-        try:
-            record = json.loads(line)
-            done.add((record["task_id"], int(record["sample_idx"])))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            break  # everything from a corrupt line on is dropped and regenerated
-        good_end += len(line.encode("utf-8"))
-    if good_end != len(data.encode("utf-8")):
-        handle.truncate(good_end)
-    handle.seek(0, os.SEEK_END)
-    return handle, done
+        return appender, {}
+    try:
+        return appender, latest_records(path)
+    except BaseException:
+        appender.close()
+        raise
+
+
+def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[dict]:
+    """Teacher traces usable for SFT: the newest record per sample, with code, for training tasks only, passed if asked."""
+    if not path.is_file():
+        return []  # whether that is acceptable (teacher-SFT off) is the caller's decision
+    examples = []
+    for record in latest_records(path).values():
+        if record.get("task_id") not in train_task_ids or not record.get("code"):
+            continue
+        if only_passed and not record.get("passed"):
+            continue
+        examples.append({"prompt": record["prompt"], "thinking": record.get("thinking") or "", "code": record["code"],
+                         "task_id": record["task_id"]})
+    return examples
 
 
 async def generate_traces(
@@ -138,12 +170,21 @@ async def generate_traces(
     overwrite: bool = False,
     progress: bool = True,
     teacher_model: str | None = None,
+    on_fresh_start: Callable[[], None] | None = None,
 ) -> TraceStats:
-    """Query the teacher for every missing (task, sample) pair, verify each answer, append records."""
+    """Query the teacher for every missing (task, sample) pair, verify each answer, append records.
+
+    `on_fresh_start` is called when an `overwrite` run empties the old file (at its first good answer).
+    """
     stats = TraceStats()
-    handle, done = open_trace_file(Path(output_path), overwrite)
+    out, existing = open_trace_file(Path(output_path), overwrite)
+    history = error_history(existing)  # samples that failed before: asked again, their errors kept in the new record
+    done = {key for key in existing if key not in history}
     jobs = [(task, i) for task in tasks for i in range(num_samples) if (task.task_id, i) not in done]
     stats.skipped_existing = sum(1 for task in tasks for i in range(num_samples) if (task.task_id, i) in done)
+    stats.retried = sum(1 for task, i in jobs if (task.task_id, i) in history)
+    # --overwrite: the old file is cut only when the first good answer arrives; error rows wait in memory until then
+    pending: list[dict[str, Any]] | None = [] if overwrite else None
     plans = {task.task_id: plan_tests(task) for task in tasks}
     bar = None
     if progress:
@@ -156,6 +197,7 @@ async def generate_traces(
         queue.put_nowait(job)
 
     async def worker() -> None:
+        nonlocal pending
         while True:
             try:
                 task, sample_idx = queue.get_nowait()
@@ -169,9 +211,19 @@ async def generate_traces(
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(execute_program, parsed["code"], task, limits, pool, None, False,
                                                  plans[task.task_id])
-            record = build_record(task, sample_idx, prompt, response, result, parsed, teacher_model or client.model)
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()  # in the OS's hands now: survives a kill of this process
+            record = build_record(task, sample_idx, prompt, response, result, parsed, teacher_model or client.model,
+                                  history.get((task.task_id, sample_idx), []))
+            if pending is not None and record["status"] == "api_error":
+                pending.append(record)
+            else:
+                if pending is not None:  # the first good answer of an --overwrite run: now the old file goes
+                    out.truncate_now()
+                    if on_fresh_start is not None:
+                        on_fresh_start()
+                    for held in pending:
+                        out.write(held)
+                    pending = None
+                out.write(record)  # flushed: survives a kill of this process
             stats.add(record)
             if bar is not None:
                 elapsed = max(time.monotonic() - start, 1e-9)
@@ -193,5 +245,6 @@ async def generate_traces(
         stats.elapsed_s = round(time.monotonic() - start, 2)
         if bar is not None:
             bar.close()
-        handle.close()
+        out.close()
+        stats.kept_old_file = pending is not None and bool(jobs)
     return stats

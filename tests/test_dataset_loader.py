@@ -162,7 +162,7 @@ def test_split_is_deterministic_disjoint_stratified_and_order_independent():
 
 @pytest.mark.parametrize("n, ratio", [(2, 0.2), (5, 0.2), (10, 0.5), (974, 0.2), (153, 0.2)])
 def test_split_sizes_within_one(n, ratio):
-    tasks = [Task(task_id=f"x/{i}", source="x", problem="p", test_type="assert", tests=("assert 1",),
+    tasks = [Task(task_id=f"x/{i}", source="x", problem="p", test_type="assert", tests=("assert f(1) == 1",),
                   difficulty=("a", "b", "c")[i % 3]) for i in range(n)]
     train, val = split_tasks(tasks, ratio, seed=1)
     assert abs(len(val) - n * ratio) <= 1 and len(train) >= 1 and len(val) >= 1
@@ -225,3 +225,41 @@ def test_real_apps_sample_loads_with_its_quirks():
     assert by_id[2401].tests[0]["input"] == ['"abba"', '"dog cat cat dog"']  # LeetCode literal quotes kept
     assert sum(len(t.tests) for t in tasks) == 971
     assert all(isinstance(tc["input"], str) for t in tasks if t.test_type == "stdin" for tc in t.tests)
+
+
+VALID = {"task_id": "u/1", "source": "user", "problem": "Add two numbers.", "test_type": "assert",
+         "tests": ["assert add(1, 2) == 3"], "fn_name": "add"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tests": ["add(1, 2) == 4"]}, r"tests\[0\] 'add\(1, 2\) == 4' is not an assert statement.*write 'assert add"),
+    ({"tests": []}, "tests is empty"),
+    ({"tests": "assert add(1, 2) == 3"}, "tests must be a list, got str"),
+    ({"tests": ["assert True"]}, "asserts a constant"),
+    ({"tests": ["assert add(1, 2) =="]}, "is not valid Python"),
+    ({"test_type": "stdin", "tests": [{"stdin": "1 2", "output": "3"}]}, "exactly the keys 'input' and 'output'"),
+    ({"test_type": "stdin", "tests": [{"input": ["1", "2"], "output": "3"}]}, "must be strings"),
+    ({"test_type": "call", "tests": [{"input": 1, "output": 3}]}, "must be the list of arguments"),
+    ({"fn_name": "add numbers"}, "fn_name must be a Python identifier"),
+    ({"task_id": ""}, "task_id must not be empty"),
+])
+def test_user_task_files_are_validated_with_file_and_line(tmp_path, change, message):
+    """A task whose tests cannot fail (no assert, no tests, one 'test' per character) is an error, never a pass."""
+    path = write_jsonl(tmp_path / "mine.jsonl", [VALID, {**VALID, "task_id": "u/2", **change}])
+    with pytest.raises(DataFormatError, match=r"mine\.jsonl:2: not a valid task record: .*" + message):
+        read_tasks(path)
+
+
+def test_duplicate_task_ids_in_a_task_file_are_an_error(tmp_path):
+    path = write_jsonl(tmp_path / "mine.jsonl", [VALID, VALID])
+    with pytest.raises(DataFormatError, match=r"mine\.jsonl:2: task_id 'u/1' already used on line 1"):
+        read_tasks(path)
+
+
+def test_mbpp_rows_with_malformed_tests_name_their_line(tmp_path):
+    path = write_jsonl(tmp_path / "m.jsonl", [FULL_ROW, {**FULL_ROW, "task_id": 9, "test_list": "assert add(1, 2) == 3"}])
+    with pytest.raises(DataFormatError, match=r"m\.jsonl:2: test_list must be a list of strings, got str"):
+        load_mbpp(path)
+    path = write_jsonl(tmp_path / "m.jsonl", [FULL_ROW, {**FULL_ROW, "task_id": 9, "test_list": ["add(1, 2) == 3"]}])
+    with pytest.raises(DataFormatError, match=r"m\.jsonl:2: tests\[0\] 'add\(1, 2\) == 3' is not an assert statement"):
+        load_mbpp(path)

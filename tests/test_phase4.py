@@ -129,3 +129,87 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     # the rerun finds every completion cached: nothing is generated again
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "generating:" not in again.stderr
+
+
+def _evaluate(tmp_path, *flags):
+    from utils.dataset_loader import write_tasks
+
+    eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(1))
+    return phase4.run(["--preset", "cpu", "--eval_file", str(eval_file), "--num_samples", "1", "--k", "1",
+                       "--max_new_tokens", "4", "--set", "student.model_name=embedded:tiny-random", *flags])
+
+
+def _save_adapter(tiny_model_name, path, seed):
+    import torch
+
+    from utils.student_model import attach_lora, load_student, save_adapter
+
+    torch.manual_seed(seed)
+    model, tokenizer = load_student(tiny_model_name, "float32")
+    model = attach_lora(model, 2, 4, 0.0, ("q_proj",))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.5)  # a non-zero update, different per seed
+    save_adapter(model, tokenizer, path)
+
+
+def test_the_completion_cache_is_keyed_by_the_weights_not_the_folder_name(tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from utils.student_model import resolve_model_path
+
+    base = tmp_path / "base"
+    shutil.copytree(resolve_model_path("embedded:tiny-random"), base)
+    out = tmp_path / "out"
+    assert _evaluate(tmp_path, "--model_path", str(base), "--set", f"paths.output_dir={out}") == 0
+    weights = base / "model.safetensors"
+    tensors = load_file(str(weights))
+    save_file({k: v + 0.01 * torch.ones_like(v) for k, v in tensors.items()}, str(weights), metadata={"format": "pt"})
+    assert _evaluate(tmp_path, "--model_path", str(base), "--set", f"paths.output_dir={out}") == 0
+    caches = sorted((out / "eval_cache").glob("*.jsonl"))
+    assert len(caches) == 2  # new weights, new key: the old completions were not reused
+    assert _evaluate(tmp_path, "--model_path", str(base), "--set", f"paths.output_dir={out}") == 0
+    assert len(sorted((out / "eval_cache").glob("*.jsonl"))) == 2  # same weights: the cache is reused
+
+
+def test_a_changed_task_text_is_generated_again(tmp_path):
+    import dataclasses
+
+    tasks = small_tasks(2)
+    calls = []
+
+    def generate(prompts, n):
+        calls.append(len(prompts))
+        return [[{"text": "x", "num_tokens": 1, "finish_reason": "stop"}] * n for _ in prompts]
+
+    path = tmp_path / "cache.jsonl"
+    generate_cached(tasks, generate, 1, path, progress=False)
+    calls.clear()
+    edited = [dataclasses.replace(tasks[0], problem=tasks[0].problem + " Return -1 for empty input."), tasks[1]]
+    generate_cached(edited, generate, 1, path, progress=False)
+    assert calls == [1]  # only the edited task, whose prompt changed
+
+
+def test_default_model_path_follows_the_output_folder(tmp_path, monkeypatch, tiny_model_name):
+    """--set paths.output_dir=X (or --output_dir X) evaluates X/final_model, not ./outputs/final_model."""
+    monkeypatch.chdir(tmp_path)
+    _save_adapter(tiny_model_name, tmp_path / "outputs" / "final_model", seed=1)  # an older run in the default folder
+    _save_adapter(tiny_model_name, tmp_path / "runX" / "final_model", seed=2)
+    assert _evaluate(tmp_path, "--set", f"paths.output_dir={tmp_path / 'runX'}") == 0
+    result = json.loads((tmp_path / "runX" / "evaluation_results.json").read_text())
+    assert result["model"]["adapter"] == str(tmp_path / "runX" / "final_model")
+    assert _evaluate(tmp_path, "--output_dir", str(tmp_path / "runY")) == 1  # nothing trained there: an error
+    assert not (tmp_path / "runY" / "evaluation_results.json").exists()
+
+
+def test_solve_rejects_a_test_that_cannot_fail(capsys):
+    from evaluation import solve
+
+    code = solve.main(["Write add(a, b).", "--assert", "add(1, 2) == 4", "--model_path", "embedded:tiny-random",
+                       "--preset", "cpu", "--max_new_tokens", "4"])
+    err = capsys.readouterr()
+    assert code == 2 and "verdict" not in err.out
+    assert "error: --assert: tests[0] 'add(1, 2) == 4' is not an assert statement" in err.err

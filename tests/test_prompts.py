@@ -43,7 +43,8 @@ def test_stdin_and_call_prompts():
     p = get_unified_prompt(stdin)
     assert "standard input" in p and "standard output" in p and "1 2" not in p.split("Format:")[0].split("integers.")[1]
     call = Task(task_id="apps/2", source="apps", problem="Reverse the words.", test_type="call", fn_name="reverseWords",
-                starter_code="\nclass Solution:\n    def reverseWords(self, s: str) -> str:\n        ", tests=())
+                starter_code="\nclass Solution:\n    def reverseWords(self, s: str) -> str:\n        ",
+                tests=({"input": ["a b"], "output": "b a"},))
     p = get_unified_prompt(call)
     assert "class Solution:\n    def reverseWords(self, s: str) -> str:" in p
     assert "method of class `Solution` named `reverseWords`" in p

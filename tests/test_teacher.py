@@ -26,7 +26,7 @@ from utils.thinking_extraction import extract_thinking_and_code_unified
 
 RECORD_KEYS = {"task_id", "sample_idx", "prompt", "thinking", "code", "response", "reasoning", "finish_reason", "usage",
                "syntax_ok", "passed", "pass_fraction", "tests_passed", "tests_total", "status", "error", "teacher_model",
-               "timestamp", "latency"}
+               "timestamp", "latency", "previous_errors"}
 
 
 def ask(url: str, model: str = "fake-teacher", **kwargs):
@@ -201,7 +201,7 @@ def test_torn_last_line_is_repaired(tmp_path):
     path.write_text(good + '{"task_id": "a/1", "sample_')
     handle, done = open_trace_file(path, overwrite=False)
     handle.close()
-    assert done == {("a/1", 0)} and path.read_text() == good
+    assert set(done) == {("a/1", 0)} and path.read_text() == good
 
 
 def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file, tmp_path):
@@ -261,3 +261,79 @@ def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- failed requests, damaged files, fresh starts
+
+
+def test_failed_requests_are_retried_by_a_rerun_and_keep_their_history(train_file, tmp_path, capsys):
+    tasks = read_tasks(train_file)[:4]
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(solving_teacher(tasks, fail_first=3)) as server:  # the teacher "dies" for 3 requests
+        code = run_phase2(train_file, out, server.url, "--max_tasks", "4", "--num_samples", "1", "--concurrency", "1",
+                          "--set", "teacher.max_retries=0")
+        assert code == 3  # not "done": some samples are missing
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: 3 of 4 requests failed")
+        assert sum(r["status"] == "api_error" for r in read_records(out)) == 3
+        sent = len(server.state.requests)
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "4", "--num_samples", "1") == 0
+        assert len(server.state.requests) - sent == 3  # exactly the failed samples were asked again
+    records = read_records(out)
+    assert len(records) == 7  # the error rows stay: the file is the full history
+    latest = {(r["task_id"], r["sample_idx"]): r for r in records}
+    assert len(latest) == 4 and all(r["passed"] for r in latest.values())
+    assert sorted(len(r["previous_errors"]) for r in latest.values()) == [0, 1, 1, 1]
+    assert all("HTTP 500" in e for r in latest.values() for e in r["previous_errors"])
+    assert json.loads(out.with_suffix(".stats.json").read_text())["retried"] == 3
+
+
+def test_a_bad_middle_line_is_an_error_and_the_file_is_untouched(train_file, tmp_path, capsys):
+    tasks = read_tasks(train_file)[:3]
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(solving_teacher(tasks)) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1") == 0
+        text = out.read_text().splitlines(keepends=True)
+        damaged = text[0] + text[1][:40] + "\n" + text[2]
+        out.write_text(damaged)
+        sent = len(server.state.requests)
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1") == 1
+        assert len(server.state.requests) == sent
+    assert f"{out}:2: malformed JSON" in capsys.readouterr().err
+    assert out.read_text() == damaged
+
+
+def test_overwrite_keeps_the_old_traces_until_a_good_answer_arrives(train_file, tmp_path, capsys):
+    tasks = read_tasks(train_file)[:3]
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(solving_teacher(tasks)) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1") == 0
+        good = out.read_text()
+        config_text = out.with_suffix(".config.json").read_text()
+        # a typo'd model name: fatal at the first request
+        assert phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacherr", "--input",
+                            str(train_file), "--output", str(out), "--max_tasks", "3", "--num_samples", "1",
+                            "--overwrite"]) == 1
+        assert out.read_text() == good and out.with_suffix(".config.json").read_text() == config_text
+    with RunningServer(FakeTeacher(shape="empty_choices")) as server:  # every answer malformed
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1", "--overwrite") == 1
+    assert out.read_text() == good
+    assert "was left as it was" in capsys.readouterr().err
+    with RunningServer(solving_teacher(tasks)) as server:  # a working fresh start does replace the file
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "1", "--num_samples", "1", "--overwrite") == 0
+    assert len(read_records(out)) == 1
+
+
+def test_resuming_with_other_sampling_settings_is_refused(train_file, tmp_path, capsys):
+    tasks = read_tasks(train_file)[:2]
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(solving_teacher(tasks)) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "1") == 0
+        saved = out.with_suffix(".config.json").read_text()
+        sent = len(server.state.requests)
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "2",
+                          "--set", "teacher.temperature=0.2") == 1
+        assert len(server.state.requests) == sent and out.with_suffix(".config.json").read_text() == saved
+        assert "teacher.temperature 0.7 -> 0.2" in capsys.readouterr().err
+        # more samples with the same settings is a normal resume
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "2") == 0
+    assert len(read_records(out)) == 4

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from evaluation.code_executor import SandboxPool
+from synthesis.generate_traces import load_teacher_examples
 from tests.conftest import ROOT
 from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
 from training.grpo_trainer import (
@@ -18,7 +19,6 @@ from training.grpo_trainer import (
     best_passing_sample,
     chunked_completion_logprobs,
     completion_logprobs,
-    load_teacher_examples,
     pad_rollout_batch,
     row_chunks,
     slice_rollout_batch,
@@ -212,7 +212,7 @@ def test_teacher_examples_are_filtered(tmp_path):
             {"task_id": "val/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
             {"task_id": "a/3", "prompt": "p", "thinking": "", "code": None, "passed": False}]
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
+    path.write_text("".join(json.dumps({**r, "sample_idx": 0}) + "\n" for r in rows) + '{"torn')
     assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, True)] == ["a/1"]
     assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, False)] == ["a/1", "a/2"]
     assert load_teacher_examples(tmp_path / "missing.jsonl", {"a/1"}, True) == []

@@ -55,6 +55,7 @@ from training.losses import (
 )
 from training.rewards import compute_rewards
 from utils.dataset_loader import Task
+from utils.jsonl import read_jsonl, write_jsonl_atomic
 from utils.prompts import get_unified_prompt
 from utils.sft_data import build_sft_example, collate_sft, end_of_turn_id, prepare_teacher_sft_batch
 from utils.student_model import save_adapter
@@ -66,26 +67,6 @@ CHECKPOINT_PREFIX = "checkpoint-"
 # --------------------------------------------------------------------------------------------
 # Data helpers
 # --------------------------------------------------------------------------------------------
-
-
-def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[dict]:
-    """Teacher traces usable for SFT: with code, for training tasks only, passed if asked."""
-    if not path.is_file():
-        return []
-    examples = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line of an interrupted phase 2
-            if record.get("task_id") not in train_task_ids or not record.get("code"):
-                continue
-            if only_passed and not record.get("passed"):
-                continue
-            examples.append({"prompt": record["prompt"], "thinking": record.get("thinking") or "", "code": record["code"],
-                             "task_id": record["task_id"]})
-    return examples
 
 
 def best_passing_sample(group: list[dict]) -> dict | None:
@@ -529,15 +510,10 @@ class GRPOTrainer:
         """A fresh run starts a new metrics file; a resumed one keeps the lines up to its step."""
         if not self.metrics_path.exists():
             return
-        kept = []
-        if self.state.global_step > 0:
-            for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-                try:
-                    if json.loads(line)["step"] <= self.state.global_step:
-                        kept.append(line + "\n")
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    break
-        self.metrics_path.write_text("".join(kept), encoding="utf-8")
+        kept = [] if self.state.global_step == 0 else [
+            row for row in read_jsonl(self.metrics_path, tolerate_torn_tail=True)
+            if row.get("step", self.state.global_step + 1) <= self.state.global_step]
+        write_jsonl_atomic(self.metrics_path, kept)
 
     def _open_trackers(self) -> None:
         for backend in self.config.training.logging_backends:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from utils.jsonl import read_jsonl
 
 PANELS = (
     ("reward", ("reward/mean", "pass_rate", "pass_fraction/mean")),
@@ -20,7 +21,7 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path | None = None) -
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    rows = read_jsonl(metrics_path, tolerate_torn_tail=True)  # a run may still be appending to it
     out = Path(out_path) if out_path else Path(metrics_path).with_name("training_curves.png")
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):

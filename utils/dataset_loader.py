@@ -32,21 +32,24 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import os
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from utils.code_parser import parse_quietly
+from utils.jsonl import DataFormatError, iter_jsonl, write_jsonl_atomic
+
+__all__ = ["DataFormatError", "Task", "TaskSchemaError", "read_tasks", "write_tasks"]  # and the loaders below
 
 TEST_TYPES = ("assert", "stdin", "call")
+TUPLE_FIELDS = ("tests", "test_imports", "challenge_tests", "reference_solutions")
 
 
-class DataFormatError(ValueError):
-    """Bad input data; the message names the file (and line) and what to do."""
+class TaskSchemaError(ValueError):
+    """A task record that breaks the schema; the message names the field and what a valid value looks like."""
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,7 @@ class Task:
     metadata: dict = field(default_factory=dict)  # source-specific extras (url, original ids, ...)
 
     def __post_init__(self) -> None:
-        if self.test_type not in TEST_TYPES:
-            raise ValueError(f"test_type must be one of {TEST_TYPES}, got {self.test_type!r}")
-        if self.test_type == "call" and not self.fn_name:
-            raise ValueError("a call-style task needs fn_name")
+        validate_task(self)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -87,66 +87,98 @@ class Task:
         if unknown:
             raise ValueError(f"unknown field(s): {', '.join(unknown)}")
         values = dict(data)
-        for key in ("tests", "test_imports", "challenge_tests", "reference_solutions"):
+        for key in TUPLE_FIELDS:
             if key in values:
+                if not isinstance(values[key], (list, tuple)):  # tuple("abc") would make one test per character
+                    raise TaskSchemaError(f"{key} must be a list, got {type(values[key]).__name__} {values[key]!r:.60}")
                 values[key] = tuple(values[key])
         return cls(**values)
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for each non-blank line; errors name file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataFormatError(f"{path}: file not found.")
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(
-                    f"{path}:{line_no}: malformed JSON ({exc.msg} at column {exc.colno}). "
-                    "Each line must be one JSON object; fix or remove that line."
-                ) from None
-            if not isinstance(obj, dict):
-                raise DataFormatError(f"{path}:{line_no}: expected a JSON object, got {type(obj).__name__}.")
-            yield line_no, obj
+def _is_constant_assert(node: ast.AST) -> bool:
+    return isinstance(node, ast.Assert) and isinstance(node.test, ast.Constant)
+
+
+def _check_test(test: Any, test_type: str, where: str) -> None:
+    """One test of a task; raises TaskSchemaError saying what a valid one looks like."""
+    if test_type == "assert":
+        if not isinstance(test, str):
+            raise TaskSchemaError(f"{where} must be a string like 'assert f(1) == 2', got {type(test).__name__}")
+        try:
+            body = ast.parse(test).body
+        except SyntaxError as exc:
+            raise TaskSchemaError(f"{where} {test!r:.80} is not valid Python ({exc.msg})") from None
+        asserts = [node for node in body if isinstance(node, ast.Assert)]
+        if not asserts:
+            raise TaskSchemaError(f"{where} {test!r:.80} is not an assert statement, so it could never fail; "
+                                  f"write 'assert {test.strip()}'")
+        if all(_is_constant_assert(node) for node in asserts):
+            raise TaskSchemaError(f"{where} {test!r:.80} asserts a constant and tests nothing")
+        return
+    if not isinstance(test, dict) or set(test) != {"input", "output"}:
+        found = f"keys {sorted(test)}" if isinstance(test, dict) else type(test).__name__
+        raise TaskSchemaError(f"{where} must be an object with exactly the keys 'input' and 'output', got {found}")
+    if test_type == "stdin" and not (isinstance(test["input"], str) and isinstance(test["output"], str)):
+        raise TaskSchemaError(f"{where}: a stdin test's input and output must be strings (the text fed to stdin and "
+                              "the text expected on stdout)")
+    if test_type == "call" and not isinstance(test["input"], list):
+        raise TaskSchemaError(f"{where}: a call test's input must be the list of arguments, got "
+                              f"{type(test['input']).__name__}")
+
+
+def validate_task(task: Task) -> None:
+    """The task schema (ARCHITECTURE.md, "The task record"), checked on every Task ever built.
+
+    Every entry point builds Tasks (phase 1's loaders, `read_tasks` for --train_file/--eval_file/phase 2's
+    --input, `evaluation.solve`), so no malformed task reaches the sandbox. A task must have at least one
+    real test: an assert that is not an `assert` statement, or an empty test list, could only ever pass.
+    """
+    for name in ("task_id", "source", "problem", "test_type", "difficulty", "starter_code", "test_setup_code"):
+        if not isinstance(getattr(task, name), str):
+            raise TaskSchemaError(f"{name} must be a string, got {type(getattr(task, name)).__name__}")
+    if not task.task_id.strip():
+        raise TaskSchemaError("task_id must not be empty")
+    if task.test_type not in TEST_TYPES:
+        raise TaskSchemaError(f"test_type must be one of {', '.join(TEST_TYPES)}, got {task.test_type!r}")
+    if task.fn_name is not None and (not isinstance(task.fn_name, str) or not task.fn_name.isidentifier()):
+        raise TaskSchemaError(f"fn_name must be a Python identifier or null, got {task.fn_name!r}")
+    if task.test_type == "call" and not task.fn_name:
+        raise TaskSchemaError("a call-style task needs fn_name (the function or Solution method the tests call)")
+    for name in TUPLE_FIELDS:
+        if not isinstance(getattr(task, name), tuple):
+            raise TaskSchemaError(f"{name} must be a list, got {type(getattr(task, name)).__name__}")
+    if not task.tests:
+        raise TaskSchemaError("tests is empty: a task needs at least one test, or every program would pass it")
+    for i, test in enumerate(task.tests):
+        _check_test(test, task.test_type, f"tests[{i}]")
+    for i, test in enumerate(task.challenge_tests):
+        _check_test(test, task.test_type, f"challenge_tests[{i}]")
+    for name in ("test_imports", "reference_solutions"):
+        for i, item in enumerate(getattr(task, name)):
+            if not isinstance(item, str):
+                raise TaskSchemaError(f"{name}[{i}] must be a string, got {type(item).__name__}")
+    if not isinstance(task.metadata, dict):
+        raise TaskSchemaError(f"metadata must be an object, got {type(task.metadata).__name__}")
 
 
 def read_tasks(path: str | Path) -> list[Task]:
-    """Load a task file written by phase 1 (data/train.jsonl, data/val.jsonl)."""
+    """Load a task file (phase 1's data/train.jsonl and data/val.jsonl, or one a user wrote to the schema)."""
     tasks = []
-    for line_no, obj in read_jsonl(path):
+    seen: dict[str, int] = {}
+    for line_no, obj in iter_jsonl(path):
         try:
-            tasks.append(Task.from_dict(obj))
+            task = Task.from_dict(obj)
         except (TypeError, ValueError) as exc:
             raise DataFormatError(
                 f"{path}:{line_no}: not a valid task record: {exc}. "
-                "Regenerate the file with phase1_prepare_data.py."
+                "The task schema is in ARCHITECTURE.md (\"The task record\"); phase1_prepare_data.py writes valid files."
             ) from None
+        if task.task_id in seen:
+            raise DataFormatError(f"{path}:{line_no}: task_id {task.task_id!r} already used on line {seen[task.task_id]}; "
+                                  "task ids must be unique.")
+        seen[task.task_id] = line_no
+        tasks.append(task)
     return tasks
-
-
-def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> Path:
-    """Write records as JSONL to a temp file in the same folder, then rename over `path`.
-
-    A crash leaves either the old file or the new one, never half of one.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False, sort_keys=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
 
 
 def write_tasks(path: str | Path, tasks: Iterable[Task]) -> Path:
@@ -169,14 +201,14 @@ def read_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
         raise DataFormatError(f"{path}: is a folder; pass the data file itself ({', '.join(SUPPORTED_SUFFIXES)}).")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return [(f"{path}:{n}", row) for n, row in read_jsonl(path)]
+        return [(f"{path}:{n}", row) for n, row in iter_jsonl(path)]
     if suffix == ".json":
         text = path.read_text(encoding="utf-8")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             if "Extra data" in exc.msg:  # `Dataset.to_json` writes JSON lines even into .json files
-                return [(f"{path}:{n}", row) for n, row in read_jsonl(path)]
+                return [(f"{path}:{n}", row) for n, row in iter_jsonl(path)]
             raise DataFormatError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}). Fix the file or re-export it.") from None
         if isinstance(data, dict):  # {"train": [...], "test": [...]} or a single row
             data = [r for v in data.values() if isinstance(v, list) for r in v] or [data]
@@ -210,6 +242,14 @@ class LoadReport:
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "origin": self.origin, "rows": self.rows, "kept": self.kept,
                 "skipped": dict(sorted(self.skipped.items()))}
+
+
+def _build_task(where: str, **values: Any) -> Task:
+    """Task(**values), with a schema violation reported as a DataFormatError naming the row."""
+    try:
+        return Task(**values)
+    except TaskSchemaError as exc:
+        raise DataFormatError(f"{where}: {exc}.") from None
 
 
 def _require(row: dict, keys: tuple[str, ...], where: str, schema: str) -> None:
@@ -269,13 +309,17 @@ def mbpp_row_to_task(row: dict[str, Any], where: str) -> Task | None:
     """One MBPP row (full or sanitized schema) -> Task, or None if it has no tests."""
     schema = "MBPP sanitized" if "prompt" in row and "text" not in row else "MBPP full"
     _require(row, ("task_id", "code", "test_list", "prompt" if schema == "MBPP sanitized" else "text"), where, schema)
+    for key in ("test_list", "challenge_test_list", "test_imports"):
+        if row.get(key) is not None and not isinstance(row[key], (list, tuple)):
+            raise DataFormatError(f"{where}: {key} must be a list of strings, got {type(row[key]).__name__}.")
     tests = tuple(t.strip() for t in (row.get("test_list") or []) if t and t.strip())
     if not tests:
         return None
     task_id = int(row["task_id"])
     code = row["code"] or ""
     imports = row.get("test_imports") or []
-    return Task(
+    return _build_task(
+        where,
         task_id=f"mbpp/{task_id}",
         source="mbpp",
         problem=(row.get("text") if schema == "MBPP full" else row.get("prompt")) or "",
@@ -364,7 +408,8 @@ def apps_row_to_task(row: dict[str, Any], where: str, split: str = "train") -> t
         solutions = []
     problem_id = int(row["problem_id"])
     difficulty = row.get("difficulty") or ""
-    return Task(
+    return _build_task(
+        where,
         task_id=f"apps/{problem_id}" if split == "train" else f"apps/{split}-{problem_id}",
         source="apps",
         problem=row["question"] or "",

@@ -1,0 +1,117 @@
+"""utils.jsonl: the one torn-line policy (torn last line repaired, bad middle line an error), the locked
+appender and the atomic writes; and that every reader of the project's JSONL files follows the policy."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evaluation.evaluate import read_cache
+from synthesis.generate_traces import load_teacher_examples
+from utils.dataset_loader import read_tasks
+from utils.jsonl import (
+    DataFormatError,
+    FileBusyError,
+    JsonlAppender,
+    iter_jsonl,
+    read_jsonl,
+    write_files_atomic,
+    write_jsonl_atomic,
+)
+
+GOOD = [{"task_id": "a/1", "sample_idx": 0}, {"task_id": "a/2", "sample_idx": 0}]
+
+
+def lines(records) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_strict_reader_names_file_and_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(lines(GOOD[:1]) + "\n{oops\n" + lines(GOOD[1:]))
+    with pytest.raises(DataFormatError, match=r"x\.jsonl:3: malformed JSON"):
+        read_jsonl(path)
+    path.write_text(lines(GOOD) + "[1, 2]\n")
+    with pytest.raises(DataFormatError, match=r"x\.jsonl:3: expected a JSON object, got list"):
+        read_jsonl(path)
+
+
+def test_tolerant_reader_skips_only_a_torn_last_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(lines(GOOD) + '{"task_id": "a/3", "sam')
+    assert read_jsonl(path, tolerate_torn_tail=True) == GOOD
+    with pytest.raises(DataFormatError, match=":3:"):
+        read_jsonl(path)  # strict: even a torn tail is an error
+    # a complete last record without its newline is kept
+    path.write_text(lines(GOOD).rstrip("\n"))
+    assert read_jsonl(path, tolerate_torn_tail=True) == GOOD
+    # a bad line that is newline-terminated is never "torn", even at the end
+    path.write_text(lines(GOOD) + "{oops\n")
+    with pytest.raises(DataFormatError, match=":3:"):
+        read_jsonl(path, tolerate_torn_tail=True)
+    # and a bad middle line is an error for the tolerant reader too
+    path.write_text(lines(GOOD[:1]) + "{oops\n" + lines(GOOD[1:]) + '{"torn')
+    with pytest.raises(DataFormatError, match=r"x\.jsonl:2:"):
+        read_jsonl(path, tolerate_torn_tail=True)
+
+
+def test_appender_repairs_the_tail_locks_and_flushes(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text(lines(GOOD[:1]) + '{"torn')
+    with JsonlAppender(path) as out:
+        assert out.repaired
+        with pytest.raises(FileBusyError):
+            JsonlAppender(path)
+        out.write(GOOD[1])
+        assert read_jsonl(path) == GOOD  # flushed: visible before close
+    # a complete last record lacking its newline gets one before the next append
+    path.write_text(json.dumps(GOOD[0]))
+    with JsonlAppender(path) as out:
+        assert not out.repaired
+        out.write(GOOD[1])
+    assert read_jsonl(path) == GOOD
+    # a bad middle line: refuse to append to it rather than cut it off
+    path.write_text("{oops\n" + lines(GOOD))
+    with pytest.raises(DataFormatError, match=":1:"):
+        JsonlAppender(path)
+    assert path.read_text() == "{oops\n" + lines(GOOD)
+
+
+def test_atomic_writes_leave_no_temporary_files(tmp_path):
+    write_jsonl_atomic(tmp_path / "sub" / "a.jsonl", GOOD)
+    assert read_jsonl(tmp_path / "sub" / "a.jsonl") == GOOD
+    write_files_atomic({tmp_path / "b.txt": b"b", tmp_path / "c.txt": b"c"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.txt", "c.txt", "sub"]
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["a.jsonl"]
+
+
+def test_every_project_reader_rejects_a_bad_middle_line(tmp_path):
+    """The trainer's trace reader, the phase-4 cache and task files: no silent skip of a damaged line."""
+    traces = tmp_path / "traces.jsonl"
+    rows = [{"task_id": "a/1", "sample_idx": i, "prompt": "p", "thinking": "", "code": "x = 1", "passed": True}
+            for i in range(3)]
+    traces.write_text(lines(rows[:1]) + '{"task_id": "a/1", "sample_idx": 1, "pro\n' + lines(rows[2:]))
+    with pytest.raises(DataFormatError, match=r"traces\.jsonl:2:"):
+        load_teacher_examples(traces, {"a/1"}, True)
+    cache = tmp_path / "cache.jsonl"
+    cache.write_text('{"task_id": "a/1", "sample_idx": 0, "completion": "x"}\n{bad\n'
+                     '{"task_id": "a/1", "sample_idx": 1, "completion": "y"}\n')
+    with pytest.raises(DataFormatError, match=r"cache\.jsonl:2:"):
+        read_cache(cache)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"task_id": "t/1"\n')
+    with pytest.raises(DataFormatError, match=r"tasks\.jsonl:1:"):
+        read_tasks(tasks)
+
+
+def test_trace_reader_takes_the_newest_record_of_a_retried_sample(tmp_path):
+    traces = tmp_path / "traces.jsonl"
+    error = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "code": None, "passed": False, "status": "api_error",
+             "error": "HTTP 500"}
+    answer = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True,
+              "status": "passed", "previous_errors": ["HTTP 500"]}
+    traces.write_text(lines([error, answer]))
+    assert load_teacher_examples(traces, {"a/1"}, True) == [{"prompt": "p", "thinking": "t", "code": "x = 1",
+                                                               "task_id": "a/1"}]
+    assert [n for n, _ in iter_jsonl(traces)] == [1, 2]
