@@ -9,7 +9,9 @@ code receives one section (or plain arguments), never this whole object.
 Resolution order, later wins:  preset  ->  --config FILE  ->  --set section.key=value (repeatable).
 
 Every field carries `metadata["help"]`, which explains the trade-off; `python config.py --help`
-and every phase script's `--help` print them.
+prints every key with its help and its value in the resolved preset, and each phase script's flags
+are declared as `ConfigFlag`s (flag -> key), so their `--help` text, type, choices and shown
+default come from the field and the resolved config, not from hand-written copies.
 """
 
 from __future__ import annotations
@@ -254,7 +256,8 @@ class LoraConfig:
     target_modules: tuple[str, ...] = option(
         ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         "Linear layers that get adapters. All attention+MLP projections learns most; attention "
-        "only is ~3x cheaper.",
+        "only is ~3x cheaper. 'all-linear' adapts every linear layer but the output head. A name that "
+        "matches no layer of the model is an error (a typo would otherwise train fewer layers).",
     )
 
 
@@ -423,7 +426,8 @@ class TrainingConfig:
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     logging_backends: tuple[str, ...] = option(
-        (), "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'."
+        (), "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'. Each needs its package "
+        "(pip install -r requirements-tensorboard.txt / requirements-wandb.txt); phase 3 checks at start."
     )
 
 
@@ -790,19 +794,119 @@ def save_config(config: Config, path: str | Path) -> Path:
     return write_json_atomic(path, config_to_dict(config))
 
 
-def config_help_text() -> str:
-    """Every section.key with its default and help, for --help epilogs and the README."""
-    lines = ["Config keys (override with --set section.key=value; defaults are the gpu preset):"]
+def config_help_text(config: Config | None = None) -> str:
+    """Every section.key with its value in `config` (default: the gpu preset) and its help."""
+    config = config or Config()
+    lines = [f"Config keys (override with --set section.key=value; values shown are the {config.preset} preset's"
+             + (" with your --config/--set" if config != build_config(config.preset) else "") + "):"]
     for section in SECTION_NAMES:
         cls = _section_class(section)
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else None
             choices = f.metadata.get("choices")
             extra = f" Choices: {', '.join(map(str, choices))}." if choices else ""
-            lines.append(f"  {section}.{f.name} (default {default!r}): {f.metadata['help']}{extra}")
+            value = getattr(getattr(config, section), f.name)
+            lines.append(f"  {section}.{f.name} (default {value!r}): {f.metadata['help']}{extra}")
     cpu = ", ".join(f"{s}.{k}={v!r}" for s, kv in PRESETS["cpu"].items() for k, v in kv.items())
     lines.append(f"The cpu preset changes: {cpu}.")
     return "\n".join(lines)
+
+
+def config_diff(config: Config) -> dict[str, Any]:
+    """{'section.key': value} for every key whose value differs from the config's own preset."""
+    preset = build_config(config.preset)
+    out = {}
+    for section in SECTION_NAMES:
+        ours, theirs = getattr(config, section), getattr(preset, section)
+        for f in dataclasses.fields(ours):
+            if getattr(ours, f.name) != getattr(theirs, f.name):
+                out[f"{section}.{f.name}"] = getattr(ours, f.name)
+    return out
+
+
+def config_summary(config: Config) -> str:
+    """One line instead of the ~90-line dump: the preset and what differs from it. Each phase saves the full config."""
+    changed = config_diff(config)
+    return f"Config: preset {config.preset}" + (
+        "; changed: " + ", ".join(f"{k}={v!r}" for k, v in changed.items()) if changed else "; no changes") + \
+        f" (all keys: python config.py --preset {config.preset} ...)"
+
+
+# --------------------------------------------------------------------------------------------
+# Script flags declared as config keys (help, choices and shown defaults come from the fields)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    """A script flag that sets one config key, e.g. ConfigFlag("--num_samples", "evaluation.num_samples").
+
+    Its type, choices and help text come from the field; `--help` shows the value the *resolved* config has
+    (the preset picked for this machine, plus --config and --set), not the gpu preset's. `note` is added to
+    the field's help where the flag needs a word of its own.
+    """
+
+    flag: str
+    key: str
+    note: str = ""
+
+    def field(self) -> tuple[dataclasses.Field, Any]:
+        section, _, name = self.key.partition(".")
+        cls = _section_class(section)
+        return next(f for f in dataclasses.fields(cls) if f.name == name), _section_types(cls)[name]
+
+
+def _flag_type(typ: Any) -> Any:
+    if typ in (int, float, str):
+        return typ
+    return str
+
+
+def add_config_flags(parser: argparse.ArgumentParser, flags: tuple[ConfigFlag, ...], config: Config,
+                     title: str = "settings") -> None:
+    """Add each flag with the field's type, choices and help, showing `config`'s value as the default."""
+    group = parser.add_argument_group(
+        title, f"Each sets one config key; defaults are those of the resolved config (preset {config.preset}).")
+    for flag in flags:
+        fld, typ = flag.field()
+        section, _, name = flag.key.partition(".")
+        value = getattr(getattr(config, section), name)
+        shown = " ".join(map(str, value)) if isinstance(value, tuple) else value if value != "" else "(empty)"
+        text = f"{flag.note + ' ' if flag.note else ''}{fld.metadata['help']} [{flag.key}; default: {shown}]"
+        text = text.replace("%", "%%")  # argparse formats help with %
+        dest = flag.flag.lstrip("-")
+        if typ is bool:
+            group.add_argument(flag.flag, dest=dest, action="store_true", default=None, help=text)
+        elif typing.get_origin(typ) is tuple:
+            item = typing.get_args(typ)[0]
+            group.add_argument(flag.flag, dest=dest, nargs="+", type=_flag_type(item), default=None, help=text)
+        else:
+            group.add_argument(flag.flag, dest=dest, type=_flag_type(typ), choices=fld.metadata.get("choices"),
+                               default=None, help=text)
+
+
+def flag_overrides(args: argparse.Namespace, flags: tuple[ConfigFlag, ...]) -> dict[str, dict[str, Any]]:
+    """{section: {key: value}} for the flags that were given."""
+    out: dict[str, dict[str, Any]] = {}
+    for flag in flags:
+        value = getattr(args, flag.flag.lstrip("-"))
+        if value is not None:
+            section, _, name = flag.key.partition(".")
+            out.setdefault(section, {})[name] = value
+    return out
+
+
+def preliminary_config(argv: list[str] | None) -> Config:
+    """The config --preset/--config/--set in `argv` resolve to (for --help defaults); the preset alone if they fail."""
+    pre = argparse.ArgumentParser(add_help=False)
+    add_config_arguments(pre)
+    known, _ = pre.parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return build_config(known.preset, known.config, known.overrides)
+    except ConfigError:
+        try:
+            return build_config(known.preset)
+        except ConfigError:
+            return Config()
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -848,13 +952,13 @@ def exit_on_config_error(exc: ConfigError) -> typing.NoReturn:
 
 def config_from_args_or_exit(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None,
                              show: bool = True) -> Config:
-    """What every script does first: resolve the config, exit 2 with the message on a mistake, print it."""
+    """What every script does first: resolve the config, exit 2 with the message on a mistake, print a summary."""
     try:
         config = config_from_args(args, extra)
     except ConfigError as error:
         exit_on_config_error(error)
     if show:
-        print(format_config(config) + "\n")
+        print(config_summary(config), flush=True)
     return config
 
 
@@ -862,7 +966,7 @@ if __name__ == "__main__":
     # `python config.py [--preset cpu] [--set ...]` prints the resolved config; --help lists keys.
     cli = argparse.ArgumentParser(
         description="Print the resolved tgrpo configuration.",
-        epilog=config_help_text(),
+        epilog=config_help_text(preliminary_config(None)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(cli)

@@ -24,9 +24,13 @@ from pathlib import Path
 from config import (
     Config,
     ConfigError,
+    ConfigFlag,
     add_config_arguments,
+    add_config_flags,
     config_from_args_or_exit,
     config_to_dict,
+    flag_overrides,
+    preliminary_config,
 )
 from utils.dataset_loader import (
     EMBEDDED_APPS,
@@ -49,7 +53,11 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
     """Load every enabled dataset and split it: {source: (train, val)} plus the load reports."""
     data = config.data
     if data.offline and data.split_mode == "standard":
-        raise ConfigError("--offline uses the embedded fixtures, which have no standard split; use split_mode=random.")
+        raise ConfigError(
+            f"split_mode=standard needs MBPP/APPS from the hub or local files, but data.offline is true (the "
+            f"{config.preset} preset's value, or --offline): the embedded fixtures have no standard split. Add "
+            "--set data.offline=false (with --mbpp_path/--apps_path and data.apps_test_path for local files), or use "
+            "--split_mode random.")
     mbpp_path = data.mbpp_path or (EMBEDDED_MBPP if data.offline else None)
     apps_path = data.apps_path or (EMBEDDED_APPS if data.offline else None)
     splits: dict[str, tuple[list[Task], list[Task]]] = {}
@@ -178,48 +186,47 @@ def main(config: Config) -> dict:
     return manifest
 
 
+FLAGS = (
+    ConfigFlag("--apps_difficulty", "data.apps_difficulty"),
+    ConfigFlag("--skip_apps", "data.skip_apps"),
+    ConfigFlag("--mbpp_path", "data.mbpp_path"),
+    ConfigFlag("--mbpp_config", "data.mbpp_config"),
+    ConfigFlag("--apps_path", "data.apps_path"),
+    ConfigFlag("--max_apps", "data.max_apps"),
+    ConfigFlag("--val_ratio", "data.val_ratio"),
+    ConfigFlag("--seed", "data.seed"),
+    ConfigFlag("--split_mode", "data.split_mode"),
+    ConfigFlag("--output_dir", "paths.data_dir", "Where to write the files."),
+    ConfigFlag("--verify_references", "data.verify_references"),
+    ConfigFlag("--drop_failing_references", "data.drop_failing_references"),
+    ConfigFlag("--offline", "data.offline"),
+)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(
         description="Phase 1: load MBPP and APPS, split each dataset train/val with a fixed seed, merge, and "
         "write data/train.jsonl, data/val.jsonl and data/split_manifest.json.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--apps_difficulty", choices=("introductory", "interview", "competition", "all"),
-                        help="Keep only this APPS difficulty (config data.apps_difficulty; default all).")
-    parser.add_argument("--skip_apps", action="store_true", default=None, help="Use MBPP only.")
-    parser.add_argument("--mbpp_path", help="Local MBPP file (.jsonl/.json/.parquet; full or sanitized schema) "
-                        "instead of the hub.")
-    parser.add_argument("--mbpp_config", choices=("full", "sanitized"), help="Hub MBPP config (default full).")
-    parser.add_argument("--apps_path", help="Local APPS file (.jsonl/.parquet, codeparrot/apps schema) instead of the hub.")
-    parser.add_argument("--max_apps", type=int, help="Cap on APPS tasks after filtering, sampled with the seed "
-                        "(default 5000; 0 = no cap).")
-    parser.add_argument("--val_ratio", type=float, help="Validation share of each dataset (default 0.2).")
-    parser.add_argument("--seed", type=int, help="Split seed (default 42). Same inputs + seed = identical files.")
-    parser.add_argument("--split_mode", choices=("random", "standard"),
-                        help="random: seeded val_ratio split; standard: MBPP test ids 11-510 and the APPS test split "
-                        "as validation, to compare with published numbers (default random).")
-    parser.add_argument("--output_dir", help="Where to write the files (config paths.data_dir; default data).")
-    parser.add_argument("--verify_references", action="store_true", default=None,
-                        help="Run every reference solution through the sandbox and report the tasks whose reference fails.")
-    parser.add_argument("--drop_failing_references", action="store_true", default=None,
-                        help="With --verify_references: leave those tasks out of both splits.")
-    parser.add_argument("--offline", action="store_true", default=None,
-                        help="Use the embedded fixtures in data/embedded/ (no network). Implied by --preset cpu.")
+    add_config_flags(parser, FLAGS, preliminary_config(argv))
     add_config_arguments(parser)
     args = parser.parse_args(argv)
-    data_flags = ("apps_difficulty", "skip_apps", "mbpp_path", "mbpp_config", "apps_path", "max_apps",
-                  "val_ratio", "seed", "split_mode", "offline", "verify_references", "drop_failing_references")
-    extra: dict = {"data": {k: getattr(args, k) for k in data_flags if getattr(args, k) is not None}}
-    if args.output_dir:
-        extra["paths"] = {"data_dir": args.output_dir}
-    return args, extra
+    return args, flag_overrides(args, FLAGS)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    args, flags = parse_args(argv)
+    config = config_from_args_or_exit(args, flags)
+    try:
+        main(config)
+    except (DataFormatError, ConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing was written (outputs appear only when complete).", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    cli_args, flag_overrides = parse_args()
-    resolved = config_from_args_or_exit(cli_args, flag_overrides)
-    try:
-        main(resolved)
-    except (DataFormatError, ConfigError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+    sys.exit(cli())

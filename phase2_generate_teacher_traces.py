@@ -24,8 +24,12 @@ from pathlib import Path
 
 from config import (
     Config,
+    ConfigFlag,
     add_config_arguments,
+    add_config_flags,
     config_from_args_or_exit,
+    flag_overrides,
+    preliminary_config,
     save_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
@@ -138,30 +142,34 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
     return 0
 
 
+FLAGS = (
+    ConfigFlag("--max_tasks", "teacher.max_tasks"),
+    ConfigFlag("--num_samples", "teacher.num_samples_per_problem"),
+    ConfigFlag("--api_url", "teacher.api_url"),
+    ConfigFlag("--model", "teacher.model_name"),
+    ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
+    ConfigFlag("--max_tokens", "teacher.max_tokens"),
+)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(
         description="Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
-        "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable).",
+        "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
+        "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
+        "2 bad configuration; 3 some requests failed (rerun to retry exactly those).",
     )
     parser.add_argument("--test_connection", action="store_true",
                         help="Only check the server: list its models, send one small request, report latency and whether "
                         "thinking came back. Exit code 0 only if it works.")
-    parser.add_argument("--max_tasks", type=int, help="Use only the first N training tasks (teacher.max_tasks; 0 = all).")
-    parser.add_argument("--num_samples", type=int, help="Samples per task (teacher.num_samples_per_problem; default 8).")
-    parser.add_argument("--api_url", help="Teacher base URL (teacher.api_url; a full /v1/chat/completions URL is fine).")
-    parser.add_argument("--model", help="Model name as the server knows it (teacher.model_name).")
-    parser.add_argument("--concurrency", type=int, help="Requests in flight (teacher.max_concurrent_requests; default 32).")
-    parser.add_argument("--max_tokens", type=int, help="Max completion tokens per request (teacher.max_tokens).")
-    parser.add_argument("--input", help="Task file (default: data/train.jsonl under paths.data_dir).")
-    parser.add_argument("--output", help="Trace file (default: data/teacher_traces.jsonl under paths.data_dir).")
-    parser.add_argument("--overwrite", action="store_true", help="Start a fresh trace file instead of resuming.")
+    parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")
+    parser.add_argument("--overwrite", action="store_true", help="Start a fresh trace file instead of resuming (the old "
+                        "one is replaced when the first good answer arrives).")
+    add_config_flags(parser, FLAGS, preliminary_config(argv))
     add_config_arguments(parser)
     args = parser.parse_args(argv)
-    teacher = {k: v for k, v in (("num_samples_per_problem", args.num_samples), ("api_url", args.api_url),
-                                 ("max_tasks", args.max_tasks),
-                                 ("model_name", args.model), ("max_concurrent_requests", args.concurrency),
-                                 ("max_tokens", args.max_tokens)) if v is not None}
-    return args, {"teacher": teacher} if teacher else {}
+    return args, flag_overrides(args, FLAGS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,16 +13,23 @@ outputs/training_curves.png.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import shutil
 import sys
 from pathlib import Path
 
 from config import (
     Config,
+    ConfigFlag,
     add_config_arguments,
+    add_config_flags,
     config_from_args_or_exit,
+    flag_overrides,
+    preliminary_config,
 )
 from synthesis.generate_traces import load_teacher_examples
-from training.grpo_trainer import GRPOTrainer
+from training.grpo_trainer import CHECKPOINT_PREFIX, GRPOTrainer
 from training.plot import plot_metrics
 from training.rollout import HFRollout, VLLMRollout
 from utils.dataset_loader import DataFormatError, read_tasks
@@ -40,21 +47,84 @@ def build_rollout(config: Config, tokenizer, output_dir: Path):
                      batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
 
 
+class RunSetupError(ValueError):
+    """A problem with what this run was asked to do, found before any model loads; one line, exit 1."""
+
+
+TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logging backend -> the package it imports
+
+
+def previous_run(output_dir: Path) -> list[str]:
+    """What an earlier run left in `output_dir` that a new run would confuse with its own."""
+    found = sorted((p.name for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir()),
+                   key=lambda n: int(n[len(CHECKPOINT_PREFIX):]) if n[len(CHECKPOINT_PREFIX):].isdigit() else -1)
+    return found + (["final_model"] if (output_dir / "final_model").is_dir() else [])
+
+
+def _checkpoint_to_resume(output_dir: Path, spec: str) -> Path | None:
+    if spec != "latest":
+        return Path(spec)
+    names = [n for n in previous_run(output_dir) if n.startswith(CHECKPOINT_PREFIX)]
+    return output_dir / names[-1] if names else None  # none: the trainer reports it
+
+
+# Keys a checkpoint's adapter and optimizer state depend on: resuming with other values cannot work.
+RESUME_KEYS = (("student", "model_name"), ("lora", "r"), ("lora", "lora_alpha"), ("lora", "target_modules"))
+
+
+def check_run_setup(config: Config, resume_from: str | None, traces: Path, overwrite_output_dir: bool) -> None:
+    """Everything that would otherwise fail late (after the model loads) or silently do something else."""
+    for backend in config.training.logging_backends:
+        package = TRACKER_PACKAGES[backend]
+        if importlib.util.find_spec(package) is None:
+            raise RunSetupError(f"training.logging_backends includes {backend}, but the {package} package is not "
+                                f"installed: pip install -r requirements-{backend}.txt (or remove {backend}).")
+    ds = config.dual_source
+    if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
+        raise RunSetupError(f"no teacher traces at {traces}: run phase 2 first, pass --teacher_traces FILE, or train "
+                            "without teacher-SFT: --set dual_source.teacher_sft_weight=0.")
+    output_dir = Path(config.paths.output_dir)
+    earlier = previous_run(output_dir)
+    if resume_from is None and earlier and not overwrite_output_dir:
+        raise RunSetupError(f"{output_dir} already holds a run ({', '.join(earlier)}): continue it with "
+                            "--resume_from_checkpoint latest, start over with --overwrite_output_dir (deletes those), "
+                            "or pick another --output_dir.")
+    checkpoint = _checkpoint_to_resume(output_dir, resume_from) if resume_from else None
+    if checkpoint is not None and (checkpoint / "config.json").is_file():
+        saved = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+        changed = []
+        for section, key in RESUME_KEYS:
+            ours = getattr(getattr(config, section), key)
+            theirs = saved.get(section, {}).get(key, ours)
+            if (list(ours) if isinstance(ours, tuple) else ours) != theirs:
+                changed.append(f"{section}.{key}={theirs!r} there, {ours!r} here")
+        if changed:
+            raise RunSetupError(f"cannot resume from {checkpoint}: it was trained with other settings "
+                                f"({'; '.join(changed)}). Resume with its settings, or start a new run in another "
+                                "--output_dir.")
+
+
 def main(config: Config, resume_from: str | None = None, teacher_traces: Path | None = None,
-         train_file: Path | None = None) -> dict:
+         train_file: Path | None = None, overwrite_output_dir: bool = False) -> dict:
     from accelerate import Accelerator
     from transformers import set_seed
 
-    set_seed(config.training.seed)
-    accelerator = Accelerator(cpu=config.student.torch_dtype == "float32" and not _has_cuda())
     output_dir = Path(config.paths.output_dir)
     tasks = read_tasks(train_file or config.paths.train_file)
-    traces = teacher_traces or config.paths.teacher_traces_file
-    teacher_examples = load_teacher_examples(Path(traces), {t.task_id for t in tasks},
-                                             config.dual_source.teacher_sft_only_passed)
+    traces = Path(teacher_traces or config.paths.teacher_traces_file)
+    check_run_setup(config, resume_from, traces, overwrite_output_dir)
+    set_seed(config.training.seed)
+    accelerator = Accelerator(cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+    if resume_from is None and overwrite_output_dir and accelerator.is_main_process:
+        for name in previous_run(output_dir):
+            shutil.rmtree(output_dir / name)
+    accelerator.wait_for_everyone()
+    teacher_examples = load_teacher_examples(traces, {t.task_id for t in tasks}, config.dual_source.teacher_sft_only_passed)
     if accelerator.is_main_process:
+        off = config.dual_source.teacher_sft_weight == 0 or config.dual_source.teacher_sft_batch_size == 0
         print(f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
-              + ("" if teacher_examples else " (teacher-SFT term off: run phase 2 first for teacher traces)"))
+              + (" (teacher-SFT term off: dual_source.teacher_sft_weight or teacher_sft_batch_size is 0)" if off
+                 else "" if teacher_examples else " (teacher-SFT term off: none of them passed or has code)"))
     model, tokenizer = load_student(config.student.model_name, config.student.torch_dtype, config.student.load_in_8bit,
                                     config.paths.model_cache_dir, device=accelerator.device)
     lora = config.lora
@@ -76,34 +146,47 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+FLAGS = (
+    ConfigFlag("--max_steps", "training.max_steps"),
+    ConfigFlag("--output_dir", "paths.output_dir"),
+)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(
         description="Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
         "best passing samples, training a LoRA adapter on the student.",
     )
-    parser.add_argument("--max_steps", type=int, help="Stop after N optimizer steps (training.max_steps; overrides epochs).")
-    parser.add_argument("--output_dir", help="Checkpoints, final model and metrics go here (paths.output_dir).")
-    parser.add_argument("--teacher_traces", help="Trace file for teacher-SFT (default data/teacher_traces.jsonl).")
-    parser.add_argument("--train_file", help="Task file (default data/train.jsonl).")
+    parser.add_argument("--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in "
+                        "paths.data_dir).")
+    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
+                        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.")
     parser.add_argument("--resume_from_checkpoint", metavar="latest|PATH",
                         help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
                         "learning rate, data order and random state.")
+    add_config_flags(parser, FLAGS, preliminary_config(argv))
     add_config_arguments(parser)
     args = parser.parse_args(argv)
-    extra: dict = {}
-    if args.max_steps is not None:
-        extra["training"] = {"max_steps": args.max_steps}
-    if args.output_dir:
-        extra["paths"] = {"output_dir": args.output_dir}
-    return args, extra
+    return args, flag_overrides(args, FLAGS)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    args, flags = parse_args(argv)
+    config = config_from_args_or_exit(args, flags)
+    try:
+        main(config, args.resume_from_checkpoint, Path(args.teacher_traces) if args.teacher_traces else None,
+             Path(args.train_file) if args.train_file else None, args.overwrite_output_dir)
+    except (DataFormatError, ModelLoadError, FileNotFoundError, RunSetupError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: checkpoints saved so far are in {config.paths.output_dir}; continue with "
+              "--resume_from_checkpoint latest.", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    cli_args, flags = parse_args()
-    resolved = config_from_args_or_exit(cli_args, flags)
-    try:
-        main(resolved, cli_args.resume_from_checkpoint, Path(cli_args.teacher_traces) if cli_args.teacher_traces else None,
-             Path(cli_args.train_file) if cli_args.train_file else None)
-    except (DataFormatError, ModelLoadError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+    sys.exit(cli())

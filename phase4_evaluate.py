@@ -23,9 +23,13 @@ from pathlib import Path
 
 from config import (
     Config,
+    ConfigFlag,
     add_config_arguments,
+    add_config_flags,
     config_from_args_or_exit,
     config_to_dict,
+    flag_overrides,
+    preliminary_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
@@ -169,19 +173,22 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     return result
 
 
+FLAGS = (
+    ConfigFlag("--num_samples", "evaluation.num_samples"),
+    ConfigFlag("--k", "evaluation.k_values"),
+    ConfigFlag("--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."),
+    ConfigFlag("--max_new_tokens", "evaluation.max_new_tokens"),
+    ConfigFlag("--output_dir", "paths.output_dir", "Where phase 3 wrote the model; results and the completion cache go "
+               "here too."),
+)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(description="Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
                                      "checkpoint or final adapter) on an evaluation set, executed in the sandbox.")
     parser.add_argument("--model_path",
                         help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
                         "in the output folder, e.g. outputs/final_model).")
-    parser.add_argument("--output_dir", help="Where phase 3 wrote the model and where results and the completion cache "
-                        "go (paths.output_dir; default outputs).")
-    parser.add_argument("--num_samples", type=int, help="Completions per task (evaluation.num_samples).")
-    parser.add_argument("--k", type=int, nargs="+", help="The k values of pass@k (evaluation.k_values; default 1 5 10).")
-    parser.add_argument("--temperature", type=float, help="Sampling temperature; 0 = greedy (needs --num_samples 1; "
-                        "the tables say 'greedy').")
-    parser.add_argument("--max_new_tokens", type=int, help="Max tokens per completion (evaluation.max_new_tokens).")
     parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
     parser.add_argument("--eval_set", choices=EVAL_SETS, default="val",
                         help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
@@ -198,14 +205,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
                         "the same run and report the difference per k.")
     parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
     parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
+    add_config_flags(parser, FLAGS, preliminary_config(argv))
     add_config_arguments(parser)
     args = parser.parse_args(argv)
-    evaluation = {k: v for k, v in (("num_samples", args.num_samples), ("k_values", args.k), ("temperature", args.temperature),
-                                    ("max_new_tokens", args.max_new_tokens)) if v is not None}
-    extra: dict = {"evaluation": evaluation} if evaluation else {}
-    if args.output_dir:
-        extra["paths"] = {"output_dir": args.output_dir}
-    return args, extra
+    return args, flag_overrides(args, FLAGS)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -227,6 +230,10 @@ def run(argv: list[str] | None = None) -> int:
     except (DataFormatError, ModelLoadError, FileBusyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same "
+              "command to continue.", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -16,12 +16,23 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from utils.student_model import EMBEDDED_MODELS, resolve_model_path  # noqa: E402
+from utils.student_model import EMBEDDED_MODELS, ModelLoadError, resolve_model_path  # noqa: E402
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def main() -> None:
@@ -30,10 +41,17 @@ def main() -> None:
     parser.add_argument("--model", default=EMBEDDED_MODELS[0], help="Embedded name or local model folder.")
     parser.add_argument("--print_model_path", action="store_true", help="Print the served model path and exit.")
     args = parser.parse_args()
-    path = resolve_model_path(args.model)
+    try:
+        path = resolve_model_path(args.model)
+    except ModelLoadError as error:
+        sys.exit(f"error: {error}")
     if args.print_model_path:
         print(path)
         return
+    if not port_is_free(args.port):  # checked before "serving ...": `transformers serve` would fail after loading
+        sys.exit(f"error: port {args.port} on 127.0.0.1 is already in use (a teacher already running? try "
+                 f"`curl http://127.0.0.1:{args.port}/v1/models`). Stop it, or pick another port: --port N "
+                 "(make teacher TEACHER_PORT=N).")
     (Path.home() / ".cache" / "huggingface" / "hub").mkdir(parents=True, exist_ok=True)
     executable = shutil.which("transformers", path=os.path.dirname(sys.executable)) or shutil.which("transformers")
     if executable is None:

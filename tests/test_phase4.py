@@ -107,7 +107,7 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
     train = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
                             "--set", "grpo.max_new_tokens=8", "--max_steps", "1", "--output_dir", str(tmp_path / "out"),
-                            "--set", f"paths.data_dir={tmp_path / 'data'}"],
+                            "--set", f"paths.data_dir={tmp_path / 'data'}", "--set", "dual_source.teacher_sft_weight=0"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert train.returncode == 0, train.stderr[-2000:]
     command = [sys.executable, "phase4_evaluate.py", "--preset", "cpu", "--model_path", str(tmp_path / "out" / "final_model"),

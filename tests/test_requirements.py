@@ -86,3 +86,12 @@ def test_vllm_is_never_imported_at_module_level():
             if re.match(r"^(import vllm|from vllm\b)", line):
                 offenders.append(str(path.relative_to(ROOT)))
     assert not offenders
+
+
+def test_every_logging_backend_has_a_pinned_extra_with_its_package():
+    """`training.logging_backends=X` tells the user `pip install -r requirements-X.txt`: that file must install X."""
+    import phase3_train_grpo as phase3
+
+    for backend, package in phase3.TRACKER_PACKAGES.items():
+        extra = read_requirements(f"requirements-{backend}.txt")
+        assert canonicalize_name(package) in extra and pinned_version(extra[canonicalize_name(package)])

@@ -94,12 +94,14 @@ def test_batched_greedy_generation_matches_one_by_one(tiny):
     assert [b[0]["token_ids"] for b in batched] == [s[0]["token_ids"] for s in single]
 
 
-def test_unknown_embedded_name_and_offline_hub_errors():
+def test_unknown_embedded_name_and_offline_hub_errors(tmp_path):
     with pytest.raises(sm.ModelLoadError, match="Available: embedded:SmolLM2-135M-Instruct"):
         sm.resolve_model_path("embedded:gpt-5")
     with pytest.raises(sm.ModelLoadError, match="HF_HUB_OFFLINE=1"):
         sm.load_tokenizer("Qwen/Qwen3-1.7B-does-not-exist-locally")
-    assert sm.resolve_model_path("/some/local/folder") == "/some/local/folder"
+    assert sm.resolve_model_path(str(tmp_path)) == str(tmp_path)  # an existing local folder is used as it is
+    with pytest.raises(sm.ModelLoadError, match="no model folder at /some/local/folder"):  # a missing one is an error
+        sm.resolve_model_path("/some/local/folder")
 
 
 def test_8bit_on_cpu_fails_with_advice():

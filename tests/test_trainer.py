@@ -271,7 +271,8 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
     proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
                            "--set", "grpo.max_new_tokens=8", "--max_steps", "2", "--output_dir", str(out),
                            "--train_file", str(tmp_path / "data" / "train.jsonl"),
-                           "--teacher_traces", str(tmp_path / "none.jsonl")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--teacher_traces", str(tmp_path / "none.jsonl"), "--set", "dual_source.teacher_sft_weight=0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher-SFT term off" in proc.stdout
     for name in ("final_model/adapter_config.json", "final_model/tgrpo_config.json", "metrics.jsonl", "config.json",

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import builtins
 import json
+import os
 import random
 from collections import Counter
 from collections.abc import Iterable
@@ -336,10 +337,22 @@ def mbpp_row_to_task(row: dict[str, Any], where: str) -> Task | None:
     )
 
 
+def hub_error(what: str, exc: Exception, local_flag: str) -> DataFormatError:
+    """One line instead of a 100-line traceback when the hub cannot be reached (offline, no network, a typo)."""
+    offline = " HF_HUB_OFFLINE=1 is set, so nothing is downloaded." if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return DataFormatError(f"could not load {what} from the Hugging Face hub ({type(exc).__name__}: {first}).{offline} "
+                           f"Check the network, pass a local file with {local_flag}, or use --offline for the "
+                           "embedded fixtures.")
+
+
 def _mbpp_hub_rows(config: str) -> tuple[list[tuple[str, dict]], str]:
     from datasets import concatenate_datasets, load_dataset  # lazy: the hub path only
 
-    ds = load_dataset(MBPP_HUB_ID, config)
+    try:
+        ds = load_dataset(MBPP_HUB_ID, config)
+    except Exception as exc:  # datasets/hub raise many unrelated types for "not reachable"
+        raise hub_error(f"{MBPP_HUB_ID} ({config})", exc, "--mbpp_path") from None
     merged = concatenate_datasets([ds[split] for split in ds])
     return [(f"{MBPP_HUB_ID}[{config}] row {i}", row) for i, row in enumerate(merged, start=1)], f"{MBPP_HUB_ID} ({config})"
 
@@ -426,7 +439,10 @@ def apps_row_to_task(row: dict[str, Any], where: str, split: str = "train") -> t
 def _apps_hub_rows(split: str) -> tuple[list[tuple[str, dict]], str]:
     from huggingface_hub import hf_hub_download  # lazy: the hub path only
 
-    local = hf_hub_download(APPS_HUB_ID, f"{split}.jsonl", repo_type="dataset")
+    try:
+        local = hf_hub_download(APPS_HUB_ID, f"{split}.jsonl", repo_type="dataset")
+    except Exception as exc:  # offline, no network, rate limits: many unrelated types
+        raise hub_error(f"{APPS_HUB_ID}/{split}.jsonl", exc, "--apps_path") from None
     return read_rows(local), f"{APPS_HUB_ID}/{split}.jsonl"
 
 

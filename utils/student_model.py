@@ -17,6 +17,7 @@ The vLLM rollout backend is not here; it is a thin, lazily imported branch of th
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import shutil
@@ -141,10 +142,21 @@ def materialize_tiny_random(cache_dir: Path, seed: int = 0) -> Path:
     return _publish(tmp, target)
 
 
+def looks_like_local_path(name: str) -> bool:
+    """A name that can only mean a folder on disk: absolute, ./ ../ ~, or more than one slash ('org/name' is a hub id)."""
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
+
+
 def resolve_model_path(name: str, cache_dir: str | Path = "") -> str:
-    """Embedded names -> their materialized local folder; anything else is returned unchanged."""
+    """Embedded names -> their materialized local folder; anything else is returned unchanged.
+
+    A local path that does not exist is a ModelLoadError here (the hub would answer with "Repo id must be in
+    the form 'repo_name' or 'namespace/repo_name'", which names the wrong problem)."""
     if not name.startswith(EMBEDDED_PREFIX):
-        return name
+        if looks_like_local_path(name) and not Path(name).expanduser().exists():
+            raise ModelLoadError(f"no model folder at {name}: check the path (student.model_name or --model_path), or "
+                                 f"use a hub name such as Qwen/Qwen3-1.7B or {EMBEDDED_MODELS[0]!r}.")
+        return str(Path(name).expanduser()) if name.startswith("~") else name
     cache = default_cache_dir(str(cache_dir))
     which = name[len(EMBEDDED_PREFIX):]
     if which == SMOLLM2_NAME:
@@ -212,6 +224,9 @@ def load_student(
     return model, tokenizer
 
 
+ALL_LINEAR = "all-linear"
+
+
 def attach_lora(model: Any, r: int, lora_alpha: int, lora_dropout: float, target_modules: tuple[str, ...] | list[str]) -> Any:
     """Wrap `model` in a trainable peft LoRA adapter; base weights are frozen.
 
@@ -220,17 +235,23 @@ def attach_lora(model: Any, r: int, lora_alpha: int, lora_dropout: float, target
     from peft import LoraConfig, get_peft_model
 
     present = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    missing = [t for t in target_modules if t not in present]
-    if len(missing) == len(target_modules):
-        raise ModelLoadError(
-            f"lora.target_modules {list(target_modules)} match no linear layer of this model. "
-            f"Its linear layers are named: {', '.join(sorted(present))}."
-        )
+    if list(target_modules) == [ALL_LINEAR]:
+        targets: str | list[str] = ALL_LINEAR  # peft: every linear layer except the output head
+    else:
+        missing = [t for t in target_modules if t not in present]
+        if missing:  # a typo must not silently train fewer layers than asked for
+            hints = [f"{t!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(t, present, n=1)) else repr(t)
+                     for t in missing]
+            raise ModelLoadError(
+                f"lora.target_modules: {', '.join(hints)} match no linear layer of this model. Its linear layers are "
+                f"named: {', '.join(sorted(present))}; or use lora.target_modules={ALL_LINEAR}."
+            )
+        targets = list(target_modules)
     config = LoraConfig(
         r=r,
         lora_alpha=lora_alpha,
         lora_dropout=lora_dropout,
-        target_modules=[t for t in target_modules if t in present],
+        target_modules=targets,
         bias="none",
         task_type="CAUSAL_LM",
     )
