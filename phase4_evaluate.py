@@ -31,7 +31,7 @@ from config import (
     flag_overrides,
     preliminary_config,
 )
-from evaluation.code_executor import SandboxLimits, SandboxPool
+from evaluation.code_executor import SandboxLimits, SandboxPool, task_secret_paths
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     content_digest,
@@ -127,7 +127,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
         else:
             runs.append(("baseline", None))
     summaries, all_rows = {}, []
-    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[p for p in [eval_set.origin] if Path(p).exists()]) as pool:
+    secrets = [p for p in [eval_set.origin] if Path(p).exists()] + task_secret_paths(config)
+    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=secrets) as pool:
         for role, role_adapter in runs:
             key = fingerprint(base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None,
                               **settings)

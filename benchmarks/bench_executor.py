@@ -27,6 +27,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -148,6 +149,9 @@ def run_ours(items: list[tuple[str, Task]], workers: int, timeout: float) -> tup
         start = time.perf_counter()
         results = execute_many(items, pool)
         elapsed = time.perf_counter() - start
+        failed = Counter((r.status, (r.error or "")[:80]) for r in results if not r.passed)
+        if failed:  # a disagreement with the baseline is a bug: say what our side reported
+            print(f"  ours failed {sum(failed.values())}: {failed.most_common(3)}")
         return elapsed, [r.passed for r in results], pool.isolation
 
 

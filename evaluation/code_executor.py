@@ -40,6 +40,7 @@ import json
 import math
 import os
 import queue
+import re
 import selectors
 import site
 import subprocess
@@ -167,8 +168,19 @@ class AssertPlan:
     trusted: bool = True  # False: the verdict comes from inside the child (forgeable)
 
 
-def plan_assert(source: str) -> AssertPlan:
-    """Split an assert statement into the part the child evaluates and the check done here."""
+def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPlan:
+    """Split an assert statement into the part the child evaluates and the check done here.
+
+    The child only ever evaluates expressions that produce the program's values, never a
+    comparison: an expression sent to the child that contains a comparison, `and`/`or` or `not`
+    would let an object of the program decide the verdict. Simple shapes (`f(x) == LITERAL` ...)
+    become one check; compound ones (`A and B`, `(X == Y) is True`, `not (X != Y)`, `sorted(f(x))
+    == [...]`) become a "tree": the child returns the values of the leaves and the boolean
+    structure is evaluated here on plain data (`_TreeEvaluator`). Only an assert whose leaves would
+    still compare inside the child (e.g. `all(f(x) == y for ...)`) runs whole in the child and is
+    marked untrusted. `shadowed`: names the program defines (its function), which must not be
+    taken for the builtins of the same name.
+    """
     fallback = AssertPlan({"kind": "exec", "src": source}, "exec_ok", trusted=False)
     try:
         tree = parse_quietly(source.strip())
@@ -179,6 +191,8 @@ def plan_assert(source: str) -> AssertPlan:
     test = tree.body[0].test
 
     def expr(node: ast.AST) -> dict:
+        if _compares(node):
+            raise NotLiteral("a comparison would run in the child")
         return {"kind": "expr", "src": ast.unparse(node)}
 
     try:
@@ -202,11 +216,144 @@ def plan_assert(source: str) -> AssertPlan:
             if kwargs:
                 return fallback
             return AssertPlan(expr(test.args[0]), "isclose", safe_literal(test.args[1]), (rel, abs_))
-        if isinstance(test, (ast.Call, ast.Name, ast.Attribute, ast.Subscript, ast.BoolOp)):
+        if isinstance(test, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
             return AssertPlan(expr(test), "truthy")
     except NotLiteral:
-        return fallback
-    return fallback
+        pass
+    return _plan_tree(test, shadowed) or fallback
+
+
+def _compares(node: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Compare, ast.BoolOp)) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not))
+               for n in ast.walk(node))
+
+
+_TREE_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
+               "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool, "len": len, "round": round,
+               "sum": sum, "min": min, "max": max, "all": all, "any": any}
+_TREE_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+                ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+_TREE_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+                 ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+                 ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b, ast.In: lambda a, b: a in b,
+                 ast.NotIn: lambda a, b: a not in b}
+_LEAF = "__leaf_"
+
+
+def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
+    """Replace every maximal sub-expression this process cannot evaluate by a leaf the child computes."""
+    leaves: list[str] = []
+
+    def evaluable(node: ast.AST) -> bool:
+        if isinstance(node, (ast.BoolOp, ast.Compare, ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            return True
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, (ast.Not, ast.USub, ast.UAdd))
+        if isinstance(node, ast.BinOp):
+            return type(node.op) in _TREE_BINOPS
+        if isinstance(node, ast.Subscript):
+            return True
+        if isinstance(node, ast.Slice):
+            return True
+        if isinstance(node, ast.Call):
+            return (isinstance(node.func, ast.Name) and node.func.id in _TREE_CALLS and node.func.id not in shadowed
+                    and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)) or (
+                _is_isclose(node.func) and len(node.args) == 2 and all(k.arg in ("rel_tol", "abs_tol") for k in node.keywords))
+        return False
+
+    class Splitter(ast.NodeTransformer):
+        def generic_visit(self, node: ast.AST) -> ast.AST:
+            if isinstance(node, ast.expr) and not evaluable(node):
+                if _compares(node):
+                    raise NotLiteral("a comparison inside a leaf")
+                leaves.append(ast.unparse(node))
+                return ast.Name(id=f"{_LEAF}{len(leaves) - 1}", ctx=ast.Load())
+            if isinstance(node, ast.Call):  # the callee is resolved here, not evaluated as a leaf
+                node.args = [self.visit(a) for a in node.args]
+                for keyword in node.keywords:
+                    keyword.value = self.visit(keyword.value)
+                return node
+            return super().generic_visit(node)
+
+    try:
+        skeleton = Splitter().visit(ast.parse(ast.unparse(test), mode="eval").body)
+    except (NotLiteral, SyntaxError, RecursionError):
+        return None
+    # A comparison of two values the child computes (`f(x) == sys.getsizeof(x)`, `f(r) == Node(1)`)
+    # has no expected side here; such an assert keeps running whole in the child, marked untrusted.
+    trusted = all(not (_has_leaf(a) and _has_leaf(b))
+                  for node in ast.walk(skeleton) if isinstance(node, ast.Compare)
+                  for a, b in zip([node.left, *node.comparators[:-1]], node.comparators, strict=True))
+    if not trusted:
+        return None
+    return AssertPlan({"kind": "expr", "src": "(" + "".join(f"{leaf}, " for leaf in leaves) + ")"}, "tree",
+                      (skeleton, len(leaves)))
+
+
+def _has_leaf(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id.startswith(_LEAF) for n in ast.walk(node))
+
+
+class _TreeEvaluator:
+    """Evaluates a planned assert skeleton on plain decoded data (no object of the program exists here)."""
+
+    MAX_ITEMS = 1_000_000
+
+    def __init__(self, leaves: tuple) -> None:
+        self.leaves = leaves
+
+    def eval(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Name):
+            return self.leaves[int(node.id[len(_LEAF):])]
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = [self.eval(e) for e in node.elts]
+            return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](items)
+        if isinstance(node, ast.Dict):
+            return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values, strict=True)}
+        if isinstance(node, ast.BoolOp):
+            values = (self.eval(v) for v in node.values)
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        if isinstance(node, ast.UnaryOp):
+            value = self.eval(node.operand)
+            return not value if isinstance(node.op, ast.Not) else (-value if isinstance(node.op, ast.USub) else +value)
+        if isinstance(node, ast.Compare):
+            left = self.eval(node.left)
+            for op, comparator in zip(node.ops, node.comparators, strict=True):
+                right = self.eval(comparator)
+                if not _TREE_COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.BinOp):
+            left, right = self.eval(node.left), self.eval(node.right)
+            if isinstance(node.op, ast.Mult) and any(isinstance(x, (str, bytes, list, tuple)) for x in (left, right)):
+                count = right if isinstance(right, int) else left
+                if isinstance(count, int) and count > self.MAX_ITEMS:
+                    raise OverflowError("too large")
+            return _TREE_BINOPS[type(node.op)](left, right)
+        if isinstance(node, ast.Subscript):
+            return self.eval(node.value)[self.eval(node.slice)]
+        if isinstance(node, ast.Slice):
+            return slice(*(self.eval(x) if x is not None else None for x in (node.lower, node.upper, node.step)))
+        if isinstance(node, ast.Call):
+            args = [self.eval(a) for a in node.args]
+            if _is_isclose(node.func):
+                kwargs = {k.arg: self.eval(k.value) for k in node.keywords}
+                return math.isclose(*args, **kwargs)
+            return _TREE_CALLS[node.func.id](*args)
+        raise NotLiteral(type(node).__name__)
+
+
+def _contains_opaque(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, protocol.Opaque) or depth > 300:
+        return True
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_contains_opaque(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_contains_opaque(k, depth + 1) or _contains_opaque(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _is_isclose(func: ast.AST) -> bool:
@@ -241,6 +388,14 @@ def check_value(plan: AssertPlan, actual: Any) -> bool:
         numeric = (int, float)
         return (isinstance(actual, numeric) and not isinstance(actual, bool) and isinstance(e, numeric)
                 and math.isclose(actual, e, rel_tol=plan.tolerance[0], abs_tol=plan.tolerance[1]))
+    if c == "tree":
+        skeleton, n_leaves = e
+        if not isinstance(actual, tuple) or len(actual) != n_leaves or _contains_opaque(actual):
+            return False
+        try:
+            return bool(_TreeEvaluator(actual).eval(skeleton))
+        except Exception:  # noqa: BLE001 - a type error, overflow... is a failed assert
+            return False
     if c == "exec_ok":
         return actual is True
     raise ValueError(f"unknown check {c}")
@@ -280,13 +435,26 @@ def _as_number(token: str) -> float | None:
     return value if not math.isnan(value) else None
 
 
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _integer_digits(token: str) -> str:
+    """An integer token in canonical form, without int() (which refuses > 4300 digits)."""
+    negative, digits = token.startswith("-"), token.lstrip("+-").lstrip("0") or "0"
+    return ("-" if negative and digits != "0" else "") + digits
+
+
 def stdout_matches(actual: str, expected: str, rel_tol: float = 1e-5, abs_tol: float = 1e-8) -> bool:
-    """Token-wise comparison with numeric tolerance (see the module docstring)."""
+    """Token-wise comparison with numeric tolerance for floats only (see the module docstring)."""
     got, want = actual.split(), expected.split()
     if len(got) != len(want):
         return False
     for a, b in zip(got, want, strict=True):
         if a == b:
+            continue
+        if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # integers compare exactly: "1000000000" != "1000000007"
+            if _integer_digits(a) != _integer_digits(b):
+                return False
             continue
         x, y = _as_number(a), _as_number(b)
         if x is None or y is None or not math.isclose(x, y, rel_tol=rel_tol, abs_tol=abs_tol):
@@ -312,7 +480,8 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
         return PlannedTests({"mode": "calls", "tests": tests, "fn_name": task.fn_name, "prelude": True},
                             [t["output"] for t in task.tests])
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
-    plans = [plan_assert(a) for a in asserts]
+    shadowed = frozenset({task.fn_name} if task.fn_name else ())
+    plans = [plan_assert(a, shadowed) for a in asserts]
     return PlannedTests(
         {"mode": "calls", "tests": [p.worker_test for p in plans], "imports": "\n".join(task.test_imports),
          "setup": task.test_setup_code, "prelude": False},
@@ -342,6 +511,13 @@ def _secret_paths(extra: Sequence[str | os.PathLike] = ()) -> list[str]:
     return [c for c in dict.fromkeys(os.path.realpath(c) for c in candidates) if c not in system]
 
 
+def task_secret_paths(config: Any) -> list[str]:
+    """The task files of a run (`config.paths`): hidden from programs by every pool that scores
+    them (phase 4 adds its --eval_file, the trainer and phases 1-2 hide these)."""
+    paths = config.paths
+    return [str(p) for p in (paths.data_dir, paths.train_file, paths.val_file, paths.teacher_traces_file)]
+
+
 def _python_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths.update(site.getsitepackages())
@@ -361,7 +537,9 @@ class _Worker:
         )
         os.close(to_worker_r)
         os.close(from_worker_w)
-        protocol.write_message(self._to_worker, init)
+        os.set_blocking(self._to_worker, False)
+        os.set_blocking(self._from_worker, False)
+        self._send(init, 60.0)
         ready = self._receive(60.0)
         if not isinstance(ready, dict) or ready.get("k") != "ready":
             self.close()
@@ -369,28 +547,65 @@ class _Worker:
         self.info = ready
 
     def _receive(self, timeout: float) -> Any:
+        """One reply frame, read under a deadline with a size bound (a stuck, dead or babbling
+        worker raises SandboxError; it never blocks this process)."""
+        deadline = time.monotonic() + timeout
+        header = self._read_exact(protocol._HEADER.size, deadline)
+        (size,) = protocol._HEADER.unpack(header)
+        if size > protocol.MAX_MESSAGE:
+            raise SandboxError(f"sandbox worker sent a {size}-byte reply (limit {protocol.MAX_MESSAGE})")
+        body = self._read_exact(size, deadline)
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError, MemoryError) as exc:
+            raise SandboxError(f"sandbox worker sent an unreadable reply: {type(exc).__name__}") from None
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        chunks, remaining = [], n
         with selectors.DefaultSelector() as selector:
             selector.register(self._from_worker, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                raise SandboxError(f"sandbox worker did not answer within {timeout:.0f} s")
-        message = protocol.read_message(self._from_worker)
-        if message is None:
-            raise SandboxError(f"sandbox worker exited (code {self.process.poll()})")
-        return message
+            while remaining:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    raise SandboxError("sandbox worker did not answer in time")
+                chunk = os.read(self._from_worker, min(remaining, 1 << 20))
+                if not chunk:
+                    raise SandboxError(f"sandbox worker exited (code {self.process.poll()})")
+                chunks.append(chunk)
+                remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _send(self, obj: object, timeout: float) -> None:
+        data = json.dumps(obj).encode("utf-8")
+        view = memoryview(protocol._HEADER.pack(len(data)) + data)
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._to_worker, selectors.EVENT_WRITE)
+            while view:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    raise SandboxError("sandbox worker did not take its job in time")
+                view = view[os.write(self._to_worker, view[:1 << 16]):]
 
     def run(self, job: dict, timeout: float) -> dict:
-        protocol.write_message(self._to_worker, job)
-        return self._receive(timeout)
+        self._send(job, timeout)
+        reply = self._receive(timeout)
+        if not isinstance(reply, dict):
+            raise SandboxError("sandbox worker sent a reply that is not an object")
+        return reply
 
-    def close(self) -> None:
+    def close(self, grace: float = 5.0) -> None:
+        """Close the job pipe (the worker then ends its zygote and removes its cgroup), kill after `grace` s."""
         for fd in (self._to_worker, self._from_worker):
             try:
                 os.close(fd)
             except OSError:
                 pass
-        if self.process.poll() is None:
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
             self.process.kill()
-        self.process.wait()
+            self.process.wait()
 
 
 class SandboxPool:
@@ -423,13 +638,14 @@ class SandboxPool:
         budget = job["limits"]["total_timeout"] * 1.5 + 30.0  # the worker enforces the real limits
         try:
             result = worker.run(job, budget)
-        except (SandboxError, OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, this worker is replaced, never leaked
             with self._lock:
-                self._all.remove(worker)
-            worker.close()
+                if worker in self._all:
+                    self._all.remove(worker)
+            worker.close(grace=0.0)
             if not self._closed:
                 self._spawn()
-            raise SandboxError(str(exc)) from exc
+            raise SandboxError(f"{type(exc).__name__}: {exc}") from exc
         self._idle.put(worker)
         return result
 
@@ -437,8 +653,11 @@ class SandboxPool:
         self._closed = True
         with self._lock:
             workers, self._all = self._all, []
-        for worker in workers:
-            worker.close()
+        threads = [threading.Thread(target=worker.close) for worker in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     def __enter__(self) -> SandboxPool:
         return self
@@ -475,72 +694,75 @@ def _classify_error(error_type: str | None, message: str | None) -> str:
     return "runtime_error"
 
 
-def _signal_status(sig: int | None) -> str:
+def _signal_status(sig: object) -> str:
     import signal as _signal
 
     if sig == _signal.SIGXCPU:
         return "timeout"
     if sig == _signal.SIGXFSZ:
         return "output_limit"
-    return "runtime_error"
+    return "runtime_error"  # any other signal, real-time ones included, is the program's crash
 
 
-def _setup_failure(raw: dict, n: int) -> list[TestOutcome] | None:
-    """Every test fails the same way when the program could not even start its first test."""
-    err = raw.get("setup_error")
-    if not err:
-        return None
-    status = {"Timeout": "timeout", "OutputLimit": "output_limit"}.get(err["type"], _classify_error(err["type"], err["msg"]))
-    return [TestOutcome(False, status, f"{err['type']} during {err['phase']}: {err['msg']}") for _ in range(n)]
+def _text(value: object, limit: int = 300) -> str | None:
+    return None if value is None else str(value)[:limit]
+
+
+def _common_outcome(test: dict) -> TestOutcome | None:
+    """Statuses shared by both modes: what the supervisor measured, not what the program said."""
+    status, t, error = test.get("status"), test.get("time", 0.0), _text(test.get("error"))
+    t = float(t) if isinstance(t, (int, float)) else 0.0
+    if status in ("timeout", "output_limit", "memory_limit"):
+        return TestOutcome(False, status, error or status.replace("_", " "), t)
+    if status == "crashed":
+        sig = test.get("signal")
+        return TestOutcome(False, _signal_status(sig) if sig is not None else "runtime_error", error, t)
+    return None
 
 
 def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
-    failed = _setup_failure(raw, len(expected))
-    if failed:
-        return failed
     outcomes = []
     for test, want in zip(raw["tests"], expected, strict=True):
-        status, t, error = test.get("status"), test.get("time", 0.0), test.get("error")
-        if status in ("timeout", "output_limit"):
-            outcomes.append(TestOutcome(False, status, error or status.replace("_", " "), t))
-        elif status == "not_run":
+        common = _common_outcome(test)
+        if common is not None:
+            outcomes.append(common)
+            continue
+        t, error = float(test.get("time") or 0.0), _text(test.get("error"))
+        got = test.get("stdout") if isinstance(test.get("stdout"), str) else ""
+        if test.get("status") != "done":
             outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
-        elif status == "crashed" and test.get("signal") is not None:
-            outcomes.append(TestOutcome(False, _signal_status(test["signal"]), error, t))
         elif test.get("exit_code") != 0:  # includes a crash by os._exit(n != 0) during the test
             outcomes.append(TestOutcome(False, _classify_error(None, error), error or f"exit code {test.get('exit_code')}", t))
-        elif stdout_matches(test.get("stdout", ""), want):
+        elif stdout_matches(got, want):
             outcomes.append(TestOutcome(True, "passed", None, t))
         else:
-            got = test.get("stdout", "")
             outcomes.append(TestOutcome(False, "wrong_answer", f"expected {want[:60]!r}, got {got[:60]!r}", t))
     return outcomes
 
 
 def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[TestOutcome]:
-    failed = _setup_failure(raw, len(expectations))
-    if failed:
-        return failed
     outcomes = []
     for test, expectation in zip(raw["tests"], expectations, strict=True):
-        t = test.get("time", 0.0)
-        status = test.get("status")
+        common = _common_outcome(test)
+        if common is not None:
+            outcomes.append(common)
+            continue
+        t, status = float(test.get("time") or 0.0), test.get("status")
         if status == "ok":
             actual = protocol.decode_value(test.get("value"))
-            ok = call_output_matches(actual, expectation) if mode_is_call else check_value(expectation, actual)
-            outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer",
-                                        None if ok else f"got {actual!r}"[:200], t))
+            try:
+                ok = call_output_matches(actual, expectation) if mode_is_call else check_value(expectation, actual)
+                shown = f"got {actual!r}"[:200]
+            except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
+                ok, shown = False, "the returned value could not be compared"
+            outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else shown, t))
         elif status == "error":
-            kind = test.get("type", "Error")
-            is_assert = kind == "AssertionError"
-            outcomes.append(TestOutcome(False, "wrong_answer" if is_assert else _classify_error(kind, test.get("error")),
-                                        f"{kind}: {test.get('error', '')}"[:300], t))
-        elif status in ("timeout", "output_limit"):
-            outcomes.append(TestOutcome(False, status, test.get("error"), t))
-        elif status == "crashed":
-            outcomes.append(TestOutcome(False, _signal_status(test.get("signal")) if test.get("signal") else "runtime_error",
-                                        test.get("error"), t))
-        else:  # not_run
+            kind, phase = _text(test.get("type"), 100) or "Error", _text(test.get("phase"), 20)
+            where = f" during {phase}" if phase and phase != "test" else ""
+            is_assert = kind == "AssertionError" and phase == "test"
+            outcomes.append(TestOutcome(False, "wrong_answer" if is_assert else _classify_error(kind, _text(test.get("error"))),
+                                        f"{kind}{where}: {_text(test.get('error')) or ''}"[:300], t))
+        else:
             outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
     return outcomes
 
@@ -588,11 +810,19 @@ def execute_program(code: str | None, task: Task, limits: SandboxLimits | None =
     except SandboxError as exc:
         return _sandbox_failure(str(exc), n, start, sample_id)
     if raw.get("sandbox_error"):
-        return _sandbox_failure(raw["sandbox_error"], n, start, sample_id)
-    if planned.job["mode"] == "stdin":
-        outcomes = _judge_stdin(raw, planned.expectations)
-    else:
-        outcomes = _judge_calls(raw, planned.expectations, task.test_type == "call")
+        return _sandbox_failure(str(raw["sandbox_error"]), n, start, sample_id)
+    tests = raw.get("tests")
+    if not isinstance(tests, list) or len(tests) != n or not all(isinstance(x, dict) for x in tests):
+        return _sandbox_failure(f"sandbox worker sent a reply of the wrong shape ({type(tests).__name__})", n, start,
+                                sample_id)
+    try:
+        if planned.job["mode"] == "stdin":
+            outcomes = _judge_stdin(raw, planned.expectations)
+        else:
+            outcomes = _judge_calls(raw, planned.expectations, task.test_type == "call")
+    except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
+        message = f"unjudgeable result: {type(exc).__name__}"
+        outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
     return _summarize(outcomes, time.monotonic() - start, sample_id)
 
 
@@ -640,7 +870,10 @@ def execute_many(items: Iterable[tuple[str | None, Task]], pool: SandboxPool | N
 
     def one(index: int) -> ExecutionResult:
         code, task = items[index]
-        result = execute_program(code, task, limits, pool, ids[index], include_challenge, plans[id(task)])
+        try:
+            result = execute_program(code, task, limits, pool, ids[index], include_challenge, plans[id(task)])
+        except Exception as exc:  # noqa: BLE001 - one program's failure never loses the batch
+            result = _sandbox_failure(f"{type(exc).__name__}: {exc}", plans[id(task)].total, time.monotonic(), ids[index])
         if bar is not None:
             bar.update(1)
         return result

@@ -1,37 +1,47 @@
-"""The sandbox worker: a clean, pre-started process that forks one child per untrusted program.
+"""The sandbox worker: pre-started processes that run untrusted programs, one fresh process per test.
 
 Started by `evaluation.code_executor` as `python -I sandbox_worker.py IN_FD OUT_FD` (standard
 library only). Runs on Linux.
 
-Trust boundary. This worker never receives expected outputs: it is sent the program, the test
+Trust boundary. The worker never receives expected outputs: it is sent the program, the test
 *inputs* (stdin texts, call arguments, the left side of MBPP asserts) and limits, and it sends back
-what the program produced (stdout bytes, return values encoded as tagged JSON, errors, timings).
-The verdict is computed in the trusted parent. A child forked from this worker therefore holds no
-secret in its memory, and whatever a program forges (fake result messages, patched builtins,
-an `__eq__` that always answers True, success markers on stdout) is just more output that the
-parent compares against values the program never saw.
+what the program produced (stdout bytes, return values encoded as tagged JSON, errors) and what the
+supervisor measured (times, exit statuses, kills). The verdict is computed in the trusted parent.
 
-Isolation per program (the child):
-- its own session and process group; on a deadline the whole group is SIGKILLed, and when the
-  worker runs as root, every process of the program's dedicated uid is killed too (this catches
-  children that called setsid or double-forked), then orphans are reaped (the worker is a
-  child subreaper);
+Processes (every arrow is a fork; only the last one runs untrusted code):
+
+    supervisor (talks to the parent, holds jobs and results, never forks a program)
+      -> zygote (forked before the first job: its memory never holds a job or a result; it only
+         forks, reaps, and, as root, lives in a minimal read-only root file system)
+           -> program host, one per program (reads its own job; as root enters new mount, PID
+              and IPC namespaces)
+                -> init, one per program (PID 1 of the program's PID namespace; times and kills)
+                     -> test process, one per test (joins the memory cgroup, drops to the
+                        sandbox uid, closes every inherited fd, then runs the program + one test)
+
+Isolation per test process:
+- its own process, so a test's time is measured by the init from the moment the harness is about
+  to run untrusted code until the process exits; nothing the program sends can move that clock,
+  and no thread or file of one test survives into the next;
+- as root: a PID namespace per program (killing its init kills every process of it), an IPC
+  namespace per test, fresh tmpfs on /tmp, /var/tmp and /dev/shm per test (dropped with the
+  namespace, never walked by root), a minimal root file system (the interpreter, its libraries and
+  /etc read-only, a few device nodes, nothing else: no home folders, no project, no task files, no
+  host sockets, no writable host folder), no network (the supervisor's private network
+  namespace), a dedicated uid, and a memory cgroup that bounds the whole process tree (memfds,
+  tmpfs files and forked children included) where the host offers one;
 - rlimits: address space, CPU time, file size, process count, open files, no core dumps;
-- a fresh working directory, removed afterwards; a scrubbed environment; stdin from a memfd;
-- as root: a dedicated unprivileged uid/gid (so process limits and file permissions hold), and
-  the worker itself lives in private network and mount namespaces: no network interface but a
-  downed loopback, private tmpfs on /tmp, /var/tmp and /dev/shm, and the configured secret paths
-  (home folders, the project, the task files) covered by empty tmpfs; the Python installation is
-  re-exposed read-only so imports still work;
-- destructive os/shutil/subprocess functions set to None inside the program (defense in depth,
-  not the wall: ctypes can still reach libc, which is why the limits above exist).
-Not covered: kernel exploits, CPU side channels, reading other processes' command lines in /proc.
-Without root the namespaces and uid switch are skipped and `isolation` reports "basic".
+- only fds 0-3 are open when the program starts (stdin, stdout, stderr, its result memfd);
+- destructive os/shutil/subprocess functions set to None (defense in depth, not the wall).
+Without root the namespaces, uid and cgroup are skipped ("basic" isolation): tests still get
+their own processes and a fresh working directory, cleaned as the same unprivileged user.
+Not covered: kernel exploits and CPU side channels.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import ctypes
 import fcntl
 import gc
@@ -40,8 +50,9 @@ import json
 import math
 import os
 import resource
-import selectors
+import select
 import signal
+import socket
 import struct
 import sys
 import tempfile
@@ -81,6 +92,7 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 
 
 def read_message(fd: int) -> object | None:
+    """Blocking read of one frame from a trusted sender (the parent)."""
     header = _read_exact(fd, _HEADER.size)
     if header is None:
         return None
@@ -91,31 +103,38 @@ def read_message(fd: int) -> object | None:
     return None if body is None else json.loads(body)
 
 
-class FrameBuffer:
-    """Incremental decoder for framed messages arriving in arbitrary chunks (untrusted sender)."""
+def parse_frames(data: bytes) -> list[object]:
+    """Every complete frame in a buffer written by an untrusted program; unreadable ones become
+    {"k": "garbage"} (never an exception, whatever the nesting or encoding)."""
+    out, pos = [], 0
+    while pos + _HEADER.size <= len(data):
+        (size,) = _HEADER.unpack_from(data, pos)
+        body = data[pos + _HEADER.size:pos + _HEADER.size + size]
+        pos += _HEADER.size + size
+        if len(body) < size:
+            break
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError, MemoryError):
+            message = {"k": "garbage"}
+        out.append(message if nesting_ok(message) else {"k": "garbage"})
+    return out
 
-    def __init__(self, limit: int) -> None:
-        self.buffer = bytearray()
-        self.limit = limit
-        self.total = 0
 
-    def feed(self, chunk: bytes) -> list[object]:
-        self.total += len(chunk)
-        if self.total > self.limit:
-            raise OverflowError("result channel exceeded its byte limit")
-        self.buffer += chunk
-        out = []
-        while len(self.buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < _HEADER.size + size:
-                break
-            body = bytes(self.buffer[_HEADER.size:_HEADER.size + size])
-            del self.buffer[:_HEADER.size + size]
-            try:
-                out.append(json.loads(body))
-            except (ValueError, UnicodeDecodeError):
-                out.append({"k": "garbage"})
-        return out
+def nesting_ok(value: object, limit: int = 0, max_nodes: int = 5_000_000) -> bool:
+    """True when a decoded JSON value nests at most `limit` (default: the codec's) levels deep."""
+    limit = limit or _MAX_DEPTH + 4
+    stack, nodes = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if depth > limit or nodes > max_nodes:
+            return False
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,41 +200,73 @@ class Opaque:
         return f"<{self.type_name} object>"
 
 
-def decode_value(data: object) -> object:
-    """Inverse of encode_value, in the trusted parent: builds plain Python data only."""
-    if isinstance(data, list):
-        return [decode_value(v) for v in data]
-    if not isinstance(data, dict):
+def decode_value(data: object, depth: int = 0) -> object:
+    """Inverse of encode_value, in the trusted parent: builds plain Python data only.
+
+    The input is untrusted: anything malformed (a wrong shape, an unknown tag, an unhashable
+    element of a set or key of a dict, nesting deeper than the encoder produces) decodes to an
+    Opaque, which equals nothing; this function never raises.
+    """
+    if depth > _MAX_DEPTH + 2:
+        return Opaque("too deeply nested value")
+    if data is None or type(data) in (bool, int, float, str):
         return data
+    if type(data) is list:
+        return [decode_value(v, depth + 1) for v in data]
+    if type(data) is not dict:
+        return Opaque("malformed value")
     tag, v = data.get("__t"), data.get("v")
-    if tag == "tuple":
-        return tuple(decode_value(x) for x in v)
-    if tag == "dict":
-        return {_hashable(decode_value(k)): decode_value(x) for k, x in v}
-    if tag in ("set", "frozenset"):
-        items = frozenset(_hashable(decode_value(x)) for x in v)
-        return items if tag == "frozenset" else set(items)
-    if tag == "float":
-        return float(v)
-    if tag == "bytes":
-        return base64.b64decode(v)
-    if tag == "complex":
-        return complex(v[0], v[1])
-    return Opaque(str(data.get("type", "object")))
+    try:
+        if tag == "tuple" and type(v) is list:
+            return tuple(decode_value(x, depth + 1) for x in v)
+        if tag == "dict" and type(v) is list:
+            out = {}
+            for pair in v:
+                if type(pair) is not list or len(pair) != 2:
+                    return Opaque("malformed dict")
+                out[_hashable(decode_value(pair[0], depth + 1))] = decode_value(pair[1], depth + 1)
+            return out
+        if tag in ("set", "frozenset") and type(v) is list:
+            items = frozenset(_hashable(decode_value(x, depth + 1)) for x in v)
+            return items if tag == "frozenset" else set(items)
+        if tag == "float" and v in ("inf", "-inf", "nan"):
+            return float(v)
+        if tag == "bytes" and type(v) is str:
+            return base64.b64decode(v, validate=True)
+        if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
+            return complex(v[0], v[1])
+    except (TypeError, ValueError, binascii.Error, RecursionError, MemoryError):
+        return Opaque("malformed value")
+    if tag == "object":
+        return Opaque(str(data.get("type", "object"))[:200])
+    return Opaque("malformed value")
 
 
 def _hashable(value: object) -> object:
-    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+    """A decoded value usable as a set element or dict key (lists become tuples, sets frozensets);
+    a value that still cannot be hashed becomes an Opaque (hashable, equal to nothing)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, set):
+        return frozenset(value)
+    try:
+        hash(value)
+    except TypeError:
+        return Opaque("unhashable value")
+    return value
 
 
 # --------------------------------------------------------------------------------------------
-# Isolation of the worker (root only) and of each child
+# System calls and constants
 # --------------------------------------------------------------------------------------------
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 36, 1
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 
 
 def _check(result: int, what: str) -> None:
@@ -229,61 +280,278 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
 
+def _umount(target: str) -> None:
+    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def _pivot_root(new_root: str) -> None:
+    import platform
+
+    number = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine(), 155)
+    os.chdir(new_root)
+    _check(0 if _libc.syscall(number, b".", b".") == 0 else -1, "pivot_root")
+    _umount(".")  # the old root, stacked on top of the new one by pivot_root(".", ".")
+    os.chdir("/")
+
+
+def _prctl(option: int, value: int) -> None:
+    _libc.prctl(option, value, 0, 0, 0)
+
+
+def _close_from(first: int) -> None:
+    """Close every fd >= first: close_range(2) where the kernel has it, else one by one."""
+    if _libc.syscall(436, ctypes.c_uint(first), ctypes.c_uint(0xFFFFFFFF), ctypes.c_uint(0)) != 0:
+        os.closerange(first, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def isolate_worker(hide: list[str], keep: list[str], tmp_size_mb: int) -> dict:
-    """Enter private mount + network namespaces and build the filesystem view children see."""
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare")
+def _memfd(name: str, data: bytes = b"") -> int:
+    fd = os.memfd_create(name)
+    if data:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _read_all(fd: int, cap: int) -> bytes:
+    """Up to `cap` bytes of a memfd from its start."""
+    chunks, offset = [], 0
+    while offset < cap:
+        chunk = os.pread(fd, min(cap - offset, 1 << 22), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+# --------------------------------------------------------------------------------------------
+# Isolation built once per worker (root only)
+# --------------------------------------------------------------------------------------------
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+DEVICES = ("null", "zero", "full", "random", "urandom")
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+class Cgroup:
+    """A memory cgroup for one worker's test processes (v2, or v1's memory controller)."""
+
+    def __init__(self) -> None:
+        self.path, self.version = self._create()
+        self.procs_fd: int | None = None
+        self.limit = -1
+
+    @staticmethod
+    def _create() -> tuple[str, int]:
+        with open("/proc/self/cgroup") as handle:
+            lines = handle.read().splitlines()
+        v2_root = "/sys/fs/cgroup"
+        candidates = []
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controllers == "" and os.path.exists(f"{v2_root}/cgroup.controllers"):
+                try:
+                    with open(f"{v2_root}{path}/cgroup.controllers") as handle:
+                        if "memory" in handle.read().split():
+                            candidates.append((f"{v2_root}{path}", 2))
+                except OSError:
+                    pass
+            elif "memory" in controllers.split(","):
+                candidates.append((f"{v2_root}/memory{path}", 1))
+        for base, version in candidates:
+            path = f"{base.rstrip('/')}/tgrpo-sandbox-{os.getpid()}"
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                pass
+            except OSError:
+                continue
+            return path, version
+        raise OSError("no writable memory cgroup")
+
+    def _write(self, name: str, value: str) -> bool:
+        try:
+            with open(f"{self.path}/{name}", "w") as handle:
+                handle.write(value)
+            return True
+        except OSError:
+            return False
+
+    def set_limit(self, limit_bytes: int) -> None:
+        if limit_bytes == self.limit:
+            return
+        if self.version == 2:
+            self._write("memory.max", str(limit_bytes))
+            self._write("memory.swap.max", "0")
+        else:  # memsw (memory + swap) must stay >= the memory limit while both change
+            if not self._write("memory.limit_in_bytes", str(limit_bytes)):
+                self._write("memory.memsw.limit_in_bytes", str(limit_bytes))
+                self._write("memory.limit_in_bytes", str(limit_bytes))
+            self._write("memory.memsw.limit_in_bytes", str(limit_bytes))
+        self.limit = limit_bytes
+
+    def oom_kills(self) -> int:
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            with open(f"{self.path}/{name}") as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def remove(self) -> None:
+        try:
+            _rmdir(self.path)
+        except OSError:
+            pass
+
+
+def isolate_worker() -> None:
+    """The supervisor's own isolation: a private network namespace (inherited by every program)."""
+    _unshare(CLONE_NEWNET)
+
+
+def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
+    """In the zygote: enter a private mount namespace and pivot into a minimal root file system.
+
+    The new root is a tmpfs holding read-only bind mounts of the system folders, the Python
+    installation (`keep`), a few device nodes and empty mount points for scratch space and /proc.
+    Whatever is not listed does not exist for a program. `hide` paths that fall inside an exposed
+    folder are covered. Keep folders under a scratch folder (a project cloned into /tmp) are
+    re-exposed after every scratch mount from the fds left in `holder`.
+    """
+    _unshare(CLONE_NEWNS)
     _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-    os.chdir("/")
     keep_real = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
-    scratch = [p for p in ("/tmp", "/var/tmp", "/dev/shm") if os.path.isdir(p)]  # private, writable, emptied
-    hide_real = sorted({os.path.realpath(h) for h in [*hide, *scratch] if os.path.exists(h)})
-    # a hidden path inside another hidden path is already covered
-    hide_real = [h for h in hide_real if not any(o != h and _under(h, o) for o in hide_real)]
-    # Open what must stay visible before covering it: the project (and its virtualenv) may live
-    # anywhere, /tmp included, and is re-exposed read-only inside the covering tmpfs.
-    keep_fds = {k: os.open(k, os.O_PATH | os.O_DIRECTORY) for k in keep_real if any(_under(k, h) for h in hide_real)}
-    hidden = []
-    for path in hide_real:
-        if path in scratch:
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
+    links, sources = {}, {}
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
         elif os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
-        else:
-            _mount("/dev/null", path, None, MS_BIND, None)
-        hidden.append(path)
-    for path, fd in keep_fds.items():
+            sources[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
+    for path in keep_real:
+        if not any(_under(path, s) for s in sources):
+            sources[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
+    devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES if os.path.exists(f"/dev/{name}")}
+    root = "/tmp"  # any folder: the tmpfs is private to this mount namespace and becomes "/"
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=4m")
+    for path in ("/proc", "/dev", *SCRATCH):
+        os.makedirs(root + path, mode=0o755, exist_ok=True)
+    for path, target in links.items():
+        os.symlink(target, root + path)
+    for path in keep:  # a virtualenv reached through a symlink (sys.path names the link, not its target)
+        current = ""
+        for part in os.path.abspath(path).split("/")[1:]:
+            current += "/" + part
+            if os.path.islink(current) and not os.path.lexists(root + current):
+                os.makedirs(root + os.path.dirname(current), mode=0o755, exist_ok=True)
+                os.symlink(os.readlink(current), root + current)
+    for path in sorted(sources):
+        os.makedirs(root + path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{sources[path]}", root + path, None, MS_BIND | MS_REC, None)
+        _mount(None, root + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        os.close(sources[path])
+    for name, fd in devices.items():
+        with open(f"{root}/dev/{name}", "w"):
+            pass
+        _mount(f"/proc/self/fd/{fd}", f"{root}/dev/{name}", None, MS_BIND, None)
+        os.close(fd)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    covered = []
+    for path in sorted({os.path.realpath(h) for h in hide}):
+        inside = any(_under(path, s) and path != s for s in sources) and not any(_under(k, path) for k in keep_real)
+        if inside and os.path.lexists(root + path):
+            if os.path.isdir(root + path):
+                _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=755,size=4k")
+            else:
+                _mount(f"{root}/dev/null", root + path, None, MS_BIND, None)
+            covered.append(path)
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)  # replaced per program
+    _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    _pivot_root(root)
+    holder["scratch_keeps"] = {k: os.open(k, os.O_PATH | os.O_DIRECTORY)
+                               for k in sources if any(_under(k, s) for s in SCRATCH)}
+    return {"exposed": sorted(sources), "hidden": covered}
+
+
+def _fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int]) -> None:
+    """New, empty tmpfs on every scratch folder (root, in the program's own mount namespace). Nobody
+    ever walks them: they vanish with the namespace when the program's last process is gone."""
+    for path in SCRATCH:
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
+    for path, fd in scratch_keeps.items():
         os.makedirs(path, mode=0o755, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC, None)
-        os.close(fd)
-    return {"hidden": hidden, "kept": sorted(keep_fds)}
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
-def _process_count(uid: int) -> int:
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+def remove_tree(path: str) -> None:
+    """rm -rf without following symlinks and without recursion (a deep tree cannot overflow the
+    stack): directories are opened relative to their parent with O_NOFOLLOW. Used only in basic
+    isolation, by a process of the program's own uid. Never raises."""
+    try:
+        parent = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    name = os.path.basename(path)
+    stack = [(parent, name, None)]  # (dir fd of the parent, entry name, fd of the entry once opened)
+    try:
+        while stack:
+            parent_fd, entry, fd = stack[-1]
+            if fd is None:
+                try:
+                    fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+                except OSError:
+                    try:
+                        _unlink(entry, dir_fd=parent_fd)
+                    except OSError:
+                        pass
+                    stack.pop()
+                    continue
+                stack[-1] = (parent_fd, entry, fd)
+            subdir = None
+            for item in os.scandir(fd):
+                if item.is_dir(follow_symlinks=False):
+                    subdir = item.name
+                    break
+                try:
+                    _unlink(item.name, dir_fd=fd)
+                except OSError:
+                    pass
+            if subdir is not None and len(stack) < 100_000:
+                stack.append((fd, subdir, None))
+                continue
+            os.close(fd)
+            stack.pop()
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    count += 1
+                _rmdir(entry, dir_fd=parent_fd)
             except OSError:
                 pass
-    return count
+    finally:
+        for _, _, fd in stack:
+            if fd is not None:
+                os.close(fd)
+        os.close(parent)
 
 
-_BASE_ADDRESS_SPACE = 0  # the worker's own address space after preloading; set in main()
-
-
-def _address_space_now() -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
+# --------------------------------------------------------------------------------------------
+# The state every process starts from (prepared once in the supervisor, before the zygote forks)
+# --------------------------------------------------------------------------------------------
 
 
 _DISABLED = {
@@ -313,20 +581,6 @@ def _reliability_guard() -> None:
         sys.modules[name] = None  # type: ignore[assignment]
 
 
-_STDIO_BASE = 10  # in a stdin-mode child, test i reads fd 10 + 2i (a memfd) and writes fd 11 + 2i
-
-
-def _move_fds(fds: dict[int, int]) -> int:
-    """dup2 sources onto targets safely (a source may sit on another target's number); close the rest."""
-    high = max(fds) + 1
-    lifted = {target: fcntl.fcntl(source, fcntl.F_DUPFD, high) for target, source in fds.items()}
-    for target, source in lifted.items():
-        os.dup2(source, target)
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    os.closerange(high, max(soft, high + 1))
-    return high
-
-
 def _fresh_stdio(stderr: bool = True) -> None:
     """New sys.std* objects on fds 0-2 (inherited objects may hold buffered bytes of another owner)."""
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
@@ -337,34 +591,8 @@ def _fresh_stdio(stderr: bool = True) -> None:
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
-def _enter_child(job: dict, workdir: str, fds: dict[int, int]) -> None:
-    """In the forked child: wire fds, set limits, drop privileges. The environment, standard
-    streams, signal dispositions and disabled functions were prepared once in the worker."""
-    _setsid()
-    high = _move_fds(fds)
-    limits = job["limits"]
-    cpu = int(math.ceil(limits["total_timeout"])) + 1
-    address_space = _BASE_ADDRESS_SPACE + limits["memory_mb"] * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * 1024 * 1024,) * 2)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (high + 128,) * 2)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    uid = job["uid"]
-    if uid is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"],) * 2)
-        os.setgroups([])
-        _setgid(uid)
-        _setuid(uid)
-    else:  # without a dedicated uid the count includes the user's other processes
-        n = _process_count(os.getuid()) + limits["max_processes"]
-        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
-    os.chdir(workdir)
-
-
 def prepare_template(workdir: str) -> None:
-    """Make the worker's own state what every child should start from (done once, not per fork):
-    a scrubbed environment, fresh standard streams, default signal dispositions, a high recursion
+    """A scrubbed environment, fresh standard streams, default signal dispositions, a high recursion
     limit, and destructive functions disabled. The worker itself uses the private references above."""
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
@@ -374,6 +602,68 @@ def prepare_template(workdir: str) -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _reliability_guard()
+
+
+_BASE_ADDRESS_SPACE = 0  # the worker's own address space after preloading; set in main()
+
+
+def _address_space_now() -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The program process: harness prefix (trusted) and program body (untrusted)
+# --------------------------------------------------------------------------------------------
+
+_HARNESS_FAILED = 125  # exit code of a program process whose harness prefix failed (before the ready byte)
+_RESULT_FD, _READY_FD, _STDIO_BASE = 3, 4, 10  # stdin mode: k-th test of the run reads fd 10 + 2k, writes 11 + 2k
+
+
+def _enter_program(ctx: dict, job: dict, workdir: str, fds: dict[int, int]) -> None:
+    """Before any untrusted code: fds, limits, uid, working directory."""
+    if ctx["cgroup"]:  # born in the worker's memory cgroup: the program is the one the OOM killer takes
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    lifted = {target: fcntl.fcntl(source, fcntl.F_DUPFD, max(fds) + 1) for target, source in fds.items()}
+    for target, source in lifted.items():
+        os.dup2(source, target)
+    _close_from(max(fds) + 1)  # nothing inherited survives: no pipe to the supervisor, no other job's fd
+    limits = job["limits"]
+    memory = limits["memory_mb"] * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (_BASE_ADDRESS_SPACE + memory,) * 2)
+    cpu = int(math.ceil(limits["total_timeout"])) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * 1024 * 1024,) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(fds) + 128,) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    uid = ctx["uid"]
+    if uid is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"],) * 2)
+        os.setgroups([])
+        _setgid(uid)
+        _setuid(uid)
+    else:  # without a dedicated uid the count includes the user's other processes
+        n = _process_count(os.getuid()) + limits["max_processes"]
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    _setsid()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
+    os.chdir(workdir)
+
+
+def _process_count(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
 
 
 PRELUDE = (
@@ -389,25 +679,24 @@ PRELUDE = (
 
 
 def _child_calls(job: dict) -> None:
-    """Child body for assert/call tests: set up once, then report one value per test on fd 3."""
+    """Program body for assert/call tests: set up once, then report one value per test on fd 3."""
     send = write_message  # bound before the program runs and can rebind module globals
-    out_fd = 3
     namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
     try:
         exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)
         code = compile(job["code"], "<solution>", "exec")
     except SyntaxError as exc:
-        send(out_fd, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"})
+        send(_RESULT_FD, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}",
+                          "phase": "compile"})
         return
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
             exec(code if source is None else compile(source, f"<{phase}>", "exec"), namespace)
         except BaseException as exc:  # noqa: BLE001 - the program may raise anything, SystemExit included
-            send(out_fd, {"k": "setup_err", "type": type(exc).__name__, "msg": _trim(exc), "phase": phase})
+            send(_RESULT_FD, {"k": "setup_err", "type": type(exc).__name__, "msg": _trim(exc), "phase": phase})
             return
-    send(out_fd, {"k": "setup_ok"})
     fn_name = job.get("fn_name")
-    for index in job["run"]:  # a test starts when the previous one reported (or at setup_ok)
+    for index in job["run"]:
         test = job["tests"][index]
         try:
             if test["kind"] == "expr":
@@ -422,72 +711,169 @@ def _child_calls(job: dict) -> None:
                 if target is None:
                     raise NameError(f"name '{fn_name}' is not defined")
                 value = target(*json.loads(test["args"]))
-            send(out_fd, {"k": "val", "i": index, "v": encode_value(value)})
+            send(_RESULT_FD, {"k": "val", "i": index, "v": encode_value(value)})
         except BaseException as exc:  # noqa: BLE001
-            send(out_fd, {"k": "err", "i": index, "type": type(exc).__name__, "msg": _trim(exc)})
+            send(_RESULT_FD, {"k": "err", "i": index, "type": type(exc).__name__, "msg": _trim(exc)})
 
 
 def _child_stdin(job: dict) -> None:
-    """Child body for stdin tests: run the program as __main__ once per test, each test on its own
+    """Program body for stdin tests: run the program as __main__ once per test, each test on its own
     stdin/stdout memfds, and report each test's exit status on fd 3 (the output stays in the memfd)."""
     send, dup2, fresh_stdio = write_message, os.dup2, _fresh_stdio  # bound before the program can patch them
-    out_fd = 3
     try:
         code = compile(job["code"], "<solution>", "exec")
     except SyntaxError as exc:
-        send(out_fd, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"})
+        send(_RESULT_FD, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}",
+                          "phase": "compile"})
         return
-    send(out_fd, {"k": "setup_ok"})
-    for index in job["run"]:
-        dup2(_STDIO_BASE + 2 * index, 0)
-        dup2(_STDIO_BASE + 2 * index + 1, 1)
+    for k, index in enumerate(job["run"]):
+        dup2(_STDIO_BASE + 2 * k, 0)
+        dup2(_STDIO_BASE + 2 * k + 1, 1)
         fresh_stdio(stderr=False)
         status, error = 0, None
         try:
             exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
         except SystemExit as exc:
-            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            status = 0 if exc.code is None else (exc.code if isinstance(exc.code, int) and 0 <= exc.code < 256 else 1)
             if status:
-                error = f"SystemExit: {exc.code}"
+                error = f"SystemExit: {exc.code}"[:300]
         except BaseException as exc:  # noqa: BLE001 - the program may raise anything
             status, error = 1, f"{type(exc).__name__}: {_trim(exc)}"
         try:
             sys.stdout.flush()
         except BaseException as exc:  # noqa: BLE001 - a closed or full stdout is the program's problem
             status, error = status or 1, error or f"{type(exc).__name__}: {_trim(exc)}"
-        send(out_fd, {"k": "done", "i": index, "exit": status, "error": error})
+        send(_RESULT_FD, {"k": "done", "i": index, "exit": status, "error": error})
 
 
 def _trim(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc)
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001 - __str__ is the program's code
+        text = "?"
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-# --------------------------------------------------------------------------------------------
-# Supervision (in the worker)
-# --------------------------------------------------------------------------------------------
-
-
-def _kill_all(pid: int, uid: int | None) -> None:
-    """Kill the child's process group and, with a dedicated uid, every process of that uid."""
+def _program_process(ctx: dict, fds: list[int]) -> None:
+    """The cloned child: PID 1 of fresh PID, mount and IPC namespaces (as root). Prepares the
+    scratch space and its own limits, signals ready, then runs the program's tests of this run."""
+    exit_ = os._exit
     try:
-        _killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if uid is not None:
-        helper = _fork()
-        if helper == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        job_fd, ready, res, err, outs = fds[0], fds[1], fds[2], fds[3], fds[4:]
+        job = json.loads(_read_all(job_fd, os.fstat(job_fd).st_size))
+        os.close(job_fd)
+        stdin_mode = job["mode"] == "stdin"
+        if ctx["namespaces"]:
+            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"])
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            workdir = "/tmp"
+        else:
+            workdir = tempfile.mkdtemp(dir=ctx["base"])
+            if ctx["uid"] is not None:
+                _chown(workdir, ctx["uid"], ctx["uid"])
+        layout = {0: os.open(os.devnull, os.O_RDONLY), 1: err, 2: err, _RESULT_FD: res, _READY_FD: ready}
+        if stdin_mode:
+            for k, index in enumerate(job["run"]):
+                layout[_STDIO_BASE + 2 * k] = _memfd("in", job["inputs"][index].encode("utf-8"))
+                layout[_STDIO_BASE + 2 * k + 1] = outs[k]
+        _enter_program(ctx, job, workdir, layout)
+        _fresh_stdio()
+        os.write(_READY_FD, b"R")  # from here on, everything this process does is the program's
+        os.close(_READY_FD)
+    except BaseException:  # noqa: BLE001 - the harness failed before any untrusted code ran
+        exit_(_HARNESS_FAILED)
+    try:
+        (_child_stdin if stdin_mode else _child_calls)(job)
+        sys.stdout.flush()
+    finally:
+        exit_(0)
+
+
+# --------------------------------------------------------------------------------------------
+# The zygote: clones program processes from a state that never saw a job
+# --------------------------------------------------------------------------------------------
+
+_py_syscall = ctypes.PyDLL(None, use_errno=True).syscall  # keeps the GIL across clone (the child returns holding it)
+_py_syscall.restype = ctypes.c_long
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+
+
+def _clone(flags: int) -> int:
+    """fork() that also creates namespaces: the child is PID 1 of its new PID namespace, so
+    killing it (or its exit) ends every process it started. Single-threaded callers only."""
+    import platform
+
+    number = _SYS_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError("clone with namespaces is wired for x86_64 and aarch64 only")
+    # x86_64: clone(flags, stack, parent_tid, child_tid, tls); aarch64 has the same order
+    pid = _py_syscall(ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD), None, None, None, None)
+    if pid < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return pid
+
+
+def _join_cgroup(ctx: dict) -> None:
+    """The zygote joins the memory cgroup once: every process it clones is born inside it (moving
+    each program process in would cost a cgroup migration, milliseconds, per program). Its own
+    pages stay charged where they were; program processes raise their OOM score to the maximum, so
+    the OOM killer takes them first (lowering the zygote's score needs CAP_SYS_RESOURCE)."""
+    os.write(ctx["cgroup_fd"], b"%d" % os.getpid())
+    os.close(ctx["cgroup_fd"])
+
+
+def _zygote(ctx: dict, sock: socket.socket) -> None:
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # basic isolation: orphans of a program land here, to be swept
+
+    def reap(signum, frame) -> None:
+        while True:
             try:
-                _setgid(uid)
-                _setuid(uid)
-                _kill(-1, signal.SIGKILL)  # every process this uid may signal, except itself
-            finally:
-                os._exit(0)
-        os.waitpid(helper, 0)
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            try:
+                sock.send(json.dumps({"k": "exit", "pid": pid, "status": status}).encode())
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGCHLD, reap)
+    flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC if ctx["namespaces"] else 0
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+        except InterruptedError:
+            continue
+        if not message:
+            os._exit(0)
+        request = json.loads(message)
+        while len(fds) < request.get("nfds", 0):  # more than one message's worth of fds
+            _, more, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+            fds += more
+        if request.get("k") == "sweep":
+            _sweep(ctx, request.get("workdirs", []))
+            sock.send(b'{"k": "swept"}')
+            continue
+        pid = _clone(flags)
+        if pid == 0:
+            sock.close()
+            _program_process(ctx, fds)
+            os._exit(_HARNESS_FAILED)
+        try:
+            pidfd = os.pidfd_open(pid)
+            socket.send_fds(sock, [json.dumps({"k": "pid", "pid": pid}).encode()], [pidfd])
+            os.close(pidfd)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def _children() -> list[int]:
-    """Direct children of this worker (orphaned descendants land here: we are a subreaper)."""
+    """Direct children of this process (orphaned descendants land here: it is a subreaper)."""
     me, kids = os.getpid(), []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -500,295 +886,317 @@ def _children() -> list[int]:
     return kids
 
 
-def _reap_all(deadline_s: float = 5.0) -> None:
-    """Kill and reap every remaining descendant, including ones that left the process group."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        while True:
+def _sweep(ctx: dict, workdirs: list[str]) -> None:
+    """Basic isolation only (no PID namespace): kill what a program left (its uid's processes, the
+    orphans re-parented here), then remove its working directories with the program's own rights."""
+    if ctx["uid"] is not None:
+        helper = _fork()
+        if helper == 0:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                break
+                _setgid(ctx["uid"])
+                _setuid(ctx["uid"])
+                _kill(-1, signal.SIGKILL)  # every process this uid may signal, except itself
+            finally:
+                os._exit(0)
+        _wait_child(helper)
+    for _ in range(1000):
         kids = _children()
         if not kids:
-            return
+            break
         for kid in kids:
             try:
                 _kill(kid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.002)
-
-
-def _supervise(pid: int, pipes: dict[str, int], deadline_fn, output_cap: int, results: FrameBuffer | None, on_message) -> dict:
-    """Read the child's pipes until it exits or a limit is hit. Returns the raw outcome."""
-    selector = selectors.DefaultSelector()
-    pidfd = os.pidfd_open(pid)
-    selector.register(pidfd, selectors.EVENT_READ, "exit")
-    for name, fd in pipes.items():
-        os.set_blocking(fd, False)
-        selector.register(fd, selectors.EVENT_READ, name)
-    captured = {name: bytearray() for name in pipes if name != "results"}
-    outcome = {"killed": None}
-
-    def consume(name: str, chunk: bytes) -> str | None:
-        """Route a chunk to the message decoder or the capped capture; return a limit hit, if any."""
-        if name == "results":
+    for path in workdirs:
+        if not path.startswith(ctx["base"] + "/"):
+            continue
+        if ctx["uid"] is None:
+            remove_tree(path)
+            continue
+        helper = _fork()
+        if helper == 0:
             try:
-                for message in results.feed(chunk):
-                    on_message(message)
-            except OverflowError:
-                return "output_limit"
-            return None
-        buffer = captured[name]
-        buffer += chunk
-        if len(buffer) > output_cap:
-            del buffer[output_cap:]
-            return "output_limit"
-        return None
-
-    exited = False
-    try:
-        while not exited and not outcome["killed"]:
-            remaining = deadline_fn() - time.monotonic()
-            if remaining <= 0:
-                outcome["killed"] = "timeout"
-                break
-            for key, _ in selector.select(timeout=remaining):
-                if key.data == "exit":
-                    exited = True
-                    continue
-                try:
-                    chunk = os.read(key.fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    selector.unregister(key.fd)
-                    continue
-                outcome["killed"] = consume(key.data, chunk)
-                if outcome["killed"]:
-                    break
-        if exited and not outcome["killed"]:  # drain what the child wrote before exiting
-            for name, fd in pipes.items():
-                while not outcome["killed"]:
-                    try:
-                        chunk = os.read(fd, 1 << 16)
-                    except (BlockingIOError, OSError):
-                        break  # empty for now: descendants may hold the pipe open, do not wait for them
-                    if not chunk:
-                        break
-                    outcome["killed"] = consume(name, chunk)
-    finally:
-        selector.close()
-    outcome["captured"] = {k: bytes(v) for k, v in captured.items()}
-    outcome["pidfd"] = pidfd
-    return outcome
+                _setgid(ctx["uid"])
+                _setuid(ctx["uid"])
+                remove_tree(path)
+            finally:
+                os._exit(0)
+        _wait_child(helper)
+        try:
+            _rmdir(path)
+        except OSError:
+            pass
 
 
-def _finish(pid: int, pidfd: int, uid: int | None) -> tuple[int | None, int | None]:
-    """Kill everything left, reap the child; return (exit_code, signal)."""
+def _wait_child(pid: int) -> None:
+    """waitpid that tolerates the SIGCHLD reaper having taken the status first."""
     try:
-        _killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    _, status = os.waitpid(pid, 0)
-    os.close(pidfd)
-    # Every surviving descendant has been re-parented to this worker (a child subreaper), so "no
-    # child left" proves nothing of the program survives; only then is the slow path skipped.
-    try:
-        os.waitpid(-1, os.WNOHANG)
-        leftover = True  # some child exists (alive, or a zombie just reaped)
+        os.waitpid(pid, 0)
     except ChildProcessError:
-        leftover = False
-    if leftover:
-        _kill_all(pid, uid)
-        _reap_all()
-    if os.WIFSIGNALED(status):
-        return None, os.WTERMSIG(status)
-    return os.WEXITSTATUS(status), None
-
-
-_WORKDIR = "/tmp/run"  # set in main(): one fixed path per worker, emptied after every program
-
-
-def _make_workdir(uid: int | None) -> str:
-    if os.path.lexists(_WORKDIR):
-        _remove_tree(_WORKDIR)
-    os.mkdir(_WORKDIR, 0o700)
-    if uid is not None:
-        _chown(_WORKDIR, uid, uid)
-    return _WORKDIR
-
-
-def _remove_tree(path: str) -> None:
-    """rm -rf with the worker's private unlink/rmdir (the public ones are disabled)."""
-    for root, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            try:
-                _unlink(os.path.join(root, name))
-            except OSError:
-                pass
-        for name in dirs:
-            full = os.path.join(root, name)
-            try:
-                (_unlink if os.path.islink(full) else _rmdir)(full)
-            except OSError:
-                pass
-    try:
-        _rmdir(path)
-    except OSError:
         pass
 
 
-_HARNESS_FAILED = 125  # exit code of a child whose sandbox setup failed (not the program's fault)
+# --------------------------------------------------------------------------------------------
+# The supervisor
+# --------------------------------------------------------------------------------------------
 
 
-def _memfd(name: str, data: bytes = b"") -> int:
-    fd = os.memfd_create(name)
-    if data:
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+class HarnessError(RuntimeError):
+    """The sandbox itself failed (never something a program can cause)."""
 
 
-def run_tests(job: dict, deadline: float) -> dict:
-    """Run a program's tests in one child, in order; after a test times out or kills the child,
-    start a fresh child for the tests after it (each test is bounded, none is skipped)."""
-    limits, uid, stdin_mode = job["limits"], job["uid"], job["mode"] == "stdin"
-    n = len(job["inputs"]) if stdin_mode else len(job["tests"])
-    io_fds: list[tuple[int, int]] = []
-    if stdin_mode:  # every test gets its own stdin and stdout memfd, created once
-        io_fds = [(_memfd(f"in{i}", text.encode("utf-8")), _memfd(f"out{i}")) for i, text in enumerate(job["inputs"])]
-    results: dict[int, dict] = {}
-    setup_error = None
-    pending = list(range(n))
-    output_tail = b""
+def _wait_readable(fds: list[int], timeout: float) -> list[int]:
     try:
-        while pending and setup_error is None:
-            if time.monotonic() >= deadline:
+        ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+    except InterruptedError:
+        return []
+    return ready
+
+
+class FrameBuffer:
+    """Incremental decoder for framed messages arriving in arbitrary chunks (untrusted sender)."""
+
+    def __init__(self, limit: int) -> None:
+        self.buffer = bytearray()
+        self.limit = limit
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> list[object]:
+        self.total += len(chunk)
+        if self.total > self.limit:
+            raise OverflowError("result channel exceeded its byte limit")
+        self.buffer += chunk
+        out = []
+        while len(self.buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < _HEADER.size + size:
+                break
+            out += parse_frames(bytes(self.buffer[:_HEADER.size + size]))
+            del self.buffer[:_HEADER.size + size]
+        return out
+
+
+class Supervisor:
+    """Runs jobs for the parent. Timing is its own: a run's clock starts at the ready byte the
+    harness writes before any untrusted code, and a report counts only if it arrived before the
+    run's deadline. Every test gets `test_timeout` from that clock: all tests of a program first run
+    together in one process (a report arriving within `test_timeout` of the start proves that test
+    took less); the tests left without a report then run again, each in a fresh process of its own
+    with its own `test_timeout`. No program can move these clocks or pool time across tests."""
+
+    def __init__(self, zygote_sock: socket.socket, cgroup: Cgroup | None, base: str | None) -> None:
+        self.zygote, self.cgroup, self.base = zygote_sock, cgroup, base
+        self.notes: list[dict] = []
+
+    # ---------------------------------------------------------------- talking to the zygote
+
+    def _note(self, kind: str, pid: int | None, deadline: float) -> tuple[dict, list[int]]:
+        while True:
+            for k, (note, fds) in enumerate(self.notes):
+                if note.get("k") == kind and (pid is None or note.get("pid") == pid):
+                    del self.notes[k]
+                    return note, fds
+            if not _wait_readable([self.zygote.fileno()], deadline - time.monotonic()):
+                raise HarnessError(f"the zygote did not send {kind!r} in time")
+            message, fds, _, _ = socket.recv_fds(self.zygote, 1 << 12, 4)
+            if not message:
+                raise HarnessError("the zygote exited")
+            self.notes.append((json.loads(message), fds))
+
+    def _launch(self, fds: list[int]) -> tuple[int, int]:
+        socket.send_fds(self.zygote, [json.dumps({"k": "launch", "nfds": len(fds)}).encode()], fds[:253])
+        for start in range(253, len(fds), 253):
+            socket.send_fds(self.zygote, [b"{}"], fds[start:start + 253])
+        note, pidfds = self._note("pid", None, time.monotonic() + 30.0)
+        if len(pidfds) != 1:
+            raise HarnessError("the zygote sent no pidfd")
+        return note["pid"], pidfds[0]
+
+    # ---------------------------------------------------------------- one run of some tests
+
+    def _run(self, job: dict, indices: list[int], program_deadline: float) -> tuple[dict, dict]:
+        """Run `indices` in one fresh program process; return (reports by index, how the run ended)."""
+        limits, stdin_mode = job["limits"], job["mode"] == "stdin"
+        cap = limits["output_bytes"]
+        job_fd = _memfd("job", json.dumps(dict(job, run=indices)).encode("utf-8"))
+        ready_r, ready_w = os.pipe()
+        res_r, res_w = os.pipe()
+        err = _memfd("err")
+        outs = [_memfd(f"out{i}") for i in indices] if stdin_mode else []
+        oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+        try:
+            pid, pidfd = self._launch([job_fd, ready_w, res_w, err, *outs])
+        finally:
+            for fd in (job_fd, ready_w, res_w):
+                os.close(fd)
+        reports: dict[int, dict] = {}
+        end = {"killed": None}
+        try:
+            ready = False
+            if ready_r in _wait_readable([ready_r], 30.0):
+                ready = os.read(ready_r, 1) == b"R"
+            start = time.monotonic()
+            if not ready:
+                end["harness"] = True
+            deadline = min(start + limits["test_timeout"], program_deadline)
+            frames = FrameBuffer(4 * cap)
+            os.set_blocking(res_r, False)
+            previous = start
+            exited = not ready
+            while ready and not exited and len(reports) < len(indices):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    end["killed"] = "timeout"
+                    break
+                for fd in _wait_readable([res_r, pidfd], left):
+                    if fd == pidfd:
+                        exited = True
+                        continue
+                    try:
+                        chunk = os.read(res_r, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        exited = True  # the program closed its result channel: treat as done
+                        continue
+                    try:
+                        messages = frames.feed(chunk)
+                    except OverflowError:
+                        end["killed"] = "output_limit"
+                        exited = True
+                        break
+                    now = time.monotonic()
+                    for message in messages:
+                        if self._accept(message, indices, reports, now - previous):
+                            previous = now
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # PID 1 of its namespace: everything goes
+            except ProcessLookupError:
+                pass
+            note, _ = self._note("exit", pid, time.monotonic() + 30.0)
+            status = note["status"]
+            if end["killed"] is None and ready:  # what it wrote before it exited (all within the deadline)
+                try:
+                    while chunk := os.read(res_r, 1 << 16):
+                        for message in frames.feed(chunk):
+                            self._accept(message, indices, reports, time.monotonic() - previous)
+                except (BlockingIOError, OverflowError):
+                    pass
+            if self.base is not None:  # basic isolation: nothing but this worker kills leftovers
+                self.zygote.send(json.dumps({"k": "sweep", "workdirs": self._workdirs()}).encode())
+                self._note("swept", None, time.monotonic() + 30.0)
+            end.update(time=time.monotonic() - start,
+                       exit=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                       signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                       oom=(self.cgroup.oom_kills() if self.cgroup else 0) > oom_before,
+                       err_size=os.fstat(err).st_size)
+            if end.get("harness") and end["exit"] == _HARNESS_FAILED:
+                raise HarnessError("the sandbox could not set up the program's process")
+            if end.get("harness"):
+                raise HarnessError(f"the program's process ended before the harness was ready ({status})")
+            if stdin_mode:
+                for k, index in enumerate(indices):
+                    data = _read_all(outs[k], cap + 1)
+                    reports.setdefault(index, {})["stdout"] = data
+        finally:
+            for fd in (ready_r, res_r, err, pidfd, *outs):
+                os.close(fd)
+        return reports, end
+
+    def _workdirs(self) -> list[str]:
+        try:
+            return [os.path.join(self.base, name) for name in os.listdir(self.base)]
+        except OSError:
+            return []
+
+    @staticmethod
+    def _accept(message: object, indices: list[int], reports: dict, elapsed: float) -> bool:
+        if not isinstance(message, dict):
+            return False
+        kind, index = message.get("k"), message.get("i")
+        if kind == "setup_err":  # the program failed before its first test: every test of the run fails so
+            for i in indices:
+                reports.setdefault(i, {"k": "setup_err", "type": message.get("type"), "msg": message.get("msg"),
+                                       "phase": message.get("phase"), "time": elapsed})
+            return True
+        if kind in ("val", "err", "done") and type(index) is int and index in indices and index not in reports:
+            reports[index] = dict(message, time=elapsed)
+            return True
+        return False
+
+    # ---------------------------------------------------------------- a whole job
+
+    def run_job(self, job: dict) -> dict:
+        limits = job["limits"]
+        start = time.monotonic()
+        program_deadline = start + limits["total_timeout"]
+        n = len(job["inputs"]) if job["mode"] == "stdin" else len(job["tests"])
+        if self.cgroup is not None:  # the program's whole process tree (its memfds and tmpfs files included)
+            self.cgroup.set_limit((limits["memory_mb"] + 64) * 1024 * 1024)
+        tests: dict[int, dict] = {}
+        budget = [64 << 20]  # bytes of values and outputs one reply may carry
+        pending, together = list(range(n)), True
+        while pending:
+            if time.monotonic() >= program_deadline:
                 for i in pending:
-                    results[i] = {"status": "timeout", "error": "program time limit reached before this test ran"}
+                    tests[i] = {"status": "timeout", "error": "program time limit reached before this test ran", "time": 0.0}
                 break
-            workdir = _make_workdir(uid)
-            res_r, res_w = os.pipe()
-            out_r, out_w = os.pipe()
-            null = os.open(os.devnull, os.O_RDONLY)
-            fds = {0: null, 1: out_w, 2: out_w, 3: res_w}
-            for i in pending if stdin_mode else ():
-                fds[_STDIO_BASE + 2 * i], fds[_STDIO_BASE + 2 * i + 1] = io_fds[i]
-            state = {"current": None, "test_deadline": time.monotonic() + limits["test_timeout"], "setup_ok": False,
-                     "times": {}}
-            sub_job = dict(job, run=pending)
-            pid = _fork()
-            if pid == 0:
-                try:
-                    _enter_child(job, workdir, fds)
-                except BaseException:  # noqa: BLE001 - the harness failed before any untrusted code ran
-                    os._exit(_HARNESS_FAILED)
-                try:
-                    (_child_stdin if stdin_mode else _child_calls)(sub_job)
-                    sys.stdout.flush()
-                finally:
-                    os._exit(0)
-            for fd in (res_w, out_w, null):
-                os.close(fd)
+            run = pending if together else pending[:1]
+            reports, end = self._run(job, run, program_deadline)
+            for index in run:
+                if index in reports and (reports[index].get("k") or not together):
+                    tests[index] = self._record(job, reports[index], end, budget)
+                elif not together or len(run) == 1:
+                    tests[index] = self._record(job, reports.get(index, {}), end, budget)
+            pending = [i for i in pending if i not in tests]
+            together = False
+        return {"id": job.get("id"), "tests": [tests[i] for i in range(n)], "setup_error": None,
+                "wall_time": time.monotonic() - start}
 
-            def start_next(now: float, state=state, pending=pending) -> None:
-                """Tests run in `pending` order: the next one starts when the previous one reports."""
-                upcoming = [i for i in pending if i not in results]
-                state["current"] = upcoming[0] if upcoming else None
-                if upcoming:
-                    state["times"][upcoming[0]] = now
-                state["test_deadline"] = now + limits["test_timeout"]
-
-            def on_message(message: dict, state=state, start_next=start_next) -> None:
-                nonlocal setup_error
-                if not isinstance(message, dict):
-                    return
-                kind, now = message.get("k"), time.monotonic()
-                if kind == "setup_ok" and not state["setup_ok"]:
-                    state["setup_ok"] = True
-                    start_next(now)
-                elif kind == "setup_err" and not state["setup_ok"]:
-                    setup_error = {"type": str(message.get("type")), "msg": str(message.get("msg"))[:500],
-                                   "phase": str(message.get("phase"))}
-                elif kind in ("val", "err", "done") and state["current"] is not None and message.get("i") == state["current"]:
-                    i = message["i"]
-                    record = {"time": now - state["times"].get(i, now)}
-                    if kind == "val":
-                        record.update(status="ok", value=message.get("v"))
-                    elif kind == "err":
-                        record.update(status="error", type=str(message.get("type")), error=str(message.get("msg"))[:500])
-                    else:
-                        exit_code = message.get("exit")
-                        record.update(status="done", exit_code=exit_code if isinstance(exit_code, int) else 1,
-                                      error=str(message.get("error"))[:500] if message.get("error") else None)
-                    results[i] = record
-                    start_next(now)
-
-            outcome = _supervise(pid, {"results": res_r, "output": out_r},
-                                 lambda state=state: min(deadline, state["test_deadline"]),
-                                 limits["output_bytes"], FrameBuffer(limits["output_bytes"] * 4), on_message)
-            exit_code, sig = _finish(pid, outcome["pidfd"], uid)
-            for fd in (res_r, out_r):
-                os.close(fd)
-            _remove_tree(workdir)
-            output_tail = outcome["captured"]["output"][-1000:]
-            if setup_error is not None:
-                break
-            remaining = [i for i in pending if i not in results]
-            if not remaining:
-                break
-            if not state["setup_ok"] and exit_code == _HARNESS_FAILED:
-                raise RuntimeError("the sandbox could not set up the child process")
-            if not state["setup_ok"]:
-                reason = outcome["killed"] or "exit"
-                setup_error = {"type": {"timeout": "Timeout", "output_limit": "OutputLimit"}.get(reason, "ProgramExited"),
-                               "msg": _describe_stop(outcome["killed"], exit_code, sig), "phase": "program"}
-                break
-            # The first test without a result is where the child stopped (timeout, crash, exit...).
-            stopped_at = remaining[0]
-            started = stopped_at in state["times"]
-            results[stopped_at] = {"status": outcome["killed"] or "crashed", "signal": sig,
-                                   "exit_code": exit_code if started else None,
-                                   "error": _describe_stop(outcome["killed"], exit_code, sig),
-                                   "time": time.monotonic() - state["times"].get(stopped_at, time.monotonic())}
-            pending = remaining[1:]
-        if stdin_mode:  # attach each test's output, read back from its memfd
-            cap = limits["output_bytes"]
-            for i, record in results.items():
-                data = os.pread(io_fds[i][1], cap + 1, 0)
-                record["stdout"] = data[:cap].decode("utf-8", errors="replace")
-                if len(data) > cap:
-                    record["status"] = "output_limit"
-    finally:
-        for pair in io_fds:
-            for fd in pair:
-                os.close(fd)
-    return {"tests": [results.get(i, {"status": "not_run"}) for i in range(n)], "setup_error": setup_error,
-            "output_tail": output_tail.decode("utf-8", errors="replace")}
-
-
-def _describe_stop(killed: str | None, exit_code: int | None, sig: int | None) -> str:
-    if killed == "timeout":
-        return "time limit exceeded"
-    if killed == "output_limit":
-        return "output limit exceeded"
-    if sig is not None:
-        return f"killed by signal {signal.Signals(sig).name}"
-    return f"program exited (code {exit_code}) before returning a result"
-
-
-def run_job(job: dict) -> dict:
-    limits = job["limits"]
-    start = time.monotonic()
-    deadline = start + limits["total_timeout"]
-    result = run_tests(job, deadline)
-    result["id"] = job.get("id")
-    result["wall_time"] = time.monotonic() - start
-    return result
+    @staticmethod
+    def _record(job: dict, report: dict, end: dict, budget: list[int]) -> dict:
+        """One test's record for the parent: what the program reported, or how its run ended."""
+        cap = job["limits"]["output_bytes"]
+        file_cap = job["limits"]["file_size_mb"] * 1024 * 1024  # RLIMIT_FSIZE stopped a write at this size
+        record: dict = {"time": float(report.get("time", end.get("time", 0.0)))}
+        kind = report.get("k")
+        stdout = report.get("stdout", b"")
+        if kind is None:  # no report: the run's end decides
+            if end.get("killed") == "timeout":
+                return dict(record, status="timeout", error="time limit exceeded")
+            if end.get("killed") == "output_limit" or end.get("err_size", 0) > min(cap, file_cap - 1):
+                return dict(record, status="output_limit", error="output limit exceeded")
+            if end.get("signal") == signal.SIGKILL and end.get("oom"):
+                return dict(record, status="memory_limit", error="memory limit of the process tree exceeded")
+            if end.get("signal") is not None:
+                return dict(record, status="crashed", signal=end["signal"], error=f"killed by signal {end['signal']}")
+            if job["mode"] == "stdin":  # it exited by itself (os._exit) during this test: its status is the test's
+                if len(stdout) > cap:
+                    return dict(record, status="output_limit", error="output limit exceeded")
+                return dict(record, status="done", exit_code=end.get("exit"), stdout=stdout.decode("utf-8", "replace"),
+                            error=f"program exited (code {end.get('exit')})" if end.get("exit") else None)
+            return dict(record, status="crashed", signal=None, exit_code=end.get("exit"),
+                        error=f"program exited (code {end.get('exit')}) before returning a result")
+        if kind == "setup_err" or kind == "err":
+            return dict(record, status="error", type=str(report.get("type"))[:100], error=str(report.get("msg"))[:500],
+                        phase=str(report.get("phase") or "test")[:20])
+        if kind == "done":
+            if len(stdout) > cap:
+                return dict(record, status="output_limit", error="output limit exceeded")
+            budget[0] -= len(stdout)
+            if budget[0] < 0:
+                return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
+            exit_code = report.get("exit")
+            error = report.get("error")
+            return dict(record, status="done", exit_code=exit_code if type(exit_code) is int else 1,
+                        stdout=stdout.decode("utf-8", errors="replace"), error=str(error)[:500] if error else None)
+        size = len(json.dumps(report.get("v")))
+        budget[0] -= size
+        if budget[0] < 0 or size > 4 * cap:
+            return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
+        return dict(record, status="ok", value=report.get("v"))
 
 
 def main(argv: list[str]) -> int:
@@ -796,47 +1204,97 @@ def main(argv: list[str]) -> int:
     init = read_message(in_fd)
     if not isinstance(init, dict):
         return 1
-    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl subreaper")
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a problem with many tests holds 2 memfds per test
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the parent
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the parent
     info: dict = {"isolation": "basic", "uid": None}
-    if os.geteuid() == 0 and init.get("isolate", True):
+    root = os.geteuid() == 0
+    cgroup, namespaces = None, False
+    if root and init.get("isolate", True):
         try:
-            info.update(isolate_worker(init.get("hide", []), init.get("keep", []), init.get("tmp_size_mb", 512)))
-            info["isolation"] = "namespaces"
+            isolate_worker()
+            namespaces = True
         except OSError as exc:
             info["isolation_error"] = str(exc)
+        try:
+            cgroup = Cgroup()
+            info["memory_cgroup"] = cgroup.path
+        except OSError as exc:
+            info["memory_cgroup"] = None
+            info["cgroup_error"] = str(exc)
+    if root:
         info["uid"] = init.get("uid_base", 200000) + os.getpid()
-    # Import what solutions commonly use once here, so each fork starts warm.
+    # Import what solutions commonly use once here, so each program process starts warm.
     for name in init.get("preload", []):
         try:
             __import__(name)
         except ImportError:
             pass
-    global _BASE_ADDRESS_SPACE, _WORKDIR
-    if info["isolation"] != "namespaces":  # /tmp is shared with the host: use a private folder in it
-        _WORKDIR = os.path.join(tempfile.mkdtemp(prefix="tgrpo-sandbox-"), "run")
-        if info["uid"] is not None:
-            _chmod(os.path.dirname(_WORKDIR), 0o755)
-    prepare_template(_WORKDIR)
+    global _BASE_ADDRESS_SPACE
+    base = None if namespaces else tempfile.mkdtemp(prefix="tgrpo-sandbox-")
+    if base is not None and info["uid"] is not None:
+        _chmod(base, 0o711)
+    prepare_template("/tmp" if namespaces else base)
     _BASE_ADDRESS_SPACE = _address_space_now() + 64 * 1024 * 1024  # headroom for the child's own setup
+    ctx = {"namespaces": namespaces, "uid": info["uid"], "tmp_size_mb": init.get("tmp_size_mb", 512),
+           "scratch_keeps": {}, "cgroup_fd": None, "cgroup": cgroup is not None, "base": base}
+    if cgroup is not None:
+        ctx["cgroup_fd"] = os.open(f"{cgroup.path}/cgroup.procs", os.O_WRONLY)
     # Move every object created so far out of the garbage collector's sight: a collection in a
     # forked child would otherwise touch (and copy) every page of the worker's heap.
     gc.collect()
     gc.freeze()
-    write_message(out_fd, {"k": "ready", **info})
-    uid = info["uid"]
-    while True:
-        job = read_message(in_fd)
-        if job is None:
-            return 0
-        job["uid"] = uid
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote = _fork()
+    if zygote == 0:  # before any job: the zygote's memory holds the init message only
+        mine.close()
+        for fd in (in_fd, out_fd):
+            os.close(fd)
         try:
-            result = run_job(job)
-        except Exception as exc:  # noqa: BLE001 - report a harness failure instead of dying
-            result = {"id": job.get("id"), "sandbox_error": f"{type(exc).__name__}: {exc}"}
-        write_message(out_fd, result)
+            if ctx["cgroup_fd"] is not None:
+                _join_cgroup(ctx)
+            if namespaces:
+                info.update(build_root(init.get("hide", []), init.get("keep", []), ctx))
+            theirs.send(json.dumps({"ok": True, **info}).encode())
+        except BaseException as exc:  # noqa: BLE001
+            theirs.send(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
+            os._exit(1)
+        _zygote(ctx, theirs)
+        os._exit(0)
+    theirs.close()
+    if ctx["cgroup_fd"] is not None:
+        os.close(ctx["cgroup_fd"])
+    hello = json.loads(mine.recv(1 << 16) or b'{"ok": false, "error": "zygote exited"}')
+    if not hello.get("ok"):
+        write_message(out_fd, {"k": "failed", "error": hello.get("error")})
+        return 1
+    info.update({k: v for k, v in hello.items() if k != "ok"})
+    info["isolation"] = "namespaces" if namespaces else "basic"
+    info["helper_pids"] = [zygote]
+    write_message(out_fd, {"k": "ready", **info})
+    supervisor = Supervisor(mine, cgroup, base)
+    try:
+        while True:
+            job = read_message(in_fd)
+            if job is None:
+                return 0
+            try:
+                result = supervisor.run_job(job)
+            except Exception as exc:  # noqa: BLE001 - report a harness failure instead of dying
+                result = {"id": job.get("id"), "sandbox_error": f"{type(exc).__name__}: {exc}"}
+            del job
+            write_message(out_fd, result)
+            del result
+    finally:
+        mine.close()
+        try:
+            os.waitpid(zygote, 0)
+        except ChildProcessError:
+            pass
+        if cgroup is not None:
+            cgroup.remove()
+        if base is not None:
+            remove_tree(base)
 
 
 if __name__ == "__main__":

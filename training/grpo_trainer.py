@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from config import Config, config_to_dict, save_config
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests, task_secret_paths
 from training.losses import (
     IGNORE_INDEX,
     aggregation_denominator,
@@ -190,7 +190,8 @@ class GRPOTrainer:
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
-        self.pool = pool or SandboxPool(config.sandbox.max_workers, self.limits, config.sandbox.isolate)
+        self.pool = pool or SandboxPool(config.sandbox.max_workers, self.limits, config.sandbox.isolate,
+                                        secret_paths=task_secret_paths(config))
         self.rollout = rollout
         self.state = TrainerState()
         self.buffer: deque = deque(maxlen=max(config.dual_source.self_sft_buffer_size, 1))
