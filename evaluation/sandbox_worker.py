@@ -760,6 +760,7 @@ def _program_process(ctx: dict, fds: list[int]) -> None:
     exit_ = os._exit
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the zygote had SIGCHLD blocked
         job_fd, ready, res, err, outs = fds[0], fds[1], fds[2], fds[3], fds[4:]
         job = json.loads(_read_all(job_fd, os.fstat(job_fd).st_size))
         os.close(job_fd)
@@ -850,6 +851,7 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
             continue
         if not message:
             os._exit(0)
+        pid = -1
         request = json.loads(message)
         while len(fds) < request.get("nfds", 0):  # more than one message's worth of fds
             _, more, _, _ = socket.recv_fds(sock, 1 << 12, 253)
@@ -858,18 +860,27 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
             _sweep(ctx, request.get("workdirs", []))
             sock.send(b'{"k": "swept"}')
             continue
-        pid = _clone(flags)
-        if pid == 0:
-            sock.close()
-            _program_process(ctx, fds)
-            os._exit(_HARNESS_FAILED)
+        # SIGCHLD stays blocked until the pidfd exists: a program that ends at once must not be
+        # reaped (and its pid freed) before then
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         try:
+            pid = _clone(flags)
+            if pid == 0:
+                sock.close()
+                _program_process(ctx, fds)
+                os._exit(_HARNESS_FAILED)
             pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            sock.send(json.dumps({"k": "pid", "pid": None, "error": str(exc)}).encode())
+            pidfd = None
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            if pid != 0:
+                for fd in fds:
+                    os.close(fd)
+        if pidfd is not None:
             socket.send_fds(sock, [json.dumps({"k": "pid", "pid": pid}).encode()], [pidfd])
             os.close(pidfd)
-        finally:
-            for fd in fds:
-                os.close(fd)
 
 
 def _children() -> list[int]:
@@ -1011,7 +1022,7 @@ class Supervisor:
             socket.send_fds(self.zygote, [b"{}"], fds[start:start + 253])
         note, pidfds = self._note("pid", None, time.monotonic() + 30.0)
         if len(pidfds) != 1:
-            raise HarnessError("the zygote sent no pidfd")
+            raise HarnessError(f"the zygote could not start a program process: {note.get('error')}")
         return note["pid"], pidfds[0]
 
     # ---------------------------------------------------------------- one run of some tests
@@ -1285,11 +1296,13 @@ def main(argv: list[str]) -> int:
             del job
             write_message(out_fd, result)
             del result
+            if os.waitpid(zygote, os.WNOHANG)[0]:  # a worker without its zygote is useless: let the pool replace it
+                return 1
     finally:
         mine.close()
         try:
             os.waitpid(zygote, 0)
-        except ChildProcessError:
+        except ChildProcessError:  # already reaped above
             pass
         if cgroup is not None:
             cgroup.remove()
