@@ -448,8 +448,15 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
     devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES if os.path.exists(f"/dev/{name}")}
     root = "/tmp"  # any folder: the tmpfs is private to this mount namespace and becomes "/"
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=4m")
-    for path in ("/proc", "/dev", *SCRATCH):
+    # One tmpfs per program serves all three scratch folders (/var/tmp and /dev/shm link to /tmp:
+    # one mount instead of three), unless the Python installation itself lives below one of them.
+    separate = any(_under(k, s) for k in keep_real for s in SCRATCH[1:])
+    holder["scratch_mounts"] = list(SCRATCH) if separate else ["/tmp"]
+    for path in ("/proc", "/dev", "/var", *holder["scratch_mounts"]):
         os.makedirs(root + path, mode=0o755, exist_ok=True)
+    if not separate:
+        for path in SCRATCH[1:]:
+            os.symlink("/tmp", root + path)
     for path, target in links.items():
         os.symlink(target, root + path)
     for path in keep:  # a virtualenv reached through a symlink (sys.path names the link, not its target)
@@ -489,10 +496,10 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
     return {"exposed": sorted(sources), "hidden": covered}
 
 
-def _fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int]) -> None:
-    """New, empty tmpfs on every scratch folder (root, in the program's own mount namespace). Nobody
+def _fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int], mounts: list[str]) -> None:
+    """New, empty tmpfs on the scratch folders (root, in the program's own mount namespace). Nobody
     ever walks them: they vanish with the namespace when the program's last process is gone."""
-    for path in SCRATCH:
+    for path in mounts:
         _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
     for path, fd in scratch_keeps.items():
         os.makedirs(path, mode=0o755, exist_ok=True)
@@ -766,7 +773,7 @@ def _program_process(ctx: dict, fds: list[int]) -> None:
         os.close(job_fd)
         stdin_mode = job["mode"] == "stdin"
         if ctx["namespaces"]:
-            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"])
+            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"], ctx["scratch_mounts"])
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
             workdir = "/tmp"
         else:
@@ -1248,7 +1255,7 @@ def main(argv: list[str]) -> int:
     prepare_template("/tmp" if namespaces else base)
     _BASE_ADDRESS_SPACE = _address_space_now() + 64 * 1024 * 1024  # headroom for the child's own setup
     ctx = {"namespaces": namespaces, "uid": info["uid"], "tmp_size_mb": init.get("tmp_size_mb", 512),
-           "scratch_keeps": {}, "cgroup_fd": None, "cgroup": cgroup is not None, "base": base}
+           "scratch_keeps": {}, "scratch_mounts": list(SCRATCH), "cgroup_fd": None, "cgroup": cgroup is not None, "base": base}
     if cgroup is not None:
         ctx["cgroup_fd"] = os.open(f"{cgroup.path}/cgroup.procs", os.O_WRONLY)
     # Move every object created so far out of the garbage collector's sight: a collection in a
