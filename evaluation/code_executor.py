@@ -329,8 +329,8 @@ class _TreeEvaluator:
         if isinstance(node, ast.BinOp):
             left, right = self.eval(node.left), self.eval(node.right)
             if isinstance(node.op, ast.Mult) and any(isinstance(x, (str, bytes, list, tuple)) for x in (left, right)):
-                count = right if isinstance(right, int) else left
-                if isinstance(count, int) and count > self.MAX_ITEMS:
+                sequence, count = (left, right) if isinstance(right, int) else (right, left)
+                if isinstance(count, int) and len(sequence) * count > self.MAX_ITEMS:
                     raise OverflowError("too large")
             return _TREE_BINOPS[type(node.op)](left, right)
         if isinstance(node, ast.Subscript):

@@ -1021,6 +1021,7 @@ class Supervisor:
             message, fds, _, _ = socket.recv_fds(self.zygote, 1 << 12, 4)
             if not message:
                 raise HarnessError("the zygote exited")
+            self.notes = self.notes[-64:]  # notes nobody waits for (a run that failed early) do not pile up
             self.notes.append((json.loads(message), fds))
 
     def _launch(self, fds: list[int]) -> tuple[int, int]:
@@ -1051,6 +1052,7 @@ class Supervisor:
                 os.close(fd)
         reports: dict[int, dict] = {}
         end = {"killed": None}
+        killed = False
         try:
             ready = False
             if ready_r in _wait_readable([ready_r], 30.0):
@@ -1089,10 +1091,7 @@ class Supervisor:
                     for message in messages:
                         if self._accept(message, indices, reports, now - previous):
                             previous = now
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # PID 1 of its namespace: everything goes
-            except ProcessLookupError:
-                pass
+            killed = self._kill(pidfd)
             note, _ = self._note("exit", pid, time.monotonic() + 30.0)
             status = note["status"]
             if end["killed"] is None and ready:  # what it wrote before it exited (all within the deadline)
@@ -1119,9 +1118,20 @@ class Supervisor:
                     data = _read_all(outs[k], cap + 1)
                     reports.setdefault(index, {})["stdout"] = data
         finally:
+            if not killed:  # whatever went wrong above, nothing of the program outlives this run
+                self._kill(pidfd)
             for fd in (ready_r, res_r, err, pidfd, *outs):
                 os.close(fd)
         return reports, end
+
+    @staticmethod
+    def _kill(pidfd: int) -> bool:
+        """SIGKILL the program process: PID 1 of its namespace, so every process of it goes too."""
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
 
     def _workdirs(self) -> list[str]:
         try:
