@@ -131,6 +131,26 @@ class DataConfig:
         "With verify_references: drop tasks whose reference fails, so rewards never come from tests "
         "that reject correct programs.",
     )
+    dataset_name: str = option(
+        "",
+        "Your own dataset instead of MBPP/APPS: a hub name or local folder/file that `datasets.load_dataset` reads "
+        "(e.g. 'my-org/my-tasks'). Its rows become task records through data.dataset_field_map; phase 1 validates "
+        "each (see ARCHITECTURE.md, 'The task record') and splits it val_ratio with the seed.",
+    )
+    dataset_config: str = option("", "Hub config (subset) of data.dataset_name; empty for the default one.")
+    dataset_split: str = option("train", "Which split of data.dataset_name to read (e.g. 'train', 'train[:500]').")
+    dataset_field_map: tuple[str, ...] = option(
+        (),
+        "task_field=column pairs mapping the dataset's columns to the task record, e.g. "
+        "problem=question,tests=test_list,task_id=id. Needed: problem and tests (a list, or a JSON string of one); "
+        "optional: task_id (default: the row number), fn_name, starter_code, test_imports, test_setup_code, "
+        "reference_solutions, difficulty, test_type (else data.dataset_test_type). Unmapped fields with the "
+        "task record's own name are read as they are.",
+    )
+    dataset_test_type: str = option(
+        "assert", "Test style of every row of data.dataset_name when no test_type column is mapped.",
+        choices=("assert", "stdin", "call"),
+    )
     apps_test_path: str = option(
         "",
         "Local APPS test-split file, used by split_mode=standard with apps_path. Empty: the hub's "
@@ -301,6 +321,15 @@ class GRPOConfig:
         "Weight of the format reward (1 for closed <think> then a python block, 0.5 for other code, "
         "0 for none). Small: it teaches the format early without outweighing correctness.",
     )
+    reward_funcs: tuple[str, ...] = option(
+        (),
+        "Your own reward functions, added to the execution rewards: import paths 'package.module:function' or "
+        "'path/to/file.py:function', TRL's signature fn(prompts, completions, **columns) -> list[float | None] "
+        "(see training/rewards.py for the columns). None for a sample means 'does not apply' (adds nothing).",
+    )
+    reward_weights: tuple[float, ...] = option(
+        (), "Weight of each of grpo.reward_funcs (same order); empty means 1.0 each."
+    )
     clip_range_high: float = option(
         -1.0,
         "Upper clip epsilon (DAPO clip-higher, e.g. 0.28): lets low-probability tokens grow faster, "
@@ -425,6 +454,10 @@ class TrainingConfig:
     )
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
+    tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")
+    run_name: str = option(
+        "", "Run name for the logging backends; empty: the output folder's name."
+    )
     logging_backends: tuple[str, ...] = option(
         (), "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'. Each needs its package "
         "(pip install -r requirements-tensorboard.txt / requirements-wandb.txt); phase 3 checks at start."
@@ -671,8 +704,123 @@ def parse_set_arguments(assignments: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+# open-r1 / TRL GRPOConfig names accepted as flat top-level keys in --config files: name -> (key, converter).
+TRL_LOSS_TYPES = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean",
+                  "dr_grpo": "seq-mean-token-sum-norm"}
+
+
+def _report_to(value: Any) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value or [])
+    if names == ["all"]:
+        return ["tensorboard", "wandb"]
+    return [n for n in names if n not in ("none", "")]
+
+
+def _loss_type(value: Any) -> str:
+    if value not in TRL_LOSS_TYPES:
+        raise ConfigError(f"loss_type {value!r}: tgrpo supports {', '.join(TRL_LOSS_TYPES)} (as grpo.loss_aggregation).")
+    return TRL_LOSS_TYPES[value]
+
+
+FLAT_KEYS: dict[str, tuple[str, Any]] = {
+    "model_name_or_path": ("student.model_name", None),
+    "torch_dtype": ("student.torch_dtype", None),
+    "dtype": ("student.torch_dtype", None),
+    "bf16": ("student.torch_dtype", lambda v: "bfloat16" if v else None),
+    "load_in_8bit": ("student.load_in_8bit", None),
+    "lora_r": ("lora.r", None),
+    "lora_alpha": ("lora.lora_alpha", None),
+    "lora_dropout": ("lora.lora_dropout", None),
+    "lora_target_modules": ("lora.target_modules", None),
+    "learning_rate": ("training.learning_rate", None),
+    "num_train_epochs": ("training.num_train_epochs", None),
+    "max_steps": ("training.max_steps", None),
+    "per_device_train_batch_size": ("training.per_device_train_batch_size", None),
+    "gradient_accumulation_steps": ("training.gradient_accumulation_steps", None),
+    "gradient_checkpointing": ("training.gradient_checkpointing", None),
+    "warmup_steps": ("training.warmup_steps", None),
+    "lr_scheduler_type": ("training.lr_scheduler", None),
+    "max_grad_norm": ("training.max_grad_norm", None),
+    "weight_decay": ("training.weight_decay", None),
+    "save_steps": ("training.save_steps", None),
+    "save_total_limit": ("training.save_total_limit", None),
+    "seed": ("training.seed", None),
+    "report_to": ("training.logging_backends", _report_to),
+    "wandb_project": ("training.tracker_project", None),
+    "run_name": ("training.run_name", None),
+    "output_dir": ("paths.output_dir", None),
+    "num_generations": ("grpo.num_samples_per_prompt", None),
+    "max_completion_length": ("grpo.max_new_tokens", None),
+    "temperature": ("grpo.temperature", None),
+    "top_p": ("grpo.top_p", None),
+    "beta": ("grpo.kl_coef", None),
+    "epsilon": ("grpo.clip_range", None),
+    "epsilon_high": ("grpo.clip_range_high", None),
+    "num_iterations": ("grpo.num_iterations", None),
+    "scale_rewards": ("grpo.scale_rewards", None),
+    "loss_type": ("grpo.loss_aggregation", _loss_type),
+    "use_vllm": ("grpo.rollout_backend", lambda v: "vllm" if v else "hf"),
+    "vllm_gpu_memory_utilization": ("grpo.vllm_gpu_memory_utilization", None),
+    "reward_funcs": ("grpo.reward_funcs", None),
+    "reward_weights": ("grpo.reward_weights", None),
+    "dataset_name": ("data.dataset_name", None),
+    "dataset_config": ("data.dataset_config", None),
+    "dataset_train_split": ("data.dataset_split", None),
+}
+
+
+def _field_owners() -> dict[str, list[str]]:
+    owners: dict[str, list[str]] = {}
+    for section in SECTION_NAMES:
+        for f in dataclasses.fields(_section_class(section)):
+            owners.setdefault(f.name, []).append(section)
+    return owners
+
+
+def normalize_config_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Nested sections, 'section.key' keys, open-r1/TRL flat names and unambiguous field names -> nested sections.
+
+    So an open-r1 recipe (`learning_rate: 1e-5`, `num_generations: 8`, `beta: 0.04`, ...) works as a --config
+    file as it is; a key that means nothing here is an error with a close match, never silently ignored.
+    """
+    nested: dict[str, Any] = {}
+    owners = _field_owners()
+
+    def put(key: str, value: Any, origin: str) -> None:
+        section, _, name = key.partition(".")
+        if section not in SECTION_NAMES:
+            raise _unknown("section", section, list(SECTION_NAMES), where)
+        current = nested.setdefault(section, {})
+        if name in current:
+            raise ConfigError(f"{where}: {origin} sets {key} a second time.")
+        current[name] = value
+
+    for key, value in data.items():
+        if key == "preset":
+            nested["preset"] = value
+        elif key in SECTION_NAMES and isinstance(value, dict):
+            for name, inner in value.items():
+                put(f"{key}.{name}", inner, f"{key}.{name}")
+        elif "." in key:
+            put(key, value, key)
+        elif key in FLAT_KEYS:
+            target, convert = FLAT_KEYS[key]
+            converted = convert(value) if convert else value
+            if converted is not None:
+                put(target, converted, key)
+        elif len(owners.get(key, [])) == 1:
+            put(f"{owners[key][0]}.{key}", value, key)
+        else:
+            if key in owners:
+                raise ConfigError(f"{where}: '{key}' is ambiguous ({', '.join(f'{s}.{key}' for s in owners[key])}); "
+                                  "write it as section.key.")
+            valid = list(FLAT_KEYS) + [k for k, v in owners.items() if len(v) == 1] + list(SECTION_NAMES)
+            raise _unknown("key", key, sorted(set(valid)), where)
+    return nested
+
+
 def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Read a YAML (.yaml/.yml) or JSON config file of {section: {key: value}}."""
+    """Read a YAML (.yaml/.yml) or JSON config file: {section: {key: value}}, or flat open-r1/TRL-style keys."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--config {path}: file not found.")
@@ -689,8 +837,8 @@ def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
     except Exception as exc:  # yaml.YAMLError; yaml is imported lazily
         raise ConfigError(f"--config {path}: invalid YAML: {exc}.") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: top level must be a mapping of sections.")
-    return data
+        raise ConfigError(f"--config {path}: top level must be a mapping of sections or keys.")
+    return normalize_config_mapping(data, f"--config {path}")
 
 
 def validate(config: Config) -> None:
@@ -731,6 +879,10 @@ def validate(config: Config) -> None:
         need(getattr(config.dual_source, key) >= 0, f"dual_source.{key}", "must be >= 0")
     need(config.training.learning_rate > 0, "training.learning_rate", "must be > 0")
     need(config.grpo.num_iterations >= 1, "grpo.num_iterations", "must be >= 1")
+    need(not config.grpo.reward_weights or len(config.grpo.reward_weights) == len(config.grpo.reward_funcs),
+         "grpo.reward_weights", "must have one weight per grpo.reward_funcs entry (or be empty for 1.0 each)")
+    for spec in config.grpo.reward_funcs:
+        need(":" in spec, "grpo.reward_funcs", f"entries are 'module:function' or 'file.py:function', got {spec!r}")
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
     need(config.training.per_device_train_batch_size >= 1, "training.per_device_train_batch_size", "must be >= 1")

@@ -40,6 +40,7 @@ from utils.dataset_loader import (
     LoadReport,
     Task,
     load_apps,
+    load_mapped_dataset,
     load_mbpp,
     seeded_sample,
     split_tasks,
@@ -58,6 +59,12 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
             f"{config.preset} preset's value, or --offline): the embedded fixtures have no standard split. Add "
             "--set data.offline=false (with --mbpp_path/--apps_path and data.apps_test_path for local files), or use "
             "--split_mode random.")
+    if data.dataset_name:  # the user's own dataset replaces MBPP/APPS
+        if data.split_mode == "standard":
+            raise ConfigError("split_mode=standard is for MBPP/APPS; a --dataset_name is split with --val_ratio.")
+        tasks, report = load_mapped_dataset(data.dataset_name, data.dataset_config, data.dataset_split,
+                                            data.dataset_field_map, data.dataset_test_type)
+        return {report.source: split_tasks(tasks, data.val_ratio, data.seed)}, [report]
     mbpp_path = data.mbpp_path or (EMBEDDED_MBPP if data.offline else None)
     apps_path = data.apps_path or (EMBEDDED_APPS if data.offline else None)
     splits: dict[str, tuple[list[Task], list[Task]]] = {}
@@ -200,6 +207,11 @@ FLAGS = (
     ConfigFlag("--verify_references", "data.verify_references"),
     ConfigFlag("--drop_failing_references", "data.drop_failing_references"),
     ConfigFlag("--offline", "data.offline"),
+    ConfigFlag("--dataset_name", "data.dataset_name"),
+    ConfigFlag("--dataset_config", "data.dataset_config"),
+    ConfigFlag("--dataset_split", "data.dataset_split"),
+    ConfigFlag("--field_map", "data.dataset_field_map"),
+    ConfigFlag("--dataset_test_type", "data.dataset_test_type"),
 )
 
 

@@ -29,8 +29,9 @@ from config import (
     preliminary_config,
 )
 from synthesis.generate_traces import load_teacher_examples
-from training.grpo_trainer import CHECKPOINT_PREFIX, GRPOTrainer
+from training.grpo_trainer import CHECKPOINT_PREFIX, GRPOTrainer, make_accelerator
 from training.plot import plot_metrics
+from training.rewards import RewardFunctionError, load_reward_functions
 from training.rollout import HFRollout, VLLMRollout
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.student_model import ModelLoadError, attach_lora, load_student, resolve_model_path
@@ -79,6 +80,10 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
         if importlib.util.find_spec(package) is None:
             raise RunSetupError(f"training.logging_backends includes {backend}, but the {package} package is not "
                                 f"installed: pip install -r requirements-{backend}.txt (or remove {backend}).")
+    try:
+        load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+    except RewardFunctionError as error:
+        raise RunSetupError(str(error)) from None
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
         raise RunSetupError(f"no teacher traces at {traces}: run phase 2 first, pass --teacher_traces FILE, or train "
@@ -106,7 +111,6 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
 
 def main(config: Config, resume_from: str | None = None, teacher_traces: Path | None = None,
          train_file: Path | None = None, overwrite_output_dir: bool = False) -> dict:
-    from accelerate import Accelerator
     from transformers import set_seed
 
     output_dir = Path(config.paths.output_dir)
@@ -114,7 +118,7 @@ def main(config: Config, resume_from: str | None = None, teacher_traces: Path | 
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
     check_run_setup(config, resume_from, traces, overwrite_output_dir)
     set_seed(config.training.seed)
-    accelerator = Accelerator(cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+    accelerator = make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
     if resume_from is None and overwrite_output_dir and accelerator.is_main_process:
         for name in previous_run(output_dir):
             shutil.rmtree(output_dir / name)
@@ -178,7 +182,7 @@ def cli(argv: list[str] | None = None) -> int:
     try:
         main(config, args.resume_from_checkpoint, Path(args.teacher_traces) if args.teacher_traces else None,
              Path(args.train_file) if args.train_file else None, args.overwrite_output_dir)
-    except (DataFormatError, ModelLoadError, FileNotFoundError, RunSetupError) as error:
+    except (DataFormatError, ModelLoadError, FileNotFoundError, RunSetupError, RewardFunctionError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

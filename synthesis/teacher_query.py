@@ -6,7 +6,7 @@ Works against `vllm serve` (the GPU teacher) and the local CPU stand-in (`transf
   servers ignore `n` (vLLM's prefix cache makes repeated prompts cheap anyway).
 - Sampling parameters and ``extra_body={"chat_template_kwargs": {"enable_thinking": ...}}``.
 - Retries with exponential backoff and full jitter on connection errors, timeouts, 408/409/429 and
-  5xx; never on other 4xx. A request for a model the server does not serve raises
+  5xx, never sooner than a `Retry-After` (or `retry-after-ms`) header asks; never on other 4xx. A request for a model the server does not serve raises
   `TeacherFatalError` at once, listing what `/v1/models` says the server does serve.
 - Every response shape a vLLM server produces for Qwen3 is returned as (text, reasoning):
   ``message.reasoning`` (vLLM with a reasoning parser), ``message.reasoning_content`` (older vLLM),
@@ -19,9 +19,11 @@ Works against `vllm serve` (the GPU teacher) and the local CPU stand-in (`transf
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import random
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import openai
@@ -58,6 +60,27 @@ def _is_retryable(exc: BaseException) -> bool:
     return False
 
 
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The wait a 429/503 asks for: `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, (when - datetime.now(when.tzinfo)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
 def _looks_like_wrong_model(exc: openai.APIStatusError) -> bool:
     text = str(exc).lower()
     return exc.status_code == 404 or (exc.status_code in (400, 422) and "model" in text and
@@ -80,7 +103,9 @@ class TeacherClient:
         self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
         self.max_concurrency = max_concurrency
         self._semaphore = asyncio.Semaphore(max_concurrency)
-        # Our own retry loop replaces the client's (it does not know our fatal/transient split).
+        # Our own retry loop replaces the client's: the client would retry a 404 for a wrong model name (and
+        # hide it behind a generic error), while we fail at once listing the served models; it also knows
+        # nothing of our per-sample error rows. Like the client's, ours honours Retry-After.
         self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, timeout=request_timeout, max_retries=0)
 
     @classmethod
@@ -143,7 +168,9 @@ class TeacherClient:
                             "teacher.model_name (or --model) to one of these.") from None
                     if not _is_retryable(exc) or attempt > self.max_retries:
                         return self._failed(f"HTTP {exc.status_code}: {str(exc)[:300]}", start, attempt)
+                    asked = retry_after_seconds(exc)
                 except (TimeoutError, openai.APIConnectionError) as exc:
+                    asked = None
                     if attempt > self.max_retries:
                         return self._failed(f"{type(exc).__name__}: {str(exc)[:300]}", start, attempt)
                 except (openai.APIError, ValueError, TypeError, AttributeError, KeyError) as exc:
@@ -153,7 +180,10 @@ class TeacherClient:
                     response.latency, response.attempts = time.monotonic() - start, attempt
                     return response
                 delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
-                await asyncio.sleep(random.uniform(0, delay))  # full jitter: spreads retries of a burst
+                wait = random.uniform(0, delay)  # full jitter: spreads retries of a burst
+                if asked is not None:  # the server said when (429/503 with Retry-After): never sooner
+                    wait = max(wait, min(asked, self.request_timeout))
+                await asyncio.sleep(wait)
 
     @staticmethod
     def _failed(error: str, start: float, attempts: int) -> TeacherResponse:

@@ -28,6 +28,7 @@ class FakeTeacher:
     delay: float = 0.0  # seconds before answering
     fail_first: int = 0  # answer this many requests with `fail_status` first
     fail_status: int = 500
+    retry_after: str | None = None  # sent as the Retry-After header of the failed answers
     answers: dict[str, str] = field(default_factory=dict)  # substring of the prompt -> code to answer with
     default_code: str = "def solution():\n    return None"
     requests: list[dict] = field(default_factory=list)
@@ -87,7 +88,8 @@ def build_app(state: FakeTeacher) -> FastAPI:
         if payload.get("model") != state.model:
             return JSONResponse({"error": {"message": f"The model `{payload.get('model')}` does not exist."}}, 404)
         if index <= state.fail_first:
-            return JSONResponse({"error": {"message": "temporarily unavailable"}}, state.fail_status)
+            headers = {"retry-after": state.retry_after} if state.retry_after is not None else None
+            return JSONResponse({"error": {"message": "temporarily unavailable"}}, state.fail_status, headers=headers)
         if state.shape == "error400":
             return JSONResponse({"error": {"message": "bad request"}}, 400)
         if state.shape == "garbage":

@@ -4,6 +4,7 @@ import pytest
 
 import config as cfg
 from config import ConfigError, build_config
+from tests.conftest import ROOT
 
 
 def test_gpu_preset_has_the_product_defaults():
@@ -153,3 +154,38 @@ def test_cli_parsing_and_help():
 def test_teacher_base_url_accepts_a_full_chat_completions_url(url):
     c = build_config("gpu", overrides=[f"teacher.api_url={url}"])
     assert c.teacher.base_url == "http://x:8129/v1"
+
+
+def test_open_r1_style_flat_keys_are_accepted_in_config_files(tmp_path):
+    path = tmp_path / "r1.yaml"
+    path.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nlearning_rate: 1.0e-5\nnum_generations: 8\nbeta: 0.0\n"
+                    "max_completion_length: 512\nloss_type: dr_grpo\nuse_vllm: true\nreport_to: [wandb]\n"
+                    "lora_target_modules: all-linear\nreward_funcs: [my_rewards:brevity]\nreward_weights: [0.5]\n"
+                    "kl_coef_is_not_needed_here: null\n")
+    with pytest.raises(cfg.ConfigError, match="unknown key 'kl_coef_is_not_needed_here'"):
+        build_config("gpu", config_file=path)
+    path.write_text(path.read_text().replace("kl_coef_is_not_needed_here: null\n", "grpo.clip_range: 0.1\n"
+                                             "training:\n  save_steps: 7\n"))
+    c = build_config("gpu", config_file=path)
+    assert c.student.model_name == "Qwen/Qwen3-0.6B" and c.training.learning_rate == 1e-5
+    assert (c.grpo.num_samples_per_prompt, c.grpo.kl_coef, c.grpo.max_new_tokens) == (8, 0.0, 512)
+    assert c.grpo.loss_aggregation == "seq-mean-token-sum-norm" and c.grpo.rollout_backend == "vllm"
+    assert c.training.logging_backends == ("wandb",) and c.lora.target_modules == ("all-linear",)
+    assert c.grpo.reward_funcs == ("my_rewards:brevity",) and c.grpo.reward_weights == (0.5,)
+    assert c.grpo.clip_range == 0.1 and c.training.save_steps == 7
+    path.write_text("learning_rat: 1.0e-5\n")
+    with pytest.raises(cfg.ConfigError, match="Did you mean 'learning_rate'"):
+        build_config("gpu", config_file=path)
+    path.write_text("max_new_tokens: 64\n")  # grpo.max_new_tokens or evaluation.max_new_tokens?
+    with pytest.raises(cfg.ConfigError, match="'max_new_tokens' is ambiguous"):
+        build_config("gpu", config_file=path)
+
+
+def test_every_recipe_resolves():
+    recipes = sorted((ROOT / "recipes").glob("*.yaml"))
+    assert {p.name for p in recipes} >= {"cpu_demo.yaml", "qwen3_1gpu.yaml", "qwen3_multigpu.yaml"}
+    for recipe in recipes:
+        build_config("gpu", config_file=recipe)
+    assert build_config("cpu", config_file=ROOT / "recipes" / "cpu_demo.yaml") == build_config("cpu")
+    one = build_config("gpu", config_file=ROOT / "recipes" / "qwen3_1gpu.yaml")
+    assert one.student.model_name == "Qwen/Qwen3-1.7B" and one.lora.r == 64 and one.grpo.rollout_backend == "vllm"

@@ -129,3 +129,28 @@ def test_verify_references_reports_and_drops_failures(tmp_path):
     assert dropped["totals"]["train"] + dropped["totals"]["val"] == 9
     ids = {t.task_id for t in read_tasks(tmp_path / "b" / "train.jsonl") + read_tasks(tmp_path / "b" / "val.jsonl")}
     assert f"mbpp/{rows[3]['task_id']}" not in ids
+
+
+def test_own_dataset_through_load_dataset_and_a_field_map(tmp_path, capsys):
+    """--dataset_name (a hub name or, here offline, a local folder) + --field_map -> validated task records."""
+    folder = tmp_path / "my-tasks"
+    folder.mkdir()
+    rows = [{"id": i, "question": f"Return {i} times two.", "checks": json.dumps([f"assert f({i}) == {2 * i}"]),
+             "entry": "f", "solution": f"def f(x):\n    return 2 * x"} for i in range(1, 11)]
+    (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    args = ["--preset", "cpu", "--dataset_name", str(folder), "--field_map", "task_id=id", "problem=question",
+            "tests=checks", "fn_name=entry", "reference_solutions=solution", "--output_dir", str(out)]
+    assert phase1.cli(args) == 0
+    tasks = read_tasks(out / "train.jsonl") + read_tasks(out / "val.jsonl")
+    assert sorted(t.task_id for t in tasks) == sorted(f"my-tasks/{i}" for i in range(1, 11))
+    first = next(t for t in tasks if t.task_id == "my-tasks/3")
+    assert first.tests == ("assert f(3) == 6",) and first.fn_name == "f" and first.problem == "Return 3 times two."
+    assert first.reference_solutions == ("def f(x):\n    return 2 * x",) and first.source == "my-tasks"
+    # a row whose "test" could never fail is an error naming the row, like any other task file
+    rows[4]["checks"] = json.dumps(["f(5) == 10"])
+    (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert phase1.cli([*args[:-1], str(tmp_path / "out2")]) == 1
+    assert "row 5: tests[0] 'f(5) == 10' is not an assert statement" in capsys.readouterr().err
+    assert phase1.cli([*args[:5], "problem=question", "tests=check", "--output_dir", str(tmp_path / "o3")]) == 1
+    assert "no column 'check' (mapped to tests)" in capsys.readouterr().err

@@ -337,3 +337,9 @@ def test_resuming_with_other_sampling_settings_is_refused(train_file, tmp_path, 
         # more samples with the same settings is a normal resume
         assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "2") == 0
     assert len(read_records(out)) == 4
+
+
+def test_retry_after_is_honoured():
+    with RunningServer(FakeTeacher(fail_first=1, fail_status=429, retry_after="1.5")) as server:
+        response = ask(server.url, max_retries=2)  # backoff_base=0.01: without the header it would retry at once
+    assert response.ok and response.attempts == 2 and response.latency >= 1.5

@@ -295,3 +295,47 @@ def test_resume_errors_name_the_folder(tmp_path):
         GRPOTrainer._resolve_checkpoint(holder, "latest")
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
         GRPOTrainer._resolve_checkpoint(holder, str(tmp_path))
+
+
+def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
+    """training.logging_backends go through accelerate's trackers: config stored once, every step logged."""
+    from accelerate import Accelerator
+    from accelerate.tracking import GeneralTracker
+
+    from training.grpo_trainer import tracker_run_name
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = False
+
+        def __init__(self):
+            super().__init__()
+            self.config, self.logged, self.finished = None, [], False
+
+        @property
+        def tracker(self):
+            return self
+
+        def store_init_configuration(self, values):
+            self.config = values
+
+        def log(self, values, step=None, **kwargs):
+            self.logged.append((step, values))
+
+        def finish(self):
+            self.finished = True
+
+    recorder = Recorder()
+    config = tiny_config(tmp_path / "out", **{"training.max_steps": 2, "training.save_steps": 0})
+    torch.manual_seed(0)
+    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    tasks = small_tasks()
+    trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out",
+                          accelerator=Accelerator(cpu=True, log_with=[recorder]),
+                          rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}), pool=pool)
+    trainer.train()
+    assert [step for step, _ in recorder.logged] == [1, 2] and "reward/mean" in recorder.logged[0][1]
+    assert recorder.config["lora.r"] == config.lora.r and recorder.finished
+    assert tracker_run_name(config, tmp_path / "out") == "out"
+    assert tracker_run_name(tiny_config(tmp_path, **{"training.run_name": "exp-7"}), tmp_path) == "exp-7"

@@ -53,7 +53,7 @@ from training.losses import (
     scheduled_weight,
     selective_log_softmax,
 )
-from training.rewards import compute_rewards
+from training.rewards import compute_rewards, load_reward_functions, reward_columns
 from utils.dataset_loader import Task
 from utils.jsonl import read_jsonl, write_jsonl_atomic
 from utils.prompts import get_unified_prompt
@@ -67,6 +67,12 @@ CHECKPOINT_PREFIX = "checkpoint-"
 # --------------------------------------------------------------------------------------------
 # Data helpers
 # --------------------------------------------------------------------------------------------
+
+
+def _mean(values: list[float | None]) -> float:
+    """Mean of the values that are not None (NaN when all are)."""
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else float("nan")
 
 
 def best_passing_sample(group: list[dict]) -> dict | None:
@@ -160,13 +166,29 @@ class TrainerState:
     self_sft_buffer: list = field(default_factory=list)  # [(prompt_ids, completion_ids)]
 
 
+def tracker_run_name(config: Config, output_dir: str | Path) -> str:
+    """training.run_name, or the output folder's name (one folder = one run)."""
+    return config.training.run_name or Path(output_dir).resolve().name
+
+
+def make_accelerator(config: Config, output_dir: str | Path, cpu: bool | None = None) -> Any:
+    """The Accelerator a run uses, with training.logging_backends as its trackers (tensorboard files go to
+    <output_dir>/tensorboard/<run name>/<tracker_project>)."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    output_dir = Path(output_dir)
+    project = ProjectConfiguration(project_dir=str(output_dir),
+                                   logging_dir=str(output_dir / "tensorboard" / tracker_run_name(config, output_dir)))
+    return Accelerator(cpu=not torch.cuda.is_available() if cpu is None else cpu,
+                       log_with=list(config.training.logging_backends) or None, project_config=project)
+
+
 class GRPOTrainer:
     def __init__(self, config: Config, model: Any, tokenizer: Any, tasks: list[Task], teacher_examples: list[dict],
                  output_dir: str | Path, accelerator: Any = None, rollout: Any = None, pool: SandboxPool | None = None) -> None:
-        from accelerate import Accelerator
-
         self.config = config
-        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.accelerator = accelerator or make_accelerator(config, output_dir)
         self.tokenizer = tokenizer
         self.tasks = tasks
         self.plans = {t.task_id: plan_tests(t, config.sandbox.include_challenge_tests) for t in tasks}
@@ -198,6 +220,7 @@ class GRPOTrainer:
         self.teacher_rng = random.Random(t.seed + 1 + self.accelerator.process_index)
         self.eot = end_of_turn_id(tokenizer)
         self.metrics_path = self.output_dir / "metrics.jsonl"
+        self.user_rewards = load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
         self._trackers: list = []
 
     # ---------------------------------------------------------------- schedules and data order
@@ -247,7 +270,9 @@ class GRPOTrainer:
         start = time.monotonic()
         results = execute_many([(p["code"], t) for (t, _), p in zip(flat, parsed, strict=True)], self.pool, self.limits,
                                include_challenge=cfg.sandbox.include_challenge_tests)
-        rewards = compute_rewards(results, parsed, cfg.grpo.correctness_reward, cfg.grpo.format_reward_weight)
+        rewards = compute_rewards(results, parsed, cfg.grpo.correctness_reward, cfg.grpo.format_reward_weight,
+                                  self.user_rewards, [prompts[k // self.g] for k in range(len(flat))],
+                                  [s["text"] for _, s in flat], reward_columns([t for t, _ in flat], parsed, results))
         reward_time = time.monotonic() - start
         groups = []
         for i, task in enumerate(tasks):
@@ -264,6 +289,7 @@ class GRPOTrainer:
                    "pass_rate": sum(r.passed for r in results) / max(len(results), 1),
                    "pass_fraction/mean": sum(r.pass_fraction for r in results) / max(len(results), 1),
                    "reward/format_mean": sum(r.format for r in rewards) / max(len(rewards), 1),
+                   **{f"reward/{r.name.rpartition(':')[2]}_mean": _mean([rw.user[r.name] for rw in rewards]) for r in self.user_rewards},
                    "format/closed_think": sum(p["think_closed"] for p in parsed) / max(len(parsed), 1)}
         return groups, metrics
 
@@ -517,30 +543,28 @@ class GRPOTrainer:
         write_jsonl_atomic(self.metrics_path, kept)
 
     def _open_trackers(self) -> None:
-        for backend in self.config.training.logging_backends:
-            if backend == "tensorboard":
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._trackers.append(("tensorboard", SummaryWriter(str(self.output_dir / "tensorboard"))))
-            elif backend == "wandb":
-                import wandb
-
-                self._trackers.append(("wandb", wandb.init(project="tgrpo", config=config_to_dict(self.config))))
+        """Sinks besides metrics.jsonl are accelerate's trackers (the Accelerator's `log_with`, see
+        `make_accelerator`): they run on the main process only, under training.tracker_project / run_name."""
+        if not self.accelerator.log_with:
+            return
+        flat = {f"{section}.{key}": value if isinstance(value, (int, float, str, bool)) else str(value)
+                for section, values in config_to_dict(self.config).items() if isinstance(values, dict)
+                for key, value in values.items()}
+        self.accelerator.init_trackers(self.config.training.tracker_project, config=flat,
+                                       init_kwargs={"wandb": {"name": tracker_run_name(self.config, self.output_dir)}})
+        self._trackers = list(self.accelerator.trackers)
 
     def _log(self, metrics: dict) -> None:
         with self.metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}) + "\n")
-        for kind, tracker in self._trackers:
+        if self._trackers:
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
-            if kind == "tensorboard":
-                for key, value in scalars.items():
-                    tracker.add_scalar(key, value, metrics["step"])
-            else:
-                tracker.log(scalars, step=metrics["step"])
+            self.accelerator.log(scalars, step=metrics["step"])
 
     def _close_trackers(self) -> None:
-        for kind, tracker in self._trackers:
-            tracker.close() if kind == "tensorboard" else tracker.finish()
+        if self._trackers:
+            self.accelerator.end_training()
+            self._trackers = []
 
     # ---------------------------------------------------------------- checkpoints
 

@@ -11,12 +11,27 @@ punished as wrong.
   because a 135M student rarely passes every test and binary rewards would be almost all zero);
 - ``format``: 1.0 for the requested shape (closed ``<think>`` then a ```` ```python ```` block),
   0.5 for code in any other shape, 0.0 for no code; added with a small weight.
+
+Your own reward functions (``grpo.reward_funcs``, TRL's signature): ``fn(prompts, completions, **columns)
+-> list[float | None]``, one value per completion, named by import path ``package.module:function`` or a
+file ``path/to/file.py:function``, each added with its weight (``grpo.reward_weights``, default 1.0) to
+the built-in total. ``prompts`` are the user prompts and ``completions`` the raw completion texts;
+``columns`` holds one list per key, aligned with them: the task's ``task_id``, ``source``,
+``problem``, ``test_type``, ``tests``, ``difficulty``, ``fn_name``, and what this pipeline already
+computed: the extracted ``code``, the sandbox ``status`` and ``pass_fraction``. As in TRL, ``None``
+means "this function does not apply to that sample": it adds nothing (the sample keeps the built-in
+reward); only the built-in correctness can make a sample unscorable. Accept ``**kwargs``: more
+columns may be added.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 RewardFunction = Callable[[Sequence[Any], Sequence[dict]], list[float | None]]
@@ -48,20 +63,104 @@ def get_reward_function(name: str) -> RewardFunction:
     return REWARD_FUNCTIONS[name]
 
 
+UserRewardFunction = Callable[..., list[float | None]]  # TRL: fn(prompts, completions, **columns)
+
+
+class RewardFunctionError(ValueError):
+    """A user reward function that cannot be loaded or returned something unusable; names the function."""
+
+
+@dataclass(frozen=True)
+class UserReward:
+    name: str  # the spec as configured, e.g. "my_rewards:brevity"
+    function: UserRewardFunction
+    weight: float
+
+
+def load_reward_function(spec: str) -> UserRewardFunction:
+    """'package.module:function' or 'path/to/file.py:function' -> the function."""
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise RewardFunctionError(f"grpo.reward_funcs: {spec!r} is not 'module:function' or 'file.py:function'.")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name).expanduser()
+            if not path.is_file():
+                raise RewardFunctionError(f"grpo.reward_funcs: {spec!r}: no file {path}.")
+            loader_spec = importlib.util.spec_from_file_location(f"tgrpo_user_rewards_{path.stem}", path)
+            module = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except RewardFunctionError:
+        raise
+    except Exception as exc:  # whatever the user's module raises while importing
+        raise RewardFunctionError(f"grpo.reward_funcs: cannot import {module_name!r} for {spec!r} "
+                                  f"({type(exc).__name__}: {exc}).") from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise RewardFunctionError(f"grpo.reward_funcs: {module_name!r} has no function {attr!r}.")
+    return function
+
+
+def load_reward_functions(specs: Sequence[str], weights: Sequence[float] = ()) -> list[UserReward]:
+    if weights and len(weights) != len(specs):
+        raise RewardFunctionError(f"grpo.reward_weights has {len(weights)} values for {len(specs)} grpo.reward_funcs.")
+    return [UserReward(spec, load_reward_function(spec), float(weights[i]) if weights else 1.0)
+            for i, spec in enumerate(specs)]
+
+
+def reward_columns(tasks: Sequence[Any], parsed: Sequence[dict], results: Sequence[Any]) -> dict[str, list]:
+    """The keyword columns a user reward function receives, one entry per completion."""
+    return {"task_id": [t.task_id for t in tasks], "source": [t.source for t in tasks],
+            "problem": [t.problem for t in tasks], "test_type": [t.test_type for t in tasks],
+            "tests": [list(t.tests) for t in tasks], "difficulty": [t.difficulty for t in tasks],
+            "fn_name": [t.fn_name for t in tasks], "code": [p.get("code") for p in parsed],
+            "status": [r.status for r in results], "pass_fraction": [r.pass_fraction for r in results]}
+
+
+def _call_user_reward(reward: UserReward, prompts: Sequence[str], completions: Sequence[str],
+                      columns: dict[str, list]) -> list[float | None]:
+    values = reward.function(prompts=list(prompts), completions=list(completions), **columns)
+    if not isinstance(values, (list, tuple)) or len(values) != len(completions):
+        got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
+        raise RewardFunctionError(f"reward function {reward.name} returned {got} for {len(completions)} completions; "
+                                  "it must return one float (or None) per completion.")
+    out = []
+    for v in values:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise RewardFunctionError(f"reward function {reward.name} returned {v!r}; rewards are finite numbers or None.")
+        out.append(None if v is None else float(v))
+    return out
+
+
 @dataclass(frozen=True)
 class Reward:
     total: float | None  # None: unverifiable, excluded from advantages
     correctness: float | None
     format: float
+    user: dict[str, float | None] = field(default_factory=dict)  # each user reward function's raw value
 
 
 def compute_rewards(results: Sequence[Any], parsed: Sequence[dict], correctness: str = "binary",
-                    format_weight: float = 0.1) -> list[Reward]:
-    """total = correctness + format_weight * format, or None when correctness is None."""
+                    format_weight: float = 0.1, user_rewards: Sequence[UserReward] = (),
+                    prompts: Sequence[str] = (), completions: Sequence[str] = (),
+                    columns: dict[str, list] | None = None) -> list[Reward]:
+    """total = correctness + format_weight * format + sum(weight * user value), or None when correctness is None.
+
+    A user function's None adds nothing to that sample (TRL's convention: the function does not apply).
+    """
     if correctness not in CORRECTNESS_REWARDS:
         raise ValueError(f"unknown correctness reward {correctness!r}; valid: {', '.join(CORRECTNESS_REWARDS)}")
     if len(results) != len(parsed):
         raise ValueError(f"{len(results)} results but {len(parsed)} parsed responses")
     correct = get_reward_function(correctness)(results, parsed)
     fmt = format_reward(results, parsed)
-    return [Reward(None if c is None else c + format_weight * f, c, f) for c, f in zip(correct, fmt, strict=True)]
+    user = {r.name: _call_user_reward(r, prompts, completions, columns or {}) for r in user_rewards}
+    weights = {r.name: r.weight for r in user_rewards}
+    out = []
+    for i, (c, f) in enumerate(zip(correct, fmt, strict=True)):
+        values = {name: column[i] for name, column in user.items()}
+        extra = sum(weights[name] * v for name, v in values.items() if v is not None)
+        out.append(Reward(None if c is None else c + format_weight * f + extra, c, f, values))
+    return out

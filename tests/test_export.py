@@ -1,0 +1,43 @@
+"""Export: the merged folder is the trained model on its own, and the `vllm serve` lines are servable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training.export import main, vllm_max_lora_rank
+from utils.student_model import attach_lora, load_adapter, load_student, save_adapter
+
+
+def test_max_lora_rank_is_one_vllm_accepts():
+    assert [vllm_max_lora_rank(r) for r in (1, 8, 9, 16, 24, 64, 65, 300)] == [1, 8, 16, 16, 32, 64, 128, 320]
+    with pytest.raises(ValueError, match="serve the merged model"):
+        vllm_max_lora_rank(1024)
+
+
+def test_export_merges_into_a_standalone_model_and_prints_serve_lines(tmp_path, tiny_model_name, capsys):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    model = attach_lora(model, 64, 128, 0.0, ("q_proj", "v_proj"))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.2)  # a real (non-identity) update
+    adapter = save_adapter(model, tokenizer, tmp_path / "run" / "final_model")
+    code = main(["--preset", "cpu", "--set", "student.model_name=embedded:tiny-random", "--set",
+                 f"paths.output_dir={tmp_path / 'run'}", "--dtype", "float32"])
+    assert code == 0
+    merged_dir = tmp_path / "run" / "merged_model"
+    out = capsys.readouterr().out
+    assert f"vllm serve {merged_dir} --served-model-name tgrpo" in out
+    assert f"--enable-lora --lora-modules tgrpo={adapter} --max-lora-rank 64" in out
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir).eval()
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    base, _ = load_student(tiny_model_name, "float32", device="cpu")
+    with_adapter = load_adapter(base, adapter).eval()
+    ids = tokenizer("def add(a, b):", return_tensors="pt").input_ids
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, with_adapter(ids).logits, rtol=1e-4, atol=1e-4)
+    assert (merged_dir / "tokenizer_config.json").is_file()
+

@@ -1,0 +1,130 @@
+"""Export a trained adapter for serving: merge it into a standalone model folder and print the `vllm serve` lines.
+
+    python -m training.export                                        # outputs/final_model -> outputs/merged_model
+    python -m training.export --model_path outputs/checkpoint-100 --output_dir my-coder
+    python -m training.export --push_to_hub my-org/my-coder          # also upload the merged folder
+
+The merged folder (weights with the LoRA update folded in, tokenizer with its chat template,
+generation config) loads with plain `AutoModelForCausalLM.from_pretrained` and serves with
+`vllm serve FOLDER`. Serving base + adapter instead needs `--enable-lora` and a `--max-lora-rank` at
+least the adapter's rank: vLLM accepts only a few values and defaults to 16, which rejects the gpu
+preset's r=64, so the printed line carries the right one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# The values vLLM accepts for --max-lora-rank (vllm.config.lora.MaxLoRARanks); its default is 16.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest --max-lora-rank vLLM accepts that holds an adapter of this rank."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]}); serve the "
+                     "merged model instead.")
+
+
+def adapter_rank(adapter: Path) -> int:
+    """The largest rank in an adapter's config (`r`, or a per-module `rank_pattern`)."""
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    return max([int(config.get("r", 8)), *map(int, (config.get("rank_pattern") or {}).values())])
+
+
+def serve_commands(base_model: str, adapter: Path | None, merged: Path | None, name: str = "tgrpo") -> list[str]:
+    """The `vllm serve` lines for the merged folder and for base + adapter (phase 2/4's reasoning parser added)."""
+    lines = []
+    if merged is not None:
+        lines.append(f"vllm serve {merged} --served-model-name {name}")
+    if adapter is not None:
+        lines.append(f"vllm serve {base_model} --enable-lora --lora-modules {name}={adapter} "
+                     f"--max-lora-rank {vllm_max_lora_rank(adapter_rank(adapter))}")
+    return lines
+
+
+def merge_adapter(base_model: str, adapter: Path, output_dir: Path, torch_dtype: str = "bfloat16",
+                  cache_dir: str = "") -> Path:
+    """Fold the adapter into the base weights and save a standalone model folder (atomically: temp, then rename)."""
+    import shutil
+
+    from utils.student_model import load_adapter, load_student
+
+    model, tokenizer = load_student(base_model, torch_dtype, False, cache_dir, device="cpu")
+    merged: Any = load_adapter(model, adapter).merge_and_unload()
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output_dir.with_name(f".{output_dir.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    merged.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    if output_dir.exists():
+        shutil.rmtree(output_dir)
+    tmp.rename(output_dir)
+    return output_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    from config import ConfigError, add_config_arguments, config_from_args, config_summary, exit_on_config_error
+
+    parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_path", help="Adapter or checkpoint-* folder (default: final_model in paths.output_dir).")
+    parser.add_argument("--output_dir", help="Where the merged model goes (default: merged_model in paths.output_dir).")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="dtype of the merged weights (default: student.torch_dtype).")
+    parser.add_argument("--no_merge", action="store_true", help="Only print the `vllm serve` line for base + adapter.")
+    parser.add_argument("--push_to_hub", metavar="REPO_ID", help="Also upload the merged folder to this hub repository "
+                        "(needs a token: `huggingface-cli login` or HF_TOKEN).")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ConfigError as error:
+        exit_on_config_error(error)
+    print(config_summary(config))
+
+    from phase4_evaluate import default_model_path, resolve_model
+    from utils.student_model import ModelLoadError, resolve_model_path
+
+    try:
+        base, adapter = resolve_model(args.model_path or str(default_model_path(config)), config)
+        if adapter is None:
+            raise ModelLoadError(f"{args.model_path} is a base model, not an adapter: there is nothing to export.")
+        rank = adapter_rank(adapter)
+        vllm_max_lora_rank(rank)  # fails early for a rank vLLM cannot serve
+        merged = None
+        if not args.no_merge:
+            target = Path(args.output_dir) if args.output_dir else Path(config.paths.output_dir) / "merged_model"
+            merged = merge_adapter(base, adapter, target, args.dtype or config.student.torch_dtype,
+                                   config.paths.model_cache_dir)
+            print(f"merged {adapter} (LoRA r={rank}) into {base}: {merged}")
+    except (ModelLoadError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if merged is not None and args.push_to_hub:
+        from huggingface_hub import HfApi
+
+        try:
+            HfApi().create_repo(args.push_to_hub, exist_ok=True)
+            HfApi().upload_folder(folder_path=str(merged), repo_id=args.push_to_hub)
+        except Exception as error:  # network, auth, offline mode: many unrelated types
+            first = (str(error).strip().splitlines() or [""])[0][:200]
+            print(f"error: could not push {merged} to {args.push_to_hub} ({type(error).__name__}: {first}); the merged "
+                  "folder is complete, retry the push later.", file=sys.stderr)
+            return 1
+        print(f"pushed to https://huggingface.co/{args.push_to_hub}")
+    print("serve it with one of:")
+    for line in serve_commands(resolve_model_path(base, config.paths.model_cache_dir), adapter, merged):
+        print(f"  {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
