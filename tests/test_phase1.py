@@ -136,7 +136,7 @@ def test_own_dataset_through_load_dataset_and_a_field_map(tmp_path, capsys):
     folder = tmp_path / "my-tasks"
     folder.mkdir()
     rows = [{"id": i, "question": f"Return {i} times two.", "checks": json.dumps([f"assert f({i}) == {2 * i}"]),
-             "entry": "f", "solution": f"def f(x):\n    return 2 * x"} for i in range(1, 11)]
+             "entry": "f", "solution": "def f(x):\n    return 2 * x"} for i in range(1, 11)]
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
     args = ["--preset", "cpu", "--dataset_name", str(folder), "--field_map", "task_id=id", "problem=question",
