@@ -149,7 +149,8 @@ def train_variant(variant: Variant, base_overrides: list[str], folder: Path, tra
     resume = "latest" if any(folder.glob("checkpoint-*")) else None
     weights = [f"dual_source.{k}={v}" for k, v in (variant.weights or {}).items()]
     config = build_config("cpu", overrides=[*base_overrides, f"paths.output_dir={folder}", *weights])
-    phase3.main(config, resume, traces, train_file)
+    # without a checkpoint to resume, whatever a killed attempt left in the folder is this ablation's and is replaced
+    phase3.main(config, resume, traces, train_file, overwrite_output_dir=resume is None)
     return "resumed" if resume else "trained"
 
 
