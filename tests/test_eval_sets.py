@@ -125,3 +125,17 @@ def test_eval_set_selection_and_labels(tmp_path):
         load_eval_set("nope")
     with pytest.raises(DataFormatError, match="no MBPP task with an id in 11-510"):
         load_eval_set("mbpp_test", mbpp_path=EMBEDDED_MBPP)  # the fixtures use ids from 9001 on
+
+
+def test_apps_test_set_by_difficulty(tmp_path):
+    rows = [{"problem_id": i, "question": f"q{i}", "solutions": json.dumps(["print(input())"]), "difficulty": level,
+             "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}), "url": "", "starter_code": ""}
+            for i, level in ((4000, "introductory"), (4001, "interview"), (4002, "introductory"))]
+    path = tmp_path / "apps_test.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    intro = load_eval_set("apps_test", apps_path=path, apps_difficulty="introductory", visible_tests=1)
+    assert [t.task_id for t in intro.tasks] == ["apps/test-4000", "apps/test-4002"]
+    assert intro.version.startswith("APPS test, difficulty introductory (2 tasks), sha256:")
+    assert len(load_eval_set("apps_test", apps_path=path).tasks) == 3
+    with pytest.raises(DataFormatError, match="--apps_difficulty"):
+        load_eval_set("apps_test", apps_path=path, apps_difficulty="easy")
