@@ -371,6 +371,12 @@ class GRPOConfig:
     vllm_gpu_memory_utilization: float = option(
         0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
     )
+    vllm_sleep_mode: bool = option(
+        False,
+        "vllm backend: put the colocated engine to sleep during each update (weights offloaded to CPU "
+        "memory, KV cache freed; vLLM's enable_sleep_mode) and wake it before the next rollout, so "
+        "training gets that memory back. Costs a weight copy each way per rollout.",
+    )
 
 
 @dataclass(frozen=True)
@@ -883,6 +889,9 @@ def validate(config: Config) -> None:
          "grpo.reward_weights", "must have one weight per grpo.reward_funcs entry (or be empty for 1.0 each)")
     for spec in config.grpo.reward_funcs:
         need(":" in spec, "grpo.reward_funcs", f"entries are 'module:function' or 'file.py:function', got {spec!r}")
+    need(not (config.student.load_in_8bit and config.grpo.rollout_backend != "hf"), "student.load_in_8bit",
+         f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
+         "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false")
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
     need(config.training.per_device_train_batch_size >= 1, "training.per_device_train_batch_size", "must be >= 1")

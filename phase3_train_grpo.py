@@ -30,20 +30,38 @@ from config import (
 )
 from synthesis.generate_traces import load_teacher_examples
 from training.grpo_trainer import CHECKPOINT_PREFIX, GRPOTrainer, make_accelerator
+from training.launch import LaunchError, check_launch_environment
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
-from training.rollout import HFRollout, VLLMRollout
+from training.rollout import HFRollout, VLLMRollout, prompt_lengths
+from training.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError, read_tasks
-from utils.student_model import ModelLoadError, attach_lora, load_student, resolve_model_path
+from utils.student_model import DTYPES, ModelLoadError, attach_lora, load_student, resolve_model_path, save_adapter
 
 
-def build_rollout(config: Config, tokenizer, output_dir: Path):
+def build_rollout(config: Config, tokenizer, output_dir: Path, accelerator=None, tasks: list | None = None):
+    """The configured rollout backend. vLLM: one colocated engine per process, on that process's GPU."""
     g = config.grpo
     template = {"enable_thinking": config.student.enable_thinking}
     if g.rollout_backend == "vllm":
-        return VLLMRollout(resolve_model_path(config.student.model_name, config.paths.model_cache_dir), tokenizer,
-                           output_dir / ".vllm_adapters", config.lora.r, g.max_new_tokens, g.temperature, g.top_p,
-                           g.gen_update_steps, g.vllm_gpu_memory_utilization, config.student.torch_dtype, template)
+        import vllm  # lazy: the optional GPU extra
+
+        ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
+        lengths = prompt_lengths(tokenizer, tasks or [], config.prompt.num_visible_tests, template)
+        kwargs = engine_kwargs(resolve_model_path(config.student.model_name, config.paths.model_cache_dir),
+                               max_model_len=max_model_len(lengths, g.max_new_tokens),
+                               gpu_memory_utilization=g.vllm_gpu_memory_utilization, dtype=config.student.torch_dtype,
+                               seed=config.training.seed, lora_rank=config.lora.r, ranks=ranks,
+                               sleep_mode=g.vllm_sleep_mode)
+        llm = build_engine(vllm, kwargs, ranks)
+        is_main = accelerator.is_main_process if accelerator is not None else True
+        barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
+        dtype = DTYPES[config.student.torch_dtype]
+        dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
+        handoff = AdapterHandoff(output_dir / ".vllm_adapters", lambda model, path: save_adapter(model, None, path, dtype),
+                                 is_main, barrier)
+        return VLLMRollout(llm, tokenizer, g.max_new_tokens, g.temperature, g.top_p, handoff, g.gen_update_steps,
+                           template, sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
     return HFRollout(tokenizer, g.max_new_tokens, g.temperature, g.top_p, template,
                      batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
 
@@ -113,6 +131,7 @@ def main(config: Config, resume_from: str | None = None, teacher_traces: Path | 
          train_file: Path | None = None, overwrite_output_dir: bool = False) -> dict:
     from transformers import set_seed
 
+    check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
     tasks = read_tasks(train_file or config.paths.train_file)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
@@ -136,7 +155,7 @@ def main(config: Config, resume_from: str | None = None, teacher_traces: Path | 
     if accelerator.is_main_process:
         model.print_trainable_parameters()
     trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator,
-                          rollout=build_rollout(config, tokenizer, output_dir))
+                          rollout=build_rollout(config, tokenizer, output_dir, accelerator, tasks))
     summary = trainer.train(resume_from)
     if accelerator.is_main_process:
         png = plot_metrics(output_dir / "metrics.jsonl", output_dir / "training_curves.png")
@@ -182,7 +201,7 @@ def cli(argv: list[str] | None = None) -> int:
     try:
         main(config, args.resume_from_checkpoint, Path(args.teacher_traces) if args.teacher_traces else None,
              Path(args.train_file) if args.train_file else None, args.overwrite_output_dir)
-    except (DataFormatError, ModelLoadError, FileNotFoundError, RunSetupError, RewardFunctionError) as error:
+    except (DataFormatError, ModelLoadError, FileNotFoundError, RunSetupError, RewardFunctionError, LaunchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -45,10 +45,13 @@ from evaluation.evaluate import (
     generate_cached,
     summarize,
 )
-from training.rollout import HFRollout, VLLMRollout
+from training.rollout import HFRollout, VLLMRollout, prompt_lengths
+from training.vllm_engine import adapter_rank, build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
-from utils.student_model import ModelLoadError, load_adapter, load_student, resolve_model_path
+from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
+
+VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
 
 
 def default_model_path(config: Config) -> Path:
@@ -91,6 +94,50 @@ def local_model_folder(name: str, config: Config) -> Path | None:
         return None
 
 
+def hf_generators(config: Config, base_name: str, adapter: Path | None, template: dict) -> dict:
+    """transformers sampling: the base model with the adapter attached; the baseline switches it off."""
+    ev = config.evaluation
+    model, tokenizer = load_student(base_name, config.student.torch_dtype, config.student.load_in_8bit,
+                                    config.paths.model_cache_dir)
+    if adapter is not None:
+        model = load_adapter(model, adapter)
+    rollout = HFRollout(tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p, template, batch_size=8)
+
+    def baseline(prompts, n):
+        with model.disable_adapter():  # the same weights with the adapter switched off
+            return rollout.generate(model, prompts, n, step=0)
+
+    return {"trained": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
+            "model": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
+            "baseline": baseline, "batching": {}}
+
+
+def vllm_generators(config: Config, base_name: str, adapter: Path | None, tasks: list, template: dict,
+                    visible_tests: int, adapter_key: str | None) -> dict:
+    """vLLM sampling: the engine reads the adapter folder itself (no transformers model is loaded);
+    the trained run sends its LoRA request, the baseline and a base model send none."""
+    import vllm  # lazy: the optional GPU extra
+
+    ev = config.evaluation
+    tokenizer = load_tokenizer(base_name, config.paths.model_cache_dir)
+    lengths = prompt_lengths(tokenizer, tasks, visible_tests, template)
+    kwargs = engine_kwargs(resolve_model_path(base_name, config.paths.model_cache_dir),
+                           max_model_len=max_model_len(lengths, ev.max_new_tokens),
+                           gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
+                           dtype=config.student.torch_dtype, seed=config.training.seed,
+                           lora_rank=adapter_rank(adapter) if adapter is not None else None, logprobs=False)
+    rollout = VLLMRollout(build_engine(vllm, kwargs), tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p,
+                          chat_template_kwargs=template, logprobs=False, vllm_module=vllm)
+    request = None
+    if adapter is not None:  # a name and id of its own per adapter digest: vLLM's prefix cache keys LoRA blocks by name
+        request = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
+    return {"trained": lambda prompts, n: rollout.sample(prompts, n, request),
+            "model": lambda prompts, n: rollout.sample(prompts, n, None),
+            "baseline": lambda prompts, n: rollout.sample(prompts, n, None),
+            # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
+            "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH}}
+
+
 def main(config: Config, model_path: str, baseline: bool, output: Path, samples_output: Path, eval_set: EvalSet,
          max_tasks: int | None) -> dict:
     ev = config.evaluation
@@ -99,25 +146,20 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     decoding = decoding_label(ev.temperature, ev.top_p, ev.num_samples)
     print(f"{len(tasks)} tasks of {eval_set.name} ({eval_set.version}) from {eval_set.origin}; model {base_name}"
           + (f" + adapter {adapter}" if adapter else "") + f"; {decoding}")
-    model, tokenizer = load_student(base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir)
-    if adapter is not None:
-        model = load_adapter(model, adapter)
     template = {"enable_thinking": config.student.enable_thinking}
+    cache_dir = Path(config.paths.output_dir) / "eval_cache"
+    # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
+    memo = cache_dir / "file_hashes.json"
     if config.grpo.rollout_backend == "vllm":
-        rollout = VLLMRollout(resolve_model_path(base_name, config.paths.model_cache_dir), tokenizer,
-                              Path(config.paths.output_dir) / ".vllm_eval_adapter", config.lora.r, ev.max_new_tokens,
-                              ev.temperature, ev.top_p, 10**9, config.grpo.vllm_gpu_memory_utilization,
-                              config.student.torch_dtype, template)
+        generators = vllm_generators(config, base_name, adapter, tasks, template, eval_set.visible_tests,
+                                     content_digest(adapter, memo) if adapter else None)
     else:
-        rollout = HFRollout(tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p, template, batch_size=8)
+        generators = hf_generators(config, base_name, adapter, template)
     limits = SandboxLimits.from_config(config.sandbox)
     settings = {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
                 "visible_tests": eval_set.visible_tests, "thinking": config.student.enable_thinking,
                 "backend": config.grpo.rollout_backend, "dtype": config.student.torch_dtype,
                 "load_in_8bit": config.student.load_in_8bit}
-    cache_dir = Path(config.paths.output_dir) / "eval_cache"
-    # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
-    memo = cache_dir / "file_hashes.json"
     base_folder = local_model_folder(base_name, config)
     base_key = content_digest(base_folder, memo) if base_folder is not None else base_name
     runs = [("trained" if adapter else "model", adapter)]
@@ -134,14 +176,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
                               **settings)
             print(f"\n[{role}] generating {ev.num_samples} samples per task (cache: {cache_dir / key}.jsonl)")
 
-            def generate(prompts, n, role=role):
-                if role == "baseline":  # the same weights with the adapter switched off
-                    with model.disable_adapter():
-                        return rollout.generate(model, prompts, n, step=0)
-                return rollout.generate(model, prompts, n, step=0)
-
-            cache = generate_cached(tasks, generate, ev.num_samples, cache_dir / f"{key}.jsonl",
-                                    eval_set.visible_tests)
+            cache = generate_cached(tasks, generators[role], ev.num_samples, cache_dir / f"{key}.jsonl",
+                                    eval_set.visible_tests, **generators["batching"])
             rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
             summaries[role] = summarize(rows, ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed)
             all_rows += [{"model": role, **row} for row in rows]

@@ -97,9 +97,10 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], 
     """Make sure every (task, sample) has a cached completion; returns them all.
 
     `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model).
-    Work is cut into units of at most `chunk` samples of one task; units of equal size are batched
-    into one call of up to `batch_samples` sequences (several tasks at once keep the CPU/GPU busy),
-    and each call's results are appended and flushed before the next call.
+    Work is cut into units of at most `chunk` samples of one task; units of equal size (from any
+    tasks: `generate` takes one n per call) are batched into one call of up to `batch_samples`
+    sequences (several tasks at once keep the CPU/GPU busy; vLLM callers pass whole tasks and
+    thousands of sequences), and each call's results are appended and flushed before the next call.
     """
     cache = read_cache(cache_path)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,13 +112,13 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], 
     for task in tasks:
         indices = [i for i in range(num_samples) if (task.task_id, i) not in cache]
         units += [(task, indices[s:s + chunk]) for s in range(0, len(indices), chunk)]
-    calls: list[list[tuple[Task, list[int]]]] = []
+    by_size: dict[int, list[tuple[Task, list[int]]]] = {}
     for unit in units:
-        size = len(unit[1])
-        if calls and len(calls[-1][0][1]) == size and (len(calls[-1]) + 1) * size <= max(batch_samples, size):
-            calls[-1].append(unit)
-        else:
-            calls.append([unit])
+        by_size.setdefault(len(unit[1]), []).append(unit)
+    calls: list[list[tuple[Task, list[int]]]] = []
+    for size, same in by_size.items():
+        per_call = max(batch_samples // size, 1)
+        calls += [same[i:i + per_call] for i in range(0, len(same), per_call)]
     bar = None
     if progress and units:
         from tqdm import tqdm

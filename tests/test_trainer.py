@@ -23,7 +23,6 @@ from training.grpo_trainer import (
     row_chunks,
     slice_rollout_batch,
 )
-from training.rollout import VLLMRollout, vllm_sampling_kwargs
 from utils.sft_data import encode_prompt
 from utils.student_model import attach_lora, load_student
 
@@ -216,50 +215,6 @@ def test_teacher_examples_are_filtered(tmp_path):
     assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, True)] == ["a/1"]
     assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, False)] == ["a/1", "a/2"]
     assert load_teacher_examples(tmp_path / "missing.jsonl", {"a/1"}, True) == []
-
-
-def test_vllm_branch_builds_the_right_requests(tmp_path, tiny_model_name, monkeypatch):
-    """vLLM cannot run here: a stand-in module records what the branch asks of it."""
-    calls = {}
-
-    class LLM:
-        def __init__(self, **kwargs):
-            calls["llm"] = kwargs
-
-        def generate(self, prompts, params, lora_request=None, use_tqdm=False):
-            calls.setdefault("generate", []).append((prompts, params, lora_request))
-            completion = types.SimpleNamespace(token_ids=[11, 12], text="ok", finish_reason="stop")
-            return [types.SimpleNamespace(outputs=[completion] * params.kwargs["n"]) for _ in prompts]
-
-    class SamplingParams:
-        def __init__(self, **kwargs):
-            self.kwargs = kwargs
-
-    class LoRARequest:
-        def __init__(self, lora_name, lora_int_id, lora_path):
-            self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
-
-    fake = types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams)
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setitem(sys.modules, "vllm.lora", types.SimpleNamespace())
-    monkeypatch.setitem(sys.modules, "vllm.lora.request", types.SimpleNamespace(LoRARequest=LoRARequest))
-    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
-    model = attach_lora(model, 4, 8, 0.0, ("q_proj", "v_proj"))
-    rollout = VLLMRollout("/base", tokenizer, tmp_path / "adapters", lora_rank=4, max_new_tokens=32, temperature=0.9,
-                          top_p=0.95, gen_update_steps=2, vllm_module=fake)
-    assert calls["llm"] == {"model": "/base", "enable_lora": True, "max_lora_rank": 4, "max_loras": 1,
-                            "gpu_memory_utilization": 0.3, "dtype": "bfloat16"}
-    out = rollout.generate(model, ["p1", "p2"], num_samples=3, step=0)
-    prompts, params, request = calls["generate"][0]
-    assert [p["prompt_token_ids"] for p in prompts] == [encode_prompt(tokenizer, "p1"), encode_prompt(tokenizer, "p2")]
-    eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert params.kwargs == vllm_sampling_kwargs(3, 32, 0.9, 0.95, [eot]) and params.kwargs["n"] == 3
-    assert (tmp_path / "adapters" / "step-0" / "adapter_config.json").is_file() and request.lora_int_id == 1
-    assert len(out) == 2 and len(out[0]) == 3 and out[0][0]["token_ids"] == [11, 12, eot]  # stop token restored
-    rollout.generate(model, ["p1"], 1, step=1)
-    assert calls["generate"][1][2] is request  # within gen_update_steps: same adapter
-    rollout.generate(model, ["p1"], 1, step=2)
-    assert calls["generate"][2][2].lora_int_id == 3 and (tmp_path / "adapters" / "step-2").is_dir()
 
 
 def test_phase3_command_line_on_the_tiny_model(tmp_path):

@@ -43,6 +43,7 @@ import torch
 
 from config import Config, config_to_dict, save_config
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests, task_secret_paths
+from training.launch import check_accelerator, local_world_size, sandbox_workers
 from training.losses import (
     IGNORE_INDEX,
     aggregation_denominator,
@@ -189,6 +190,7 @@ class GRPOTrainer:
                  output_dir: str | Path, accelerator: Any = None, rollout: Any = None, pool: SandboxPool | None = None) -> None:
         self.config = config
         self.accelerator = accelerator or make_accelerator(config, output_dir)
+        check_accelerator(self.accelerator)  # DeepSpeed/FSDP: refused (training.launch says why)
         self.tokenizer = tokenizer
         self.tasks = tasks
         self.plans = {t.task_id: plan_tests(t, config.sandbox.include_challenge_tests) for t in tasks}
@@ -212,7 +214,9 @@ class GRPOTrainer:
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
-        self.pool = pool or SandboxPool(config.sandbox.max_workers, self.limits, config.sandbox.isolate,
+        # each process on this machine takes its share of the cores (see training.launch)
+        workers = sandbox_workers(config.sandbox.max_workers, local_world_size(self.accelerator))
+        self.pool = pool or SandboxPool(workers, self.limits, config.sandbox.isolate,
                                         secret_paths=task_secret_paths(config))
         self.rollout = rollout
         self.state = TrainerState()

@@ -2,13 +2,17 @@
 
 - `HFRollout`: transformers `generate` through `utils.student_model.generate_completions` (the same
   code phase 4 uses), batched with left padding. The CPU default.
-- `VLLMRollout`: a `vllm.LLM` with LoRA enabled; the current adapter is saved and passed as a new
-  `LoRARequest` every `gen_update_steps` optimizer steps. vLLM is imported lazily, only here, and
-  cannot run on CPU-only machines: this branch is kept thin, and what surrounds it (adapter saving,
-  request construction, sampling-parameter mapping) is tested with a stand-in module.
+- `VLLMRollout`: a colocated `vllm.LLM` (built by `training.vllm_engine`, one per training process
+  on its own GPU); every `gen_update_steps` optimizer steps the adapter is handed over through a new
+  step folder and a new `LoRARequest` (a new name and id: vLLM's prefix cache keys LoRA blocks by
+  name, so a reused name would serve stale KV). Phase 4 calls `sample` with a fixed request, or with
+  none for a base model. vLLM is imported lazily; the tests drive this class with a fake engine that
+  behaves like vLLM (tests/fake_vllm.py) and check the arguments against the real classes
+  (tests/test_vllm_contract.py).
 
 Both return, per prompt, a list of dicts with `text`, `token_ids` (ending with the end-of-turn token
-when the model stopped), `prompt_ids`, `finish_reason` and `num_tokens`.
+when the model stopped), `prompt_ids`, `finish_reason` and `num_tokens`; vLLM samples also carry
+`logprobs`, the sampler's log-prob of each token (for the trainer's mismatch correction).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from training.vllm_engine import AdapterHandoff
 from utils.sft_data import encode_prompt, end_of_turn_id
-from utils.student_model import generate_completions, save_adapter
+from utils.student_model import generate_completions
 
 
 class HFRollout:
@@ -40,60 +45,114 @@ class HFRollout:
 
 
 def vllm_sampling_kwargs(num_samples: int, max_new_tokens: int, temperature: float, top_p: float,
-                         stop_token_ids: list[int], seed: int | None = None) -> dict:
-    """Our sampling settings in vLLM's SamplingParams vocabulary."""
+                         stop_token_ids: list[int], seed: int | None = None, logprobs: bool = False) -> dict:
+    """Our sampling settings in vLLM's SamplingParams vocabulary (also the server's request fields).
+
+    `logprobs=0` asks for the sampled token's own log-prob only (no alternatives).
+    """
     kwargs = {"n": num_samples, "max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
               "stop_token_ids": stop_token_ids, "skip_special_tokens": True}
     if seed is not None:
         kwargs["seed"] = seed
+    if logprobs:
+        kwargs["logprobs"] = 0
     return kwargs
 
 
+def stop_ids(tokenizer: Any) -> list[int]:
+    """Token ids that end a completion: the chat template's end-of-turn and the tokenizer's EOS."""
+    return sorted({end_of_turn_id(tokenizer), tokenizer.eos_token_id} - {None})
+
+
+def completion_record(token_ids: list[int], finish_reason: str | None, text: str, prompt_ids: list[int],
+                      end_ids: set[int], logprobs: list[float] | None = None) -> dict:
+    """One sample from a vLLM completion, trusting vLLM's token ids.
+
+    vLLM keeps the token it stopped on (ours, or an EOS from the model's generation config) as the
+    last id, so nothing is appended: a completion is exactly what the policy produced. Anything after
+    a first end-of-turn id (never produced by vLLM, but a server may) is cut, so the trainer never
+    scores tokens past the end of the turn.
+    """
+    cut = next((i + 1 for i, t in enumerate(token_ids) if t in end_ids), len(token_ids))
+    ids = list(token_ids[:cut])
+    record = {"text": text, "token_ids": ids, "prompt_ids": prompt_ids,
+              "finish_reason": "stop" if finish_reason == "stop" or cut < len(token_ids) else "length",
+              "num_tokens": len(ids)}
+    if logprobs is not None:
+        record["logprobs"] = [float(x) for x in logprobs[:cut]]
+    return record
+
+
+def sampled_logprobs(completion: Any) -> list[float] | None:
+    """The log-prob of each sampled token from a vLLM `CompletionOutput` (logprobs=0: one entry per
+    position, a dict {token_id: Logprob} that holds the sampled token)."""
+    if not getattr(completion, "logprobs", None):
+        return None
+    return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs, strict=True)]
+
+
 class VLLMRollout:
-    def __init__(self, base_model_path: str, tokenizer: Any, adapter_dir: str | Path, lora_rank: int, max_new_tokens: int,
-                 temperature: float, top_p: float, gen_update_steps: int = 1, gpu_memory_utilization: float = 0.3,
-                 dtype: str = "bfloat16", chat_template_kwargs: dict | None = None, vllm_module: Any = None) -> None:
+    """Samples from a colocated vLLM engine; `generate` keeps the engine's adapter in step with the policy."""
+
+    def __init__(self, llm: Any, tokenizer: Any, max_new_tokens: int, temperature: float, top_p: float,
+                 handoff: AdapterHandoff | None = None, gen_update_steps: int = 1,
+                 chat_template_kwargs: dict | None = None, sleep_mode: bool = False, logprobs: bool = True,
+                 vllm_module: Any = None) -> None:
         if vllm_module is None:
             import vllm as vllm_module  # lazy: the optional GPU extra
         self.vllm = vllm_module
+        self.llm = llm
         self.tokenizer = tokenizer
-        self.adapter_dir = Path(adapter_dir)
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.handoff = handoff
         self.gen_update_steps = max(1, gen_update_steps)
         self.chat_template_kwargs = chat_template_kwargs
-        self.llm = vllm_module.LLM(model=base_model_path, enable_lora=True, max_lora_rank=lora_rank, max_loras=1,
-                                   gpu_memory_utilization=gpu_memory_utilization, dtype=dtype)
+        self.logprobs = logprobs
+        self.sleep_mode = sleep_mode
         self.lora_request = None
         self._synced_step: int | None = None
+        if sleep_mode:  # give the memory back until the first rollout
+            self.llm.sleep(level=1)
 
-    def sync_adapter(self, model: Any, step: int) -> Any:
-        """Save the current adapter and make a new LoRARequest for it (a new id: vLLM caches by id)."""
-        if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
-            return self.lora_request
-        path = save_adapter(model, None, self.adapter_dir / f"step-{step}")
+    def lora_request_for(self, name: str, int_id: int, path: str | Path) -> Any:
         from vllm.lora.request import LoRARequest  # noqa: PLC0415 - lazy, GPU only
 
-        self.lora_request = LoRARequest(lora_name=f"policy-{step}", lora_int_id=step + 1, lora_path=str(path))
+        return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=str(path))
+
+    def sync_adapter(self, model: Any, step: int) -> Any:
+        """Publish the current adapter every `gen_update_steps` steps; returns the request to sample with."""
+        if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
+            return self.lora_request
+        path = self.handoff.publish(model, step)
+        self.lora_request = self.lora_request_for(f"policy-{step}", step + 1, path)
         self._synced_step = step
         return self.lora_request
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
-        request = self.sync_adapter(model, step)
-        stop = sorted({end_of_turn_id(self.tokenizer), self.tokenizer.eos_token_id} - {None})
+    def sample(self, prompts: list[str], num_samples: int, lora_request: Any) -> list[list[dict]]:
+        """n completions per prompt with the given adapter request (None: the base model)."""
+        end = set(stop_ids(self.tokenizer))
         params = self.vllm.SamplingParams(**vllm_sampling_kwargs(num_samples, self.max_new_tokens, self.temperature,
-                                                                 self.top_p, stop))
+                                                                 self.top_p, sorted(end), logprobs=self.logprobs))
         encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, lora_request=request,
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, lora_request=lora_request,
                                     use_tqdm=False)
-        results = []
-        for ids, output in zip(encoded, outputs, strict=True):
-            samples = []
-            for completion in output.outputs:
-                token_ids = list(completion.token_ids)
-                stopped = completion.finish_reason == "stop"
-                if stopped and (not token_ids or token_ids[-1] not in stop):
-                    token_ids.append(stop[0])  # vLLM may drop the stop token; the policy did emit it
-                samples.append({"text": completion.text, "token_ids": token_ids, "prompt_ids": ids,
-                                "finish_reason": "stop" if stopped else "length", "num_tokens": len(token_ids)})
-            results.append(samples)
+        return [[completion_record(list(c.token_ids), c.finish_reason, c.text, ids, end, sampled_logprobs(c))
+                 for c in output.outputs] for ids, output in zip(encoded, outputs, strict=True)]
+
+    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
+        if self.sleep_mode:
+            self.llm.wake_up()
+        request = self.sync_adapter(model, step)
+        results = self.sample(prompts, num_samples, request)
+        self.handoff.prune(keep=Path(request.lora_path))  # every process passed `publish`'s barrier: older folders are unused
+        if self.sleep_mode:  # the update gets the memory back
+            self.llm.sleep(level=1)
         return results
+
+
+def prompt_lengths(tokenizer: Any, tasks: list, num_visible_tests: int, chat_template_kwargs: dict | None = None) -> list[int]:
+    """Token count of each task's templated prompt (what sizes vLLM's `max_model_len`)."""
+    from utils.prompts import get_unified_prompt
+
+    return [len(encode_prompt(tokenizer, get_unified_prompt(t, num_visible_tests), chat_template_kwargs=chat_template_kwargs))
+            for t in tasks]

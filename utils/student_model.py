@@ -258,13 +258,21 @@ def attach_lora(model: Any, r: int, lora_alpha: int, lora_dropout: float, target
     return get_peft_model(model, config)
 
 
-def save_adapter(model: Any, tokenizer: Any, path: str | Path) -> Path:
-    """Save adapter + tokenizer to `path` atomically (temp folder, then rename over the old one)."""
+def save_adapter(model: Any, tokenizer: Any, path: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Save adapter + tokenizer to `path` atomically (temp folder, then rename over the old one).
+
+    `dtype` casts the saved LoRA weights (peft keeps them in fp32 on a bf16 base; the vLLM hand-off
+    saves them in the training dtype, half the size, which is what vLLM computes in anyway).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    if dtype is None:
+        model.save_pretrained(tmp)
+    else:  # peft filters and renames the adapter's entries of the state dict it is given
+        lora = {k: v.detach().to(dtype) for k, v in model.state_dict().items() if "lora_" in k}
+        model.save_pretrained(tmp, state_dict=lora)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     old = path.parent / f".{path.name}.old{os.getpid()}"

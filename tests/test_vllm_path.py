@@ -1,0 +1,239 @@
+"""The GPU path on CPU: vLLM rollouts, phase 4 with vLLM and the launch rules, driven through the
+project's own entry points with a fake vLLM that behaves like vLLM 0.33.0 (tests/fake_vllm.py).
+The arguments themselves are checked against the real vLLM classes in tests/test_vllm_contract.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import phase3_train_grpo as phase3
+import phase4_evaluate as phase4
+from config import ConfigError, build_config
+from evaluation.evaluate import generate_cached
+from tests import fake_vllm
+from tests.conftest import ROOT
+from tests.trainer_helpers import small_tasks, tiny_config
+from utils.sft_data import encode_prompt
+from utils.student_model import attach_lora, load_student, save_adapter
+
+
+@pytest.fixture
+def vllm(monkeypatch):
+    fake_vllm.ENGINES.clear()
+    monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", None)
+    return fake_vllm.install(monkeypatch)
+
+
+def vllm_config(tmp_path, **overrides):
+    return tiny_config(tmp_path, **{"grpo.rollout_backend": "vllm", **overrides})
+
+
+def tiny_policy(config, dtype="float32", r=None):
+    model, tokenizer = load_student(config.student.model_name, dtype, device="cpu")
+    return attach_lora(model, r or config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules), tokenizer
+
+
+def saved_dtypes(folder):
+    with safe_open(str(folder / "adapter_model.safetensors"), "pt") as handle:
+        return {handle.get_tensor(k).dtype for k in handle.keys()}  # noqa: SIM118 - safe_open has no __iter__
+
+
+# ------------------------------------------------------------------ phase 3: the colocated engine
+
+
+def test_lora_rank_vllm_does_not_allow_is_rounded_up(tmp_path, vllm):
+    config = vllm_config(tmp_path, **{"lora.r": 4})  # vLLM's LoRAConfig rejects max_lora_rank=4
+    model, tokenizer = tiny_policy(config)
+    phase3.build_rollout(config, tokenizer, tmp_path)
+    assert fake_vllm.ENGINES[-1].kwargs["max_lora_rank"] == 8
+
+
+def test_engine_context_is_the_longest_prompt_plus_the_budget(tmp_path, vllm):
+    config = vllm_config(tmp_path)
+    model, tokenizer = tiny_policy(config)
+    tasks = small_tasks(6)
+    phase3.build_rollout(config, tokenizer, tmp_path, None, tasks)
+    from training.rollout import prompt_lengths
+
+    longest = max(prompt_lengths(tokenizer, tasks, config.prompt.num_visible_tests,
+                                 {"enable_thinking": config.student.enable_thinking}))
+    assert longest > 50
+    assert fake_vllm.ENGINES[-1].kwargs["max_model_len"] == longest + config.grpo.max_new_tokens
+
+
+def test_each_rank_builds_its_engine_on_its_own_gpu_with_its_own_seed(tmp_path, vllm, monkeypatch):
+    config = vllm_config(tmp_path)
+    model, tokenizer = tiny_policy(config)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):  # the engines set them; restored after the test
+        monkeypatch.setenv(name, "unset")
+    engines = []
+    for rank in (0, 1):
+        accelerator = types.SimpleNamespace(process_index=rank, local_process_index=rank, num_processes=2,
+                                            is_main_process=rank == 0, wait_for_everyone=lambda: None)
+        phase3.build_rollout(config, tokenizer, tmp_path, accelerator, small_tasks(2))
+        engines.append(fake_vllm.ENGINES[-1])
+    assert [e.device for e in engines] == ["cuda:0", "cuda:1"]
+    assert engines[0].kwargs["seed"] != engines[1].kwargs["seed"]
+    assert os.environ["WORLD_SIZE"] == "2"
+
+
+def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_path, vllm):
+    config = vllm_config(tmp_path, **{"student.torch_dtype": "bfloat16", "grpo.gen_update_steps": 2})
+    model, tokenizer = tiny_policy(config, "bfloat16")
+    assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}  # peft upcasts
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    engine = fake_vllm.ENGINES[-1]
+    for step in range(5):
+        rollout.generate(model, ["p"], 2, step)
+    root = tmp_path / ".vllm_adapters"
+    assert sorted(p.name for p in root.iterdir()) == ["step-4"]  # older folders removed, no temporary ones left
+    assert saved_dtypes(root / "step-4") == {torch.bfloat16}
+    names = [c.lora.lora_name for c in engine.calls]
+    assert names == ["policy-0", "policy-0", "policy-2", "policy-2", "policy-4"]  # synced every 2 steps
+    assert len({c.lora.lora_int_id for c in engine.calls}) == 3
+
+
+def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
+    config = vllm_config(tmp_path)
+    model, tokenizer = tiny_policy(config)
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    other_eos = 7  # an EOS from the model's generation config, not in our stop list: vLLM stops on it and keeps it
+    monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", other_eos)
+    sample = rollout.generate(model, ["p"], 1, 0)[0][0]
+    assert sample["token_ids"][-1] == other_eos and sample["finish_reason"] == "stop"
+    assert sample["num_tokens"] == len(sample["token_ids"])
+    eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", None)
+    sample = rollout.generate(model, ["p"], 1, 1)[0][0]
+    assert sample["token_ids"].count(eot) == 1 and sample["token_ids"][-1] == eot  # not appended a second time
+
+
+def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm):
+    config = vllm_config(tmp_path, **{"grpo.vllm_sleep_mode": True})
+    model, tokenizer = tiny_policy(config)
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    engine = fake_vllm.ENGINES[-1]
+    assert engine.kwargs["enable_sleep_mode"] is True and engine.asleep  # asleep until the first rollout
+    rollout.generate(model, ["p"], 2, 0)
+    rollout.generate(model, ["p"], 2, 1)
+    assert engine.events == ["sleep1", "wake_up", "generate", "sleep1", "wake_up", "generate", "sleep1"]
+
+
+def test_an_8bit_student_is_refused_with_vllm_rollouts():
+    with pytest.raises(ConfigError, match="student.load_in_8bit cannot be combined with grpo.rollout_backend=vllm"):
+        build_config("gpu", overrides=["student.load_in_8bit=true", "grpo.rollout_backend=vllm"])
+    build_config("gpu", overrides=["student.load_in_8bit=true"])  # fine with the hf backend
+
+
+# ------------------------------------------------------------------ launch rules
+
+
+@pytest.mark.parametrize("variable,kind", [("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")])
+def test_deepspeed_and_fsdp_launches_are_refused_in_one_line(tmp_path, variable, kind):
+    env = {**os.environ, variable: "true"}
+    proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--max_steps", "1",
+                           "--output_dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {kind} launches are not supported (a LoRA trains correctly only under plain DDP here); "
+        "run `accelerate launch --multi_gpu --num_processes N phase3_train_grpo.py` instead."]
+
+
+def test_each_process_takes_its_share_of_the_sandbox_cores(tmp_path, monkeypatch):
+    import training.grpo_trainer as trainer_module
+
+    sizes = []
+
+    class RecordingPool:
+        def __init__(self, workers=0, *args, **kwargs):
+            sizes.append(workers)
+
+    monkeypatch.setattr(trainer_module, "SandboxPool", RecordingPool)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun: two training processes on this machine
+    config = tiny_config(tmp_path, **{"sandbox.max_workers": 0})
+    model, tokenizer = tiny_policy(config)
+    trainer_module.GRPOTrainer(config, model, tokenizer, small_tasks(2), [], tmp_path)
+    assert sizes == [4]
+
+
+# ------------------------------------------------------------------ phase 4 with vLLM
+
+
+def eval_setup(tmp_path, adapter_r=16, config_r=4):
+    config = vllm_config(tmp_path, **{"lora.r": config_r, "evaluation.num_samples": 4})
+    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
+    model = attach_lora(model, adapter_r, 2 * adapter_r, 0.0, config.lora.target_modules)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)
+    adapter = save_adapter(model, tokenizer, tmp_path / "final_model")
+    (adapter / "tgrpo_config.json").write_text(json.dumps({"student": {"model_name": config.student.model_name}}))
+    tasks = small_tasks(6)
+    eval_file = tmp_path / "val.jsonl"
+    eval_file.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    return config, adapter, eval_file
+
+
+def run_phase4(config, model_path, tmp_path, eval_file, baseline):
+    return phase4.main(config, str(model_path), baseline, tmp_path / "results.json", tmp_path / "samples.jsonl",
+                       eval_file, None)
+
+
+def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkeypatch):
+    config, adapter, eval_file = eval_setup(tmp_path)
+
+    def no_hf_model(*args, **kwargs):
+        raise AssertionError("phase 4 with vLLM must not load the transformers model")
+
+    monkeypatch.setattr(phase4, "load_student", no_hf_model)
+    run_phase4(config, adapter, tmp_path, eval_file, baseline=True)
+    engine = fake_vllm.ENGINES[-1]
+    assert engine.kwargs["max_lora_rank"] == 16  # the adapter's own r, not lora.r from the config
+    used = [c.lora.lora_path if c.lora else None for c in engine.calls]
+    assert used == [str(adapter.resolve()), None]  # trained run with the adapter, baseline without
+    assert len(engine.calls) == 2  # the whole evaluation set in one call per run (6 tasks x 4 samples)
+
+
+def test_phase4_vllm_evaluates_a_base_model_without_any_lora_request(tmp_path, vllm):
+    config, _, eval_file = eval_setup(tmp_path)
+    from utils.student_model import resolve_model_path
+
+    base = resolve_model_path(config.student.model_name)
+    result = run_phase4(config, base, tmp_path, eval_file, baseline=False)
+    engine = fake_vllm.ENGINES[-1]
+    assert "enable_lora" not in engine.kwargs and all(c.lora is None for c in engine.calls)
+    assert result["model"]["adapter"] is None and result["num_samples"] == 24
+    assert not (tmp_path / "outputs").exists() and not any(tmp_path.glob("**/.vllm_eval_adapter"))
+
+
+def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_path):
+    tasks = small_tasks(6)
+    calls = []
+
+    def generate(prompts, n):
+        calls.append(len(prompts) * n)
+        return [[{"text": "x", "num_tokens": 1, "finish_reason": "stop"}] * n for _ in prompts]
+
+    generate_cached(tasks, generate, 10, tmp_path / "c.jsonl", chunk=8, batch_samples=64, progress=False)
+    assert sum(calls) == 60 and len(calls) == 2  # six 8-sample units in one call, six 2-sample units in another
+
+
+def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
+    config = vllm_config(tmp_path)
+    model, tokenizer = tiny_policy(config)
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    out = rollout.generate(model, ["p1", "p2"], 3, 0)
+    template = {"enable_thinking": config.student.enable_thinking}
+    assert [s[0]["prompt_ids"] for s in out] == [encode_prompt(tokenizer, p, chat_template_kwargs=template)
+                                                 for p in ("p1", "p2")]
+    assert [len(s) for s in out] == [3, 3]

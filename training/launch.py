@@ -1,0 +1,59 @@
+"""What a training launch may be, decided before any model is loaded.
+
+- Launch type. Plain processes and DDP (`accelerate launch --multi_gpu`) only. DeepSpeed and FSDP
+  are refused: accelerate's DeepSpeed engine steps the optimizer and scheduler on every `backward`
+  (this trainer calls it once per chunk and loss term, ~30 times per optimizer step), ZeRO-3 saves
+  empty adapters and gathers parameters for every decoded token, and for a LoRA of ~70 M parameters
+  sharding saves nothing worth having. DDP replicates the frozen base on each GPU, which fits.
+- Sandbox workers. With `sandbox.max_workers=0` each of the N processes on a machine takes
+  cpu_count // N workers, not cpu_count each: oversubscribed cores turn correct-but-slow programs
+  into timeouts (reward noise).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+UNSUPPORTED_LAUNCHES = ("DEEPSPEED", "FSDP")
+_LAUNCH_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
+
+
+class LaunchError(RuntimeError):
+    """A launch configuration this trainer does not support; the message says what to run instead."""
+
+
+def _refusal(kind: str) -> LaunchError:
+    return LaunchError(f"{kind} launches are not supported (a LoRA trains correctly only under plain DDP here); "
+                       "run `accelerate launch --multi_gpu --num_processes N phase3_train_grpo.py` instead.")
+
+
+def check_launch_environment(environ: dict[str, str] | None = None) -> None:
+    """Refuse DeepSpeed/FSDP from the variables `accelerate launch` sets, before anything is built."""
+    env = os.environ if environ is None else environ
+    for variable, kind in _LAUNCH_ENV.items():
+        if env.get(variable, "").lower() in ("1", "true", "yes"):
+            raise _refusal(kind)
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """The same refusal from a built Accelerator (its distributed type names the launch)."""
+    kind = str(getattr(getattr(accelerator, "distributed_type", None), "name", ""))
+    if kind in UNSUPPORTED_LAUNCHES:
+        raise _refusal("DeepSpeed" if kind == "DEEPSPEED" else "FSDP")
+
+
+def local_world_size(accelerator: Any = None, environ: dict[str, str] | None = None) -> int:
+    """Training processes on this machine: torchrun's LOCAL_WORLD_SIZE, else every process."""
+    env = os.environ if environ is None else environ
+    if env.get("LOCAL_WORLD_SIZE"):
+        return max(1, int(env["LOCAL_WORLD_SIZE"]))
+    return max(1, getattr(accelerator, "num_processes", 1) if accelerator is not None else 1)
+
+
+def sandbox_workers(configured: int, processes_per_machine: int, cpu_count: int | None = None) -> int:
+    """Sandbox workers for one process: the configured number, or its share of the machine's cores."""
+    if configured > 0:
+        return configured
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(1, cores // max(1, processes_per_machine))

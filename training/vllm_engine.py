@@ -1,0 +1,146 @@
+"""How the project builds and feeds vLLM: engine arguments, LoRA ranks, the adapter hand-off.
+
+Everything here is plain Python that never imports vLLM, so it is tested on CPU; the contract tests
+(`make test-contract`, tests/test_vllm_contract.py) check each argument against the real vLLM
+0.33.0 classes. What vLLM does with them, read from its source:
+
+- Device. A plain `vllm.LLM` runs its worker on `cuda:0` whatever the process (the uniproc executor
+  uses local rank 0). Under `accelerate launch` with several processes every engine would land on
+  GPU 0, so, as TRL's colocate mode does, each rank builds its engine with
+  `distributed_executor_backend="external_launcher"` after setting RANK / LOCAL_RANK / WORLD_SIZE:
+  vLLM's worker then takes `cuda:{LOCAL_RANK}`. A single process keeps the plain engine.
+- Seeds. Each rank's engine gets `seed + rank`, so ranks do not draw the same random numbers.
+- LoRA rank. `LoRAConfig.max_lora_rank` is a Literal of `VLLM_LORA_RANKS`; any other value is
+  rejected at engine start, so we round the adapter's r up to the next allowed value (a larger
+  maximum only sizes vLLM's LoRA buffers).
+- Context. Without `max_model_len` vLLM reserves KV cache for the model's full context (40,960
+  positions for Qwen3) and refuses to start when that does not fit in its memory share; we pass the
+  longest prompt plus `max_new_tokens`.
+- Log-probs. `logprobs_mode="processed_logprobs"` makes vLLM report the log-probs of the
+  distribution it sampled from (after temperature), the quantity the trainer recomputes.
+- Sleep mode. `enable_sleep_mode=True` lets `LLM.sleep(level=1)` offload the weights to CPU memory
+  and drop the KV cache during the update; vLLM keeps LoRA state out of the pool that sleep frees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# vllm/config/lora.py (0.33.0): MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+ADAPTER_PREFIX = "step-"
+
+
+def vllm_lora_rank(r: int) -> int:
+    """The smallest rank vLLM accepts as `max_lora_rank` that holds an adapter of rank r."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= r:
+            return allowed
+    raise ValueError(f"lora.r={r} is larger than vLLM's largest max_lora_rank ({VLLM_LORA_RANKS[-1]}); "
+                     f"use lora.r <= {VLLM_LORA_RANKS[-1]} or the hf rollout backend.")
+
+
+def adapter_rank(adapter_dir: str | Path) -> int:
+    """The largest LoRA rank in a saved adapter (`r`, or a larger per-module `rank_pattern` entry)."""
+    path = Path(adapter_dir) / "adapter_config.json"
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the adapter's rank ({exc}).") from None
+    return max([int(saved["r"]), *map(int, (saved.get("rank_pattern") or {}).values())])
+
+
+def max_model_len(prompt_lengths: list[int], max_new_tokens: int) -> int:
+    """The context vLLM must hold: the longest prompt plus the completion budget."""
+    return max(prompt_lengths, default=0) + max_new_tokens
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits under `accelerate launch` (one process: 0, 0, 1)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_accelerator(cls, accelerator: Any) -> RankInfo:
+        return cls(accelerator.process_index, accelerator.local_process_index, accelerator.num_processes)
+
+
+def engine_kwargs(model: str, *, max_model_len: int, gpu_memory_utilization: float, dtype: str, seed: int,
+                  lora_rank: int | None, ranks: RankInfo = RankInfo(), sleep_mode: bool = False,
+                  logprobs: bool = True) -> dict[str, Any]:
+    """Keyword arguments for `vllm.LLM` (see the module docstring for why each one is there).
+
+    lora_rank None builds an engine without LoRA (a base model); otherwise it is the adapter's r,
+    rounded up to a rank vLLM allows.
+    """
+    kwargs: dict[str, Any] = {"model": model, "dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization,
+                              "max_model_len": max_model_len, "seed": seed + ranks.rank}
+    if lora_rank is not None:
+        kwargs.update(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=1)
+    if ranks.world_size > 1:
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    if sleep_mode:
+        kwargs["enable_sleep_mode"] = True
+    if logprobs:
+        kwargs["logprobs_mode"] = "processed_logprobs"
+    return kwargs
+
+
+def set_launcher_env(ranks: RankInfo) -> None:
+    """The variables vLLM's external launcher reads (accelerate's torchrun sets them; other launchers may not)."""
+    os.environ["RANK"] = str(ranks.rank)
+    os.environ["LOCAL_RANK"] = str(ranks.local_rank)
+    os.environ["WORLD_SIZE"] = str(ranks.world_size)
+    os.environ.setdefault("MASTER_ADDR", "localhost")
+    os.environ.setdefault("MASTER_PORT", "29500")
+
+
+def build_engine(vllm_module: Any, kwargs: dict[str, Any], ranks: RankInfo = RankInfo()) -> Any:
+    """One `vllm.LLM` for this process (on its own GPU when there are several)."""
+    if kwargs.get("distributed_executor_backend") == "external_launcher":
+        set_launcher_env(ranks)
+    return vllm_module.LLM(**kwargs)
+
+
+class AdapterHandoff:
+    """Publishes the policy's adapter for vLLM, one folder per sync, written by one process.
+
+    `publish` has the main process save `root/step-N` (into a temporary folder renamed into place,
+    in `dtype`: vLLM casts LoRA weights to its own dtype anyway, and an fp32 copy of an r=64 adapter
+    on Qwen3-1.7B is ~280 MB), then every process waits at `barrier` so no engine reads a folder
+    still being written. `prune` (main process) deletes every other step folder; call it once every
+    engine has loaded the new adapter (vLLM reads the folder only when it first sees a request).
+    """
+
+    def __init__(self, root: str | Path, save: Callable[[Any, Path], Path], is_main: bool,
+                 barrier: Callable[[], None]) -> None:
+        self.root = Path(root)
+        self.save = save  # (model, folder) -> folder, written atomically
+        self.is_main = is_main
+        self.barrier = barrier
+
+    def folder(self, step: int) -> Path:
+        return self.root / f"{ADAPTER_PREFIX}{step}"
+
+    def publish(self, model: Any, step: int) -> Path:
+        path = self.folder(step)
+        if self.is_main:
+            self.save(model, path)
+        self.barrier()
+        return path
+
+    def prune(self, keep: Path) -> None:
+        if not self.is_main or not self.root.is_dir():
+            return
+        for old in self.root.iterdir():
+            if old != keep and (old.name.startswith(ADAPTER_PREFIX) or old.name.startswith(".")):
+                shutil.rmtree(old, ignore_errors=True)
