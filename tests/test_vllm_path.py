@@ -89,7 +89,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
     config = vllm_config(tmp_path, **{"student.torch_dtype": "bfloat16", "grpo.gen_update_steps": 2})
     model, tokenizer = tiny_policy(config, "bfloat16")
     assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}  # peft upcasts
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
     engine = fake_vllm.ENGINES[-1]
     for step in range(5):
         rollout.generate(model, ["p"], 2, step)
@@ -104,7 +104,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
 def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
     other_eos = 7  # an EOS from the model's generation config, not in our stop list: vLLM stops on it and keeps it
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", other_eos)
     sample = rollout.generate(model, ["p"], 1, 0)[0][0]
@@ -119,7 +119,7 @@ def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
 def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm):
     config = vllm_config(tmp_path, **{"grpo.vllm_sleep_mode": True})
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
     engine = fake_vllm.ENGINES[-1]
     assert engine.kwargs["enable_sleep_mode"] is True and engine.asleep  # asleep until the first rollout
     rollout.generate(model, ["p"], 2, 0)
@@ -138,9 +138,14 @@ def test_an_8bit_student_is_refused_with_vllm_rollouts():
 
 @pytest.mark.parametrize("variable,kind", [("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")])
 def test_deepspeed_and_fsdp_launches_are_refused_in_one_line(tmp_path, variable, kind):
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in small_tasks(4)))
     env = {**os.environ, variable: "true"}
     proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--max_steps", "1",
-                           "--output_dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                           "--set", "student.model_name=embedded:tiny-random", "--set", "grpo.max_new_tokens=8",
+                           "--set", "dual_source.teacher_sft_weight=0", "--train_file", str(train),
+                           "--output_dir", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"error: {kind} launches are not supported (a LoRA trains correctly only under plain DDP here); "
@@ -185,8 +190,10 @@ def eval_setup(tmp_path, adapter_r=16, config_r=4):
 
 
 def run_phase4(config, model_path, tmp_path, eval_file, baseline):
+    from evaluation.eval_sets import load_eval_set
+
     return phase4.main(config, str(model_path), baseline, tmp_path / "results.json", tmp_path / "samples.jsonl",
-                       eval_file, None)
+                       load_eval_set("file", eval_file=eval_file), None)
 
 
 def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkeypatch):
@@ -205,7 +212,7 @@ def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkey
 
 
 def test_phase4_vllm_evaluates_a_base_model_without_any_lora_request(tmp_path, vllm):
-    config, _, eval_file = eval_setup(tmp_path)
+    config, _, eval_file = eval_setup(tmp_path, config_r=8)
     from utils.student_model import resolve_model_path
 
     base = resolve_model_path(config.student.model_name)
@@ -231,7 +238,7 @@ def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_pa
 def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path, None, small_tasks(2))
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
     out = rollout.generate(model, ["p1", "p2"], 3, 0)
     template = {"enable_thinking": config.student.enable_thinking}
     assert [s[0]["prompt_ids"] for s in out] == [encode_prompt(tokenizer, p, chat_template_kwargs=template)

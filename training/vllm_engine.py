@@ -56,9 +56,10 @@ def adapter_rank(adapter_dir: str | Path) -> int:
     return max([int(saved["r"]), *map(int, (saved.get("rank_pattern") or {}).values())])
 
 
-def max_model_len(prompt_lengths: list[int], max_new_tokens: int) -> int:
-    """The context vLLM must hold: the longest prompt plus the completion budget."""
-    return max(prompt_lengths, default=0) + max_new_tokens
+def max_model_len(prompt_lengths: list[int], max_new_tokens: int) -> int | None:
+    """The context vLLM must hold: the longest prompt plus the completion budget (None: no prompts known,
+    vLLM's default)."""
+    return max(prompt_lengths) + max_new_tokens if prompt_lengths else None
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class RankInfo:
         return cls(accelerator.process_index, accelerator.local_process_index, accelerator.num_processes)
 
 
-def engine_kwargs(model: str, *, max_model_len: int, gpu_memory_utilization: float, dtype: str, seed: int,
+def engine_kwargs(model: str, *, max_model_len: int | None, gpu_memory_utilization: float, dtype: str, seed: int,
                   lora_rank: int | None, ranks: RankInfo = RankInfo(), sleep_mode: bool = False,
                   logprobs: bool = True) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` (see the module docstring for why each one is there).
@@ -83,7 +84,9 @@ def engine_kwargs(model: str, *, max_model_len: int, gpu_memory_utilization: flo
     rounded up to a rank vLLM allows.
     """
     kwargs: dict[str, Any] = {"model": model, "dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization,
-                              "max_model_len": max_model_len, "seed": seed + ranks.rank}
+                              "seed": seed + ranks.rank}
+    if max_model_len is not None:
+        kwargs["max_model_len"] = max_model_len
     if lora_rank is not None:
         kwargs.update(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=1)
     if ranks.world_size > 1:

@@ -1,0 +1,59 @@
+"""Run by tests/test_vllm_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU):
+the real phase-3 command with `grpo.rollout_backend=vllm`, vLLM replaced by tests/fake_vllm.py (which
+places an engine the way vLLM 0.33.0 does). Each rank then writes what its engine saw to rank{N}.json.
+
+argv: OUT_DIR TRAIN_FILE [phase-3 arguments...]"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests import fake_vllm  # noqa: E402
+from utils.dataset_loader import read_tasks  # noqa: E402
+from utils.student_model import load_tokenizer  # noqa: E402
+
+
+def main(out_dir: str, train_file: str, args: list[str]) -> int:
+    fake_vllm.install()
+    tokenizer = load_tokenizer("embedded:tiny-random")
+    tasks = read_tasks(train_file)
+    eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def responder(prompt_ids, index, rng):  # half right, half wrong: rewards differ within each group
+        prompt = tokenizer.decode(prompt_ids)
+        task = next(t for t in tasks if t.problem.strip() in prompt)
+        code = task.reference_solutions[0] if index % 2 == 0 else "def nothing():\n    return 0"
+        text = f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
+        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    fake_vllm.FakeLLM.responder = staticmethod(responder)
+    folders = []  # adapter folders present after each rollout (the main process prunes at its end)
+    import training.rollout as rollout_module
+
+    original_generate = rollout_module.VLLMRollout.generate
+
+    def generate(self, *a, **k):
+        out = original_generate(self, *a, **k)
+        root = Path(out_dir) / "out" / ".vllm_adapters"
+        folders.append(sorted(p.name for p in root.iterdir()) if root.is_dir() else [])
+        return out
+
+    rollout_module.VLLMRollout.generate = generate
+    import phase3_train_grpo
+
+    code = phase3_train_grpo.cli(args)
+    engine = fake_vllm.ENGINES[0]
+    rank = int(os.environ["RANK"])
+    record = {"code": code, "engines": len(fake_vllm.ENGINES), "device": engine.device, "seed": engine.kwargs.get("seed"),
+              "kwargs": {k: v for k, v in engine.kwargs.items() if k != "model"}, "folders_after_rollout": folders,
+              "calls": [{"name": c.lora.lora_name, "path": c.lora.lora_path, "digest": c.adapter_digest} for c in engine.calls],
+              "eot": eot}
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(record))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:]))
