@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast preflight teacher bench eval-humaneval ablation lint clean
+.PHONY: help install run test test-fast test-contract preflight teacher bench eval-humaneval ablation lint clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -37,6 +37,17 @@ test: install ## Run the whole test suite (slow end-to-end tests included)
 
 test-fast: install ## Run the tests not marked slow
 	$(PY) -m pytest -q -m "not slow"
+
+# The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
+# .venv's packages (a .pth file) and adds vllm (--no-deps: no CUDA wheels) and its light imports.
+CONTRACT := .venv-contract
+test-contract: install ## Check the project's vLLM calls against the real vLLM 0.33.0 classes (.venv-contract)
+	@test -x $(CONTRACT)/bin/python || $(PYTHON) -m venv $(CONTRACT)
+	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
+		"$$($(CONTRACT)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_tgrpo_base.pth"
+	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check --no-deps vllm==0.33.0
+	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check -r requirements-contract.txt
+	$(CONTRACT)/bin/python -m pytest -q tests/test_vllm_contract.py
 
 preflight: install ## Run the user preflight (python test_all.py)
 	$(PY) test_all.py --preset $(PRESET)

@@ -1,0 +1,116 @@
+"""Contract tests: every call the project makes into vLLM, checked against the real vLLM 0.33.0 classes.
+
+vLLM cannot run here (no GPU), but its Python classes import on the CPU torch. `make test-contract`
+builds `.venv-contract` (vllm==0.33.0 installed with --no-deps plus requirements-contract.txt on top of
+the project's .venv) and runs this file there. In the main environment vLLM is absent and every test
+here is skipped with that reason. The fake engine (tests/fake_vllm.py) is checked here too: what it
+accepts and rejects must be what vLLM accepts and rejects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed here: run `make test-contract` (.venv-contract)")
+
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.config import LoRAConfig  # noqa: E402
+from vllm.engine.arg_utils import EngineArgs  # noqa: E402
+from vllm.lora.request import LoRARequest  # noqa: E402
+
+from tests import fake_vllm  # noqa: E402
+from training.rollout import VLLMRollout, vllm_sampling_kwargs  # noqa: E402
+from training.vllm_engine import VLLM_LORA_RANKS, RankInfo, engine_kwargs, vllm_lora_rank  # noqa: E402
+
+
+def test_it_is_the_pinned_version():
+    assert vllm.__version__ == "0.33.0"
+
+
+def test_our_rank_table_is_loraconfigs_and_every_rounded_rank_is_accepted():
+    allowed = typing.get_args(typing.get_type_hints(LoRAConfig)["max_lora_rank"])
+    assert tuple(sorted(allowed)) == VLLM_LORA_RANKS == fake_vllm.ALLOWED_RANKS
+    for r in (1, 4, 8, 12, 64, 100, 320, 512):
+        assert LoRAConfig(max_lora_rank=vllm_lora_rank(r)).max_lora_rank >= r
+    with pytest.raises(ValueError, match="max_lora_rank"):  # what the code before the fix passed for lora.r=4
+        LoRAConfig(max_lora_rank=4)
+    with pytest.raises(ValueError, match="lora.r=600"):
+        vllm_lora_rank(600)
+
+
+ENGINE_CASES = {
+    "one process": {"ranks": RankInfo(), "lora_rank": 64},
+    "rank 1 of 4": {"ranks": RankInfo(1, 1, 4), "lora_rank": 4},
+    "sleep mode": {"ranks": RankInfo(), "lora_rank": 16, "sleep_mode": True},
+    "base model (phase 4)": {"ranks": RankInfo(), "lora_rank": None, "logprobs": False},
+}
+
+
+@pytest.mark.parametrize("case", ENGINE_CASES)
+def test_engine_arguments_are_fields_vllm_accepts(case, tiny_model_name):
+    from utils.student_model import resolve_model_path
+
+    # a local folder: EngineArgs resolves hub names at construction, and tests never use the network
+    kwargs = engine_kwargs(resolve_model_path(tiny_model_name), max_model_len=2048, gpu_memory_utilization=0.3, dtype="bfloat16", seed=42,
+                           **ENGINE_CASES[case])
+    llm_params = inspect.signature(LLM.__init__).parameters
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    for key in kwargs:
+        assert key in llm_params or key in fields, key  # LLM passes its **kwargs on to EngineArgs
+    args = EngineArgs(**kwargs)  # the same construction LLM.__init__ does; unknown names raise TypeError
+    from vllm.config.model import LogprobsMode
+    from vllm.config.parallel import DistributedExecutorBackend
+
+    choices = {"distributed_executor_backend": typing.get_args(DistributedExecutorBackend),
+               "logprobs_mode": typing.get_args(LogprobsMode),
+               "dtype": typing.get_args(inspect.signature(LLM.__init__).parameters["dtype"].annotation)}
+    for key, allowed in choices.items():
+        if key in kwargs:
+            assert kwargs[key] in allowed, (key, kwargs[key], allowed)
+    if "max_lora_rank" in kwargs:
+        LoRAConfig(max_lora_rank=args.max_lora_rank, max_loras=args.max_loras)
+    assert set(kwargs) - {"model"} <= fake_vllm.ENGINE_FIELDS  # the fake knows every argument we pass
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+def test_sampling_parameters_construct_and_mean_what_we_meant(logprobs):
+    ours = vllm_sampling_kwargs(4, 1024, 0.9, 0.95, [151645, 151643], seed=3, logprobs=logprobs)
+    params = SamplingParams(**ours)
+    assert (params.n, params.max_tokens, params.temperature, params.top_p) == (4, 1024, 0.9, 0.95)
+    assert params.stop_token_ids == [151645, 151643] and params.skip_special_tokens
+    assert params.logprobs == (0 if logprobs else None)  # 0: the sampled token's own log-prob only
+    assert set(ours) <= fake_vllm.SAMPLING_FIELDS
+
+
+def test_lora_requests_are_built_as_vllm_defines_them():
+    rollout = VLLMRollout(None, None, 16, 1.0, 1.0, vllm_module=vllm)
+    request = rollout.lora_request_for("policy-3", 4, "/tmp/adapters/step-3")
+    assert isinstance(request, LoRARequest)
+    assert (request.lora_name, request.lora_int_id, request.lora_path) == ("policy-3", 4, "/tmp/adapters/step-3")
+    with pytest.raises(ValueError):  # ids start at 1: the trainer uses step + 1
+        LoRARequest(lora_name="x", lora_int_id=0, lora_path="/x")
+
+
+def test_the_engine_methods_we_call_have_the_arguments_we_pass():
+    generate = inspect.signature(LLM.generate).parameters
+    assert {"prompts", "sampling_params", "use_tqdm", "lora_request"} <= set(generate)
+    assert generate["lora_request"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert "level" in inspect.signature(LLM.sleep).parameters and "tags" in inspect.signature(LLM.wake_up).parameters
+    from vllm.inputs import TokensPrompt
+
+    assert "prompt_token_ids" in typing.get_type_hints(TokensPrompt)  # we send {"prompt_token_ids": ids}
+
+
+def test_outputs_carry_what_we_read():
+    from vllm.logprobs import Logprob
+    from vllm.outputs import CompletionOutput
+
+    fields = set(inspect.signature(CompletionOutput).parameters)
+    assert {"text", "token_ids", "logprobs", "finish_reason"} <= fields
+    assert "logprob" in {f.name for f in dataclasses.fields(Logprob)}
+    for name in ("text", "token_ids", "logprobs", "finish_reason", "stop_reason"):  # the fake's outputs match
+        assert name in {f.name for f in dataclasses.fields(fake_vllm.CompletionOutput)}
