@@ -488,8 +488,10 @@ class SandboxConfig:
     )
     isolate: bool = option(
         True,
-        "Use namespaces and a dedicated uid when running as root (no network, secrets hidden, "
-        "uid-wide cleanup). Off only for debugging; without root it is off anyway.",
+        "When running as root: each program in its own PID, mount and IPC namespaces inside a minimal "
+        "read-only root (no network, no host files but the interpreter, fresh tmpfs scratch), a dedicated "
+        "uid and a memory cgroup for its whole process tree. Off only for debugging; without root it is "
+        "off anyway (\"basic\" isolation; see README, The sandbox).",
     )
 
 

@@ -526,6 +526,7 @@ def _python_paths() -> list[str]:
 
 class _Worker:
     def __init__(self, init: dict) -> None:
+        self._close_lock = threading.Lock()
         to_worker_r, self._to_worker = os.pipe()
         self._from_worker, from_worker_w = os.pipe()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
@@ -595,17 +596,49 @@ class _Worker:
         return reply
 
     def close(self, grace: float = 5.0) -> None:
-        """Close the job pipe (the worker then ends its zygote and removes its cgroup), kill after `grace` s."""
-        for fd in (self._to_worker, self._from_worker):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close the job pipe (the worker then stops any running program, ends its zygote and removes
+        its cgroup), kill it after `grace` s; a thread still waiting for a reply then sees it gone."""
+        with self._close_lock:  # close each fd once (a second close could hit a reused fd number)
+            to_worker, self._to_worker = self._to_worker, -1
+        if to_worker >= 0:
+            os.close(to_worker)
         try:
             self.process.wait(grace)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        _empty_cgroup(getattr(self, "info", {}).get("memory_cgroup"))
+        with self._close_lock:
+            from_worker, self._from_worker = self._from_worker, -1
+        if from_worker >= 0:
+            os.close(from_worker)
+
+
+def _empty_cgroup(path: str | None) -> None:
+    """Kill every process left in a dead worker's memory cgroup (a program that cleared its parent-death
+    signal while its worker was killed), then remove the cgroup. Nothing a program starts can leave it."""
+    if not path or not os.path.isdir(path):
+        return
+    import signal as _signal
+
+    for _ in range(100):
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as handle:
+                pids = [int(x) for x in handle.read().split()]
+        except (OSError, ValueError):
+            return
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 class SandboxPool:

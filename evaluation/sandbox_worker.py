@@ -369,6 +369,7 @@ class Cgroup:
             elif "memory" in controllers.split(","):
                 candidates.append((f"{v2_root}/memory{path}", 1))
         for base, version in candidates:
+            Cgroup._remove_stale(base)
             path = f"{base.rstrip('/')}/tgrpo-sandbox-{os.getpid()}"
             try:
                 os.mkdir(path)
@@ -378,6 +379,21 @@ class Cgroup:
                 continue
             return path, version
         raise OSError("no writable memory cgroup")
+
+    @staticmethod
+    def _remove_stale(base: str) -> None:
+        """Empty cgroups of workers that were killed before they could remove theirs."""
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return
+        for name in names:
+            owner = name.removeprefix("tgrpo-sandbox-")
+            if owner != name and owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                try:
+                    _rmdir(f"{base}/{name}")  # fails (and stays) while a process is still inside
+                except OSError:
+                    pass
 
     def _write(self, name: str, value: str) -> bool:
         try:
@@ -761,20 +777,42 @@ def _trim(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _program_process(ctx: dict, fds: list[int]) -> None:
-    """The cloned child: PID 1 of fresh PID, mount and IPC namespaces (as root). Prepares the
-    scratch space and its own limits, signals ready, then runs the program's tests of this run."""
+def _recv_fds_all(sock: socket.socket) -> tuple[dict, list[int]]:
+    """One request and its fds, which may span several messages (at most 253 fds per message)."""
+    message, fds, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+    if not message:
+        return {}, fds
+    request = json.loads(message)
+    while len(fds) < request.get("nfds", 0):
+        _, more, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+        if not more:
+            break
+        fds += more
+    return request, fds
+
+
+def _program_process(ctx: dict, handoff_fd: int) -> None:
+    """The cloned child: PID 1 of fresh PID, mount and IPC namespaces (as root). Prepares its scratch
+    space while it waits, as a spare, for its one job; then takes the job's fds from the supervisor,
+    sets its own limits, signals ready and runs the program's tests of this run."""
     exit_ = os._exit
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the zygote had SIGCHLD blocked
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if ctx["namespaces"]:
+            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"], ctx["scratch_mounts"])
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        handoff = socket.socket(fileno=handoff_fd)
+        request, fds = _recv_fds_all(handoff)
+        if not request:  # the supervisor dropped this spare
+            exit_(0)
+        handoff.close()
         job_fd, ready, res, err, outs = fds[0], fds[1], fds[2], fds[3], fds[4:]
         job = json.loads(_read_all(job_fd, os.fstat(job_fd).st_size))
         os.close(job_fd)
         stdin_mode = job["mode"] == "stdin"
         if ctx["namespaces"]:
-            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"], ctx["scratch_mounts"])
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
             workdir = "/tmp"
         else:
             workdir = tempfile.mkdtemp(dir=ctx["base"])
@@ -853,16 +891,14 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
     flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC if ctx["namespaces"] else 0
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+            request, fds = _recv_fds_all(sock)
         except InterruptedError:
             continue
-        if not message:
-            os._exit(0)
+        except OSError:  # the supervisor is gone
+            _zygote_exit()
+        if not request:
+            _zygote_exit()
         pid = -1
-        request = json.loads(message)
-        while len(fds) < request.get("nfds", 0):  # more than one message's worth of fds
-            _, more, _, _ = socket.recv_fds(sock, 1 << 12, 253)
-            fds += more
         if request.get("k") == "sweep":
             _sweep(ctx, request.get("workdirs", []))
             sock.send(b'{"k": "swept"}')
@@ -874,7 +910,7 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
             pid = _clone(flags)
             if pid == 0:
                 sock.close()
-                _program_process(ctx, fds)
+                _program_process(ctx, fds[0])
                 os._exit(_HARNESS_FAILED)
             pidfd = os.pidfd_open(pid)
         except OSError as exc:
@@ -888,6 +924,23 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
         if pidfd is not None:
             socket.send_fds(sock, [json.dumps({"k": "pid", "pid": pid}).encode()], [pidfd])
             os.close(pidfd)
+
+
+def _zygote_exit() -> None:
+    """Kill and reap every child (spares, a program being torn down) before going: none may be left
+    as a zombie of an init that does not reap."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for _ in range(1000):
+        for kid in _children():
+            try:
+                _kill(kid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    os._exit(0)
 
 
 def _children() -> list[int]:
@@ -965,6 +1018,10 @@ class HarnessError(RuntimeError):
     """The sandbox itself failed (never something a program can cause)."""
 
 
+class ParentClosed(Exception):  # noqa: N818 - a signal to shut down, not an error
+    """The parent closed its pipe mid-run (`SandboxPool.close`): stop the program and exit."""
+
+
 def _wait_readable(fds: list[int], timeout: float) -> list[int]:
     try:
         ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
@@ -1004,9 +1061,11 @@ class Supervisor:
     took less); the tests left without a report then run again, each in a fresh process of its own
     with its own `test_timeout`. No program can move these clocks or pool time across tests."""
 
-    def __init__(self, zygote_sock: socket.socket, cgroup: Cgroup | None, base: str | None) -> None:
-        self.zygote, self.cgroup, self.base = zygote_sock, cgroup, base
+    def __init__(self, zygote_sock: socket.socket, cgroup: Cgroup | None, base: str | None, parent_fd: int) -> None:
+        self.zygote, self.cgroup, self.base, self.parent_fd = zygote_sock, cgroup, base, parent_fd
         self.notes: list[dict] = []
+        self.unwaited: set[int] = set()  # programs whose exit note is not awaited
+        self.spares: list[socket.socket] = []  # handoff sockets of program processes waiting for a job
 
     # ---------------------------------------------------------------- talking to the zygote
 
@@ -1021,16 +1080,46 @@ class Supervisor:
             message, fds, _, _ = socket.recv_fds(self.zygote, 1 << 12, 4)
             if not message:
                 raise HarnessError("the zygote exited")
+            note = json.loads(message)
+            if note.get("k") == "exit" and note.get("pid") in self.unwaited:
+                self.unwaited.discard(note["pid"])  # before its pid can be reused: the zygote reaps, then notes
+                continue
             self.notes = self.notes[-64:]  # notes nobody waits for (a run that failed early) do not pile up
-            self.notes.append((json.loads(message), fds))
+            self.notes.append((note, fds))
+
+    def spawn_spare(self) -> None:
+        """Ask the zygote for the next program process now: it builds its namespaces and scratch
+        space while the current program runs or the parent prepares the next job."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            socket.send_fds(self.zygote, [b'{"k": "launch", "nfds": 1}'], [theirs.fileno()])
+        finally:
+            theirs.close()
+        self.spares.append(mine)
+
+    @staticmethod
+    def _send_fds_all(sock: socket.socket, fds: list[int]) -> None:
+        socket.send_fds(sock, [json.dumps({"k": "job", "nfds": len(fds)}).encode()], fds[:253])
+        for start in range(253, len(fds), 253):
+            socket.send_fds(sock, [b"{}"], fds[start:start + 253])
 
     def _launch(self, fds: list[int]) -> tuple[int, int]:
-        socket.send_fds(self.zygote, [json.dumps({"k": "launch", "nfds": len(fds)}).encode()], fds[:253])
-        for start in range(253, len(fds), 253):
-            socket.send_fds(self.zygote, [b"{}"], fds[start:start + 253])
-        note, pidfds = self._note("pid", None, time.monotonic() + 30.0)
-        if len(pidfds) != 1:
-            raise HarnessError(f"the zygote could not start a program process: {note.get('error')}")
+        if not self.spares:
+            self.spawn_spare()
+        handoff = self.spares.pop(0)
+        try:
+            note, pidfds = self._note("pid", None, time.monotonic() + 30.0)  # FIFO: this spare's
+            if len(pidfds) != 1:
+                raise HarnessError(f"the zygote could not start a program process: {note.get('error')}")
+            try:
+                self._send_fds_all(handoff, fds)
+            except OSError as exc:
+                os.close(pidfds[0])
+                raise HarnessError(f"the program process died before its job: {exc}") from None
+        finally:
+            handoff.close()
+        if self.base is None:  # basic isolation sweeps every child of the zygote after a run: no spare
+            self.spawn_spare()
         return note["pid"], pidfds[0]
 
     # ---------------------------------------------------------------- one run of some tests
@@ -1070,7 +1159,9 @@ class Supervisor:
                 if left <= 0:
                     end["killed"] = "timeout"
                     break
-                for fd in _wait_readable([res_r, pidfd], left):
+                for fd in _wait_readable([res_r, pidfd, self.parent_fd], left):
+                    if fd == self.parent_fd:  # during a run the parent sends nothing: this is its close
+                        raise ParentClosed
                     if fd == pidfd:
                         exited = True
                         continue
@@ -1092,8 +1183,15 @@ class Supervisor:
                         if self._accept(message, indices, reports, now - previous):
                             previous = now
             killed = self._kill(pidfd)
-            note, _ = self._note("exit", pid, time.monotonic() + 30.0)
-            status = note["status"]
+            if len(reports) == len(indices) and self.base is None:
+                # every test reported: the exit status is not needed, only the exit itself (a PID 1
+                # exits after every process of its namespace); the zygote's note is dropped later
+                _wait_readable([pidfd], 30.0)
+                self.unwaited.add(pid)
+                status = 0
+            else:
+                note, _ = self._note("exit", pid, time.monotonic() + 30.0)
+                status = note["status"]
             if end["killed"] is None and ready:  # what it wrote before it exited (all within the deadline)
                 try:
                     while chunk := os.read(res_r, 1 << 16):
@@ -1120,6 +1218,7 @@ class Supervisor:
         finally:
             if not killed:  # whatever went wrong above, nothing of the program outlives this run
                 self._kill(pidfd)
+                _wait_readable([pidfd], 10.0)
             for fd in (ready_r, res_r, err, pidfd, *outs):
                 os.close(fd)
         return reports, end
@@ -1300,7 +1399,9 @@ def main(argv: list[str]) -> int:
     info["isolation"] = "namespaces" if namespaces else "basic"
     info["helper_pids"] = [zygote]
     write_message(out_fd, {"k": "ready", **info})
-    supervisor = Supervisor(mine, cgroup, base)
+    supervisor = Supervisor(mine, cgroup, base, in_fd)
+    if base is None:
+        supervisor.spawn_spare()
     try:
         while True:
             job = read_message(in_fd)
@@ -1308,6 +1409,8 @@ def main(argv: list[str]) -> int:
                 return 0
             try:
                 result = supervisor.run_job(job)
+            except ParentClosed:
+                return 0
             except Exception as exc:  # noqa: BLE001 - report a harness failure instead of dying
                 result = {"id": job.get("id"), "sandbox_error": f"{type(exc).__name__}: {exc}"}
             del job
@@ -1316,6 +1419,8 @@ def main(argv: list[str]) -> int:
             if os.waitpid(zygote, os.WNOHANG)[0]:  # a worker without its zygote is useless: let the pool replace it
                 return 1
     finally:
+        for spare in supervisor.spares:
+            spare.close()  # a spare waiting for a job exits on this
         mine.close()
         try:
             os.waitpid(zygote, 0)

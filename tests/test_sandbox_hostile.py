@@ -64,6 +64,13 @@ def _descendants(root_pid: int) -> list[int]:
     return found
 
 
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _processes_of_uid(uid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
@@ -100,9 +107,12 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
     assert not result.passed, result
     assert elapsed <= LIMITS.total_for(len(task.tests)) + 2.0, f"took {elapsed:.1f} s"
     for worker in pool._all:
-        # the worker's zygote (forked before any job, it never runs a program) is the only descendant allowed
+        # allowed: the worker's zygote (forked before any job, it never runs a program) and, with a
+        # dedicated uid, root-owned spare program processes waiting for their job (a program runs as
+        # the uid, checked below, and cannot become root)
         helpers = set(worker.info.get("helper_pids", []))
-        left = [p for p in _descendants(worker.process.pid) if p not in helpers]
+        uid = worker.info.get("uid")
+        left = [p for p in _descendants(worker.process.pid) if p not in helpers and not (uid is not None and _owner(p) == 0)]
         assert not left, f"processes left behind: {left}"
         if worker.info.get("uid") is not None:
             assert not _processes_of_uid(worker.info["uid"])

@@ -70,7 +70,7 @@ def run(pool: SandboxPool, code: str, task: Task, limit_s: float = 30.0):
 def _descendants_of_program(worker) -> list[int]:
     """Processes of the program: the worker's descendants that run as the sandbox uid (or any, without one)."""
     uid = worker.info.get("uid")
-    if uid is not None and _processes_of_uid(uid):
+    if uid is not None:  # every process a program starts runs as this uid (harness processes are root)
         return _processes_of_uid(uid)
     helpers = set(worker.info.get("helper_pids", []))
     return [p for p in _descendants(worker.process.pid) if p not in helpers]
@@ -624,3 +624,29 @@ def test_c7_trainer_pool_hides_the_task_files(tmp_path, monkeypatch):
     grpo_trainer.GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout)
     hidden = {str(p) for p in created.get("secret_paths", ())}
     assert {str(config.paths.train_file), str(config.paths.val_file), str(config.paths.data_dir)} <= hidden
+
+
+@needs_root
+def test_c5_nothing_outlives_pool_close():
+    # the program clears its parent-death signal and detaches a sleeper; the pool is closed mid-run
+    code = """
+    import ctypes, time
+    libc = ctypes.CDLL(None)
+    libc.prctl(1, 0, 0, 0, 0)
+    if libc.fork() == 0:
+        libc.prctl(1, 0, 0, 0, 0)
+        libc.setsid()
+        time.sleep(60)
+    time.sleep(60)
+    """
+    pool = SandboxPool(workers=1, limits=SandboxLimits(test_timeout=30.0))
+    uid = pool._all[0].info["uid"]
+    cgroup = pool._all[0].info.get("memory_cgroup")
+    thread = threading.Thread(target=lambda: execute_program(textwrap.dedent(code), STDIN_TASK, pool=pool))
+    thread.start()
+    time.sleep(1.0)
+    pool.close()
+    time.sleep(0.2)
+    assert not _processes_of_uid(uid), "a program outlived pool.close()"
+    assert not cgroup or not os.path.exists(cgroup), "the worker's cgroup was left behind"
+    thread.join(timeout=60)
