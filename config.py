@@ -366,7 +366,20 @@ class GRPOConfig:
     )
     gen_update_steps: int = option(
         1,
-        "vllm backend: push the current adapter to vLLM every N optimizer steps (1 = always on-policy).",
+        "vllm backends: hand the current adapter to vLLM every N optimizer steps. 1 samples from the "
+        "current policy; N > 1 samples from an adapter up to N-1 steps old (off-policy: the importance "
+        "correction below reweights those samples, but the gap grows with N; watch rollout/logp_abs_diff).",
+    )
+    importance_sampling: str = option(
+        "token",
+        "vllm backends: truncated importance sampling against the sampler/trainer mismatch (vLLM's "
+        "bf16 kernels, a stale adapter): each token's surrogate is weighted by min(exp(logp_train - "
+        "logp_vllm), cap) ('token', TRL's default), by the capped ratio of the whole sequence "
+        "('sequence'), or not at all ('off'). No effect with the hf backend (sampler = trainer).",
+        choices=("token", "sequence", "off"),
+    )
+    importance_sampling_cap: float = option(
+        3.0, "Upper bound of the importance weights (TRL's default 3): bounds the variance a rare token adds."
     )
     vllm_gpu_memory_utilization: float = option(
         0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
@@ -891,6 +904,7 @@ def validate(config: Config) -> None:
          "grpo.reward_weights", "must have one weight per grpo.reward_funcs entry (or be empty for 1.0 each)")
     for spec in config.grpo.reward_funcs:
         need(":" in spec, "grpo.reward_funcs", f"entries are 'module:function' or 'file.py:function', got {spec!r}")
+    need(config.grpo.importance_sampling_cap >= 1.0, "grpo.importance_sampling_cap", "must be >= 1 (e.g. 3)")
     need(not (config.student.load_in_8bit and config.grpo.rollout_backend != "hf"), "student.load_in_8bit",
          f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
          "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false")

@@ -54,6 +54,11 @@ def build_rollout(config: Config, tokenizer, output_dir: Path, accelerator=None,
                                seed=config.training.seed, lora_rank=config.lora.r, ranks=ranks,
                                sleep_mode=g.vllm_sleep_mode)
         llm = build_engine(vllm, kwargs, ranks)
+        if _has_cuda():  # vLLM's worker selected its device in this process: say which (scripts/gpu_smoke.sh checks it)
+            import torch
+
+            print(f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
+                  flush=True)
         is_main = accelerator.is_main_process if accelerator is not None else True
         barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
         dtype = DTYPES[config.student.torch_dtype]

@@ -5,6 +5,7 @@ The arguments themselves are checked against the real vLLM classes in tests/test
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -244,3 +245,75 @@ def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     assert [s[0]["prompt_ids"] for s in out] == [encode_prompt(tokenizer, p, chat_template_kwargs=template)
                                                  for p in ("p1", "p2")]
     assert [len(s) for s in out] == [3, 3]
+
+
+# ------------------------------------------------------------------ sampler/trainer mismatch (vLLM log-probs)
+
+
+def test_truncated_importance_weights_by_hand():
+    from training.losses import truncated_importance_weights
+
+    old = torch.zeros(1, 4)
+    sampling = torch.tensor([[-0.1, 0.2, -math.log(5.0), 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    weights, metrics = truncated_importance_weights(old, sampling, mask, "token", 3.0)
+    assert weights.tolist()[0] == pytest.approx([math.exp(0.1), math.exp(-0.2), 3.0, 0.0])  # ln 5 is cut at 3
+    assert metrics["rollout/logp_abs_diff"] == pytest.approx((0.1 + 0.2 + math.log(5.0)) / 3)
+    assert metrics["rollout/is_truncated_frac"] == pytest.approx(1 / 3)
+    assert metrics["rollout/seq_ratio_mean"] == pytest.approx(5.0 * math.exp(-0.1))
+    weights, _ = truncated_importance_weights(old, sampling, mask, "sequence", 3.0)  # 5 e^-0.1 = 4.52 -> 3 on each token
+    assert weights.tolist()[0] == pytest.approx([3.0, 3.0, 3.0, 0.0])
+    weights, _ = truncated_importance_weights(old, sampling, mask, "sequence", 10.0)
+    assert weights.tolist()[0] == pytest.approx([5.0 * math.exp(-0.1)] * 3 + [0.0])
+
+
+def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
+    """The sampler gave every token half the probability the policy gives it: token-level truncated
+    importance sampling doubles the GRPO gradient (KL and SFT off), and the mismatch is logged."""
+    import copy
+
+    from tests.trainer_helpers import ScriptedRollout
+    from training.grpo_trainer import GRPOTrainer, completion_logprobs, pad_rollout_batch
+
+    config = tiny_config(tmp_path, **{"grpo.kl_coef": 0.0, "dual_source.teacher_sft_weight": 0.0,
+                                      "dual_source.self_sft_weight": 0.0, "training.max_grad_norm": 0.0})
+    model, tokenizer = tiny_policy(config)
+    tasks = small_tasks(4)
+    torch.manual_seed(3)
+    trainer = GRPOTrainer(config, model, tokenizer, tasks, [], tmp_path,
+                          rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}))
+    groups, rollout_metrics = trainer.collect_rollouts()
+    with torch.no_grad():
+        for sample in (s for g in groups for s in g):
+            batch = pad_rollout_batch([sample], tokenizer.pad_token_id)
+            logp = completion_logprobs(model, batch, config.grpo.temperature)[0]
+            sample["logprobs"] = (logp - math.log(2.0)).tolist()  # what vLLM would report for a sampler at half the probability
+    plain = copy.deepcopy(groups)
+    for sample in (s for g in plain for s in g):
+        del sample["logprobs"]
+    grads, logged = [], []
+
+    def capture():
+        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+    trainer.optimizer.step = capture
+    for run in (plain, groups):
+        logged.append(trainer.train_on_rollouts(run, dict(rollout_metrics))[0])
+    assert grads[0] and set(grads[0]) == set(grads[1])
+    for name, g in grads[0].items():
+        assert torch.allclose(grads[1][name], 2.0 * g, rtol=1e-3, atol=1e-7), name
+    assert logged[1]["rollout/logp_abs_diff"] == pytest.approx(math.log(2.0), abs=1e-4)
+    assert logged[1]["rollout/is_weight_mean"] == pytest.approx(2.0, abs=1e-3)
+    assert "rollout/logp_abs_diff" not in logged[0]  # hf samples carry no sampler log-probs
+
+
+def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
+    config = vllm_config(tmp_path)
+    model, tokenizer = tiny_policy(config)
+    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
+    engine = fake_vllm.ENGINES[-1]
+    assert engine.kwargs["logprobs_mode"] == "processed_logprobs"  # after temperature: what the trainer recomputes
+    sample = rollout.generate(model, ["p"], 2, 0)[0][0]
+    assert engine.calls[-1].params.logprobs == 0
+    expected = [engine.logprob_of(sample["prompt_ids"], j, t) for j, t in enumerate(sample["token_ids"])]
+    assert sample["logprobs"] == pytest.approx(expected) and len(sample["logprobs"]) == sample["num_tokens"]

@@ -53,6 +53,7 @@ from training.losses import (
     masked_sft_nll,
     scheduled_weight,
     selective_log_softmax,
+    truncated_importance_weights,
 )
 from training.rewards import compute_rewards, load_reward_functions, reward_columns
 from utils.dataset_loader import Task
@@ -98,9 +99,13 @@ def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tenso
         comp.append(c + [pad_id] * (length - len(c)))
         comp_mask.append([1] * len(c) + [0] * (length - len(c)))
     attention = torch.tensor(masks)
-    return {"input_ids": torch.tensor(rows), "attention_mask": attention,
-            "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "completion_ids": torch.tensor(comp),
-            "completion_mask": torch.tensor(comp_mask)}
+    batch = {"input_ids": torch.tensor(rows), "attention_mask": attention,
+             "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "completion_ids": torch.tensor(comp),
+             "completion_mask": torch.tensor(comp_mask)}
+    if all(s.get("logprobs") is not None for s in samples):  # the sampler's own log-probs (vLLM backends)
+        batch["sampling_logps"] = torch.tensor([list(s["logprobs"]) + [0.0] * (length - len(s["logprobs"]))
+                                                for s in samples], dtype=torch.float32)
+    return batch
 
 
 def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
@@ -140,8 +145,9 @@ def slice_rollout_batch(batch: dict[str, torch.Tensor], rows: list[int]) -> tupl
     start = prompt_width - longest_prompt
     end = prompt_width + width
     out = {k: batch[k][index, start:end] for k in ("input_ids", "attention_mask", "position_ids")}
-    out["completion_ids"] = batch["completion_ids"][index, :width]
-    out["completion_mask"] = batch["completion_mask"][index, :width]
+    for key in ("completion_ids", "completion_mask", "sampling_logps"):
+        if key in batch:
+            out[key] = batch[key][index, :width]
     return out, width
 
 
@@ -334,9 +340,14 @@ class GRPOTrainer:
         logp = completion_logprobs(self.model, part, g.temperature)
         old = old_logp[index, :width] if old_logp is not None else logp.detach()
         ref = ref_logp[index, :width] if ref_logp is not None else None
+        weights, is_metrics = None, {}
+        if "sampling_logps" in part and g.importance_sampling != "off":  # sampled by vLLM, trained here
+            weights, is_metrics = truncated_importance_weights(old, part["sampling_logps"], part["completion_mask"],
+                                                               g.importance_sampling, g.importance_sampling_cap)
         loss, metrics = grpo_loss(logp, old, ref, advantages[index], part["completion_mask"], g.clip_range,
                                   g.clip_range_high if g.clip_range_high >= 0 else None, g.kl_coef,
-                                  g.loss_aggregation, g.max_new_tokens, denominator)
+                                  g.loss_aggregation, g.max_new_tokens, denominator, token_weights=weights)
+        metrics.update(is_metrics)
         self.accelerator.backward(weight * loss)
         share = float(part["completion_mask"].sum()) / batch_tokens
         sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}

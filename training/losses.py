@@ -90,6 +90,45 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     return per_token, metrics
 
 
+IMPORTANCE_LEVELS = ("token", "sequence", "off")
+
+
+def truncated_importance_weights(old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor,
+                                 level: str = "token", cap: float = 3.0) -> tuple[torch.Tensor, dict]:
+    """Truncated importance sampling for samples drawn by another sampler (vLLM) than the policy trained.
+
+    old_logp: the trainer's log-probs of the sampled tokens under the policy that was meant to sample
+    (B, T); sampling_logp: the sampler's own log-probs of the same tokens (B, T); mask (B, T).
+    Weights (B, T), detached: 'token' min(exp(old - sampling), cap) per token; 'sequence' the
+    sequence's whole ratio min(exp(sum_t (old - sampling)), cap) on each of its tokens (TRL's two
+    modes, cap 3 as its default); 'off' all ones. They multiply the per-token surrogate, correcting
+    the bias from kernel/precision mismatch and from a stale adapter (gen_update_steps > 1).
+
+    metrics: rollout/logp_abs_diff (mean |old - sampling| over tokens), rollout/seq_ratio_mean (mean over sequences of exp(sum_t (old - sampling)), exponent capped at
+    20), rollout/is_weight_mean, rollout/is_truncated_frac (share of weights that hit the cap).
+    """
+    if level not in IMPORTANCE_LEVELS:
+        raise ValueError(f"unknown importance sampling level {level!r}; valid: {', '.join(IMPORTANCE_LEVELS)}")
+    m = mask.float()
+    diff = ((old_logp - sampling_logp) * m).detach()  # (B, T) log ratio trainer / sampler
+    seq_log_ratio = diff.sum(dim=1, keepdim=True)  # (B, 1)
+    if level == "token":
+        raw = torch.exp(diff)
+    elif level == "sequence":
+        raw = torch.exp(seq_log_ratio.clamp(max=20.0)).expand_as(diff)
+    else:
+        raw = torch.ones_like(diff)
+    weights = raw.clamp(max=cap)
+    n = m.sum().clamp(min=1.0)
+    rows = (m.sum(dim=1) > 0).float()
+    metrics = {"rollout/logp_abs_diff": float((diff.abs() * m).sum() / n),
+               "rollout/seq_ratio_mean": float((torch.exp(seq_log_ratio.squeeze(1).clamp(max=20.0)) * rows).sum()
+                                               / rows.sum().clamp(min=1.0)),
+               "rollout/is_weight_mean": float((weights * m).sum() / n),
+               "rollout/is_truncated_frac": float(((raw > cap).float() * m).sum() / n)}
+    return weights * m, metrics
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1, (B, T), >= 0."""
     delta = ref_logp - logp
@@ -140,13 +179,17 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "tok
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None, advantages: torch.Tensor,
               mask: torch.Tensor, clip_low: float = 0.2, clip_high: float | None = None, kl_coef: float = 0.05,
               aggregation: str = "token-mean", norm_length: int | None = None,
-              denominator: float | None = None) -> tuple[torch.Tensor, dict]:
+              denominator: float | None = None, token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """The GRPO objective for one mini-batch: surrogate + kl_coef * k3 KL, aggregated once.
 
     logp/old_logp/ref_logp/mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef == 0.
     `denominator`: see `aggregate_loss` (for a chunk of a larger batch; metrics stay chunk means).
+    `token_weights` (B, T): importance weights multiplying the surrogate (not the KL), see
+    `truncated_importance_weights`.
     """
     per_token, metrics = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
+    if token_weights is not None:
+        per_token = per_token * token_weights
     m = mask.float()
     if kl_coef > 0:
         if ref_logp is None:
