@@ -352,6 +352,41 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
                       "check teacher.max_tokens: a truncated answer has no code")
 
 
+def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
+    """The GPU configuration (`--preset gpu`): each a PASS or a FAIL with the fix."""
+    section(f"GPU setup ({num_processes} training process(es))")
+    import importlib.util
+    import os
+
+    import torch
+
+    from training.launch import LaunchError, check_launch_environment
+    from training.vllm_engine import VLLM_LORA_RANKS
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    report.expect(count >= num_processes, f"{count} CUDA GPU(s) visible for {num_processes} training process(es)",
+                  "one GPU per process: lower --num_processes or set CUDA_VISIBLE_DEVICES")
+    if config.student.torch_dtype == "bfloat16":
+        report.expect(count > 0 and torch.cuda.is_bf16_supported(), "the GPU supports bfloat16",
+                      "use --set student.torch_dtype=float16 (pre-Ampere GPUs) or float32")
+    try:
+        check_launch_environment()
+        report.ok("launch type supported (plain processes or DDP)")
+    except LaunchError as exc:
+        report.fail(str(exc), "answer `accelerate config` with multi-GPU (no DeepSpeed, no FSDP)")
+    if config.grpo.rollout_backend == "vllm":
+        report.expect(importlib.util.find_spec("vllm") is not None, "vLLM is importable",
+                      "pip install -r requirements-gpu.txt (vllm==0.33.0)")
+        report.expect(config.lora.r <= VLLM_LORA_RANKS[-1], f"lora.r={config.lora.r} fits a vLLM max_lora_rank",
+                      f"use lora.r <= {VLLM_LORA_RANKS[-1]}")
+        share = config.grpo.vllm_gpu_memory_utilization
+        free = torch.cuda.mem_get_info()[0] / torch.cuda.mem_get_info()[1] if count else 0.0
+        report.expect(0 < share <= 0.6 and free >= share, f"vLLM's memory share {share:.2f} fits (free: {free:.0%})",
+                      "lower grpo.vllm_gpu_memory_utilization (the trainer needs the rest) or free the GPU")
+    if os.environ.get("WORLD_SIZE"):
+        report.ok(f"running under a launcher with WORLD_SIZE={os.environ['WORLD_SIZE']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Preflight checks: prompt format, extraction, SFT label masking, the student model "
@@ -359,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_config_arguments(parser)
     parser.add_argument("--teacher_url", help="Teacher base URL to probe (default: teacher.api_url from the config).")
+    parser.add_argument("--num_processes", type=int, default=1,
+                        help="Training processes you will launch (GPU checks with --preset gpu; default 1).")
     parser.add_argument("--skip_model", action="store_true",
                         help="Skip loading the student (and the SFT check with its tokenizer): the fast checks only.")
     parser.add_argument("--max_new_tokens", type=int, default=160,
@@ -385,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             model, tokenizer = loaded
             check_sft_labels(report, tokenizer)
             check_training_step(report, config, model, tokenizer)
+    if config.preset == "gpu":
+        check_gpu_setup(report, config, args.num_processes)
     check_teacher_endpoint(report, config, args.teacher_url or config.teacher.api_url)
 
     failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")

@@ -317,3 +317,24 @@ def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
     assert engine.calls[-1].params.logprobs == 0
     expected = [engine.logprob_of(sample["prompt_ids"], j, t) for j, t in enumerate(sample["token_ids"])]
     assert sample["logprobs"] == pytest.approx(expected) and len(sample["logprobs"]) == sample["num_tokens"]
+
+
+def test_gpu_preflight_reports_each_gpu_requirement(monkeypatch, capsys):
+    import test_all
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (70, 80))
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    report = test_all.Report()
+    config = build_config("gpu", overrides=["grpo.rollout_backend=vllm", "lora.r=600"])
+    test_all.check_gpu_setup(report, config, num_processes=2)
+    out = capsys.readouterr().out
+    assert "✗ FAIL 1 CUDA GPU(s) visible for 2 training process(es)" in out
+    assert "✗ FAIL the GPU supports bfloat16" in out
+    assert "✗ FAIL DeepSpeed launches are not supported" in out
+    assert "✗ FAIL lora.r=600 fits a vLLM max_lora_rank" in out
+    assert "✓ PASS vLLM's memory share 0.30 fits" in out
+    assert "vLLM is importable" in out
+    assert report.count("FAIL") >= 4
