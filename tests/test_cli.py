@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,7 +59,9 @@ def test_ctrl_c_in_phases_3_and_4_is_one_line_and_exit_130(tmp_path, monkeypatch
     monkeypatch.setattr(phase4, "main", _interrupt)
     monkeypatch.setattr(phase3, "main", _interrupt)
     codes = []
-    for call in (lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path)]),
+    # An eval file that exists on a fresh clone: data/val.jsonl is only there after phase 1.
+    eval_file = str(Path(__file__).resolve().parent.parent / "data" / "embedded" / "mbpp_fixtures.jsonl")
+    for call in (lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", eval_file]),
                  lambda: phase3.cli(["--preset", "cpu", "--output_dir", str(tmp_path)])):
         try:
             codes.append(call())
