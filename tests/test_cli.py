@@ -3,11 +3,11 @@ surprises, and `--help` that shows the resolved preset's values."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -59,9 +59,12 @@ def test_ctrl_c_in_phases_3_and_4_is_one_line_and_exit_130(tmp_path, monkeypatch
     monkeypatch.setattr(phase4, "main", _interrupt)
     monkeypatch.setattr(phase3, "main", _interrupt)
     codes = []
-    # An eval file that exists on a fresh clone: data/val.jsonl is only there after phase 1.
-    eval_file = str(Path(__file__).resolve().parent.parent / "data" / "embedded" / "mbpp_fixtures.jsonl")
-    for call in (lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", eval_file]),
+    # Its own eval file: data/val.jsonl only exists after phase 1, never on a fresh clone.
+    eval_file = tmp_path / "val.jsonl"
+    eval_file.write_text(json.dumps({"task_id": "mbpp/1", "source": "mbpp", "problem": "Add a and b.",
+                                     "test_type": "assert", "tests": ["assert add(1, 2) == 3"],
+                                     "fn_name": "add"}) + "\n")
+    for call in (lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", str(eval_file)]),
                  lambda: phase3.cli(["--preset", "cpu", "--output_dir", str(tmp_path)])):
         try:
             codes.append(call())
