@@ -175,3 +175,52 @@ def test_combine_losses_by_hand():
     assert m["weight/self_sft"] == 0.2 and "loss/self_sft" not in m and m["loss/total"] == pytest.approx(2.3)
     with pytest.raises(ValueError):
         combine_losses(None, None, None, 1, 1, 1)
+
+
+def test_the_format_bonus_is_centred_but_not_z_scored():
+    # all-fail group differing only in format: bonus mean 0.0625 -> 0.0375, -0.0125, 0.0375, -0.0625
+    # (z-scoring the total 0.1, 0.05, 0.1, 0 would give 0.78, -0.26, 0.78, -1.30: a full pass/fail signal)
+    zeros = torch.zeros(1, 4)
+    adv, m = group_advantages(zeros, bonus=torch.tensor([[0.1, 0.05, 0.1, 0.0]]), eps=0.0)
+    assert adv[0].tolist() == pytest.approx([0.0375, -0.0125, 0.0375, -0.0625], abs=1e-6)
+    assert m["frac_reward_zero_std"] == 0.0 and m["frac_format_only_spread"] == 1.0
+    assert m["reward/mean"] == pytest.approx(0.0625)
+    # mixed group: z-score of correctness (+-0.866025) plus the centred bonus (mean 0.0875)
+    adv, m = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), bonus=torch.tensor([[0.1, 0.1, 0.05, 0.1]]), eps=0.0)
+    a = 0.5 / math.sqrt(1 / 3)
+    assert adv[0].tolist() == pytest.approx([a + 0.0125, -a + 0.0125, -a - 0.0375, a + 0.0125], abs=1e-6)
+    assert m["frac_format_only_spread"] == 0.0
+    # Dr. GRPO (no scaling): the plain centred total reward
+    adv, _ = group_advantages(torch.tensor([[1.0, 0.0]]), scale=False, bonus=torch.tensor([[0.1, 0.0]]))
+    assert adv[0].tolist() == pytest.approx([0.55, -0.55])
+    # nothing varies: no signal at all
+    adv, m = group_advantages(torch.ones(1, 3), bonus=torch.full((1, 3), 0.1))
+    assert adv.abs().sum() == 0 and m["frac_reward_zero_std"] == 1.0 and m["frac_format_only_spread"] == 0.0
+
+
+@pytest.mark.parametrize("size", [7, 8, 16])
+@pytest.mark.parametrize("value", [0.05, 1.05, 0.1, 1 / 3, 2 / 3, 0.7])
+def test_equal_rewards_that_are_not_binary_fractions_have_no_spread(size, value):
+    # float32 sums of equal non-dyadic values leave a one-ulp std; the group must still count as flat
+    adv, m = group_advantages(torch.full((1, size), value))
+    assert adv.abs().sum() == 0 and m["frac_reward_zero_std"] == 1.0
+    adv, m = group_advantages(torch.zeros(1, size), bonus=torch.full((1, size), value))
+    assert adv.abs().sum() == 0 and m["frac_reward_zero_std"] == 1.0
+
+
+def test_k3_as_a_loss_has_the_gradient_of_kl_reference_to_policy():
+    # sampling x ~ policy (not differentiated) and averaging grad k3(x): sum_x pi(x) grad k3(x)
+    torch.manual_seed(4)
+    theta = torch.randn(6, requires_grad=True)
+    ref = torch.log_softmax(torch.randn(6), -1)
+    logp = torch.log_softmax(theta, -1)
+    expected_k3 = (logp.exp().detach() * k3_kl(logp, ref)).sum()
+    (grad_k3,) = torch.autograd.grad(expected_k3, theta)
+    reverse = (ref.exp() * (ref - torch.log_softmax(theta, -1))).sum()  # KL(ref || policy)
+    (grad_reverse,) = torch.autograd.grad(reverse, theta)
+    forward = (torch.log_softmax(theta, -1).exp() * (torch.log_softmax(theta, -1) - ref)).sum()  # KL(policy || ref)
+    (grad_forward,) = torch.autograd.grad(forward, theta)
+    assert torch.allclose(grad_k3, grad_reverse, atol=1e-6)
+    assert not torch.allclose(grad_k3, grad_forward, atol=1e-3)
+    # while its value, on policy samples, is KL(policy || ref)
+    assert expected_k3.item() == pytest.approx(forward.item(), rel=1e-5)

@@ -33,11 +33,11 @@ def pool():
         yield p
 
 
-def make_trainer(tmp_path, pool, **overrides):
+def make_trainer(tmp_path, pool, dropout=0.0, **overrides):
     config = tiny_config(tmp_path / "out", **overrides)
     torch.manual_seed(0)
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
-    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, dropout, config.lora.target_modules)
     tasks = small_tasks()
     rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
     return GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool)
@@ -246,8 +246,9 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
 
 def test_resume_errors_name_the_folder(tmp_path):
     holder = types.SimpleNamespace(output_dir=tmp_path)
-    with pytest.raises(FileNotFoundError, match="no checkpoint-"):
+    with pytest.raises(FileNotFoundError, match="no checkpoint-") as missing:
         GRPOTrainer._resolve_checkpoint(holder, "latest")
+    assert "without --resume_from_checkpoint" in str(missing.value)  # says what to do
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
         GRPOTrainer._resolve_checkpoint(holder, str(tmp_path))
 
@@ -294,3 +295,46 @@ def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
     assert recorder.config["lora.r"] == config.lora.r and recorder.finished
     assert tracker_run_name(config, tmp_path / "out") == "out"
     assert tracker_run_name(tiny_config(tmp_path, **{"training.run_name": "exp-7"}), tmp_path) == "exp-7"
+
+
+def test_a_finished_run_can_be_extended(tmp_path, pool):
+    # save_steps 3 does not divide max_steps 2: the last step is checkpointed anyway (as HF Trainer does)
+    make_trainer(tmp_path, pool, **{"training.max_steps": 2, "training.save_steps": 3}).train()
+    assert (tmp_path / "out" / "checkpoint-2" / "trainer_state.json").is_file()
+    longer = make_trainer(tmp_path, pool, **{"training.max_steps": 3, "training.save_steps": 3})
+    longer.train(resume_from="latest")
+    assert longer.state.global_step == 3
+    steps = [json.loads(line)["step"] for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_reused_rollouts_start_at_ratio_one_with_lora_dropout_and_then_clip(tmp_path, pool):
+    """mu = 2 with LoRA dropout 0.5: the RL forwards must see the policy without dropout."""
+    trainer = make_trainer(tmp_path, pool, dropout=0.5, **{"grpo.num_iterations": 2, "grpo.clip_range": 0.02,
+                                                          "training.max_steps": 4})
+    assert any(isinstance(m, torch.nn.Dropout) and m.p == 0.5 for m in trainer.model.modules())
+    # the first batch moves LoRA B away from 0 (before that, dropout on the adapter input changes nothing)
+    warm, _ = trainer.train_on_rollouts(*trainer.collect_rollouts())
+    assert warm["ratio/mean"] == pytest.approx(1.0, abs=1e-6)
+    first, second = trainer.train_on_rollouts(*trainer.collect_rollouts())  # the model is in train mode now
+    assert first["ratio/mean"] == pytest.approx(1.0, abs=1e-6)  # old log-probs == current ones before any update
+    assert first["clip_ratio/low_mean"] == 0.0 and first["clip_ratio/high_mean"] == 0.0
+    assert second["ratio/mean"] != pytest.approx(1.0, abs=1e-6)  # the first step moved the policy
+    assert second["clip_ratio/low_mean"] + second["clip_ratio/high_mean"] > 0  # and clipping engages
+    assert any(isinstance(m, torch.nn.Dropout) and m.p == 0.5 for m in trainer.model.modules())  # SFT keeps it
+
+
+def test_logprobs_divide_by_the_temperature_in_float32():
+    torch.manual_seed(3)
+    logits = (torch.randn(2, 5, 300) * 8).to(torch.bfloat16)  # what a bf16 model returns, (B, P + T, V)
+
+    class BF16Model:
+        def __call__(self, input_ids, attention_mask, position_ids, logits_to_keep):
+            return types.SimpleNamespace(logits=logits[:, -logits_to_keep:])
+
+    batch = {"input_ids": torch.zeros(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long),
+             "position_ids": torch.arange(5).repeat(2, 1), "completion_ids": torch.tensor([[1, 2, 3], [4, 5, 6]]),
+             "completion_mask": torch.ones(2, 3, dtype=torch.long)}
+    got = completion_logprobs(BF16Model(), batch, temperature=0.7)
+    exact = torch.log_softmax(logits[:, 1:-1].float() / 0.7, -1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(got, exact, atol=1e-5)

@@ -118,10 +118,28 @@ def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature:
     length = batch["completion_ids"].shape[1]
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
                 logits_to_keep=length + 1)
-    logits = out.logits[:, :-1]  # (B, T, V)
-    if temperature != 1.0:
-        logits = logits / temperature
-    return selective_log_softmax(logits, batch["completion_ids"])
+    logits = out.logits[:, :-1]  # (B, T, V), in the model's dtype: divided by T only after the float32 cast
+    return selective_log_softmax(logits, batch["completion_ids"], temperature=temperature)
+
+
+@contextlib.contextmanager
+def dropout_disabled(model: Any):
+    """Every `torch.nn.Dropout` of `model` (LoRA's dropout among them) has p = 0 inside the block.
+
+    The RL terms need the log-probs of the policy that sampled, not of a randomly thinned copy: with
+    dropout on, old and current log-probs of the same tokens differ (the first pass's ratio is not 1),
+    the KL carries dropout noise, and the gradient belongs to a sub-network. Forward and backward must
+    both run inside (gradient checkpointing recomputes the forward during backward). SFT terms keep
+    the configured dropout.
+    """
+    saved = [(module, module.p) for module in model.modules() if isinstance(module, torch.nn.Dropout)]
+    for module, _ in saved:
+        module.p = 0.0
+    try:
+        yield
+    finally:
+        for module, p in saved:
+            module.p = p
 
 
 def row_chunks(num_rows: int, chunk_size: int) -> list[list[int]]:
@@ -216,8 +234,11 @@ class GRPOTrainer:
             model.enable_input_require_grads()
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        # The scheduler is deliberately not `prepare`d: accelerate's wrapper steps it once per process on
+        # every step (it assumes each process's batch shrank with the process count), which would run the
+        # schedule num_processes times too fast. One optimizer step here is one schedule step.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
         # each process on this machine takes its share of the cores (see training.launch)
@@ -337,18 +358,19 @@ class GRPOTrainer:
         g = self.config.grpo
         part, width = slice_rollout_batch(batch, rows)
         index = torch.tensor(rows, device=part["input_ids"].device)
-        logp = completion_logprobs(self.model, part, g.temperature)
-        old = old_logp[index, :width] if old_logp is not None else logp.detach()
-        ref = ref_logp[index, :width] if ref_logp is not None else None
-        weights, is_metrics = None, {}
-        if "sampling_logps" in part and g.importance_sampling != "off":  # sampled by vLLM, trained here
-            weights, is_metrics = truncated_importance_weights(old, part["sampling_logps"], part["completion_mask"],
-                                                               g.importance_sampling, g.importance_sampling_cap)
-        loss, metrics = grpo_loss(logp, old, ref, advantages[index], part["completion_mask"], g.clip_range,
-                                  g.clip_range_high if g.clip_range_high >= 0 else None, g.kl_coef,
-                                  g.loss_aggregation, g.max_new_tokens, denominator, token_weights=weights)
-        metrics.update(is_metrics)
-        self.accelerator.backward(weight * loss)
+        with dropout_disabled(self.model):  # forward and backward: see `dropout_disabled`
+            logp = completion_logprobs(self.model, part, g.temperature)
+            old = old_logp[index, :width] if old_logp is not None else logp.detach()
+            ref = ref_logp[index, :width] if ref_logp is not None else None
+            weights, is_metrics = None, {}
+            if "sampling_logps" in part and g.importance_sampling != "off":  # sampled by vLLM, trained here
+                weights, is_metrics = truncated_importance_weights(old, part["sampling_logps"], part["completion_mask"],
+                                                                   g.importance_sampling, g.importance_sampling_cap)
+            loss, metrics = grpo_loss(logp, old, ref, advantages[index], part["completion_mask"], g.clip_range,
+                                      g.clip_range_high if g.clip_range_high >= 0 else None, g.kl_coef,
+                                      g.loss_aggregation, g.max_new_tokens, denominator, token_weights=weights)
+            metrics.update(is_metrics)
+            self.accelerator.backward(weight * loss)
         share = float(part["completion_mask"].sum()) / batch_tokens
         sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
         sums["loss/grpo"] = metrics["loss/grpo"]
@@ -403,9 +425,11 @@ class GRPOTrainer:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
         cfg = self.config
         device = self.accelerator.device
-        reward_matrix = torch.tensor([[s["reward"].total if s["reward"].total is not None else float("nan") for s in g]
-                                      for g in groups], dtype=torch.float32)  # (P, G)
-        advantages, adv_metrics = group_advantages(reward_matrix, scale=cfg.grpo.scale_rewards)
+        correctness = torch.tensor([[s["reward"].correctness if s["reward"].correctness is not None else float("nan")
+                                     for s in g] for g in groups], dtype=torch.float32)  # (P, G)
+        bonus = torch.tensor([[cfg.grpo.format_reward_weight * s["reward"].format for s in g] for g in groups],
+                             dtype=torch.float32)  # (P, G): added to the advantage centred, not z-scored
+        advantages, adv_metrics = group_advantages(correctness, scale=cfg.grpo.scale_rewards, bonus=bonus)
         samples = [s for g in groups for s in g]
         keep = list(range(len(samples)))
         if cfg.grpo.dynamic_filtering:
@@ -421,7 +445,7 @@ class GRPOTrainer:
         temperature = cfg.grpo.temperature
         chunk = cfg.training.forward_chunk_size
         ref_logps, old_logps = [], []
-        with torch.no_grad():
+        with torch.no_grad(), dropout_disabled(unwrapped):
             for batch in batches:
                 if cfg.grpo.kl_coef > 0:
                     with unwrapped.disable_adapter():  # the frozen base model is the reference
@@ -475,7 +499,8 @@ class GRPOTrainer:
             if cfg.training.max_grad_norm > 0:
                 grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm))
             self.optimizer.step()
-            self.scheduler.step()
+            if not getattr(self.optimizer, "step_was_skipped", False):  # fp16 overflow: no step, no schedule step
+                self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.state.global_step += 1
             metrics = {"step": self.state.global_step, "epoch": self.state.rollout_batches * self.prompts_per_rollout
@@ -518,8 +543,8 @@ class GRPOTrainer:
             self.state.rollout_batches += 1
             self.state.self_sft_buffer = list(self.buffer)
             save_every = self.config.training.save_steps
-            if save_every and self.state.global_step % save_every < self.config.grpo.num_iterations and \
-                    self.state.global_step < self.total_steps:
+            due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
+            if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
                 self.save_checkpoint()
         bar.close()
         self.save_final()
@@ -591,7 +616,10 @@ class GRPOTrainer:
             return path
         found = sorted(self.output_dir.glob(f"{CHECKPOINT_PREFIX}*"), key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
         if not found:
-            raise FileNotFoundError(f"no {CHECKPOINT_PREFIX}* folder in {self.output_dir} to resume from.")
+            raise FileNotFoundError(
+                f"no {CHECKPOINT_PREFIX}* folder in {self.output_dir} to resume from. Start a new run without "
+                f"--resume_from_checkpoint, pass the --output_dir of the run to continue, or name a checkpoint "
+                f"folder: --resume_from_checkpoint {self.output_dir}/{CHECKPOINT_PREFIX}N.")
         return found[-1]
 
     def save_checkpoint(self) -> Path | None:

@@ -7,12 +7,14 @@ Functions return `(value, metrics)` where metrics are floats under namespaced ke
 
 Conventions pinned here (and tested in tests/test_losses.py):
 - Advantages (DeepSeekMath GRPO, arXiv:2402.03300): A = (r - mean_g) / (std_g + eps) with the
-  Bessel-corrected std of the group (as TRL computes it); `scale=False` gives the mean-only advantage
-  of Dr. GRPO (arXiv:2503.20783). Unscorable samples (reward NaN) get A = 0 and are excluded from
-  their group's mean/std; a group whose valid rewards are all equal gets A = 0 exactly.
+  Bessel-corrected std of the group (as TRL computes it) over the correctness reward only; the small
+  format bonus is added centred but unscaled. `scale=False` gives the mean-only advantage of Dr. GRPO
+  (arXiv:2503.20783). Unscorable samples (reward NaN) get A = 0 and are excluded from their group's
+  mean/std; a group whose valid rewards are all equal (to 1e-6) gets A = 0 exactly.
 - Ratio r_t = exp(logp_t - old_logp_t); surrogate -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
   (PPO; eps_high > eps_low is DAPO's clip-higher, arXiv:2503.14476).
-- KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman), added per token.
+- KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman), added per token; its value
+  estimates KL(policy || ref), its expected gradient as a loss is that of KL(ref || policy).
 - Aggregation (one function, three modes): token-mean (DAPO), seq-mean-token-mean (original GRPO),
   seq-mean-token-sum-norm (Dr. GRPO: token sums divided by a constant length).
 """
@@ -28,41 +30,79 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 SCHEDULES = ("constant", "linear", "cosine")
 
 
-def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4) -> tuple[torch.Tensor, dict]:
-    """rewards: (P, G), NaN = unscorable. Returns advantages (P, G) and metrics.
+# Rewards are sums of floats (fraction 1/3, format bonus 0.05, ...): equal rewards can differ in the
+# last bit, and a group of them must still count as having no spread.
+ZERO_SPREAD_TOL = 1e-6
 
-    metrics: reward/mean, reward/std (over valid rewards), frac_reward_zero_std (share of groups
-    with fewer than two distinct valid rewards: they carry no learning signal), frac_unscorable.
+
+def _centered_and_std(values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """values, valid: (P, G). Centered values (0 where invalid) and the Bessel std (P, 1) over valid entries."""
+    v = torch.where(valid, values, torch.zeros_like(values))
+    count = valid.sum(dim=1, keepdim=True).clamp(min=1)  # (P, 1)
+    mean = v.sum(dim=1, keepdim=True) / count
+    centered = torch.where(valid, v - mean, torch.zeros_like(v))
+    var = (centered ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)  # Bessel
+    return centered, var.sqrt()
+
+
+def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4,
+                     bonus: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """rewards: (P, G) correctness rewards, NaN = unscorable; bonus: (P, G) weighted shaping rewards
+    (the format bonus) or None. Returns advantages (P, G) and metrics.
+
+    A = z-score of the correctness within its group (or the mean-only centering when scale=False)
+        + the bonus centred within its group, never divided by a std.
+    The bonus is kept out of the z-score on purpose: normalized, an all-fail group that differs only
+    in format (bonus 0.1, 0.05, 0.1, 0) would get advantages of +-1, as strong as a pass/fail split.
+    Unnormalized it moves the advantage by at most the bonus weight. With scale=False the sum is the
+    plain centred total reward, as before. A group's correctness (or bonus) spread below
+    ZERO_SPREAD_TOL counts as none: its part of the advantage is exactly 0.
+
+    metrics: reward/mean, reward/std (of correctness + bonus over valid samples), frac_reward_zero_std
+    (share of groups with no learning signal: no spread in either part, or fewer than two valid
+    rewards), frac_format_only_spread (groups whose only spread is the bonus), frac_unscorable.
     """
     valid = ~torch.isnan(rewards)  # (P, G)
-    r = torch.where(valid, rewards, torch.zeros_like(rewards))
-    count = valid.sum(dim=1, keepdim=True).clamp(min=1)  # (P, 1)
-    mean = r.sum(dim=1, keepdim=True) / count
-    centered = torch.where(valid, r - mean, torch.zeros_like(r))
-    var = (centered ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)  # Bessel
-    std = var.sqrt()
-    zero_std = (std.squeeze(1) == 0) | (valid.sum(dim=1) < 2)  # (P,)
+    too_few = valid.sum(dim=1) < 2  # (P,)
+    centered, std = _centered_and_std(rewards, valid)
+    flat = (std.squeeze(1) < ZERO_SPREAD_TOL) | too_few  # (P,)
     advantages = centered / (std + eps) if scale else centered
-    advantages = torch.where(valid & ~zero_std.unsqueeze(1), advantages, torch.zeros_like(advantages))
-    valid_rewards = rewards[valid]
+    advantages = torch.where(valid & ~flat.unsqueeze(1), advantages, torch.zeros_like(advantages))
+    total = rewards
+    bonus_flat = torch.ones_like(flat)
+    if bonus is not None:
+        bonus_centered, bonus_std = _centered_and_std(bonus, valid)
+        bonus_flat = (bonus_std.squeeze(1) < ZERO_SPREAD_TOL) | too_few
+        advantages = advantages + torch.where(valid & ~bonus_flat.unsqueeze(1), bonus_centered,
+                                              torch.zeros_like(bonus_centered))
+        total = rewards + bonus
+    no_signal = flat & bonus_flat
+    valid_rewards = total[valid]
+    groups = max(rewards.shape[0], 1)
     metrics = {
         "reward/mean": float(valid_rewards.mean()) if valid_rewards.numel() else 0.0,
         "reward/std": float(valid_rewards.std()) if valid_rewards.numel() > 1 else 0.0,
-        "frac_reward_zero_std": float(zero_std.float().mean()) if zero_std.numel() else 0.0,
+        "frac_reward_zero_std": float(no_signal.float().sum()) / groups if no_signal.numel() else 0.0,
+        "frac_format_only_spread": float((flat & ~bonus_flat).float().sum()) / groups if flat.numel() else 0.0,
         "frac_unscorable": float((~valid).float().mean()) if valid.numel() else 0.0,
     }
     return advantages, metrics
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1) -> torch.Tensor:
-    """log softmax(logits)[..., index] for logits (B, T, V) and index (B, T) -> (B, T), in float32.
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1,
+                          temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature)[..., index] for logits (B, T, V) and index (B, T) -> (B, T), in float32.
 
     Processes `chunk_rows` sequences at a time, so the float32 temporaries are (chunk, T, V) rather
     than a full-batch (B, T, V) copy: the vocabulary (50-150k) makes that the largest tensor of a step.
+    The temperature divides after the cast to float32: in bf16 the quotient would be rounded to 8
+    mantissa bits, shifting every log-prob by up to ~0.4% of the logit.
     """
     out = []
     for start in range(0, logits.shape[0], chunk_rows):
         rows = logits[start:start + chunk_rows].float()  # (c, T, V)
+        if temperature != 1.0:
+            rows = rows / temperature
         picked = rows.gather(-1, index[start:start + chunk_rows].unsqueeze(-1)).squeeze(-1)  # (c, T)
         out.append(picked - torch.logsumexp(rows, dim=-1))
     return torch.cat(out, dim=0) if out else logits.new_zeros(index.shape, dtype=torch.float32)
@@ -130,7 +170,13 @@ def truncated_importance_weights(old_logp: torch.Tensor, sampling_logp: torch.Te
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1, (B, T), >= 0."""
+    """Per-token k3 penalty exp(ref - logp) - (ref - logp) - 1, (B, T), >= 0.
+
+    Its value, on tokens sampled from the policy, is an unbiased estimate of KL(policy || reference)
+    (Schulman). Used as a loss (differentiated through logp, not through the sampling), its expected
+    gradient is that of KL(reference || policy), the reverse direction: the two agree to second order
+    near the reference, which is where the penalty keeps the policy. tests/test_losses.py checks this.
+    """
     delta = ref_logp - logp
     return torch.exp(delta) - delta - 1.0
 
