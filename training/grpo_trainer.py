@@ -427,8 +427,10 @@ class GRPOTrainer:
         device = self.accelerator.device
         correctness = torch.tensor([[s["reward"].correctness if s["reward"].correctness is not None else float("nan")
                                      for s in g] for g in groups], dtype=torch.float32)  # (P, G)
-        bonus = torch.tensor([[cfg.grpo.format_reward_weight * s["reward"].format for s in g] for g in groups],
-                             dtype=torch.float32)  # (P, G): added to the advantage centred, not z-scored
+        # (P, G) the shaping part of the reward (weighted format bonus + weighted user rewards): added to
+        # the advantage centred, not z-scored
+        bonus = torch.tensor([[s["reward"].total - s["reward"].correctness if s["reward"].total is not None else 0.0
+                               for s in g] for g in groups], dtype=torch.float32)
         advantages, adv_metrics = group_advantages(correctness, scale=cfg.grpo.scale_rewards, bonus=bonus)
         samples = [s for g in groups for s in g]
         keep = list(range(len(samples)))
