@@ -319,7 +319,10 @@ class GRPOConfig:
     format_reward_weight: float = option(
         0.1,
         "Weight of the format reward (1 for closed <think> then a python block, 0.5 for other code, "
-        "0 for none). Small: it teaches the format early without outweighing correctness.",
+        "0 for none). The weighted bonus is added to the advantage centred within the group but not divided "
+        "by the group's std (only correctness is z-scored), so an all-fail group that differs only in format "
+        "gets advantages of at most this size, not a full pass/fail signal; metrics report "
+        "frac_format_only_spread.",
     )
     reward_funcs: tuple[str, ...] = option(
         (),
@@ -342,10 +345,13 @@ class GRPOConfig:
     )
     loss_aggregation: str = option(
         "token-mean",
-        "How per-token losses become one number: 'token-mean' (DAPO; long answers weigh per token), "
-        "'seq-mean-token-mean' (original GRPO; favours short correct and long wrong answers), "
-        "'seq-mean-token-sum-norm' (Dr. GRPO; divides by max_new_tokens, no length bias).",
-        choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+        "How per-token losses become one number. The first three normalize over the whole optimizer step "
+        "(every micro-batch of every process, one all-reduced count): 'token-mean' (DAPO: every token of "
+        "the step weighs the same; long answers weigh per token), 'seq-mean-token-mean' (original GRPO; "
+        "favours short correct and long wrong answers), 'seq-mean-token-sum-norm' (Dr. GRPO; divides by "
+        "max_new_tokens, no length bias). 'micro-token-mean' (TRL's bnpo): a token mean per micro-batch, "
+        "micro-batches averaged, so tokens of short or filtered micro-batches (or ranks) weigh more.",
+        choices=("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "micro-token-mean"),
     )
     num_iterations: int = option(
         1,
@@ -355,8 +361,9 @@ class GRPOConfig:
     )
     dynamic_filtering: bool = option(
         False,
-        "Drop groups whose rewards are all equal from the GRPO term (DAPO dynamic sampling without "
-        "resampling): they have zero advantage and only dilute the token-mean.",
+        "Drop groups with no learning signal (correctness and format bonus both equal, to 1e-6) from the "
+        "GRPO term (DAPO dynamic sampling without resampling): they have zero advantage and only dilute "
+        "the token-mean. Groups whose only spread is the format bonus are kept (small advantages).",
     )
     rollout_backend: str = option(
         "hf",
@@ -396,7 +403,9 @@ class GRPOConfig:
 class DualSourceConfig:
     grpo_weight: float = option(1.0, "Weight of the GRPO (execution reward) loss.")
     teacher_sft_batch_size: int = option(
-        2, "Teacher traces per micro-batch for the teacher-SFT term (0 disables the term)."
+        2,
+        "Teacher traces per micro-batch for the teacher-SFT term (0 disables the term). The term is one "
+        "token-mean over all traces of an optimizer step (all micro-batches and ranks).",
     )
     teacher_sft_only_passed: bool = option(
         True,
@@ -420,8 +429,13 @@ class DualSourceConfig:
     self_sft_final_weight: float = option(0.0, "Self-SFT weight at the end of the decay.")
     self_sft_buffer_size: int = option(
         32,
-        "Recent successes kept for self-SFT, so that steps without a passing sample still have data "
-        "(0: only the current step's successes).",
+        "Recent distinct successes kept (per process) for self-SFT, so that steps without a passing sample "
+        "still have data (0: only the current step's successes).",
+    )
+    self_sft_max_replays: int = option(
+        2,
+        "How many later steps may replay one buffered success (then it leaves the buffer; finding it again "
+        "renews it). Bounds how often a few lucky samples are imitated while no new success arrives.",
     )
     teacher_sft_weight: float = option(
         0.3,
@@ -430,8 +444,10 @@ class DualSourceConfig:
     )
     self_sft_weight: float = option(
         0.2,
-        "Weight of SFT on the student's own best passing sample per group. Reinforces rare "
-        "successes; too high narrows diversity.",
+        "Weight of SFT on the student's own best passing sample per group (one that ended its turn, "
+        "finish_reason stop). The term is one token-mean over all of a step's self-SFT examples (all "
+        "ranks), so its weight does not depend on how many samples passed. Reinforces rare successes; too "
+        "high narrows diversity.",
     )
 
 
@@ -908,6 +924,7 @@ def validate(config: Config) -> None:
     need(not (config.student.load_in_8bit and config.grpo.rollout_backend != "hf"), "student.load_in_8bit",
          f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
          "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false")
+    need(config.dual_source.self_sft_max_replays >= 0, "dual_source.self_sft_max_replays", "must be >= 0")
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
     need(config.training.per_device_train_batch_size >= 1, "training.per_device_train_batch_size", "must be >= 1")

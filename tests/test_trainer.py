@@ -23,7 +23,8 @@ from training.grpo_trainer import (
     row_chunks,
     slice_rollout_batch,
 )
-from utils.sft_data import encode_prompt
+from training.losses import group_advantages, grpo_loss, masked_sft_nll
+from utils.sft_data import build_sft_example, collate_sft, encode_prompt
 from utils.student_model import attach_lora, load_student
 
 
@@ -110,7 +111,7 @@ def test_checkpoint_retention(tmp_path, pool):
         trainer.save_checkpoint()
     assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
     saved = tmp_path / "out" / "checkpoint-3"
-    assert {"adapter", "optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json", "config.json"} <= {p.name for p in saved.iterdir()}
+    assert {"adapter", "optimizer.pt", "scheduler.pt", "rank-0.pt", "trainer_state.json", "config.json"} <= {p.name for p in saved.iterdir()}
 
 
 def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
@@ -188,13 +189,95 @@ def test_a_step_whose_groups_are_all_filtered_still_learns_from_teacher_sft(tmp_
     assert any(not torch.equal(lora_before[k], v) for k, v in lora_state(trainer.model).items())
 
 
-def test_loss_total_weighs_an_sft_term_by_the_slots_it_filled(tmp_path, pool):
-    trainer = make_trainer(tmp_path, pool)
-    sums = {"loss/grpo": 0.8, "kl": 0.2, "loss/self_sft": 3.0, "count/self_sft": 1.0}  # self-SFT in 1 of 2 slots
-    metrics = trainer._step_loss_metrics(sums, num_micro=2, slots=2, w_teacher=0.0, w_self=0.5)
-    assert metrics["loss/grpo"] == pytest.approx(0.4) and metrics["kl"] == pytest.approx(0.1)
-    assert metrics["loss/self_sft"] == pytest.approx(3.0)  # the loss value where it was computed
-    assert metrics["loss/total"] == pytest.approx(1.0 * 0.4 + 0.5 * 3.0 / 2)  # what the gradient optimized
+def _one_success(groups):
+    """Keep exactly one passing sample (group 0, sample 0) in a rollout batch."""
+    passed, failed = types.SimpleNamespace(passed=True), types.SimpleNamespace(passed=False)
+    for g, group in enumerate(groups):
+        for j, sample in enumerate(group):
+            sample["result"] = passed if (g, j) == (0, 0) else failed
+    return groups
+
+
+def _grads_at_step(trainer):
+    captured = {}
+
+    def record(*args, **kwargs):
+        captured.update({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+
+    trainer.optimizer.step = record
+    return captured
+
+
+def test_self_sft_is_one_full_weight_token_mean_whatever_the_number_of_successes(tmp_path, pool):
+    # GRPO and teacher-SFT off: the step's gradient is w_self x the self-SFT term alone
+    trainer = make_trainer(tmp_path, pool, **{"dual_source.grpo_weight": 0.0, "dual_source.teacher_sft_weight": 0.0,
+                                              "dual_source.self_sft_weight": 0.5, "training.max_grad_norm": 0.0})
+    groups = _one_success(trainer.collect_rollouts()[0])
+    example = build_sft_example(groups[0][0]["prompt_ids"], groups[0][0]["token_ids"], 10_000)
+    batch = collate_sft([example], trainer.tokenizer.pad_token_id)
+    expected_loss, _ = masked_sft_nll(trainer.model(input_ids=batch["input_ids"]).logits, batch["labels"])
+    (0.5 * expected_loss).backward()
+    expected = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    trainer.model.zero_grad(set_to_none=True)
+    captured = _grads_at_step(trainer)
+    metrics = trainer.train_on_rollouts(groups, {})[0]
+    assert metrics["self_sft/samples"] == 1
+    assert metrics["loss/self_sft"] == pytest.approx(float(expected_loss), rel=1e-5)
+    assert metrics["loss/total"] == pytest.approx(0.5 * float(expected_loss), rel=1e-5)  # not w_self / slots
+    for name, grad in expected.items():
+        assert torch.allclose(captured[name], grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_the_success_buffer_is_deduplicated_and_replays_are_bounded(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool, **{"dual_source.self_sft_max_replays": 2})
+    groups = _one_success(trainer.collect_rollouts()[0])
+    assert len(trainer._self_sft_examples(groups)) == 1
+    assert len(trainer._self_sft_examples(groups)) == 1 and len(trainer.buffer) == 1  # the same success: one entry
+    for group in groups:
+        for sample in group:
+            sample["result"] = types.SimpleNamespace(passed=False)
+    replays = [len(trainer._self_sft_examples(groups)) for _ in range(4)]
+    assert replays == [1, 1, 0, 0]  # replayed twice, then retired
+
+
+def test_a_length_cut_pass_is_not_imitated():
+    ok = types.SimpleNamespace(passed=True)
+    group = [{"result": ok, "token_ids": [1, 2], "finish_reason": "length"},
+             {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"}]
+    assert best_passing_sample(group)["token_ids"] == [1, 2, 3]
+    assert best_passing_sample(group[:1]) is None
+
+
+def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool):
+    """Uneven micro-batches (different completion lengths): the step's gradient is that of one token-mean
+    over all of its tokens; micro-token-mean (TRL's bnpo) averages the micro-batch means instead."""
+    settings = {"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0,
+                "training.max_grad_norm": 0.0}
+    for mode in ("token-mean", "micro-token-mean"):
+        trainer = make_trainer(tmp_path / mode, pool, **settings, **{"grpo.loss_aggregation": mode})
+        groups, rollout_metrics = trainer.collect_rollouts()
+        samples = [s for g in groups for s in g]
+        lengths = [sum(len(samples[k]["token_ids"]) for k in range(i, len(samples), 2)) for i in (0, 1)]
+        assert lengths[0] != lengths[1]  # the two micro-batches hold different numbers of tokens
+        correctness = torch.tensor([[s["reward"].correctness for s in g] for g in groups])
+        bonus = torch.tensor([[0.1 * s["reward"].format for s in g] for g in groups])
+        advantages = group_advantages(correctness, bonus=bonus)[0].reshape(-1)
+        pad = trainer.tokenizer.pad_token_id
+        if mode == "token-mean":
+            parts = [(list(range(len(samples))), 1.0)]  # one batch of every sample, one token-mean
+        else:
+            parts = [(list(range(i, len(samples), 2)), 0.5) for i in (0, 1)]  # each micro-batch's mean, averaged
+        for rows, weight in parts:
+            batch = pad_rollout_batch([samples[k] for k in rows], pad)
+            logp = completion_logprobs(trainer.model, batch)
+            loss, _ = grpo_loss(logp, logp.detach(), None, advantages[rows], batch["completion_mask"], kl_coef=0.0)
+            (weight * loss).backward()
+        expected = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        trainer.model.zero_grad(set_to_none=True)
+        captured = _grads_at_step(trainer)
+        trainer.train_on_rollouts(groups, rollout_metrics)
+        for name, grad in expected.items():
+            assert torch.allclose(captured[name], grad, rtol=1e-4, atol=1e-8), (mode, name)
 
 
 def test_best_passing_sample_prefers_the_shortest():

@@ -33,8 +33,8 @@ import os
 import random
 import shutil
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +46,16 @@ from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, p
 from training.launch import check_accelerator, local_world_size, sandbox_workers
 from training.losses import (
     IGNORE_INDEX,
+    STEP_AGGREGATIONS,
     aggregation_denominator,
+    aggregation_units,
     combine_losses,
     group_advantages,
     grpo_loss,
     masked_sft_nll,
     scheduled_weight,
     selective_log_softmax,
+    step_denominator,
     truncated_importance_weights,
 )
 from training.rewards import compute_rewards, load_reward_functions, reward_columns
@@ -78,8 +81,9 @@ def _mean(values: list[float | None]) -> float:
 
 
 def best_passing_sample(group: list[dict]) -> dict | None:
-    """Self-SFT pick: a sample that passed every test; ties go to the shortest completion."""
-    passing = [s for s in group if s["result"].passed]
+    """Self-SFT pick: a sample that passed every test and ended its turn itself (finish_reason "stop":
+    a completion cut at max_new_tokens is not a whole answer to imitate); ties go to the shortest."""
+    passing = [s for s in group if s["result"].passed and s.get("finish_reason") == "stop"]
     return min(passing, key=lambda s: len(s["token_ids"])) if passing else None
 
 
@@ -142,6 +146,11 @@ def dropout_disabled(model: Any):
             module.p = p
 
 
+def sft_tokens(batch: dict[str, torch.Tensor]) -> float:
+    """Supervised (shifted) label tokens of a `collate_sft` batch: what `masked_sft_nll` averages over."""
+    return float((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+
 def row_chunks(num_rows: int, chunk_size: int) -> list[list[int]]:
     """Consecutive groups of at most `chunk_size` row indices (0: one group with every row)."""
     size = chunk_size if chunk_size > 0 else max(num_rows, 1)
@@ -188,7 +197,46 @@ def chunked_completion_logprobs(model: Any, batch: dict[str, torch.Tensor], chun
 class TrainerState:
     global_step: int = 0  # optimizer steps done
     rollout_batches: int = 0  # rollout batches consumed (the position in the data order)
-    self_sft_buffer: list = field(default_factory=list)  # [(prompt_ids, completion_ids)]
+
+
+class SuccessBuffer:
+    """Recent self-SFT successes of this process, for steps without a fresh one.
+
+    One entry per distinct (prompt ids, completion ids), most recent last, each with the number of
+    replays it has left: an entry is replayed at most `max_replays` times after the step that found
+    it (a fresh success of the same completion renews it), then dropped, so a few lucky samples are
+    not imitated on every step until the next success.
+    """
+
+    def __init__(self, size: int, max_replays: int) -> None:
+        self.size, self.max_replays = size, max_replays
+        self.entries: OrderedDict[tuple[tuple[int, ...], tuple[int, ...]], int] = OrderedDict()
+
+    def add(self, items: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
+        for key in items:
+            self.entries.pop(key, None)
+            if self.size > 0 and self.max_replays > 0:
+                self.entries[key] = self.max_replays
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+    def replay(self, count: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Up to `count` of the most recent entries; each use spends one of its replays."""
+        chosen = list(self.entries)[-count:] if count > 0 else []
+        for key in chosen:
+            self.entries[key] -= 1
+            if self.entries[key] <= 0:
+                del self.entries[key]
+        return chosen
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def state(self) -> list:
+        return [[list(p), list(c), left] for (p, c), left in self.entries.items()]
+
+    def load(self, state: list) -> None:
+        self.entries = OrderedDict(((tuple(p), tuple(c)), left) for p, c, left in state)
 
 
 def tracker_run_name(config: Config, output_dir: str | Path) -> str:
@@ -247,7 +295,7 @@ class GRPOTrainer:
                                         secret_paths=task_secret_paths(config))
         self.rollout = rollout
         self.state = TrainerState()
-        self.buffer: deque = deque(maxlen=max(config.dual_source.self_sft_buffer_size, 1))
+        self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
         self.teacher_rng = random.Random(t.seed + 1 + self.accelerator.process_index)
         self.eot = end_of_turn_id(tokenizer)
         self.metrics_path = self.output_dir / "metrics.jsonl"
@@ -325,18 +373,16 @@ class GRPOTrainer:
         return groups, metrics
 
     def _self_sft_examples(self, groups: list[list[dict]]) -> list[dict]:
+        """This step's self-SFT examples: each group's best passing sample (de-duplicated), or, when no
+        group has one, the most recent buffered successes that still have replays left."""
         fresh = []
         for group in groups:
             best = best_passing_sample(group)
-            if best is not None:
-                fresh.append((best["prompt_ids"], best["token_ids"]))
-        self.buffer.extend(fresh)
-        if fresh:
-            chosen = fresh
-        elif self.config.dual_source.self_sft_buffer_size > 0:  # no success this step: recent ones
-            chosen = list(self.buffer)[-len(groups):]
-        else:
-            chosen = []
+            key = (tuple(best["prompt_ids"]), tuple(best["token_ids"])) if best is not None else None
+            if key is not None and key not in fresh:
+                fresh.append(key)
+        self.buffer.add(fresh)
+        chosen = fresh if fresh else self.buffer.replay(len(groups))
         return [e for e in (build_sft_example(p, c, self.config.dual_source.sft_max_length) for p, c in chosen) if e]
 
     def _teacher_batch(self) -> dict | None:
@@ -348,12 +394,14 @@ class GRPOTrainer:
                                          chat_template_kwargs={"enable_thinking": self.config.student.enable_thinking})
 
     def _grpo_pass(self, batch: dict, rows: list[int], old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
-                   advantages: torch.Tensor, weight: float, denominator: float, batch_tokens: float) -> dict[str, float]:
+                   advantages: torch.Tensor, scale: float, denominator: float, metric_tokens: float) -> dict[str, float]:
         """Forward + backward of the GRPO term for `rows` of one micro-batch.
 
-        The loss is divided by the whole micro-batch's aggregation `denominator`, so the chunks' losses
-        (and gradients) sum to the micro-batch's. Returned metrics are sums; chunk means are weighted
-        by the chunk's share of the micro-batch's `batch_tokens` (`_step_loss_metrics` finishes them).
+        The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
+        the chunks' losses and gradients sum to the step's objective (times `scale`: 1, or for
+        micro-token-mean 1 / micro-batches). Returned values are sums: the scaled loss, and chunk metric means times the chunk's share of `metric_tokens`
+        (this step's tokens over all ranks, divided by the number of ranks), so that summing the passes
+        and averaging over ranks gives the step's token means.
         """
         g = self.config.grpo
         part, width = slice_rollout_batch(batch, rows)
@@ -370,27 +418,31 @@ class GRPOTrainer:
                                       g.clip_range_high if g.clip_range_high >= 0 else None, g.kl_coef,
                                       g.loss_aggregation, g.max_new_tokens, denominator, token_weights=weights)
             metrics.update(is_metrics)
-            self.accelerator.backward(weight * loss)
-        share = float(part["completion_mask"].sum()) / batch_tokens
+            self.accelerator.backward(self.config.dual_source.grpo_weight * scale * loss)
+        share = float(part["completion_mask"].sum()) / metric_tokens
         sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
-        sums["loss/grpo"] = metrics["loss/grpo"]
+        sums["loss/grpo"] = metrics["loss/grpo"] * scale
         return sums
 
-    def _sft_pass(self, batch: dict, weight: float, name: str) -> dict[str, float]:
-        """Forward + backward of one SFT term (teacher or self) in row chunks; returns its loss."""
+    def _sft_pass(self, batch: dict, weight: float, name: str, denominator: float) -> dict[str, float]:
+        """Forward + backward of one SFT batch (teacher or self) in row chunks; returns its share of the loss.
+
+        The NLL is summed over supervised tokens and divided by `denominator` (the term's supervised
+        tokens of the whole step over all ranks, divided by the number of ranks), so the batches of a
+        step add up to one token-mean per term.
+        """
         device = self.accelerator.device
-        num_tokens = int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
-        if num_tokens == 0:  # no rows, or nothing supervised
+        if sft_tokens(batch) == 0:  # no rows, or nothing supervised
             return {}
         total = 0.0
         for rows in row_chunks(batch["input_ids"].shape[0], self.config.training.forward_chunk_size):
             ids, attention, labels = (batch[k][rows].to(device) for k in ("input_ids", "attention_mask", "labels"))
             width = int(attention.sum(dim=1).max())  # right-padded: cut the shared padding
             out = self.model(input_ids=ids[:, :width], attention_mask=attention[:, :width])
-            loss, _ = masked_sft_nll(out.logits, labels[:, :width], num_tokens)
+            loss, _ = masked_sft_nll(out.logits, labels[:, :width], denominator)
             self.accelerator.backward(weight * loss)
             total += float(loss.detach())
-        return {f"loss/{name}": total, f"count/{name}": 1.0}
+        return {f"loss/{name}": total}
 
     def _synchronizing_pass(self) -> None:
         """A zero-weighted one-token forward/backward outside `no_sync`: DDP all-reduces the gradients
@@ -401,25 +453,28 @@ class GRPOTrainer:
         out = self.model(input_ids=token, attention_mask=torch.ones_like(token))
         self.accelerator.backward(out.logits.sum() * 0.0)
 
-    def _step_loss_metrics(self, sums: dict[str, float], num_micro: int, slots: int, w_teacher: float,
+    def _global_sums(self, values: list[float]) -> list[float]:
+        """`values` summed over all processes (one all-reduce; itself when there is one process)."""
+        if self.accelerator.num_processes == 1:
+            return list(values)
+        reduced = self.accelerator.reduce(torch.tensor(values, dtype=torch.float64, device=self.accelerator.device),
+                                          reduction="sum")
+        return [float(v) for v in reduced.cpu()]
+
+    def _step_loss_metrics(self, sums: dict[str, float], present: dict[str, bool], w_teacher: float,
                            w_self: float) -> dict:
-        """Per-step loss metrics from the passes' sums. GRPO values are averaged over the micro-batches
-        that had GRPO samples; each SFT loss is its mean over the slots that had a batch (the loss as
-        a value); `loss/total` is the objective actually optimized (SFT terms averaged over all slots)."""
-        out = {k: v / max(num_micro, 1) for k, v in sums.items()
-               if not k.startswith(("loss/teacher_sft", "loss/self_sft", "count/"))}
-        optimized, reported = {}, {}
-        for name in ("teacher_sft", "self_sft"):
-            count = sums.get(f"count/{name}", 0.0)
-            optimized[name] = torch.tensor(sums[f"loss/{name}"] / slots) if count else None
-            if count:
-                reported[f"loss/{name}"] = sums[f"loss/{name}"] / count
-        grpo = torch.tensor(out["loss/grpo"]) if "loss/grpo" in out else None
-        if grpo is None and all(v is None for v in optimized.values()):
+        """Per-step loss metrics from the passes' sums. Every pass already divided by the step's global
+        normalizer, so the sums are this rank's shares: averaged over ranks (`_reduce`) they are the
+        step's values. A term that has data on some rank is reported by every rank (0 where it had
+        none), so that the average is right; `loss/total` is the objective actually optimized."""
+        out = {k: v for k, v in sums.items() if not k.startswith(("loss/teacher_sft", "loss/self_sft", "loss/grpo"))}
+        terms = {name: torch.tensor(sums.get(f"loss/{name}", 0.0)) if present[name] else None
+                 for name in ("grpo", "teacher_sft", "self_sft")}
+        if all(v is None for v in terms.values()):
             return out
-        _, combined = combine_losses(grpo, optimized["teacher_sft"], optimized["self_sft"],
+        _, combined = combine_losses(terms["grpo"], terms["teacher_sft"], terms["self_sft"],
                                      self.config.dual_source.grpo_weight, w_teacher, w_self)
-        return {**out, **combined, **reported}
+        return {**out, **combined}
 
     def train_on_rollouts(self, groups: list[list[dict]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
@@ -454,24 +509,35 @@ class GRPOTrainer:
                         ref_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
                 if cfg.grpo.num_iterations > 1:
                     old_logps.append(chunked_completion_logprobs(unwrapped, batch, chunk, temperature))
-        # the whole micro-batch's normalizers, shared by its row chunks (see `_grpo_pass`)
-        denominators = [aggregation_denominator(b["completion_mask"], cfg.grpo.loss_aggregation, cfg.grpo.max_new_tokens)
-                        for b in batches]
-        batch_tokens = [max(float(b["completion_mask"].sum()), 1.0) for b in batches]
+        mode, world = cfg.grpo.loss_aggregation, self.accelerator.num_processes
         self_examples = self._self_sft_examples(groups)
+        self_batch = collate_sft(self_examples, pad) if self_examples else None
         # SFT terms get one slot per configured micro-batch, whether or not filtering left GRPO
         # samples for it: a step (or a rank) whose groups were all dropped still learns from SFT.
         # `micro` never has more lists than slots, so slot i holds micro-batch i when it exists.
         slots = self.micro_batches
-        self_batches = [collate_sft(self_examples[i::slots], pad) if self_examples[i::slots] else None
-                        for i in range(slots)]
         step_metrics = []
         self.model.train()
         for _ in range(cfg.grpo.num_iterations):
             start = time.monotonic()
             w_teacher, w_self = self.sft_weights(self.state.global_step)
-            # micro-batch losses are averaged, as in gradient accumulation
-            grpo_scale, sft_scale = 1.0 / max(len(batches), 1), 1.0 / slots
+            teacher_batches = [self._teacher_batch() for _ in range(slots)] if w_teacher > 0 else []
+            teacher_batches = [b if b is not None and sft_tokens(b) > 0 else None for b in teacher_batches]
+            # One normalizer per term for the whole optimizer step, summed over micro-batches and ranks
+            # (one all-reduce): every token (or sequence) of the step weighs the same, wherever it fell.
+            grpo_units = sum(aggregation_units(b["completion_mask"], mode) for b in batches) if mode in STEP_AGGREGATIONS \
+                else 0.0
+            grpo_tokens, grpo_units, teacher_tokens, self_tokens = self._global_sums([
+                sum(float(b["completion_mask"].sum()) for b in batches), grpo_units,
+                sum(sft_tokens(b) for b in teacher_batches if b is not None),
+                sft_tokens(self_batch) if self_batch is not None and w_self > 0 else 0.0])
+            metric_tokens = max(grpo_tokens, 1.0) / world
+            if mode in STEP_AGGREGATIONS:
+                denominators = [step_denominator(grpo_units, mode, cfg.grpo.max_new_tokens, world)] * len(batches)
+                grpo_scale = 1.0
+            else:  # micro-token-mean: each micro-batch its own token mean, micro-batches averaged
+                denominators = [aggregation_denominator(b["completion_mask"], mode) for b in batches]
+                grpo_scale = 1.0 / max(len(batches), 1)
             passes: list = []  # every backward pass of this optimizer step, in order
             for i in range(slots):
                 if i < len(batches):
@@ -479,24 +545,26 @@ class GRPOTrainer:
                     ref = ref_logps[i] if ref_logps else None
                     adv = flat_adv[micro[i]].to(device)
                     for rows in row_chunks(len(micro[i]), chunk):
-                        passes.append(functools.partial(self._grpo_pass, batches[i], rows, old, ref, adv,
-                                                        cfg.dual_source.grpo_weight * grpo_scale, denominators[i],
-                                                        batch_tokens[i]))
-                if w_teacher > 0:
-                    teacher_batch = self._teacher_batch()
-                    if teacher_batch is not None:
-                        passes.append(functools.partial(self._sft_pass, teacher_batch, w_teacher * sft_scale, "teacher_sft"))
-                if w_self > 0 and self_batches[i] is not None:
-                    passes.append(functools.partial(self._sft_pass, self_batches[i], w_self * sft_scale, "self_sft"))
+                        passes.append(functools.partial(self._grpo_pass, batches[i], rows, old, ref, adv, grpo_scale,
+                                                        denominators[i], metric_tokens))
+                if teacher_batches and teacher_batches[i] is not None:
+                    passes.append(functools.partial(self._sft_pass, teacher_batches[i], w_teacher, "teacher_sft",
+                                                    teacher_tokens / world))
+            if self_batch is not None and w_self > 0:
+                passes.append(functools.partial(self._sft_pass, self_batch, w_self, "self_sft", self_tokens / world))
             sums: dict[str, float] = {}
-            distributed = self.accelerator.num_processes > 1
+            distributed = world > 1
             for run_pass in passes:  # under DDP: accumulate locally, synchronize once below
                 with self.accelerator.no_sync(self.model) if distributed else contextlib.nullcontext():
                     for key, value in run_pass().items():
                         sums[key] = sums.get(key, 0.0) + value
             if distributed:
                 self._synchronizing_pass()
-            totals = self._step_loss_metrics(sums, len(batches), slots, w_teacher, w_self)
+            if grpo_tokens > 0:  # a rank without GRPO samples contributes zeros to the step's means
+                for key in ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean"):
+                    sums.setdefault(key, 0.0)
+            present = {"grpo": grpo_tokens > 0, "teacher_sft": teacher_tokens > 0, "self_sft": self_tokens > 0}
+            totals = self._step_loss_metrics(sums, present, w_teacher, w_self)
             grad_norm = 0.0
             if cfg.training.max_grad_norm > 0:
                 grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.training.max_grad_norm))
@@ -543,7 +611,6 @@ class GRPOTrainer:
                                     pass_rate=f"{metrics['pass_rate']:.2f}", refresh=False)
                     bar.update(1)
             self.state.rollout_batches += 1
-            self.state.self_sft_buffer = list(self.buffer)
             save_every = self.config.training.save_steps
             due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
             if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
@@ -624,21 +691,31 @@ class GRPOTrainer:
                 f"folder: --resume_from_checkpoint {self.output_dir}/{CHECKPOINT_PREFIX}N.")
         return found[-1]
 
+    def _rank_state_name(self) -> str:
+        return f"rank-{self.accelerator.process_index}.pt"
+
     def save_checkpoint(self) -> Path | None:
+        """adapter, optimizer, scheduler, trainer state and config (rank 0), plus one `rank-N.pt` per
+        process with what differs between processes: its RNG states, its teacher-sampling RNG and its
+        self-SFT buffer (each rank samples and succeeds on its own prompts)."""
         self.accelerator.wait_for_everyone()
         final = self.output_dir / f"{CHECKPOINT_PREFIX}{self.state.global_step}"
+        tmp = self.output_dir / f".{final.name}.tmp"
         if self.accelerator.is_main_process:
-            tmp = self.output_dir / f".{final.name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                    "teacher": self.teacher_rng.getstate(), "self_sft_buffer": self.buffer.state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                   tmp / self._rank_state_name())
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
             self.accelerator.unwrap_model(self.model).save_pretrained(tmp / "adapter")
             torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
             torch.save(self.scheduler.state_dict(), tmp / "scheduler.pt")
-            torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                        "teacher": self.teacher_rng.getstate(),
-                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, tmp / "rng.pt")
             state = {"global_step": self.state.global_step, "rollout_batches": self.state.rollout_batches,
-                     "self_sft_buffer": [list(map(list, e)) for e in self.buffer], "total_steps": self.total_steps}
+                     "total_steps": self.total_steps, "num_processes": self.accelerator.num_processes}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
             save_config(self.config, tmp / "config.json")
             if final.exists():
@@ -662,18 +739,22 @@ class GRPOTrainer:
         set_peft_model_state_dict(unwrapped, load_file(str(path / "adapter" / "adapter_model.safetensors")))
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-        rng = torch.load(path / "rng.pt", weights_only=False)
+        state = json.loads((path / "trainer_state.json").read_text())
+        rank_file = path / self._rank_state_name()
+        if not rank_file.is_file():
+            raise FileNotFoundError(
+                f"{rank_file} is missing: {path} was saved by {state.get('num_processes', '?')} process(es); resume "
+                f"with the same number (accelerate launch --num_processes N).")
+        rng = torch.load(rank_file, weights_only=False)
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
         self.teacher_rng.setstate(rng["teacher"])
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        state = json.loads((path / "trainer_state.json").read_text())
+        self.buffer.load(rng["self_sft_buffer"])
         self.state.global_step = state["global_step"]
         self.state.rollout_batches = state["rollout_batches"]
-        self.buffer.clear()
-        self.buffer.extend((tuple(p), tuple(c)) for p, c in state["self_sft_buffer"])
         if self.accelerator.is_main_process:
             print(f"resumed from {path} at step {self.state.global_step}", flush=True)
 

@@ -15,8 +15,9 @@ Conventions pinned here (and tested in tests/test_losses.py):
   (PPO; eps_high > eps_low is DAPO's clip-higher, arXiv:2503.14476).
 - KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman), added per token; its value
   estimates KL(policy || ref), its expected gradient as a loss is that of KL(ref || policy).
-- Aggregation (one function, three modes): token-mean (DAPO), seq-mean-token-mean (original GRPO),
-  seq-mean-token-sum-norm (Dr. GRPO: token sums divided by a constant length).
+- Aggregation (one function, four modes): token-mean (DAPO), seq-mean-token-mean (original GRPO),
+  seq-mean-token-sum-norm (Dr. GRPO: token sums divided by a constant length), micro-token-mean (TRL's
+  bnpo). The trainer normalizes the first three over the whole optimizer step (`step_denominator`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import math
 import torch
 
 IGNORE_INDEX = -100
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "micro-token-mean")
+# Modes whose normalizer covers the whole optimizer step (every micro-batch of every rank); the
+# remaining one, micro-token-mean, normalizes each micro-batch on its own (TRL's "bnpo").
+STEP_AGGREGATIONS = AGGREGATIONS[:3]
 SCHEDULES = ("constant", "linear", "cosine")
 
 
@@ -190,7 +194,7 @@ def aggregation_denominator(mask: torch.Tensor, mode: str = "token-mean", norm_l
     activation peak.
     """
     m = mask.float()
-    if mode == "token-mean":
+    if mode in ("token-mean", "micro-token-mean"):
         return max(float(m.sum()), 1.0)
     if mode == "seq-mean-token-mean":
         return max(float((m.sum(dim=1) > 0).sum()), 1.0)
@@ -199,11 +203,38 @@ def aggregation_denominator(mask: torch.Tensor, mode: str = "token-mean", norm_l
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
+def aggregation_units(mask: torch.Tensor, mode: str = "token-mean") -> float:
+    """What a (B, T) mask adds to a step's normalizer: its tokens (token modes), its rows that have
+    tokens (seq-mean-token-mean) or all its rows (seq-mean-token-sum-norm). Not clamped: summed over
+    micro-batches and ranks first, then turned into a divisor by `step_denominator`."""
+    m = mask.float()
+    if mode in ("token-mean", "micro-token-mean"):
+        return float(m.sum())
+    if mode == "seq-mean-token-mean":
+        return float((m.sum(dim=1) > 0).sum())
+    if mode == "seq-mean-token-sum-norm":
+        return float(mask.shape[0])
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def step_denominator(units: float, mode: str = "token-mean", norm_length: int | None = None, world: int = 1) -> float:
+    """The divisor of every GRPO chunk loss of one optimizer step, from the step's `units` summed over
+    all micro-batches and all `world` ranks (`aggregation_units`).
+
+    Each rank divides by units / world because DDP then averages the ranks' gradients: the step's
+    gradient is that of sum(all losses) / units, one global token-mean (DAPO) or sequence mean,
+    however the samples fell into micro-batches and ranks. (seq-mean-token-sum-norm: units x norm_length.)
+    """
+    total = max(units, 1.0) * (norm_length if mode == "seq-mean-token-sum-norm" and norm_length else 1)
+    return total / world
+
+
 def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None,
                    denominator: float | None = None) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar over the masked tokens.
 
     token-mean:               sum(l * m) / sum(m)               every token weighs the same (DAPO)
+    micro-token-mean:         the same per micro-batch (the trainer then averages micro-batches: TRL's bnpo)
     seq-mean-token-mean:      mean_b [sum_t(l * m) / sum_t(m)]  every sequence weighs the same (GRPO)
     seq-mean-token-sum-norm:  mean_b [sum_t(l * m)] / norm_length   a constant divisor, no length bias (Dr. GRPO)
     Rows without any token contribute nothing (never NaN). `denominator` (from
