@@ -283,9 +283,11 @@ def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool
 def test_best_passing_sample_prefers_the_shortest():
     ok = types.SimpleNamespace(passed=True)
     bad = types.SimpleNamespace(passed=False)
-    group = [{"result": bad, "token_ids": [1]}, {"result": ok, "token_ids": [1, 2, 3]}, {"result": ok, "token_ids": [1, 2]}]
+    group = [{"result": bad, "token_ids": [1], "finish_reason": "stop"},
+             {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"},
+             {"result": ok, "token_ids": [1, 2], "finish_reason": "stop"}]
     assert best_passing_sample(group)["token_ids"] == [1, 2]
-    assert best_passing_sample([{"result": bad, "token_ids": [1]}]) is None
+    assert best_passing_sample([{"result": bad, "token_ids": [1], "finish_reason": "stop"}]) is None
 
 
 def test_teacher_examples_are_filtered(tmp_path):
