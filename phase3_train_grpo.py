@@ -36,6 +36,7 @@ from training.rewards import RewardFunctionError, load_reward_functions
 from training.rollout import HFRollout, VLLMRollout, prompt_lengths
 from training.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError, read_tasks
+from utils.sft_data import check_thinking_targets
 from utils.student_model import DTYPES, ModelLoadError, attach_lora, load_student, resolve_model_path, save_adapter
 
 
@@ -155,6 +156,12 @@ def main(config: Config, resume_from: str | None = None, teacher_traces: Path | 
                  else "" if teacher_examples else " (teacher-SFT term off: none of them passed or has code)"))
     model, tokenizer = load_student(config.student.model_name, config.student.torch_dtype, config.student.load_in_8bit,
                                     config.paths.model_cache_dir, device=accelerator.device)
+    if teacher_examples and config.dual_source.teacher_sft_weight > 0:
+        try:  # a second think block in teacher-SFT targets (Qwen3 template, enable_thinking=false)
+            check_thinking_targets(tokenizer, config.dual_source.include_thinking,
+                                   {"enable_thinking": config.student.enable_thinking})
+        except ValueError as error:
+            raise RunSetupError(str(error)) from None
     lora = config.lora
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     if accelerator.is_main_process:

@@ -1,12 +1,13 @@
 """Label masking on the real embedded tokenizer (ChatML, <|im_end|> = eos = pad)."""
 
-import torch
+import pytest
 
 from utils.prompts import get_unified_prompt
 from utils.sft_data import (
     IGNORE_INDEX,
     build_sft_example,
     build_sft_target,
+    check_thinking_targets,
     collate_sft,
     encode_prompt,
     encode_response,
@@ -32,8 +33,8 @@ def test_target_format():
 def test_build_sft_example_hand_counted():
     ex = build_sft_example([1, 2, 3], [7, 8], max_length=10)
     assert ex == {"input_ids": [1, 2, 3, 7, 8], "labels": [-100, -100, -100, 7, 8]}
-    cut = build_sft_example([1, 2, 3], [7, 8, 9, 10], max_length=5)
-    assert cut == {"input_ids": [1, 2, 3, 7, 8], "labels": [-100, -100, -100, 7, 8]}
+    assert build_sft_example([1, 2, 3], [7, 8, 9, 10], max_length=6) is None  # does not fit: dropped, never cut
+    assert build_sft_example([1, 2, 3], [7, 8, 9], max_length=6)["input_ids"] == [1, 2, 3, 7, 8, 9]  # just fits
     assert build_sft_example([1, 2, 3], [7], max_length=3) is None  # prompt fills everything
     assert build_sft_example([1], [], max_length=5) is None
 
@@ -85,16 +86,30 @@ def test_without_thinking_the_response_has_no_think_block(smollm2_tokenizer):
     assert "<think>" not in smollm2_tokenizer.decode(supervised)
 
 
-def test_truncation_keeps_alignment_and_drops_prompt_only_examples(smollm2_tokenizer):
+def test_a_trace_that_does_not_fit_is_dropped_not_cut(smollm2_tokenizer):
     tok = smollm2_tokenizer
     prompt_len = len(encode_prompt(tok, LONG["prompt"]))
-    batch = prepare_teacher_sft_batch([LONG], tok, max_length=prompt_len + 5)
-    assert batch["input_ids"].shape == (1, prompt_len + 5)
-    assert batch["num_response_tokens"] == [5]
-    row_ids, row_labels = batch["input_ids"][0], batch["labels"][0]
-    assert torch.equal(row_labels[prompt_len:], row_ids[prompt_len:])
-    dropped = prepare_teacher_sft_batch([LONG, SHORT], tok, max_length=prompt_len)
-    assert dropped["num_dropped"] == 1 and dropped["input_ids"].shape[0] == 1  # SHORT's prompt is shorter
+    whole = prepare_teacher_sft_batch([LONG], tok, max_length=10_000)
+    full_len = int(whole["attention_mask"].sum())
+    assert whole["num_dropped"] == 0 and whole["input_ids"][0, full_len - 1] == end_of_turn_id(tok)
+    cut = prepare_teacher_sft_batch([LONG], tok, max_length=prompt_len + 5)  # room for 5 of its response tokens
+    assert cut["num_dropped"] == 1 and cut["input_ids"].shape[0] == 0  # no thinking prefix without code or end
+    exact = prepare_teacher_sft_batch([LONG, SHORT], tok, max_length=full_len)
+    assert exact["num_dropped"] == 0 and int(exact["attention_mask"][0].sum()) == full_len
+
+
+def test_a_prompt_that_already_closed_thinking_refuses_think_targets():
+    class ClosingTemplate:  # what Qwen3's template does with enable_thinking=false
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict, enable_thinking=True):
+            return [1, 2] if enable_thinking else [1, 2, 3]
+
+        def decode(self, ids):
+            return "<|im_start|>assistant\n" + ("<think>\n\n</think>\n\n" if 3 in ids else "")
+
+    check_thinking_targets(ClosingTemplate(), True, {"enable_thinking": True})
+    check_thinking_targets(ClosingTemplate(), False, {"enable_thinking": False})  # code-only targets are fine
+    with pytest.raises(ValueError, match="dual_source.include_thinking=false"):
+        check_thinking_targets(ClosingTemplate(), True, {"enable_thinking": False})
 
 
 def test_self_sft_uses_the_same_masking(smollm2_tokenizer):

@@ -423,3 +423,45 @@ def test_logprobs_divide_by_the_temperature_in_float32():
     got = completion_logprobs(BF16Model(), batch, temperature=0.7)
     exact = torch.log_softmax(logits[:, 1:-1].float() / 0.7, -1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(got, exact, atol=1e-5)
+
+
+def test_teacher_traces_that_do_not_fit_are_dropped_and_counted(tmp_path, pool):
+    probe = make_trainer(tmp_path / "probe", pool)
+    lengths = sorted(len(e["input_ids"]) for e in probe.teacher_sft)
+    limit = lengths[len(lengths) // 2]  # about half the traces fit
+    trainer = make_trainer(tmp_path, pool, **{"dual_source.sft_max_length": limit})
+    kept = sum(n <= limit for n in lengths)
+    assert 0 < kept < len(lengths)
+    assert trainer.teacher_stats["teacher_sft/dropped_too_long"] == pytest.approx(1 - kept / len(lengths))
+    batch = trainer._teacher_batch()
+    for row, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True):
+        assert row[int(mask.sum()) - 1] == trainer.eot  # whole targets only: each ends its turn
+    metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
+    assert metrics["teacher_sft/dropped_too_long"] == trainer.teacher_stats["teacher_sft/dropped_too_long"]
+    assert "teacher_sft/over_rollout_budget" in metrics
+
+
+def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, pool, monkeypatch):
+    import dataclasses
+
+    import training.grpo_trainer as trainer_module
+
+    real = trainer_module.execute_many
+    calls = []
+
+    def flaky(jobs, *args, **kwargs):
+        results = real(jobs, *args, **kwargs)
+        calls.append(len(jobs))
+        broken = [0, 1] if len(calls) == 1 else [0]  # sample 0 breaks it twice, sample 1 only the first time
+        return [dataclasses.replace(r, status="sandbox_error", passed=False, tests_passed=0) if i in broken else r
+                for i, r in enumerate(results)]
+
+    monkeypatch.setattr(trainer_module, "execute_many", flaky)
+    trainer = make_trainer(tmp_path, pool)
+    groups, metrics = trainer.collect_rollouts()
+    assert calls[1] == 2  # the two harness failures were re-run once
+    first, second = groups[0][0], groups[0][1]
+    assert first["result"].status == "sandbox_error" and first["reward"].correctness == 0.0  # a failure, not unscorable
+    assert second["result"].status != "sandbox_error" and second["reward"].correctness is not None
+    n = sum(len(g) for g in groups)
+    assert metrics["sandbox/error_retried"] == pytest.approx(2 / n) and metrics["sandbox/error_confirmed"] == pytest.approx(1 / n)

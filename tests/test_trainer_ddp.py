@@ -1,5 +1,6 @@
 """Scale-out on an existing engine: the same trainer under `accelerate launch` with 2 CPU processes."""
 
+import json
 import shutil
 import subprocess
 
@@ -9,9 +10,7 @@ import torch
 from tests.conftest import ROOT
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["even", "uneven"])
-def test_two_processes_end_with_identical_adapters(tmp_path, scenario):
+def launch(tmp_path, scenario):
     accelerate = shutil.which("accelerate", path=str(ROOT / ".venv" / "bin")) or shutil.which("accelerate")
     # --multi_gpu selects accelerate's torchrun launcher; without GPUs the processes use gloo on the CPU
     # (`--cpu` alone would start a single process unless mpirun is set up).
@@ -20,7 +19,13 @@ def test_two_processes_end_with_identical_adapters(tmp_path, scenario):
     # a rank waiting for an all-reduce its peer never starts would hang: the timeout turns that into a failure
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["even", "uneven"])
+def test_two_processes_end_with_identical_adapters(tmp_path, scenario):
+    rank0, rank1 = launch(tmp_path, scenario)
     assert rank0["world"] == rank1["world"] == 2
     assert set(rank0["prompts"]).isdisjoint(rank1["prompts"])  # each rank rolled out its own prompts
     moved = False
@@ -28,3 +33,50 @@ def test_two_processes_end_with_identical_adapters(tmp_path, scenario):
         assert torch.allclose(value, rank1["lora"][key], atol=1e-7), key  # gradients were synchronized
         moved = moved or "lora_B" in key and value.abs().sum() > 0
     assert moved  # and training did change the adapter
+    if scenario == "even":
+        # the schedule advances once per optimizer step, as on one process: linear decay over 2 steps
+        lrs = [json.loads(line)["lr"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+        assert lrs == pytest.approx([0.01 * (1 - 1 / 2), 0.01 * (1 - 2 / 2)])
+        # the final checkpoint gives every rank its own state back
+        for rank in (rank0, rank1):
+            assert rank["reloaded"]["teacher"] == rank["saved"]["teacher"]
+            assert torch.equal(rank["reloaded"]["torch"], rank["saved"]["torch"])
+            assert rank["reloaded"]["buffer"] == rank["saved"]["buffer"]
+        assert rank0["saved"]["teacher"] != rank1["saved"]["teacher"] and rank0["teacher_draw"] != rank1["teacher_draw"]
+        assert not torch.equal(rank0["saved"]["torch"], rank1["saved"]["torch"])
+    else:
+        check_global_token_mean(rank0, rank1)
+
+
+def check_global_token_mean(rank0, rank1):
+    """The first step's synchronized gradient is that of one token-mean over the kept samples of both ranks
+    (rank 1 kept none), not rank 0's token-mean halved by DDP's averaging."""
+    from tests.trainer_helpers import tiny_config
+    from training.grpo_trainer import completion_logprobs, pad_rollout_batch
+    from training.losses import group_advantages, grpo_loss
+    from utils.student_model import attach_lora, load_student
+
+    config = tiny_config("unused")
+    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
+    torch.manual_seed(0)  # the adapter initialisation every rank started from
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    kept, advantages = [], []
+    for rank in (rank0, rank1):
+        groups = rank["samples"]
+        correctness = torch.tensor([[s["correctness"] for s in g] for g in groups])
+        bonus = torch.tensor([[config.grpo.format_reward_weight * s["format"] for s in g] for g in groups])
+        adv = group_advantages(correctness, bonus=bonus)[0]
+        for g, group in enumerate(groups):
+            if adv[g].abs().sum() > 0:  # dynamic filtering
+                kept += group
+                advantages += adv[g].tolist()
+    assert kept and all(s["correctness"] == 0 for g in rank1["samples"] for s in g)
+    batch = pad_rollout_batch(kept, tokenizer.pad_token_id)
+    logp = completion_logprobs(model, batch)
+    loss, _ = grpo_loss(logp, logp.detach(), None, torch.tensor(advantages), batch["completion_mask"], kl_coef=0.0)
+    loss.backward()
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            ddp_name = next(k for k in rank0["grads"] if k.endswith(name))
+            assert torch.allclose(rank0["grads"][ddp_name], param.grad, rtol=1e-4, atol=1e-8), name
+            assert torch.allclose(rank1["grads"][ddp_name], param.grad, rtol=1e-4, atol=1e-8), name

@@ -62,7 +62,15 @@ from training.rewards import compute_rewards, load_reward_functions, reward_colu
 from utils.dataset_loader import Task
 from utils.jsonl import read_jsonl, write_jsonl_atomic
 from utils.prompts import get_unified_prompt
-from utils.sft_data import build_sft_example, collate_sft, end_of_turn_id, prepare_teacher_sft_batch
+from utils.sft_data import (
+    build_sft_example,
+    build_sft_target,
+    check_thinking_targets,
+    collate_sft,
+    encode_prompt,
+    encode_response,
+    end_of_turn_id,
+)
 from utils.student_model import save_adapter
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
@@ -267,6 +275,7 @@ class GRPOTrainer:
         self.tasks = tasks
         self.plans = {t.task_id: plan_tests(t, config.sandbox.include_challenge_tests) for t in tasks}
         self.teacher_examples = teacher_examples
+        self.teacher_sft, self.teacher_stats = self._build_teacher_sft(teacher_examples, tokenizer)
         self.output_dir = Path(output_dir)
         self.g = config.grpo.num_samples_per_prompt
         t = config.training
@@ -347,11 +356,20 @@ class GRPOTrainer:
         flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
         parsed = [extract_thinking_and_code_unified(s["text"]) for _, s in flat]
         start = time.monotonic()
-        results = execute_many([(p["code"], t) for (t, _), p in zip(flat, parsed, strict=True)], self.pool, self.limits,
-                               include_challenge=cfg.sandbox.include_challenge_tests)
+        jobs = [(p["code"], t) for (t, _), p in zip(flat, parsed, strict=True)]
+        results = execute_many(jobs, self.pool, self.limits, include_challenge=cfg.sandbox.include_challenge_tests)
+        # a harness failure gets one more try; twice on the same program, and it counts as a failure
+        retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
+        if retry:
+            again = execute_many([jobs[i] for i in retry], self.pool, self.limits,
+                                 include_challenge=cfg.sandbox.include_challenge_tests)
+            for i, result in zip(retry, again, strict=True):
+                results[i] = result
+        confirmed = {i for i in retry if results[i].status == "sandbox_error"}
         rewards = compute_rewards(results, parsed, cfg.grpo.correctness_reward, cfg.grpo.format_reward_weight,
                                   self.user_rewards, [prompts[k // self.g] for k in range(len(flat))],
-                                  [s["text"] for _, s in flat], reward_columns([t for t, _ in flat], parsed, results))
+                                  [s["text"] for _, s in flat], reward_columns([t for t, _ in flat], parsed, results),
+                                  confirmed_failures=confirmed)
         reward_time = time.monotonic() - start
         groups = []
         for i, task in enumerate(tasks):
@@ -369,6 +387,8 @@ class GRPOTrainer:
                    "pass_fraction/mean": sum(r.pass_fraction for r in results) / max(len(results), 1),
                    "reward/format_mean": sum(r.format for r in rewards) / max(len(rewards), 1),
                    **{f"reward/{r.name.rpartition(':')[2]}_mean": _mean([rw.user[r.name] for rw in rewards]) for r in self.user_rewards},
+                   "sandbox/error_retried": len(retry) / max(len(results), 1),
+                   "sandbox/error_confirmed": len(confirmed) / max(len(results), 1),
                    "format/closed_think": sum(p["think_closed"] for p in parsed) / max(len(parsed), 1)}
         return groups, metrics
 
@@ -385,13 +405,38 @@ class GRPOTrainer:
         chosen = fresh if fresh else self.buffer.replay(len(groups))
         return [e for e in (build_sft_example(p, c, self.config.dual_source.sft_max_length) for p, c in chosen) if e]
 
+    def _build_teacher_sft(self, examples: list[dict], tokenizer: Any) -> tuple[list[dict], dict]:
+        """Tokenize every usable teacher trace once. A trace whose prompt + target does not fit
+        `sft_max_length` is dropped and counted, never cut. Returns the examples and their statistics:
+        the share dropped, and the share of kept targets longer than the rollout budget (a student
+        imitating them could not finish within grpo.max_new_tokens)."""
+        d, cfg = self.config.dual_source, self.config
+        template = {"enable_thinking": cfg.student.enable_thinking}
+        if not examples or d.teacher_sft_batch_size <= 0 or d.teacher_sft_weight <= 0:
+            return [], {"teacher_sft/dropped_too_long": 0.0, "teacher_sft/over_rollout_budget": 0.0}
+        check_thinking_targets(tokenizer, d.include_thinking, template)
+        built, over_budget = [], 0
+        for example in examples:
+            target = build_sft_target(example.get("thinking"), example["code"], d.include_thinking)
+            prompt_ids = encode_prompt(tokenizer, example["prompt"], chat_template_kwargs=template)
+            response_ids = encode_response(tokenizer, target)
+            sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length)
+            if sft is not None:
+                built.append(sft)
+                over_budget += len(response_ids) > cfg.grpo.max_new_tokens
+        stats = {"teacher_sft/dropped_too_long": 1.0 - len(built) / len(examples),
+                 "teacher_sft/over_rollout_budget": over_budget / max(len(built), 1)}
+        if self.accelerator.is_main_process and len(built) < len(examples):
+            print(f"teacher-SFT: {len(examples) - len(built)} of {len(examples)} traces do not fit "
+                  f"dual_source.sft_max_length={d.sft_max_length} and are left out (never cut)", flush=True)
+        return built, stats
+
     def _teacher_batch(self) -> dict | None:
         d = self.config.dual_source
-        if not self.teacher_examples or d.teacher_sft_batch_size <= 0:
+        if not self.teacher_sft or d.teacher_sft_batch_size <= 0:
             return None
-        picked = [self.teacher_rng.choice(self.teacher_examples) for _ in range(d.teacher_sft_batch_size)]
-        return prepare_teacher_sft_batch(picked, self.tokenizer, d.include_thinking, d.sft_max_length,
-                                         chat_template_kwargs={"enable_thinking": self.config.student.enable_thinking})
+        picked = [self.teacher_rng.choice(self.teacher_sft) for _ in range(d.teacher_sft_batch_size)]
+        return collate_sft(picked, self.tokenizer.pad_token_id)
 
     def _grpo_pass(self, batch: dict, rows: list[int], old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
                    advantages: torch.Tensor, scale: float, denominator: float, metric_tokens: float) -> dict[str, float]:
@@ -577,7 +622,8 @@ class GRPOTrainer:
                        * self.accelerator.num_processes / max(len(self.tasks), 1),
                        "lr": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm, **rollout_metrics, **adv_metrics,
                        **totals, "weight/teacher_sft": w_teacher, "weight/self_sft": w_self,
-                       "self_sft/samples": len(self_examples), "teacher_sft/pool": len(self.teacher_examples),
+                       "self_sft/samples": len(self_examples), "teacher_sft/pool": len(self.teacher_sft),
+                       **self.teacher_stats,
                        "time/update_s": time.monotonic() - start}
             step_metrics.append(metrics)
             if self.state.global_step >= self.total_steps:

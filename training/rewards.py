@@ -4,7 +4,8 @@ A reward function has the signature ``(results, parsed) -> list[float | None]`` 
 are `evaluation.code_executor.ExecutionResult`s and ``parsed`` the dicts of
 `utils.thinking_extraction.extract_thinking_and_code_unified`. ``None`` means "could not be
 verified" (the sandbox itself failed): such a sample gets no advantage at all, rather than being
-punished as wrong.
+punished as wrong. The trainer re-runs such a program once; if the harness fails on it again, it
+counts as a failure (`confirmed_failures`), so breaking the harness is never rewarded.
 
 - correctness ``binary``: 1.0 if every test passed, else 0.0 (the product's GRPO reward);
 - correctness ``fraction``: the share of tests passed (partial credit; the CPU preset uses it,
@@ -29,7 +30,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,16 +146,21 @@ class Reward:
 def compute_rewards(results: Sequence[Any], parsed: Sequence[dict], correctness: str = "binary",
                     format_weight: float = 0.1, user_rewards: Sequence[UserReward] = (),
                     prompts: Sequence[str] = (), completions: Sequence[str] = (),
-                    columns: dict[str, list] | None = None) -> list[Reward]:
+                    columns: dict[str, list] | None = None, confirmed_failures: Collection[int] = ()) -> list[Reward]:
     """total = correctness + format_weight * format + sum(weight * user value), or None when correctness is None.
 
     A user function's None adds nothing to that sample (TRL's convention: the function does not apply).
+    `confirmed_failures`: indices whose program made the harness fail again when re-run. They score as
+    failures (correctness 0), not as unverifiable: an unverifiable sample gets advantage 0, which in a
+    group of wrong answers is better than theirs, so a program that can break the harness would be
+    rewarded for it.
     """
     if correctness not in CORRECTNESS_REWARDS:
         raise ValueError(f"unknown correctness reward {correctness!r}; valid: {', '.join(CORRECTNESS_REWARDS)}")
     if len(results) != len(parsed):
         raise ValueError(f"{len(results)} results but {len(parsed)} parsed responses")
     correct = get_reward_function(correctness)(results, parsed)
+    correct = [0.0 if i in confirmed_failures else c for i, c in enumerate(correct)]
     fmt = format_reward(results, parsed)
     user = {r.name: _call_user_reward(r, prompts, completions, columns or {}) for r in user_rewards}
     weights = {r.name: r.weight for r in user_rewards}

@@ -9,9 +9,9 @@ self-SFT (phase 3, on the student's own best samples) and the preflight's label 
   produces tokens after the prompt ids, so this is the same boundary the policy samples at.
 - labels = IGNORE_INDEX on every prompt and padding position, = input_ids on every response
   position. The causal-LM loss shifts labels internally, so position i's label is token i.
-- Truncation keeps the whole prompt and cuts the response from the right (ids and labels in
-  lockstep); an example whose prompt alone does not fit leaves no response tokens and is dropped
-  (counted in the batch's `num_dropped`), rather than training on a cut prompt.
+- Nothing is truncated: an example whose prompt + response (+ end-of-turn) does not fit max_length
+  is dropped (counted in the batch's `num_dropped`). Cutting a teacher trace from the right would
+  train on a thinking prefix with no </think>, no code and no end of turn.
 
 This module knows tokenizers and tensors, not models or configs.
 """
@@ -73,18 +73,35 @@ def encode_response(tokenizer: Any, response: str, add_end_of_turn: bool = True)
 
 
 def build_sft_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int) -> dict[str, list[int]] | None:
-    """The masking function. Returns {'input_ids', 'labels'} or None if nothing is left to learn.
+    """The masking function. Returns {'input_ids', 'labels'}, or None when there is no response or
+    the whole example does not fit `max_length` (dropped, never cut).
 
     len(input_ids) == len(labels) <= max_length; labels[:len(prompt_ids)] are IGNORE_INDEX.
     """
-    room = max_length - len(prompt_ids)
-    if room <= 0 or not response_ids:
+    if not response_ids or len(prompt_ids) + len(response_ids) > max_length:
         return None
-    response_ids = list(response_ids)[:room]
+    response_ids = list(response_ids)
     return {
         "input_ids": list(prompt_ids) + response_ids,
         "labels": [IGNORE_INDEX] * len(prompt_ids) + response_ids,
     }
+
+
+def check_thinking_targets(tokenizer: Any, include_thinking: bool, chat_template_kwargs: dict[str, Any] | None) -> None:
+    """Refuse targets with a <think> block after a prompt that already closed one.
+
+    Qwen3 templates with enable_thinking=false end the generation prompt with an empty
+    "<think>\n\n</think>\n\n"; a target that starts with its own think block would teach the student
+    a second one. Raises ValueError naming the two settings."""
+    if not include_thinking:
+        return
+    ids = encode_prompt(tokenizer, "x", chat_template_kwargs=chat_template_kwargs)
+    if THINK_CLOSE in tokenizer.decode(ids[-16:]):
+        raise ValueError(
+            "student.enable_thinking=false with dual_source.include_thinking=true: this chat template already "
+            "closes an empty <think></think> block in the prompt, so teacher-SFT targets would teach a second "
+            "think block. Set --set dual_source.include_thinking=false (code-only targets) or "
+            "--set student.enable_thinking=true.")
 
 
 def collate_sft(examples: Sequence[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
