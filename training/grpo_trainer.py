@@ -557,9 +557,10 @@ class GRPOTrainer:
         mode, world = cfg.grpo.loss_aggregation, self.accelerator.num_processes
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, pad) if self_examples else None
-        # SFT terms get one slot per configured micro-batch, whether or not filtering left GRPO
+        # Teacher-SFT draws one batch per configured micro-batch slot, whether or not filtering left GRPO
         # samples for it: a step (or a rank) whose groups were all dropped still learns from SFT.
         # `micro` never has more lists than slots, so slot i holds micro-batch i when it exists.
+        # Self-SFT is one batch per step (row-chunked like the others).
         slots = self.micro_batches
         step_metrics = []
         self.model.train()
