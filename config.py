@@ -328,7 +328,9 @@ class GRPOConfig:
         (),
         "Your own reward functions, added to the execution rewards: import paths 'package.module:function' or "
         "'path/to/file.py:function', TRL's signature fn(prompts, completions, **columns) -> list[float | None] "
-        "(see training/rewards.py for the columns). None for a sample means 'does not apply' (adds nothing).",
+        "(see training/rewards.py for the columns). None for a sample means 'does not apply' (adds nothing). "
+        "Like the format bonus, their weighted sum is added to the advantage centred within the group, not "
+        "divided by the group's std (only correctness is z-scored).",
     )
     reward_weights: tuple[float, ...] = option(
         (), "Weight of each of grpo.reward_funcs (same order); empty means 1.0 each."
