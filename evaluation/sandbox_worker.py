@@ -514,13 +514,19 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
 
 def _fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int], mounts: list[str]) -> None:
     """New, empty tmpfs on the scratch folders (root, in the program's own mount namespace). Nobody
-    ever walks them: they vanish with the namespace when the program's last process is gone."""
+    ever walks them: they vanish with the namespace when the program's last process is gone.
+
+    Keep folders below a scratch folder (a checkout in /tmp) are opened again here, before the
+    tmpfs covers them: a bind mount whose source fd was opened in another mount namespace (the
+    zygote's `scratch_keeps`) fails with EINVAL."""
+    keeps = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in scratch_keeps}
     for path in mounts:
         _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
-    for path, fd in scratch_keeps.items():
+    for path, fd in keeps.items():
         os.makedirs(path, mode=0o755, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        os.close(fd)
 
 
 def remove_tree(path: str) -> None:

@@ -12,6 +12,8 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -650,3 +652,23 @@ def test_c5_nothing_outlives_pool_close():
     assert not _processes_of_uid(uid), "a program outlived pool.close()"
     assert not cgroup or not os.path.exists(cgroup), "the worker's cgroup was left behind"
     thread.join(timeout=60)
+
+
+def test_programs_run_when_the_python_environment_lives_below_tmp(tmp_path):
+    """A checkout cloned into /tmp with its .venv (as CI may do): each program's fresh /tmp tmpfs must
+    not hide the interpreter's folders. The old code re-bound them from fds opened in the zygote's
+    mount namespace, which the kernel refuses (EINVAL): every program became a sandbox_error."""
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    script = (
+        "from evaluation.code_executor import execute_program\n"
+        "from utils.dataset_loader import Task\n"
+        "task = Task(task_id='t/1', source='mbpp', problem='p', test_type='assert',\n"
+        "            tests=('assert add(1, 2) == 3',), fn_name='add')\n"
+        "print(execute_program('def add(a, b):\\n    return a + b\\n', task).status)\n"
+    )
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", script], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "passed", proc.stderr[-2000:]
