@@ -896,6 +896,10 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, reap)
     flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC if ctx["namespaces"] else 0
     while True:
+        # reap by polling too, not only from the SIGCHLD handler: ended programs were seen left as
+        # zombies for seconds (a lost wake-up), which also stalled the next job
+        while not select.select([sock], [], [], 0.1)[0]:
+            reap(signal.SIGCHLD, None)
         try:
             request, fds = _recv_fds_all(sock)
         except InterruptedError:

@@ -112,7 +112,15 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
         # the uid, checked below, and cannot become root)
         helpers = set(worker.info.get("helper_pids", []))
         uid = worker.info.get("uid")
-        left = [p for p in _descendants(worker.process.pid) if p not in helpers and not (uid is not None and _owner(p) == 0)]
+        def leftovers(worker=worker, helpers=helpers, uid=uid):
+            return [p for p in _descendants(worker.process.pid)
+                    if p not in helpers and not (uid is not None and _owner(p) == 0)]
+
+        # an ended program is reaped by its zygote asynchronously (SIGCHLD): on a loaded machine that can
+        # take longer than the sleep above, so wait a bounded time for the teardown to finish
+        deadline = time.monotonic() + 3.0
+        while (left := leftovers()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not left, f"processes left behind: {left}"
         if worker.info.get("uid") is not None:
             assert not _processes_of_uid(worker.info["uid"])
