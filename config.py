@@ -528,6 +528,56 @@ class SandboxConfig:
 
 
 @dataclass(frozen=True)
+class MultiTurnConfig:
+    mode: str = option(
+        "single",
+        "How a sample is produced, in phases 2, 3 and 4 alike. single: one answer. tool: inside its "
+        "thinking the model may write <program>...</program>; generation stops there, the program runs "
+        "in the sandbox (empty stdin, no task tests or files visible) and its output is appended as "
+        "<result>...</result>, then generation continues. feedback: after an answer the tests shown in "
+        "the prompt (never the hidden ones) are run; a failure comes back as a user message and the "
+        "model answers again, up to max_turns answers. The reward is always the final answer's, on all tests.",
+        choices=("single", "tool", "feedback"),
+    )
+    max_turns: int = option(
+        3,
+        "feedback mode: answers per sample, the first included. A sample whose last allowed answer "
+        "still fails a shown test ends marked truncated and is scored on that answer.",
+    )
+    max_tool_calls: int = option(
+        4,
+        "tool mode: programs run per sample. Past the limit a program is not run and its result "
+        "block says so; more calls cost tokens without information.",
+    )
+    max_total_tokens: int = option(
+        2048,
+        "tool and feedback modes: tokens per sample after the prompt, the policy's and the "
+        "environment's (results, feedback turns) together. Each turn also stops at the phase's "
+        "max_new_tokens. A sample that reaches this ends marked truncated and is scored on its last answer.",
+    )
+    result_max_bytes: int = option(
+        1024,
+        "tool mode: bytes of a program's output (stdout, then its error) kept in a <result> block; "
+        "the rest is cut with a marker. Long results eat the token budget.",
+    )
+    feedback_max_chars: int = option(
+        600, "feedback mode: characters of one feedback message (the failing test, expected vs got or the error)."
+    )
+    tool_call_reward: float = option(
+        0.0,
+        "tool mode, phase 3: reward per program that ran without an error (seed 000's call_python), "
+        "added to the shaping part of the advantage. 0 = off. Capped by tool_reward_cap, so calling "
+        "programs cannot outweigh correctness.",
+    )
+    tool_reward_cap: float = option(0.1, "The most the tool-use term can add to one sample's reward.")
+    turn_cost: float = option(
+        0.0,
+        "phase 3: reward subtracted per extra turn (feedback: each answer after the first; tool: each "
+        "program run). 0 = off. A small cost prefers solving in fewer turns.",
+    )
+
+
+@dataclass(frozen=True)
 class EvaluationConfig:
     num_samples: int = option(
         10,
@@ -564,6 +614,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
 
 
 SECTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.name != "preset")
@@ -604,6 +655,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
         "evaluation": {"num_samples": 4, "k_values": (1, 2, 4), "max_new_tokens": 128},
+        "multi_turn": {"max_total_tokens": 512},
     },
 }
 PRESET_CHOICES = ("auto", *PRESETS)
@@ -937,6 +989,10 @@ def validate(config: Config) -> None:
     need(all(k >= 1 for k in config.evaluation.k_values), "evaluation.k_values", "must all be >= 1")
     need(config.evaluation.temperature >= 0, "evaluation.temperature", "must be >= 0")
     need(config.evaluation.bootstrap_resamples >= 1, "evaluation.bootstrap_resamples", "must be >= 1")
+    for key in ("max_turns", "max_total_tokens", "result_max_bytes", "feedback_max_chars"):
+        need(getattr(config.multi_turn, key) >= 1, f"multi_turn.{key}", "must be >= 1")
+    for key in ("max_tool_calls", "tool_call_reward", "tool_reward_cap", "turn_cost"):
+        need(getattr(config.multi_turn, key) >= 0, f"multi_turn.{key}", "must be >= 0 (0 = off)")
 
 
 def build_config(

@@ -189,3 +189,15 @@ def test_every_recipe_resolves():
     assert build_config("cpu", config_file=ROOT / "recipes" / "cpu_demo.yaml") == build_config("cpu")
     one = build_config("gpu", config_file=ROOT / "recipes" / "qwen3_1gpu.yaml")
     assert one.student.model_name == "Qwen/Qwen3-1.7B" and one.lora.r == 64 and one.grpo.rollout_backend == "vllm"
+
+
+def test_multi_turn_section_mode_choices_and_limits():
+    config = cfg.build_config("cpu", overrides=["multi_turn.mode=feedback", "multi_turn.max_turns=2"])
+    assert config.multi_turn.mode == "feedback" and config.multi_turn.max_turns == 2
+    assert cfg.build_config("gpu").multi_turn.mode == "single"  # off by default: single-turn as before
+    with pytest.raises(cfg.ConfigError, match="multi_turn.mode"):
+        cfg.build_config("cpu", overrides=["multi_turn.mode=tools"])
+    with pytest.raises(cfg.ConfigError, match="multi_turn.max_total_tokens"):
+        cfg.build_config("cpu", overrides=["multi_turn.max_total_tokens=0"])
+    with pytest.raises(cfg.ConfigError, match="multi_turn.turn_cost"):
+        cfg.build_config("cpu", overrides=["multi_turn.turn_cost=-0.1"])

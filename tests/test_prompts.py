@@ -1,6 +1,16 @@
+import json
+from pathlib import Path
+
+import pytest
+
 from utils.dataset_loader import Task
 from utils.prompts import (
     CODE_FENCE,
+    PROGRAM_CLOSE,
+    PROGRAM_OPEN,
+    RESULT_CLOSE,
+    RESULT_OPEN,
+    TOOL_EXAMPLE,
     PYTHON_FENCE,
     SYSTEM_PROMPT_UNIFIED,
     THINK_CLOSE,
@@ -61,3 +71,48 @@ def test_chat_messages_always_carry_the_system_prompt():
     messages = build_chat_messages("hi")
     assert messages == [{"role": "system", "content": SYSTEM_PROMPT_UNIFIED}, {"role": "user", "content": "hi"}]
     assert build_chat_messages("hi", system_prompt=None) == [{"role": "user", "content": "hi"}]
+
+
+# ------------------------------------------------------------------ multi-turn modes (issue 17)
+
+GOLDEN = Path(__file__).parent / "data" / "single_turn_prompts.json"
+
+
+def _golden_tasks() -> dict:
+    from utils.dataset_loader import load_apps, load_humaneval, load_mbpp
+
+    root = Path(__file__).resolve().parent.parent / "data" / "embedded"
+    tasks = load_mbpp(root / "mbpp_fixtures.jsonl")[0] + load_apps(root / "apps_fixtures.jsonl")[0] + load_humaneval()[0]
+    return {t.task_id: t for t in tasks}
+
+
+def test_single_turn_prompts_are_byte_identical_to_the_pre_multi_turn_ones():
+    # tests/data/single_turn_prompts.json was written by get_unified_prompt before the modes existed
+    cases = json.loads(GOLDEN.read_text())
+    tasks = _golden_tasks()
+    assert len(cases) == 97
+    for case in cases:
+        task = tasks[case["task"]] if case["task"] else case["problem"]
+        assert get_unified_prompt(task, case["num_visible_tests"]) == case["prompt"]
+        assert get_unified_prompt(task, case["num_visible_tests"], mode="single") == case["prompt"]
+
+
+def test_each_mode_appends_its_instructions_to_the_single_turn_prompt():
+    single = get_unified_prompt(MBPP)
+    tool = get_unified_prompt(MBPP, mode="tool")
+    feedback = get_unified_prompt(MBPP, mode="feedback")
+    assert tool.startswith(single + "\n\n") and feedback.startswith(single + "\n\n")
+    extra = tool[len(single):]
+    for tag in (PROGRAM_OPEN, PROGRAM_CLOSE, RESULT_OPEN, RESULT_CLOSE):
+        assert tag in extra
+    assert TOOL_EXAMPLE in extra and PROGRAM_OPEN not in feedback and "tests shown" in feedback
+    with pytest.raises(ValueError, match="unknown mode 'tools'"):
+        get_unified_prompt(MBPP, mode="tools")
+
+
+def test_the_one_shot_tool_example_parses_like_a_real_answer():
+    parsed = extract_thinking_and_code_unified(TOOL_EXAMPLE)
+    assert parsed["well_formed"] and parsed["code"].startswith("def sum_to(n):")
+    # the program sits inside the thinking, where no graded code is ever taken from
+    assert PROGRAM_OPEN in parsed["thinking"] and RESULT_CLOSE in parsed["thinking"]
+    assert TOOL_EXAMPLE.count(PROGRAM_OPEN) == TOOL_EXAMPLE.count(PROGRAM_CLOSE) == 1

@@ -14,6 +14,15 @@ Expected answer:
     ```python
     code
     ```
+
+Multi-turn modes (`multi_turn.mode`, see `MODES`) append their instructions and a one-shot example
+of their protocol to the same prompt; the single-turn prompt is unchanged by them.
+
+- `tool`: inside the thinking the model may run a program: it writes `<program>` ... `</program>`,
+  generation stops at the closing tag, the harness runs the program in the sandbox and appends its
+  output as `<result>` ... `</result>`, and the model continues.
+- `feedback`: after an answer, the tests shown in the prompt are run; a failing one comes back as a
+  user message and the model answers again.
 """
 
 from __future__ import annotations
@@ -25,6 +34,12 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 CODE_FENCE = "```"
 PYTHON_FENCE = CODE_FENCE + "python"
+PROGRAM_OPEN = "<program>"
+PROGRAM_CLOSE = "</program>"
+RESULT_OPEN = "<result>"
+RESULT_CLOSE = "</result>"
+
+MODES = ("single", "tool", "feedback")
 
 SYSTEM_PROMPT_UNIFIED = (
     "You are an expert Python programmer. For every problem you first reason step by step "
@@ -77,13 +92,46 @@ def _task_requirements(task: Any, num_visible_tests: int) -> str:
     return ""
 
 
-def get_unified_prompt(task: Any, num_visible_tests: int = 1) -> str:
-    """The user message for a task: problem, task-specific requirements, the answer format.
+# The one-shot example of the tool protocol (seed 000's system prompt carries one example of the
+# same shape). It is a real exchange: the result block is what the sandbox prints for this program.
+TOOL_EXAMPLE = (
+    f"{THINK_OPEN}\nThe sum 1 + 2 + ... + n should be n * (n + 1) // 2. Let me check it for n = 4.\n"
+    f"{PROGRAM_OPEN}\nprint(sum(range(1, 5)), 4 * 5 // 2)\n{PROGRAM_CLOSE}\n"
+    f"{RESULT_OPEN}\n10 10\n{RESULT_CLOSE}\n"
+    f"Both give 10, so the formula is right.\n{THINK_CLOSE}\n\n"
+    f"{PYTHON_FENCE}\ndef sum_to(n):\n    return n * (n + 1) // 2\n{CODE_FENCE}"
+)
+
+_TOOL_INSTRUCTION = (
+    "While thinking you may run Python code to check an idea: write a complete program between "
+    f"{PROGRAM_OPEN} and {PROGRAM_CLOSE} and stop. Its printed output (or its error) is then given to you "
+    f"between {RESULT_OPEN} and {RESULT_CLOSE}, and you continue. The program reads no input and cannot "
+    "see the tests. Your final answer is still the single Python code block after the thinking. "
+    "Example of an answer that runs a program:\n" + TOOL_EXAMPLE
+)
+
+_FEEDBACK_INSTRUCTION = (
+    "After your answer, your code is run on the tests shown in the problem. If one fails, you are told "
+    "which one and what happened, and you answer again in the same format with the corrected code."
+)
+
+
+def mode_instruction(mode: str) -> str:
+    """The text a multi-turn mode adds to the prompt ('' for single)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; the modes are {', '.join(MODES)}")
+    return {"single": "", "tool": _TOOL_INSTRUCTION, "feedback": _FEEDBACK_INSTRUCTION}[mode]
+
+
+def get_unified_prompt(task: Any, num_visible_tests: int = 1, mode: str = "single") -> str:
+    """The user message for a task: problem, task-specific requirements, the answer format, and
+    the instructions of a multi-turn `mode` (config: multi_turn.mode; `single` adds nothing).
 
     `task` is a `utils.dataset_loader.Task`, a task dict, or a plain problem string.
     `num_visible_tests` is how many MBPP asserts are shown (config: prompt.num_visible_tests);
     showing more lets a policy hard-code the visible outputs.
     """
+    extra = mode_instruction(mode)
     if isinstance(task, str):
         problem, requirements = task.strip(), ""
     else:
@@ -94,6 +142,8 @@ def get_unified_prompt(task: Any, num_visible_tests: int = 1) -> str:
         parts.append(requirements)
     parts.append(_INSTRUCTION)
     parts.append("Format:\n" + FORMAT_EXAMPLE)
+    if extra:
+        parts.append(extra)
     return "\n\n".join(parts)
 
 
