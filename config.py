@@ -308,7 +308,22 @@ class GRPOConfig:
         "Rollout sampling temperature. Too low collapses a group to identical samples (zero "
         "advantage, no learning); too high gives garbage.",
     )
-    top_p: float = option(1.0, "Rollout nucleus sampling threshold (1.0 = off, unbiased on-policy).")
+    top_p: float = option(
+        1.0,
+        "Rollout nucleus sampling threshold (1.0 = off). The trainer's log-probs are the full softmax at the "
+        "temperature, so anything below 1 makes rollouts off-policy for them.",
+    )
+    top_k: int = option(
+        0,
+        "Rollout top-k (0 = off, the default: sample the full softmax the log-probs describe). Passed "
+        "explicitly to every backend (rollouts.sampling.SamplingSettings), so neither the checkpoint's "
+        "generation_config (transformers, vllm serve) nor a backend default changes the distribution: hf, "
+        "vllm and vllm_server rollouts sample the same one.",
+    )
+    min_p: float = option(0.0, "Rollout min-p truncation (0 = off; > 0 is off-policy like top_p < 1).")
+    repetition_penalty: float = option(
+        1.0, "Rollout repetition penalty (1 = off; anything else samples a distribution the log-probs do not describe)."
+    )
     correctness_reward: str = option(
         "binary",
         "'binary': 1 only when every test passes (no credit for near misses, cannot be gamed by "
@@ -591,6 +606,13 @@ class EvaluationConfig:
         "meaningful).",
     )
     top_p: float = option(0.95, "Nucleus sampling threshold for evaluation.")
+    top_k: int = option(
+        0,
+        "Evaluation top-k (0 = off). Passed explicitly to the hf and vllm backends alike, so pass@k does not "
+        "depend on the backend or on the checkpoint's generation_config. Part of the completion cache key when set.",
+    )
+    min_p: float = option(0.0, "Evaluation min-p truncation (0 = off).")
+    repetition_penalty: float = option(1.0, "Evaluation repetition penalty (1 = off).")
     max_new_tokens: int = option(1024, "Max tokens per evaluation completion.")
     bootstrap_resamples: int = option(
         10000,
@@ -844,6 +866,9 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "max_completion_length": ("grpo.max_new_tokens", None),
     "temperature": ("grpo.temperature", None),
     "top_p": ("grpo.top_p", None),
+    "top_k": ("grpo.top_k", lambda v: 0 if v is None else v),  # TRL: None or 0 = off
+    "min_p": ("grpo.min_p", lambda v: 0.0 if v is None else v),
+    "repetition_penalty": ("grpo.repetition_penalty", None),
     "beta": ("grpo.kl_coef", None),
     "epsilon": ("grpo.clip_range", None),
     "epsilon_high": ("grpo.clip_range_high", None),
@@ -966,6 +991,12 @@ def validate(config: Config) -> None:
         "must be >= 2 (advantages are relative within a group of samples)",
     )
     need(config.grpo.temperature > 0, "grpo.temperature", "must be > 0 (rollouts must sample)")
+    for name in ("grpo", "evaluation"):
+        sampling = getattr(config, name)
+        need(0 < sampling.top_p <= 1, f"{name}.top_p", "must be in (0, 1]")
+        need(sampling.top_k >= 0, f"{name}.top_k", "must be >= 0 (0: off)")
+        need(0 <= sampling.min_p < 1, f"{name}.min_p", "must be in [0, 1) (0: off)")
+        need(sampling.repetition_penalty > 0, f"{name}.repetition_penalty", "must be > 0 (1: off)")
     for key in ("grpo_weight", "teacher_sft_weight", "self_sft_weight"):
         need(getattr(config.dual_source, key) >= 0, f"dual_source.{key}", "must be >= 0")
     need(config.training.learning_rate > 0, "training.learning_rate", "must be > 0")

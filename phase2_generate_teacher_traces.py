@@ -33,12 +33,13 @@ from config import (
     save_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
-from synthesis.generate_traces import TraceFileBusy, generate_traces
+from synthesis.generate_traces import TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.jsonl import write_json_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
-from utils.student_model import EMBEDDED_PREFIX, resolve_model_path
+from utils.sft_data import build_sft_example, teacher_sft_ids
+from utils.student_model import EMBEDDED_PREFIX, ModelLoadError, load_tokenizer, resolve_model_path
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 EXIT_SOME_FAILED = 3
@@ -101,8 +102,25 @@ def check_resume_settings(config: Config, output_path: Path, saved_config_path: 
         )
 
 
+def teacher_sft_fit(config: Config, output_path: Path, task_ids: set[str]) -> dict | None:
+    """How many of the file's traces usable for teacher-SFT do not fit `dual_source.sft_max_length` with the
+    student's tokenizer (phase 3 leaves those out, never cuts them). None when the tokenizer cannot load."""
+    d = config.dual_source
+    try:
+        tokenizer = load_tokenizer(config.student.model_name, config.paths.model_cache_dir)
+    except (ModelLoadError, OSError) as error:
+        print(f"note: cannot count traces too long for teacher-SFT ({str(error).splitlines()[0]})", file=sys.stderr)
+        return None
+    template = {"enable_thinking": config.student.enable_thinking}
+    usable = load_teacher_examples(output_path, task_ids, d.teacher_sft_only_passed)
+    too_long = sum(build_sft_example(*teacher_sft_ids(tokenizer, t, d.include_thinking, template), d.sft_max_length)
+                   is None for t in usable)
+    return {"usable": len(usable), "too_long": too_long, "sft_max_length": d.sft_max_length}
+
+
 async def run(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> int:
     tasks = read_tasks(input_path)
+    task_ids = {t.task_id for t in tasks}  # phase 3 trains on every task of the file
     if config.teacher.max_tasks > 0:
         tasks = tasks[: config.teacher.max_tasks]
     model = resolve_teacher_model(config)
@@ -124,8 +142,12 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
     print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
     print(stats.table())
     print(f"elapsed: {stats.elapsed_s:.1f} s")
+    fit = teacher_sft_fit(config, output_path, task_ids)
+    if fit is not None:
+        print(f"teacher-SFT: {fit['too_long']} of {fit['usable']} usable traces in the file do not fit "
+              f"dual_source.sft_max_length={fit['sft_max_length']} (phase 3 leaves them out)")
     stats_path = output_path.with_suffix(".stats.json")
-    payload = {**stats.to_dict(), "output": str(output_path), "teacher_model": config.teacher.model_name,
+    payload = {**stats.to_dict(), "teacher_sft_fit": fit, "output": str(output_path), "teacher_model": config.teacher.model_name,
                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     write_json_atomic(stats_path, payload)
     print(f"\nWrote {output_path} and {stats_path}")

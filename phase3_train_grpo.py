@@ -28,6 +28,7 @@ from config import (
     flag_overrides,
     preliminary_config,
 )
+from rollouts.sampling import SamplingSettings
 from synthesis.generate_traces import load_teacher_examples
 from training.grpo_trainer import CHECKPOINT_PREFIX, GRPOTrainer, make_accelerator
 from training.launch import LaunchError, check_launch_environment
@@ -66,9 +67,9 @@ def build_rollout(config: Config, tokenizer, output_dir: Path, accelerator=None,
         dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
         handoff = AdapterHandoff(output_dir / ".vllm_adapters", lambda model, path: save_adapter(model, None, path, dtype),
                                  is_main, barrier)
-        return VLLMRollout(llm, tokenizer, g.max_new_tokens, g.temperature, g.top_p, handoff, g.gen_update_steps,
+        return VLLMRollout(llm, tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), handoff, g.gen_update_steps,
                            template, sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
-    return HFRollout(tokenizer, g.max_new_tokens, g.temperature, g.top_p, template,
+    return HFRollout(tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), template,
                      batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
 
 

@@ -45,6 +45,7 @@ from evaluation.evaluate import (
     generate_cached,
     summarize,
 )
+from rollouts.sampling import SamplingSettings
 from training.rollout import HFRollout, VLLMRollout, prompt_lengths
 from training.vllm_engine import adapter_rank, build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError
@@ -101,7 +102,7 @@ def hf_generators(config: Config, base_name: str, adapter: Path | None, template
                                     config.paths.model_cache_dir)
     if adapter is not None:
         model = load_adapter(model, adapter)
-    rollout = HFRollout(tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p, template, batch_size=8)
+    rollout = HFRollout(tokenizer, ev.max_new_tokens, SamplingSettings.from_section(ev), template, batch_size=8)
 
     def baseline(prompts, n):
         with model.disable_adapter():  # the same weights with the adapter switched off
@@ -126,7 +127,7 @@ def vllm_generators(config: Config, base_name: str, adapter: Path | None, tasks:
                            gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
                            dtype=config.student.torch_dtype, seed=config.training.seed,
                            lora_rank=adapter_rank(adapter) if adapter is not None else None, logprobs=False)
-    rollout = VLLMRollout(build_engine(vllm, kwargs), tokenizer, ev.max_new_tokens, ev.temperature, ev.top_p,
+    rollout = VLLMRollout(build_engine(vllm, kwargs), tokenizer, ev.max_new_tokens, SamplingSettings.from_section(ev),
                           chat_template_kwargs=template, logprobs=False, vllm_module=vllm)
     request = None
     if adapter is not None:  # a name and id of its own per adapter digest: vLLM's prefix cache keys LoRA blocks by name
@@ -156,7 +157,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     else:
         generators = hf_generators(config, base_name, adapter, template)
     limits = SandboxLimits.from_config(config.sandbox)
-    settings = {"temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
+    # knobs that truncate enter the key only when set, so caches made before they existed stay valid
+    settings = {**SamplingSettings.from_section(ev).truncating(), "temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
                 "visible_tests": eval_set.visible_tests, "thinking": config.student.enable_thinking,
                 "backend": config.grpo.rollout_backend, "dtype": config.student.torch_dtype,
                 "load_in_8bit": config.student.load_in_8bit}

@@ -204,6 +204,7 @@ def check_sft_labels(report: Report, tokenizer) -> None:
 
 def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple | None:
     section(f"Student model ({config.student.model_name})")
+    from rollouts.sampling import SamplingSettings
     from utils.student_model import ModelLoadError, generate_completions, load_student
 
     start = time.time()
@@ -218,7 +219,7 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
             "tests": ["assert sum_two(2, 3) == 5"]}
     start = time.time()
     sample = generate_completions(model, tokenizer, [get_unified_prompt(task, config.prompt.num_visible_tests)],
-                                  num_samples=1, max_new_tokens=max_new_tokens, temperature=0.0,
+                                  num_samples=1, max_new_tokens=max_new_tokens, sampling=SamplingSettings(temperature=0.0),
                                   chat_template_kwargs={"enable_thinking": config.student.enable_thinking})[0][0]
     report.expect(sample["num_tokens"] > 0, f"student generated {sample['num_tokens']} tokens ({time.time() - start:.1f} s, "
                   f"finish_reason={sample['finish_reason']})", "generation returned nothing")
@@ -239,6 +240,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
 
     import torch
 
+    from rollouts.sampling import SamplingSettings
     from training.grpo_trainer import GRPOTrainer
     from training.rollout import HFRollout
     from utils.dataset_loader import Task
@@ -259,7 +261,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     base = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" not in k}
     adapter = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
     teacher = [{"prompt": get_unified_prompt(task), "thinking": "Return the sum.", "code": ADD, "task_id": task.task_id}]
-    rollout = HFRollout(tokenizer, 48, small.grpo.temperature, small.grpo.top_p,
+    rollout = HFRollout(tokenizer, 48, SamplingSettings.from_section(small.grpo),
                         {"enable_thinking": config.student.enable_thinking}, batch_size=2)
     with tempfile.TemporaryDirectory() as out:
         try:

@@ -44,6 +44,7 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
 
     from config import build_config
     from evaluation.code_executor import SandboxPool
+    from rollouts.sampling import SamplingSettings
     from training.grpo_trainer import GRPOTrainer
     from training.rollout import HFRollout
     from utils.student_model import EMBEDDED_MODELS, attach_lora, load_student
@@ -59,7 +60,8 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
     model, tokenizer = load_student(EMBEDDED_MODELS[0], "float32", device="cpu")
     model = attach_lora(model, SHARED["r"], SHARED["alpha"], 0.0, TARGETS)
     tasks = tasks_for(steps)
-    rollout = HFRollout(tokenizer, max_new_tokens, SHARED["temperature"], 1.0, {"enable_thinking": True}, batch_size=8)
+    rollout = HFRollout(tokenizer, max_new_tokens, SamplingSettings(SHARED["temperature"], 1.0), {"enable_thinking": True},
+                        batch_size=8)
     with SandboxPool(2) as pool:
         trainer = GRPOTrainer(config, model, tokenizer, tasks, [], "/tmp/bench_grpo_ours", rollout=rollout, pool=pool)
         times, tokens, splits = [], [], []

@@ -56,6 +56,7 @@ def main() -> None:
     from config import build_config
     from evaluation.code_executor import SandboxLimits, SandboxPool
     from evaluation.evaluate import execute_samples, generate_cached
+    from rollouts.sampling import SamplingSettings
     from synthesis.generate_traces import load_teacher_examples
     from training.grpo_trainer import GRPOTrainer
     from training.rollout import HFRollout
@@ -80,7 +81,8 @@ def main() -> None:
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, config.lora.lora_dropout, config.lora.target_modules)
     g = config.grpo
-    rollout = HFRollout(tokenizer, g.max_new_tokens, g.temperature, g.top_p, {"enable_thinking": True}, batch_size=8)
+    rollout = HFRollout(tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), {"enable_thinking": True},
+                        batch_size=8)
     limits = SandboxLimits.from_config(config.sandbox)
     with SandboxPool(2, limits) as pool:
         def measure(tag: str) -> list[dict]:

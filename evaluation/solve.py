@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evaluation.code_executor import execute_program
     from phase4_evaluate import default_model_path, resolve_model
+    from rollouts.sampling import SamplingSettings
     from utils.dataset_loader import Task, TaskSchemaError, entry_point_from_asserts
     from utils.prompts import get_unified_prompt
     from utils.student_model import ModelLoadError, generate_completions, load_adapter, load_student
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         model = load_adapter(model, adapter)
     prompt = get_unified_prompt(task if task else args.problem, config.prompt.num_visible_tests)
     samples = generate_completions(model, tokenizer, [prompt], num_samples=args.samples, max_new_tokens=args.max_new_tokens,
-                                   temperature=args.temperature,
+                                   sampling=SamplingSettings(args.temperature, config.evaluation.top_p, config.evaluation.top_k,
+                                                             config.evaluation.min_p, config.evaluation.repetition_penalty),
                                    chat_template_kwargs={"enable_thinking": config.student.enable_thinking})[0]
     for i, sample in enumerate(samples, start=1):
         parsed = extract_thinking_and_code_unified(sample["text"])

@@ -78,6 +78,10 @@ def test_set_overrides_are_coerced_to_the_field_type(assignment, section, key, e
         ("student.torch_dtype=fp8", ["student.torch_dtype", "float32, bfloat16"]),
         ("data.val_ratio=1.5", ["data.val_ratio must be between 0 and 1"]),
         ("grpo.num_samples_per_prompt=1", ["grpo.num_samples_per_prompt must be >= 2"]),
+        ("grpo.top_k=-1", ["grpo.top_k must be >= 0 (0: off)"]),
+        ("evaluation.min_p=1", ["evaluation.min_p must be in [0, 1)"]),
+        ("grpo.repetition_penalty=0", ["grpo.repetition_penalty must be > 0 (1: off)"]),
+        ("evaluation.top_p=0", ["evaluation.top_p must be in (0, 1]"]),
         ("novalue", ["expected section.key=value"]),
     ],
 )

@@ -179,6 +179,25 @@ def test_the_completion_cache_is_keyed_by_the_weights_not_the_folder_name(tmp_pa
     assert len(sorted((out / "eval_cache").glob("*.jsonl"))) == 2  # same weights: the cache is reused
 
 
+def test_phase4_samples_with_the_evaluation_sampling_settings(tmp_path):
+    from utils.dataset_loader import write_tasks
+
+    eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(2))
+    out = tmp_path / "out"
+    common = ["--preset", "cpu", "--eval_file", str(eval_file), "--k", "1", "--max_new_tokens", "6",
+              "--model_path", "embedded:tiny-random", "--set", f"paths.output_dir={out}"]
+
+    def run(name, *flags):
+        assert phase4.run([*common, "--output", str(tmp_path / f"{name}.json"), "--samples_output",
+                           str(tmp_path / f"{name}.jsonl"), *flags]) == 0
+        return [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+    greedy = {r["task_id"]: r["completion"] for r in run("greedy", "--num_samples", "1", "--temperature", "0")}
+    top1 = run("top1", "--num_samples", "3", "--temperature", "1.0", "--set", "evaluation.top_k=1")
+    assert len(top1) == 6 and all(r["completion"] == greedy[r["task_id"]] for r in top1)  # top-1 sampling is greedy
+    run("full", "--num_samples", "3", "--temperature", "1.0")
+    assert len(list((out / "eval_cache").glob("*.jsonl"))) == 3  # the knob is in the cache key: nothing reused
+
 def test_a_changed_task_text_is_generated_again(tmp_path):
     import dataclasses
 

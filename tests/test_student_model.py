@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from rollouts.sampling import SamplingSettings
 from utils import student_model as sm
 from utils.prompts import get_unified_prompt
 
@@ -70,7 +71,8 @@ def test_generation_shapes_and_finish_reasons(tiny):
     model, tok = tiny
     prompts = [get_unified_prompt("Add."), get_unified_prompt("A longer problem statement about sorting lists.")]
     torch.manual_seed(0)
-    out = sm.generate_completions(model, tok, prompts, num_samples=3, max_new_tokens=12, temperature=1.0, batch_size=1)
+    out = sm.generate_completions(model, tok, prompts, num_samples=3, max_new_tokens=12, sampling=SamplingSettings(1.0),
+                                  batch_size=1)
     assert [len(s) for s in out] == [3, 3]
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     for samples in out:
@@ -85,12 +87,75 @@ def test_generation_shapes_and_finish_reasons(tiny):
     assert out[0][0]["prompt_ids"] == out[0][2]["prompt_ids"] != out[1][0]["prompt_ids"]
 
 
+def _scores_of_generate(model, monkeypatch):
+    """Wrap model.generate so that it also records the processed scores it sampled each token from."""
+    recorded = []
+    real = model.generate
+
+    def generate(**kwargs):
+        out = real(**kwargs, output_scores=True, return_dict_in_generate=True)
+        recorded.extend(out.scores)  # one (rows, V) tensor per new token, after every logits processor and warper
+        return out.sequences
+
+    monkeypatch.setattr(model, "generate", generate)
+    return recorded
+
+
+def test_the_hf_sampler_truncates_nothing_unless_asked(tiny, monkeypatch):
+    model, tok = tiny
+    monkeypatch.setattr(model.generation_config, "top_k", 50)  # what many checkpoints ship (and transformers' default)
+    monkeypatch.setattr(model.generation_config, "top_p", 0.9)
+    monkeypatch.setattr(model.generation_config, "repetition_penalty", 1.3)
+    scores = _scores_of_generate(model, monkeypatch)
+    torch.manual_seed(0)
+    prompt = [get_unified_prompt("Add.")]
+    sm.generate_completions(model, tok, prompt, num_samples=2, max_new_tokens=3, sampling=SamplingSettings(1.0, 1.0))
+    vocab = scores[0].shape[-1]
+    assert scores and all(int(torch.isfinite(s).sum(dim=-1).min()) == vocab for s in scores)  # the full softmax
+    # and untouched by the checkpoint's repetition penalty: the scores are the model's logits at T=1
+    ids = torch.tensor([sm.encode_prompt(tok, prompt[0])])
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1]
+    assert torch.allclose(scores[0][0], logits, atol=1e-4)
+    scores.clear()
+    sm.generate_completions(model, tok, prompt, num_samples=2, max_new_tokens=3, sampling=SamplingSettings(1.0, top_k=7))
+    assert all(torch.isfinite(s).sum(dim=-1).tolist() == [7, 7] for s in scores)  # asked for: exactly top-7
+
+
+def test_the_hf_sampler_stops_on_every_eos_of_the_generation_config(tiny, monkeypatch):
+    # vLLM stops on each EOS id of the model's generation config (and keeps it); the HF sampler must too
+    model, tok = tiny
+    greedy = SamplingSettings(temperature=0.0)
+    prompt = [get_unified_prompt("Add.")]
+    first = sm.generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
+    assert first["finish_reason"] == "length"  # the tiny model does not stop on its own within 4 tokens
+    other_eos = first["token_ids"][0]
+    monkeypatch.setattr(model.generation_config, "eos_token_id", [tok.eos_token_id, other_eos])
+    stopped = sm.generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
+    assert stopped["token_ids"] == [other_eos] and stopped["finish_reason"] == "stop" and stopped["num_tokens"] == 1
+
+
+def test_one_sampling_definition_for_both_backends():
+    full = SamplingSettings(temperature=0.9)
+    assert full.vllm_kwargs() == {"temperature": 0.9, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+    hf = full.hf_generate_kwargs()
+    assert hf["top_k"] == 0 and hf["min_p"] is None and hf["repetition_penalty"] == 1.0 and hf["do_sample"]
+    cut = SamplingSettings(0.7, 0.95, 20, 0.05, 1.1)
+    assert cut.vllm_kwargs() == {"temperature": 0.7, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1}
+    assert {k: cut.hf_generate_kwargs()[k] for k in cut.vllm_kwargs()} == cut.vllm_kwargs()
+    section = type("Section", (), {"temperature": 0.7, "top_p": 0.95, "top_k": 20, "min_p": 0.05,
+                                   "repetition_penalty": 1.1})()
+    assert SamplingSettings.from_section(section) == cut
+    assert not SamplingSettings(1.0).hf_generate_kwargs().get("top_k")  # 0: transformers applies no top-k
+
+
 def test_batched_greedy_generation_matches_one_by_one(tiny):
     # left padding must not change what a prompt generates
     model, tok = tiny
     prompts = [get_unified_prompt("Short."), get_unified_prompt("A much longer problem statement with more words in it.")]
-    batched = sm.generate_completions(model, tok, prompts, max_new_tokens=8, temperature=0.0, batch_size=2)
-    single = [sm.generate_completions(model, tok, [p], max_new_tokens=8, temperature=0.0)[0] for p in prompts]
+    greedy = SamplingSettings(temperature=0.0)
+    batched = sm.generate_completions(model, tok, prompts, max_new_tokens=8, sampling=greedy, batch_size=2)
+    single = [sm.generate_completions(model, tok, [p], max_new_tokens=8, sampling=greedy)[0] for p in prompts]
     assert [b[0]["token_ids"] for b in batched] == [s[0]["token_ids"] for s in single]
 
 
@@ -136,5 +201,5 @@ def test_embedded_smollm2_loads_offline_and_writes_code():
     assert model.config.architectures == ["LlamaForCausalLM"] or model.config.model_type == "llama"
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
     out = sm.generate_completions(model, tok, [get_unified_prompt("Write a Python function add(a, b) that returns a + b.")],
-                                  max_new_tokens=64, temperature=0.0)[0][0]
+                                  max_new_tokens=64, sampling=SamplingSettings(temperature=0.0))[0][0]
     assert "def " in out["text"]  # the real model, greedy, writes a function for this trivial task

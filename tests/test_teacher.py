@@ -156,6 +156,21 @@ def test_end_to_end_records_are_verified_and_a_rerun_adds_nothing(train_file, tm
         assert len(read_records(out)) == 2
 
 
+def test_stats_count_verified_traces_too_long_for_teacher_sft(train_file, tmp_path, capsys):
+    # phase 3 leaves out (verified) traces whose prompt + target exceed dual_source.sft_max_length: say so before training
+    tasks = read_tasks(train_file)[:3]
+    out = tmp_path / "traces.jsonl"
+    with RunningServer(solving_teacher(tasks, shape="reasoning")) as server:
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1") == 0
+        fit = json.loads(out.with_suffix(".stats.json").read_text())["teacher_sft_fit"]
+        assert fit == {"usable": 3, "too_long": 0, "sft_max_length": build_config("cpu").dual_source.sft_max_length}
+        capsys.readouterr()
+        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1",
+                          "--set", "dual_source.sft_max_length=64") == 0
+    fit = json.loads(out.with_suffix(".stats.json").read_text())["teacher_sft_fit"]
+    assert fit == {"usable": 3, "too_long": 3, "sft_max_length": 64}  # the whole file counts, not only this run
+    assert "3 of 3 usable traces in the file do not fit dual_source.sft_max_length=64" in capsys.readouterr().out
+
 def test_wrong_code_truncation_and_api_errors_are_recorded(train_file, tmp_path):
     out = tmp_path / "traces.jsonl"
     with RunningServer(FakeTeacher(shape="truncated")) as server:

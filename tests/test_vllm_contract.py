@@ -22,6 +22,7 @@ from vllm.config import LoRAConfig  # noqa: E402
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
 
+from rollouts.sampling import SamplingSettings  # noqa: E402
 from tests import fake_vllm  # noqa: E402
 from training.rollout import VLLMRollout, vllm_sampling_kwargs  # noqa: E402
 from training.vllm_engine import VLLM_LORA_RANKS, RankInfo, engine_kwargs, vllm_lora_rank  # noqa: E402
@@ -78,7 +79,7 @@ def test_engine_arguments_are_fields_vllm_accepts(case, tiny_model_name):
 
 @pytest.mark.parametrize("logprobs", [True, False])
 def test_sampling_parameters_construct_and_mean_what_we_meant(logprobs):
-    ours = vllm_sampling_kwargs(4, 1024, 0.9, 0.95, [151645, 151643], seed=3, logprobs=logprobs)
+    ours = vllm_sampling_kwargs(4, 1024, SamplingSettings(0.9, 0.95), [151645, 151643], seed=3, logprobs=logprobs)
     params = SamplingParams(**ours)
     assert (params.n, params.max_tokens, params.temperature, params.top_p) == (4, 1024, 0.9, 0.95)
     assert params.stop_token_ids == [151645, 151643] and params.skip_special_tokens
@@ -86,8 +87,16 @@ def test_sampling_parameters_construct_and_mean_what_we_meant(logprobs):
     assert set(ours) <= fake_vllm.SAMPLING_FIELDS
 
 
+def test_every_sampling_knob_means_in_vllm_what_it_means_in_the_hf_sampler():
+    full = SamplingParams(**SamplingSettings(1.0).vllm_kwargs())
+    assert (full.top_k, full.min_p, full.repetition_penalty, full.top_p) == (0, 0.0, 1.0, 1.0)  # vLLM: 0 = top-k off
+    cut = SamplingSettings(0.7, 0.95, 20, 0.05, 1.1)
+    params = SamplingParams(**cut.vllm_kwargs())
+    assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (
+        0.7, 0.95, 20, 0.05, 1.1)
+
 def test_lora_requests_are_built_as_vllm_defines_them():
-    rollout = VLLMRollout(None, None, 16, 1.0, 1.0, vllm_module=vllm)
+    rollout = VLLMRollout(None, None, 16, SamplingSettings(), vllm_module=vllm)
     request = rollout.lora_request_for("policy-3", 4, "/tmp/adapters/step-3")
     assert isinstance(request, LoRARequest)
     assert (request.lora_name, request.lora_int_id, request.lora_path) == ("policy-3", 4, "/tmp/adapters/step-3")

@@ -117,6 +117,19 @@ def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
     assert sample["token_ids"].count(eot) == 1 and sample["token_ids"][-1] == eot  # not appended a second time
 
 
+def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
+    # left unset, a knob takes vLLM's default or the server's generation-config default: every one is explicit
+    config = vllm_config(tmp_path)
+    model, tokenizer = tiny_policy(config)
+    phase3.build_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+    sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
+    assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
+        "temperature": config.grpo.temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+    config = vllm_config(tmp_path, **{"grpo.top_k": 20, "grpo.min_p": 0.05, "grpo.repetition_penalty": 1.1})
+    phase3.build_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+    sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
+    assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (20, 0.05, 1.1)
+
 def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm):
     config = vllm_config(tmp_path, **{"grpo.vllm_sleep_mode": True})
     model, tokenizer = tiny_policy(config)
@@ -211,6 +224,16 @@ def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkey
     assert used == [str(adapter.resolve()), None]  # trained run with the adapter, baseline without
     assert len(engine.calls) == 2  # the whole evaluation set in one call per run (6 tasks x 4 samples)
 
+
+def test_phase4_vllm_samples_with_the_evaluation_sampling_settings(tmp_path, vllm):
+    config, adapter, eval_file = eval_setup(tmp_path)
+    config = vllm_config(tmp_path, **{"lora.r": 4, "evaluation.num_samples": 4, "evaluation.top_k": 7,
+                                      "evaluation.min_p": 0.02, "evaluation.repetition_penalty": 1.05})
+    run_phase4(config, adapter, tmp_path, eval_file, baseline=False)
+    sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
+    ev = config.evaluation
+    assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
+        "temperature": ev.temperature, "top_p": ev.top_p, "top_k": 7, "min_p": 0.02, "repetition_penalty": 1.05}
 
 def test_phase4_vllm_evaluates_a_base_model_without_any_lora_request(tmp_path, vllm):
     config, _, eval_file = eval_setup(tmp_path, config_r=8)

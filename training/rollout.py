@@ -20,16 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rollouts.sampling import SamplingSettings
 from training.vllm_engine import AdapterHandoff
 from utils.sft_data import encode_prompt, end_of_turn_id
 from utils.student_model import generate_completions
 
 
 class HFRollout:
-    def __init__(self, tokenizer: Any, max_new_tokens: int, temperature: float, top_p: float,
+    def __init__(self, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
                  chat_template_kwargs: dict | None = None, batch_size: int = 8) -> None:
         self.tokenizer = tokenizer
-        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.max_new_tokens, self.sampling = max_new_tokens, sampling
         self.chat_template_kwargs = chat_template_kwargs
         self.batch_size = batch_size
 
@@ -38,19 +39,20 @@ class HFRollout:
         model.eval()  # no dropout while sampling
         try:
             return generate_completions(model, self.tokenizer, prompts, num_samples=num_samples,
-                                        max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                                        max_new_tokens=self.max_new_tokens, sampling=self.sampling,
                                         chat_template_kwargs=self.chat_template_kwargs, batch_size=self.batch_size)
         finally:
             model.train(was_training)
 
 
-def vllm_sampling_kwargs(num_samples: int, max_new_tokens: int, temperature: float, top_p: float,
+def vllm_sampling_kwargs(num_samples: int, max_new_tokens: int, sampling: SamplingSettings,
                          stop_token_ids: list[int], seed: int | None = None, logprobs: bool = False) -> dict:
-    """Our sampling settings in vLLM's SamplingParams vocabulary (also the server's request fields).
+    """Our sampling settings in vLLM's SamplingParams vocabulary (also the server's request fields),
+    every knob explicit (`SamplingSettings.vllm_kwargs`).
 
     `logprobs=0` asks for the sampled token's own log-prob only (no alternatives).
     """
-    kwargs = {"n": num_samples, "max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p,
+    kwargs = {"n": num_samples, "max_tokens": max_new_tokens, **sampling.vllm_kwargs(),
               "stop_token_ids": stop_token_ids, "skip_special_tokens": True}
     if seed is not None:
         kwargs["seed"] = seed
@@ -94,7 +96,7 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
 class VLLMRollout:
     """Samples from a colocated vLLM engine; `generate` keeps the engine's adapter in step with the policy."""
 
-    def __init__(self, llm: Any, tokenizer: Any, max_new_tokens: int, temperature: float, top_p: float,
+    def __init__(self, llm: Any, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
                  handoff: AdapterHandoff | None = None, gen_update_steps: int = 1,
                  chat_template_kwargs: dict | None = None, sleep_mode: bool = False, logprobs: bool = True,
                  vllm_module: Any = None) -> None:
@@ -103,7 +105,7 @@ class VLLMRollout:
         self.vllm = vllm_module
         self.llm = llm
         self.tokenizer = tokenizer
-        self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
+        self.max_new_tokens, self.sampling = max_new_tokens, sampling
         self.handoff = handoff
         self.gen_update_steps = max(1, gen_update_steps)
         self.chat_template_kwargs = chat_template_kwargs
@@ -131,8 +133,8 @@ class VLLMRollout:
     def sample(self, prompts: list[str], num_samples: int, lora_request: Any) -> list[list[dict]]:
         """n completions per prompt with the given adapter request (None: the base model)."""
         end = set(stop_ids(self.tokenizer))
-        params = self.vllm.SamplingParams(**vllm_sampling_kwargs(num_samples, self.max_new_tokens, self.temperature,
-                                                                 self.top_p, sorted(end), logprobs=self.logprobs))
+        params = self.vllm.SamplingParams(**vllm_sampling_kwargs(num_samples, self.max_new_tokens, self.sampling,
+                                                                 sorted(end), logprobs=self.logprobs))
         encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, lora_request=lora_request,
                                     use_tqdm=False)

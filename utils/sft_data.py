@@ -72,6 +72,13 @@ def encode_response(tokenizer: Any, response: str, add_end_of_turn: bool = True)
     return list(ids) + ([end_of_turn_id(tokenizer)] if add_end_of_turn else [])
 
 
+def teacher_sft_ids(tokenizer: Any, trace: dict[str, Any], include_thinking: bool,
+                    chat_template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[int]]:
+    """(prompt ids, target ids) of one teacher trace {'prompt', 'thinking', 'code'} as teacher-SFT trains on it."""
+    target = build_sft_target(trace.get("thinking"), trace["code"], include_thinking)
+    return encode_prompt(tokenizer, trace["prompt"], chat_template_kwargs=chat_template_kwargs), encode_response(tokenizer, target)
+
+
 def build_sft_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int) -> dict[str, list[int]] | None:
     """The masking function. Returns {'input_ids', 'labels'}, or None when there is no response or
     the whole example does not fit `max_length` (dropped, never cut).

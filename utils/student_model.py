@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.prompts import SYSTEM_PROMPT_UNIFIED
 from utils.sft_data import encode_prompt, end_of_turn_id
 
@@ -292,6 +293,12 @@ def load_adapter(base_model: Any, path: str | Path, is_trainable: bool = False) 
     return PeftModel.from_pretrained(base_model, str(path), is_trainable=is_trainable)
 
 
+def generation_eos_ids(model: Any) -> set[int]:
+    """The end-of-sequence ids of the model's generation config (an int, a list, or none)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(t) for t in eos}
+
+
 @torch.no_grad()
 def generate_completions(
     model: Any,
@@ -299,24 +306,27 @@ def generate_completions(
     user_prompts: list[str],
     num_samples: int = 1,
     max_new_tokens: int = 256,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
+    sampling: SamplingSettings = FULL_SOFTMAX,
     system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
     chat_template_kwargs: dict[str, Any] | None = None,
     batch_size: int = 8,
 ) -> list[list[dict[str, Any]]]:
     """Sample `num_samples` completions for each prompt with `model.generate`.
 
+    `sampling` is passed whole (`SamplingSettings.hf_generate_kwargs`), so the checkpoint's
+    generation_config cannot truncate the distribution behind the caller's back; temperature 0 is
+    greedy (then all samples of a prompt are identical). Generation stops on the chat template's
+    end-of-turn, the tokenizer's EOS and every EOS id of the model's generation config, as vLLM does.
+
     Returns one list per prompt of {'text', 'token_ids', 'prompt_ids', 'finish_reason',
-    'num_tokens'}. token_ids include the end-of-turn token when the model emitted it
-    (finish_reason "stop"), and nothing after it; "length" means cut at max_new_tokens.
-    temperature 0 means greedy decoding (then all samples of a prompt are identical).
+    'num_tokens'}. token_ids include the stop token when the model emitted one (finish_reason
+    "stop"), and nothing after it; "length" means cut at max_new_tokens.
     """
-    stop_ids = {end_of_turn_id(tokenizer)}
+    stop_ids = {end_of_turn_id(tokenizer)} | generation_eos_ids(model)
     if tokenizer.eos_token_id is not None:
         stop_ids.add(tokenizer.eos_token_id)
     device = next(model.parameters()).device
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
+    kwargs = sampling.hf_generate_kwargs()
     results: list[list[dict[str, Any]]] = []
     for start in range(0, len(user_prompts), batch_size):
         chunk = user_prompts[start:start + batch_size]
@@ -332,7 +342,7 @@ def generate_completions(
             num_return_sequences=num_samples,
             eos_token_id=sorted(stop_ids),
             pad_token_id=pad,
-            **sampling,
+            **kwargs,
         )
         new_tokens = output[:, width:].tolist()  # (len(chunk) * num_samples, <= max_new_tokens)
         for i, prompt_ids in enumerate(encoded):
