@@ -30,8 +30,10 @@ from config import (
 )
 from rollouts.sampling import SamplingSettings
 from synthesis.generate_traces import load_teacher_examples
-from training.grpo_trainer import CHECKPOINT_PREFIX, GRPOTrainer, make_accelerator
+from training.checkpointing import CHECKPOINT_PREFIX, checkpoint_folders
+from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment
+from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.rollout import HFRollout, VLLMRollout, prompt_lengths
@@ -90,8 +92,8 @@ def previous_run(output_dir: Path) -> list[str]:
 def _checkpoint_to_resume(output_dir: Path, spec: str) -> Path | None:
     if spec != "latest":
         return Path(spec)
-    names = [n for n in previous_run(output_dir) if n.startswith(CHECKPOINT_PREFIX)]
-    return output_dir / names[-1] if names else None  # none: the trainer reports it
+    found = checkpoint_folders(output_dir)
+    return found[-1] if found else None  # none: the trainer reports it
 
 
 # Keys a checkpoint's adapter and optimizer state depend on: resuming with other values cannot work.

@@ -19,6 +19,7 @@ import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
 
 from tests.trainer_helpers import ScriptedRollout, lora_state, small_tasks, teacher_examples, tiny_config  # noqa: E402
+from training.checkpointing import resolve_checkpoint  # noqa: E402
 from training.grpo_trainer import GRPOTrainer  # noqa: E402
 from utils.student_model import attach_lora, load_student  # noqa: E402
 
@@ -66,7 +67,7 @@ def main(out_dir: str, uneven: bool = False) -> None:
         trainer.teacher_rng.seed(999)  # forget this rank's state, then get it back from the checkpoint
         torch.manual_seed(999)
         trainer.buffer.load([])
-        trainer.load_checkpoint(trainer._resolve_checkpoint("latest"))
+        trainer.load_checkpoint(resolve_checkpoint(trainer.output_dir, "latest"))
         result["saved"] = saved
         result["reloaded"] = {"teacher": trainer.teacher_rng.getstate(), "torch": torch.get_rng_state(),
                               "buffer": trainer.buffer.state()}

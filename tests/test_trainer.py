@@ -14,16 +14,17 @@ from evaluation.code_executor import SandboxPool
 from synthesis.generate_traces import load_teacher_examples
 from tests.conftest import ROOT
 from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
-from training.grpo_trainer import (
-    GRPOTrainer,
-    best_passing_sample,
+from training.batching import (
     chunked_completion_logprobs,
     completion_logprobs,
     pad_rollout_batch,
     row_chunks,
     slice_rollout_batch,
 )
+from training.checkpointing import resolve_checkpoint
+from training.grpo_trainer import GRPOTrainer
 from training.losses import group_advantages, grpo_loss, masked_sft_nll
+from training.sft_sources import best_passing_sample
 from utils.sft_data import build_sft_example, collate_sft, encode_prompt
 from utils.student_model import attach_lora, load_student
 
@@ -100,7 +101,7 @@ def test_crash_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path, pool, 
     checkpoints = sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*"))
     assert checkpoints == [good.name]
     fresh = make_trainer(tmp_path, pool, **{"training.max_steps": 10})
-    fresh.load_checkpoint(fresh._resolve_checkpoint("latest"))
+    fresh.load_checkpoint(resolve_checkpoint(fresh.output_dir, "latest"))
     assert fresh.state.global_step == 1
 
 
@@ -330,12 +331,11 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
 
 
 def test_resume_errors_name_the_folder(tmp_path):
-    holder = types.SimpleNamespace(output_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="no checkpoint-") as missing:
-        GRPOTrainer._resolve_checkpoint(holder, "latest")
+        resolve_checkpoint(tmp_path, "latest")
     assert "without --resume_from_checkpoint" in str(missing.value)  # says what to do
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
-        GRPOTrainer._resolve_checkpoint(holder, str(tmp_path))
+        resolve_checkpoint(tmp_path, str(tmp_path))
 
 
 def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
@@ -343,7 +343,7 @@ def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
     from accelerate import Accelerator
     from accelerate.tracking import GeneralTracker
 
-    from training.grpo_trainer import tracker_run_name
+    from training.metric_sinks import tracker_run_name
 
     class Recorder(GeneralTracker):
         name = "recorder"

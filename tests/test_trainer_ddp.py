@@ -52,7 +52,7 @@ def check_global_token_mean(rank0, rank1):
     """The first step's synchronized gradient is that of one token-mean over the kept samples of both ranks
     (rank 1 kept none), not rank 0's token-mean halved by DDP's averaging."""
     from tests.trainer_helpers import tiny_config
-    from training.grpo_trainer import completion_logprobs, pad_rollout_batch
+    from training.batching import completion_logprobs, pad_rollout_batch
     from training.losses import group_advantages, grpo_loss
     from utils.student_model import attach_lora, load_student
 

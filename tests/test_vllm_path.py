@@ -296,7 +296,8 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     import copy
 
     from tests.trainer_helpers import ScriptedRollout
-    from training.grpo_trainer import GRPOTrainer, completion_logprobs, pad_rollout_batch
+    from training.batching import completion_logprobs, pad_rollout_batch
+    from training.grpo_trainer import GRPOTrainer
 
     config = tiny_config(tmp_path, **{"grpo.kl_coef": 0.0, "dual_source.teacher_sft_weight": 0.0,
                                       "dual_source.self_sft_weight": 0.0, "training.max_grad_norm": 0.0})

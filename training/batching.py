@@ -1,0 +1,119 @@
+"""Rollout samples as padded tensors, and the log-probs of their completions.
+
+A rollout sample is a dict with `prompt_ids` and `token_ids` (the completion), optionally the
+sampler's own `logprobs` (vLLM backends). Batches are left-padded prompts followed by right-padded
+completions, with explicit position ids that count real tokens only (as generation does with left
+padding), so a row's log-probs do not depend on which other rows share its batch. Slicing a batch
+into row chunks trims the padding none of the chosen rows needs; chunked forwards are how the
+trainer keeps only one chunk's activations alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from training.losses import IGNORE_INDEX, selective_log_softmax
+
+
+def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-pad prompts to a common width P and right-pad completions to T.
+
+    Returns input_ids, attention_mask, position_ids (B, P + T), completion_ids and
+    completion_mask (B, T). Position ids count real tokens only, as generation does with left padding.
+    """
+    width = max(len(s["prompt_ids"]) for s in samples)
+    length = max(max(len(s["token_ids"]) for s in samples), 1)
+    rows, masks, comp, comp_mask = [], [], [], []
+    for s in samples:
+        p, c = s["prompt_ids"], s["token_ids"]
+        rows.append([pad_id] * (width - len(p)) + p + c + [pad_id] * (length - len(c)))
+        masks.append([0] * (width - len(p)) + [1] * (len(p) + len(c)) + [0] * (length - len(c)))
+        comp.append(c + [pad_id] * (length - len(c)))
+        comp_mask.append([1] * len(c) + [0] * (length - len(c)))
+    attention = torch.tensor(masks)
+    batch = {"input_ids": torch.tensor(rows), "attention_mask": attention,
+             "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "completion_ids": torch.tensor(comp),
+             "completion_mask": torch.tensor(comp_mask)}
+    if all(s.get("logprobs") is not None for s in samples):  # the sampler's own log-probs (vLLM backends)
+        batch["sampling_logps"] = torch.tensor([list(s["logprobs"]) + [0.0] * (length - len(s["logprobs"]))
+                                                for s in samples], dtype=torch.float32)
+    return batch
+
+
+def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log-probs (B, T) of the completion tokens under `model`.
+
+    Only the last T + 1 positions go through the LM head (`logits_to_keep`); the logit at position
+    P - 1 + j predicts completion token j. Logits are divided by the sampling temperature, so the
+    log-probs are those of the distribution the completions were drawn from.
+    """
+    length = batch["completion_ids"].shape[1]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
+                logits_to_keep=length + 1)
+    logits = out.logits[:, :-1]  # (B, T, V), in the model's dtype: divided by T only after the float32 cast
+    return selective_log_softmax(logits, batch["completion_ids"], temperature=temperature)
+
+
+def row_chunks(num_rows: int, chunk_size: int) -> list[list[int]]:
+    """Consecutive groups of at most `chunk_size` row indices (0: one group with every row)."""
+    size = chunk_size if chunk_size > 0 else max(num_rows, 1)
+    return [list(range(start, min(start + size, num_rows))) for start in range(0, num_rows, size)]
+
+
+def slice_rollout_batch(batch: dict[str, torch.Tensor], rows: list[int]) -> tuple[dict[str, torch.Tensor], int]:
+    """The rows of a `pad_rollout_batch` batch, without the padding columns none of them need.
+
+    Left-padding columns that every chosen row pads are cut (position ids are explicit, so nothing
+    shifts), and completions are cut to the longest chosen one. Returns the batch and its completion
+    width T' (per-token tensors of the full batch are cut to [rows, :T'] to match).
+    """
+    index = torch.tensor(rows, device=batch["input_ids"].device)
+    full_width = batch["completion_ids"].shape[1]
+    width = max(int(batch["completion_mask"][index].sum(dim=1).max()), 1) if rows else 1
+    prompt_width = batch["input_ids"].shape[1] - full_width
+    longest_prompt = int(batch["attention_mask"][index, :prompt_width].sum(dim=1).max())
+    start = prompt_width - longest_prompt
+    end = prompt_width + width
+    out = {k: batch[k][index, start:end] for k in ("input_ids", "attention_mask", "position_ids")}
+    for key in ("completion_ids", "completion_mask", "sampling_logps"):
+        if key in batch:
+            out[key] = batch[key][index, :width]
+    return out, width
+
+
+def chunked_completion_logprobs(model: Any, batch: dict[str, torch.Tensor], chunk_size: int,
+                                temperature: float = 1.0) -> torch.Tensor:
+    """`completion_logprobs` (B, T) computed `chunk_size` rows at a time (for no-grad passes)."""
+    out = torch.zeros(batch["completion_ids"].shape, dtype=torch.float32, device=batch["completion_ids"].device)
+    for rows in row_chunks(batch["completion_ids"].shape[0], chunk_size):
+        part, width = slice_rollout_batch(batch, rows)
+        out[rows, :width] = completion_logprobs(model, part, temperature)
+    return out
+
+
+def sft_tokens(batch: dict[str, torch.Tensor]) -> float:
+    """Supervised (shifted) label tokens of a `collate_sft` batch: what `masked_sft_nll` averages over."""
+    return float((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+
+@contextlib.contextmanager
+def dropout_disabled(model: Any):
+    """Every `torch.nn.Dropout` of `model` (LoRA's dropout among them) has p = 0 inside the block.
+
+    The RL terms need the log-probs of the policy that sampled, not of a randomly thinned copy: with
+    dropout on, old and current log-probs of the same tokens differ (the first pass's ratio is not 1),
+    the KL carries dropout noise, and the gradient belongs to a sub-network. Forward and backward must
+    both run inside (gradient checkpointing recomputes the forward during backward). SFT terms keep
+    the configured dropout.
+    """
+    saved = [(module, module.p) for module in model.modules() if isinstance(module, torch.nn.Dropout)]
+    for module, _ in saved:
+        module.p = 0.0
+    try:
+        yield
+    finally:
+        for module, p in saved:
+            module.p = p

@@ -1,0 +1,94 @@
+"""Where a run's per-step metrics go: `metrics.jsonl` and accelerate's trackers (tensorboard, wandb).
+
+`metrics.jsonl` (one line per optimizer step, written by the main process) is always on; the
+trackers are the Accelerator's `log_with` (`training.logging_backends`, see `make_accelerator`),
+initialised under `training.tracker_project` with the flattened config, run name
+`training.run_name` or the output folder's name. Metrics are averaged over processes first
+(`reduce_over_processes`): each process saw different prompts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from config import Config, config_to_dict
+from utils.jsonl import read_jsonl, write_jsonl_atomic
+
+
+def tracker_run_name(config: Config, output_dir: str | Path) -> str:
+    """training.run_name, or the output folder's name (one folder = one run)."""
+    return config.training.run_name or Path(output_dir).resolve().name
+
+
+def make_accelerator(config: Config, output_dir: str | Path, cpu: bool | None = None) -> Any:
+    """The Accelerator a run uses, with training.logging_backends as its trackers (tensorboard files go to
+    <output_dir>/tensorboard/<run name>/<tracker_project>)."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    output_dir = Path(output_dir)
+    project = ProjectConfiguration(project_dir=str(output_dir),
+                                   logging_dir=str(output_dir / "tensorboard" / tracker_run_name(config, output_dir)))
+    return Accelerator(cpu=not torch.cuda.is_available() if cpu is None else cpu,
+                       log_with=list(config.training.logging_backends) or None, project_config=project)
+
+
+def reduce_over_processes(metrics: dict, accelerator: Any) -> dict:
+    """Average numeric metrics over processes (each process saw different prompts).
+
+    Ranks may report different keys (one whose groups were all filtered out has no GRPO loss),
+    so the dicts are gathered as objects and each key is averaged over the ranks that have it.
+    """
+    if accelerator.num_processes == 1:
+        return metrics
+    from accelerate.utils import gather_object
+
+    everyone = gather_object([metrics])
+    out = dict(metrics)
+    for key in {k for m in everyone for k, v in m.items() if isinstance(v, (int, float))}:
+        values = [float(m[key]) for m in everyone if isinstance(m.get(key), (int, float))]
+        out[key] = sum(values) / len(values)
+    out["step"] = metrics["step"]
+    return out
+
+
+class MetricSinks:
+    """metrics.jsonl plus the Accelerator's trackers; used on the main process only."""
+
+    def __init__(self, config: Config, output_dir: str | Path, accelerator: Any) -> None:
+        self.config, self.output_dir, self.accelerator = config, Path(output_dir), accelerator
+        self.metrics_path = self.output_dir / "metrics.jsonl"
+        self._trackers: list = []
+
+    def open(self, global_step: int) -> None:
+        """Trim metrics.jsonl to `global_step` (a fresh run, step 0, starts a new file; a resumed one keeps its
+        lines up to its step) and start the trackers."""
+        if self.metrics_path.exists():
+            kept = [] if global_step == 0 else [
+                row for row in read_jsonl(self.metrics_path, tolerate_torn_tail=True)
+                if row.get("step", global_step + 1) <= global_step]
+            write_jsonl_atomic(self.metrics_path, kept)
+        if not self.accelerator.log_with:
+            return
+        flat = {f"{section}.{key}": value if isinstance(value, (int, float, str, bool)) else str(value)
+                for section, values in config_to_dict(self.config).items() if isinstance(values, dict)
+                for key, value in values.items()}
+        self.accelerator.init_trackers(self.config.training.tracker_project, config=flat,
+                                       init_kwargs={"wandb": {"name": tracker_run_name(self.config, self.output_dir)}})
+        self._trackers = list(self.accelerator.trackers)
+
+    def write(self, metrics: dict) -> None:
+        with self.metrics_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}) + "\n")
+        if self._trackers:
+            scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
+            self.accelerator.log(scalars, step=metrics["step"])
+
+    def close(self) -> None:
+        if self._trackers:
+            self.accelerator.end_training()
+            self._trackers = []

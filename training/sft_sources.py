@@ -1,0 +1,102 @@
+"""Where the SFT terms' examples come from: verified teacher traces and the student's own successes.
+
+Teacher-SFT: every usable trace is tokenized once at start (`build_teacher_sft`); one that does not
+fit `dual_source.sft_max_length` is dropped and counted, never cut. Self-SFT: each group's best
+passing sample that ended its own turn (`best_passing_sample`), de-duplicated, or, on a step without
+one, recent successes replayed from a bounded `SuccessBuffer`. Both use `utils.sft_data`'s masking.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from config import Config
+from utils.sft_data import build_sft_example, build_sft_target, check_thinking_targets, encode_prompt, encode_response
+
+SuccessKey = tuple[tuple[int, ...], tuple[int, ...]]  # (prompt ids, completion ids)
+
+
+def best_passing_sample(group: list[dict]) -> dict | None:
+    """Self-SFT pick: a sample that passed every test and ended its turn itself (finish_reason "stop":
+    a completion cut at max_new_tokens is not a whole answer to imitate); ties go to the shortest."""
+    passing = [s for s in group if s["result"].passed and s.get("finish_reason") == "stop"]
+    return min(passing, key=lambda s: len(s["token_ids"])) if passing else None
+
+
+class SuccessBuffer:
+    """Recent self-SFT successes of this process, for steps without a fresh one.
+
+    One entry per distinct (prompt ids, completion ids), most recent last, each with the number of
+    replays it has left: an entry is replayed at most `max_replays` times after the step that found
+    it (a fresh success of the same completion renews it), then dropped, so a few lucky samples are
+    not imitated on every step until the next success.
+    """
+
+    def __init__(self, size: int, max_replays: int) -> None:
+        self.size, self.max_replays = size, max_replays
+        self.entries: OrderedDict[SuccessKey, int] = OrderedDict()
+
+    def add(self, items: list[SuccessKey]) -> None:
+        for key in items:
+            self.entries.pop(key, None)
+            if self.size > 0 and self.max_replays > 0:
+                self.entries[key] = self.max_replays
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+    def replay(self, count: int) -> list[SuccessKey]:
+        """Up to `count` of the most recent entries; each use spends one of its replays."""
+        chosen = list(self.entries)[-count:] if count > 0 else []
+        for key in chosen:
+            self.entries[key] -= 1
+            if self.entries[key] <= 0:
+                del self.entries[key]
+        return chosen
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def state(self) -> list:
+        return [[list(p), list(c), left] for (p, c), left in self.entries.items()]
+
+    def load(self, state: list) -> None:
+        self.entries = OrderedDict(((tuple(p), tuple(c)), left) for p, c, left in state)
+
+
+def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_length: int) -> list[dict]:
+    """This step's self-SFT examples: each group's best passing sample (de-duplicated), or, when no
+    group has one, the most recent buffered successes that still have replays left."""
+    fresh: list[SuccessKey] = []
+    for group in groups:
+        best = best_passing_sample(group)
+        key = (tuple(best["prompt_ids"]), tuple(best["token_ids"])) if best is not None else None
+        if key is not None and key not in fresh:
+            fresh.append(key)
+    buffer.add(fresh)
+    chosen = fresh if fresh else buffer.replay(len(groups))
+    return [e for e in (build_sft_example(p, c, max_length) for p, c in chosen) if e]
+
+
+def build_teacher_sft(examples: list[dict], tokenizer: Any, config: Config) -> tuple[list[dict], dict]:
+    """Tokenize every usable teacher trace once. A trace whose prompt + target does not fit
+    `sft_max_length` is dropped and counted, never cut. Returns the examples and their statistics:
+    the share dropped, and the share of kept targets longer than the rollout budget (a student
+    imitating them could not finish within grpo.max_new_tokens)."""
+    d = config.dual_source
+    template = {"enable_thinking": config.student.enable_thinking}
+    if not examples or d.teacher_sft_batch_size <= 0 or d.teacher_sft_weight <= 0:
+        return [], {"teacher_sft/dropped_too_long": 0.0, "teacher_sft/over_rollout_budget": 0.0}
+    check_thinking_targets(tokenizer, d.include_thinking, template)
+    built, over_budget = [], 0
+    for example in examples:
+        target = build_sft_target(example.get("thinking"), example["code"], d.include_thinking)
+        prompt_ids = encode_prompt(tokenizer, example["prompt"], chat_template_kwargs=template)
+        response_ids = encode_response(tokenizer, target)
+        sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length)
+        if sft is not None:
+            built.append(sft)
+            over_budget += len(response_ids) > config.grpo.max_new_tokens
+    stats = {"teacher_sft/dropped_too_long": 1.0 - len(built) / len(examples),
+             "teacher_sft/over_rollout_budget": over_budget / max(len(built), 1)}
+    return built, stats
