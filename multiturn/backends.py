@@ -1,0 +1,170 @@
+"""The backend primitive of the multi-turn loop: continue token-id sequences.
+
+    continue_sequences(sequences, max_new_tokens, stop_strings) -> list[Continuation]
+
+Each sequence (prompt + turns so far, as ids) is continued by at most its own `max_new_tokens`,
+stopping at an end-of-turn id (finish "stop", the id kept as the last new id) or when the text of
+the new ids contains one of `stop_strings` (finish "stop_string": the new ids end with the token that
+completed it; nothing after that token is kept), else "length".
+
+- `HFContinuer`: transformers `generate` in left-padded batches (the CPU path).
+- `VLLMContinuer`: a vLLM engine (`LLM.generate` with `prompt_token_ids`), with the sampler's
+  log-probs; tested through tests/fake_vllm.py.
+- `ScriptedBackend`: a policy that says what it is told, for the tests and the preflight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from multiturn.loop import Continuation
+from utils.sft_data import end_of_turn_id
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """Ids that end an assistant turn: the chat template's end-of-turn and the tokenizer's EOS."""
+    return sorted({end_of_turn_id(tokenizer), tokenizer.eos_token_id} - {None})
+
+
+def cut_continuation(tokenizer: Any, ids: Sequence[int], budget: int, stop_ids: Sequence[int],
+                     stop_strings: Sequence[str]) -> Continuation:
+    """The continuation a backend should return for raw sampled `ids` (which may run past a stop:
+    a batch keeps sampling other rows, and finished rows are padded)."""
+    stops = set(stop_ids)
+    last_chars = {s[-1] for s in stop_strings if s}
+    for j, token in enumerate(ids[:budget]):
+        if token in stops:
+            kept = list(ids[: j + 1])
+            return Continuation(kept, tokenizer.decode(kept[:-1], skip_special_tokens=True), "stop")
+        if stop_strings and any(c in tokenizer.decode([token]) for c in last_chars):
+            kept = list(ids[: j + 1])
+            text = tokenizer.decode(kept, skip_special_tokens=True)
+            if any(s in text for s in stop_strings):
+                return Continuation(kept, text, "stop_string")
+    kept = list(ids[:budget])
+    return Continuation(kept, tokenizer.decode(kept, skip_special_tokens=True), "length")
+
+
+class HFContinuer:
+    """`continue_sequences` with transformers `generate` (sampling settings as the single-turn HF rollout)."""
+
+    def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 8,
+                 top_k: int = 0) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.temperature, self.top_p, self.top_k, self.batch_size = temperature, top_p, top_k, batch_size
+
+    @torch.no_grad()
+    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
+                           stop_strings: tuple[str, ...]) -> list[Continuation]:
+        tok, model = self.tokenizer, self.model
+        stops = stop_token_ids(tok)
+        device = next(model.parameters()).device
+        sampling = ({"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+                    if self.temperature > 0 else {"do_sample": False})
+        if stop_strings:
+            sampling.update(stop_strings=list(stop_strings), tokenizer=tok)
+        was_training = model.training
+        model.eval()  # no dropout while sampling
+        results: list[Continuation] = []
+        try:
+            for start in range(0, len(sequences), self.batch_size):
+                chunk = sequences[start:start + self.batch_size]
+                budgets = max_new_tokens[start:start + self.batch_size]
+                width = max(len(s) for s in chunk)
+                pad = tok.pad_token_id
+                input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in chunk], device=device)
+                attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in chunk], device=device)
+                output = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max(budgets),
+                                        eos_token_id=stops, pad_token_id=pad, **sampling)
+                for row, budget in zip(output[:, width:].tolist(), budgets, strict=True):
+                    results.append(cut_continuation(tok, row, budget, stops, stop_strings))
+        finally:
+            model.train(was_training)
+        return results
+
+
+class VLLMContinuer:
+    """`continue_sequences` on a vLLM engine, one `generate` call per distinct budget.
+
+    `vllm_module` is the imported `vllm` (or tests/fake_vllm.py's stand-in); `lora_request` the
+    adapter to sample with (None: the base model). vLLM keeps the stop token as the last id, and
+    with a stop string keeps the ids up to the token that completed it
+    (`include_stop_str_in_output` keeps the tag in the text too).
+    """
+
+    def __init__(self, llm: Any, vllm_module: Any, tokenizer: Any, temperature: float, top_p: float,
+                 lora_request: Any = None, logprobs: bool = True) -> None:
+        self.llm, self.vllm, self.tokenizer = llm, vllm_module, tokenizer
+        self.temperature, self.top_p, self.lora_request, self.logprobs = temperature, top_p, lora_request, logprobs
+
+    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
+                           stop_strings: tuple[str, ...]) -> list[Continuation]:
+        from training.rollout import sampled_logprobs, vllm_sampling_kwargs  # noqa: PLC0415 - the one vocabulary
+
+        stops = stop_token_ids(self.tokenizer)
+        results: list[Continuation | None] = [None] * len(sequences)
+        for budget in sorted(set(max_new_tokens)):
+            rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
+            kwargs = vllm_sampling_kwargs(1, budget, self.temperature, self.top_p, stops, logprobs=self.logprobs)
+            if stop_strings:
+                kwargs.update(stop=list(stop_strings), include_stop_str_in_output=True)
+            params = self.vllm.SamplingParams(**kwargs)
+            outputs = self.llm.generate([{"prompt_token_ids": sequences[i]} for i in rows], params,
+                                        lora_request=self.lora_request, use_tqdm=False)
+            for i, output in zip(rows, outputs, strict=True):
+                c = output.outputs[0]
+                ids = list(c.token_ids)
+                if c.finish_reason == "stop" and isinstance(c.stop_reason, str):
+                    finish = "stop_string"
+                elif c.finish_reason == "stop" or (ids and ids[-1] in stops):
+                    finish = "stop"
+                else:
+                    finish = "length"
+                results[i] = Continuation(ids, c.text, finish, sampled_logprobs(c))
+        return results  # type: ignore[return-value]
+
+
+class ScriptedBackend:
+    """A policy that answers from a script: `script(sequence_index, turn_index) -> text`.
+
+    The text is encoded with the tokenizer (markup in it stays characters); a turn that contains a stop string is cut after it
+    (finish "stop_string"), otherwise it ends with the end-of-turn id (finish "stop"), unless the
+    budget cuts it first ("length"). Sequences are told apart by their first call's order.
+    """
+
+    def __init__(self, tokenizer: Any, script: Callable[[int, int], str]) -> None:
+        self.tokenizer, self.script = tokenizer, script
+        self.calls: list[list[list[int]]] = []  # every batch of sequences it was asked to continue
+        self._live: list[list] = []  # [ids so far, sample index, turns taken], one per sample seen
+
+    def _claim(self, sequence: list[int], taken: set[int]) -> list:
+        """The sample this sequence continues: the longest unclaimed known prefix, else a new sample."""
+        matches = [e for e in self._live if id(e) not in taken and len(e[0]) <= len(sequence)
+                   and tuple(sequence[: len(e[0])]) == e[0]]
+        entry = max(matches, key=lambda e: len(e[0]), default=None)
+        if entry is None:
+            entry = [tuple(sequence), len(self._live), 0]
+            self._live.append(entry)
+        taken.add(id(entry))
+        return entry
+
+    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
+                           stop_strings: tuple[str, ...]) -> list[Continuation]:
+        self.calls.append([list(s) for s in sequences])
+        out, taken = [], set()
+        entries = [self._claim(s, taken) for s in sequences]  # claimed before any entry moves on
+        for sequence, budget, entry in zip(sequences, max_new_tokens, entries, strict=True):
+            text = self.script(entry[1], entry[2])
+            hit = min((text.index(s) + len(s) for s in stop_strings if s in text), default=None)
+            if hit is not None:
+                text = text[:hit]
+            ids = list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+            if hit is None:
+                ids.append(end_of_turn_id(self.tokenizer))
+            cont = cut_continuation(self.tokenizer, ids, budget, stop_token_ids(self.tokenizer), stop_strings)
+            entry[0], entry[2] = tuple(sequence) + tuple(cont.token_ids), entry[2] + 1
+            out.append(cont)
+        return out

@@ -1,0 +1,192 @@
+"""The one multi-turn rollout loop, for every backend and both environments.
+
+All samples of a step advance together, turn by turn: each round, every active sample's token ids
+(prompt + everything so far) go to the backend in one call, which continues each by at most its
+remaining budget and stops at an end-of-turn id or at one of the environment's stop strings; the
+environment then answers each turn (`multiturn.environments`), and its observation is tokenized
+and appended. A backend is anything with
+
+    continue_sequences(sequences: list[list[int]], max_new_tokens: list[int],
+                       stop_strings: tuple[str, ...]) -> list[Continuation]
+
+(`multiturn.backends`: transformers `generate`, a vLLM engine, a scripted policy for tests).
+
+Token ids are the single truth: the policy's ids are kept exactly as sampled (never decoded and
+re-encoded), observations are encoded once and appended, and the next turn continues from exactly
+those ids. So the sequence the trainer scores is byte-for-byte the one the policy saw.
+
+- tool observations are plain text inside the same assistant turn (`<result>` blocks);
+- feedback observations are a user turn of the chat template: the tokens the template puts between
+  the end of an assistant message and the next assistant header (`user_turn_ids`).
+Text an environment inserts is encoded with `split_special_tokens=True`: a program that prints
+`<|im_end|>` produces those characters, never the end-of-turn token.
+
+Each sample carries an action mask, one entry per token after the prompt: 1 = sampled by the policy,
+0 = inserted by the environment (result blocks, feedback turns with their template framing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from multiturn.environments import EpisodeState, Step, Turn
+from utils.dataset_loader import Task
+from utils.sft_data import end_of_turn_id
+
+
+@dataclass
+class Continuation:
+    """What a backend returns for one sequence."""
+
+    token_ids: list[int]  # new ids as sampled; an end-of-turn id the policy stopped on is the last one
+    text: str  # their text, special tokens left out
+    finish_reason: str  # "stop" (end-of-turn id), "stop_string" (an environment stop string), "length"
+    logprobs: list[float] | None = None  # the sampler's log-prob of each new id (vLLM)
+
+
+class ContinueBackend(Protocol):
+    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
+                           stop_strings: tuple[str, ...]) -> list[Continuation]: ...
+
+
+class Environment(Protocol):
+    stop_strings: tuple[str, ...]
+
+    def start(self, task: Task) -> EpisodeState: ...
+
+    def step(self, states: Sequence[EpisodeState], turns: Sequence[Turn]) -> list[Step]: ...
+
+
+def encode_inserted_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of environment text; special-token strings in it stay plain characters."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+_SENTINEL_A, _SENTINEL_U = "\u2063A\u2063", "\u2063U\u2063"
+
+
+def user_turn_ids(tokenizer: Any, content: str, chat_template_kwargs: dict | None = None) -> list[int]:
+    """The ids the chat template puts after an assistant turn's end-of-turn token for a following
+    user message `content`, up to and including the next assistant generation header.
+
+    Rendered from the template itself (a conversation with placeholder texts, cut around them), so
+    it is exactly what the template would write there; the template's own markup is encoded with
+    its special tokens, the content as plain text.
+    """
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                {"role": "assistant", "content": _SENTINEL_A}, {"role": "user", "content": _SENTINEL_U}]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                             **(chat_template_kwargs or {}))
+    after = rendered[rendered.index(_SENTINEL_A) + len(_SENTINEL_A):]
+    eot = tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))
+    if not after.startswith(eot):
+        raise ValueError(f"the chat template does not end an assistant turn with {eot!r}; feedback turns cannot be "
+                         "appended to it (use multi_turn.mode=single or tool)")
+    before_user, after_user = after[len(eot):].split(_SENTINEL_U)
+    encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return encode(before_user) + encode_inserted_text(tokenizer, content) + encode(after_user)
+
+
+@dataclass
+class Episode:
+    """One sample in flight."""
+
+    prompt_ids: list[int]
+    state: EpisodeState
+    token_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)
+    done: bool = False
+    truncated: bool = False
+
+    def append(self, ids: list[int], policy: bool, logprobs: list[float] | None = None) -> None:
+        self.token_ids += ids
+        self.action_mask += [int(policy)] * len(ids)
+        if self.logprobs is not None:
+            if policy and logprobs is None:
+                self.logprobs = None  # this backend gives none: the record has none
+            else:
+                self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+
+
+def _record(episode: Episode, mode: str) -> dict:
+    """The rollout record: the single-turn record's fields plus the multi-turn ones (see README)."""
+    policy_turns = episode.turns
+    answers = [t["text"] for t in policy_turns]
+    last = policy_turns[-1] if policy_turns else {"text": "", "finish_reason": "length"}
+    pieces = []
+    for turn in policy_turns:
+        pieces.append(turn["text"])
+        if turn.get("observation") is not None:
+            pieces.append(turn["observation"])
+        if turn.get("feedback") is not None:  # a user turn: shown as such (its ids are the template's)
+            pieces.append(f"\n\n[feedback]\n{turn['feedback']}\n\n")
+    transcript = "".join(pieces)
+    record = {
+        "text": transcript if mode == "tool" else last["text"],  # what the reward scores: the final answer
+        "token_ids": list(episode.token_ids),
+        "prompt_ids": list(episode.prompt_ids),
+        "finish_reason": "stop" if last["finish_reason"] == "stop" else "length",
+        "num_tokens": len(episode.token_ids),
+        "num_policy_tokens": sum(episode.action_mask),
+        "action_mask": list(episode.action_mask),
+        "mode": mode,
+        "turns": episode.turns,
+        "num_turns": len(policy_turns),
+        "answers": answers if mode == "feedback" else [transcript],
+        "transcript": transcript,
+        "truncated": episode.truncated,
+        "tool_calls": episode.state.tool_calls,
+        "tool_successes": episode.state.tool_successes,
+    }
+    if episode.logprobs is not None and episode.token_ids:
+        record["logprobs"] = list(episode.logprobs)
+    return record
+
+
+def run_episodes(backend: ContinueBackend, environment: Environment, tokenizer: Any, prompt_ids: Sequence[list[int]],
+                 tasks: Sequence[Task], mode: str, max_new_tokens: int, max_total_tokens: int,
+                 chat_template_kwargs: dict | None = None, progress: Any = None) -> list[dict]:
+    """Run every (prompt, task) pair to the end; one record per pair, in order.
+
+    `max_new_tokens` bounds one policy turn, `max_total_tokens` everything after the prompt. A
+    sample that reaches a limit (tokens, turns) ends with `truncated` set and is scored on its last
+    answer.
+    """
+    episodes = [Episode(list(p), environment.start(t)) for p, t in zip(prompt_ids, tasks, strict=True)]
+    while True:
+        active = [e for e in episodes if not e.done]
+        if not active:
+            break
+        budgets = [min(max_new_tokens, max_total_tokens - len(e.token_ids)) for e in active]
+        for e, b in zip(active, budgets, strict=True):
+            if b <= 0:
+                e.done = e.truncated = True
+        active = [e for e, b in zip(active, budgets, strict=True) if b > 0]
+        if not active:
+            break
+        outputs = backend.continue_sequences([e.prompt_ids + e.token_ids for e in active],
+                                             [min(max_new_tokens, max_total_tokens - len(e.token_ids)) for e in active],
+                                             tuple(environment.stop_strings))
+        for e, out in zip(active, outputs, strict=True):
+            e.append(list(out.token_ids), True, out.logprobs)
+        steps = environment.step([e.state for e in active], [Turn(o.text, o.finish_reason) for o in outputs])
+        for e, out, step in zip(active, outputs, steps, strict=True):
+            turn = {"text": out.text, "finish_reason": out.finish_reason, "observation": None, **step.info}
+            e.turns.append(turn)
+            if step.done:
+                e.done, e.truncated = True, step.truncated
+                continue
+            ids = (user_turn_ids(tokenizer, step.observation, chat_template_kwargs) if step.as_user_message
+                   else encode_inserted_text(tokenizer, step.observation))
+            if len(e.token_ids) + len(ids) >= max_total_tokens:  # no room left for the policy to answer it
+                e.done = e.truncated = True
+                continue
+            turn["feedback" if step.as_user_message else "observation"] = step.observation
+            e.append(ids, False)
+        if progress is not None:
+            progress(sum(e.done for e in episodes), len(episodes))
+    return [_record(e, mode) for e in episodes]
