@@ -19,9 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 
 from multiturn.loop import Continuation
 from utils.sft_data import end_of_turn_id
+from utils.student_model import generation_eos_ids
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:
@@ -49,21 +51,19 @@ def cut_continuation(tokenizer: Any, ids: Sequence[int], budget: int, stop_ids: 
 
 
 class HFContinuer:
-    """`continue_sequences` with transformers `generate` (sampling settings as the single-turn HF rollout)."""
+    """`continue_sequences` with transformers `generate`, with the single-turn HF sampler's settings
+    (`SamplingSettings`, passed whole) and stop ids (end of turn, EOS, the generation config's EOS)."""
 
-    def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 8,
-                 top_k: int = 0) -> None:
-        self.model, self.tokenizer = model, tokenizer
-        self.temperature, self.top_p, self.top_k, self.batch_size = temperature, top_p, top_k, batch_size
+    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingSettings = FULL_SOFTMAX, batch_size: int = 8) -> None:
+        self.model, self.tokenizer, self.sampling, self.batch_size = model, tokenizer, sampling, batch_size
 
     @torch.no_grad()
     def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
                            stop_strings: tuple[str, ...]) -> list[Continuation]:
         tok, model = self.tokenizer, self.model
-        stops = stop_token_ids(tok)
+        stops = sorted(set(stop_token_ids(tok)) | generation_eos_ids(model))
         device = next(model.parameters()).device
-        sampling = ({"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
-                    if self.temperature > 0 else {"do_sample": False})
+        sampling = self.sampling.hf_generate_kwargs()
         if stop_strings:
             sampling.update(stop_strings=list(stop_strings), tokenizer=tok)
         was_training = model.training
@@ -95,20 +95,21 @@ class VLLMContinuer:
     (`include_stop_str_in_output` keeps the tag in the text too).
     """
 
-    def __init__(self, llm: Any, vllm_module: Any, tokenizer: Any, temperature: float, top_p: float,
+    def __init__(self, llm: Any, vllm_module: Any, tokenizer: Any, sampling: SamplingSettings = FULL_SOFTMAX,
                  lora_request: Any = None, logprobs: bool = True) -> None:
         self.llm, self.vllm, self.tokenizer = llm, vllm_module, tokenizer
-        self.temperature, self.top_p, self.lora_request, self.logprobs = temperature, top_p, lora_request, logprobs
+        self.sampling, self.lora_request, self.logprobs = sampling, lora_request, logprobs
 
     def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
                            stop_strings: tuple[str, ...]) -> list[Continuation]:
-        from training.rollout import sampled_logprobs, vllm_sampling_kwargs  # noqa: PLC0415 - the one vocabulary
-
         stops = stop_token_ids(self.tokenizer)
         results: list[Continuation | None] = [None] * len(sequences)
         for budget in sorted(set(max_new_tokens)):
             rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
-            kwargs = vllm_sampling_kwargs(1, budget, self.temperature, self.top_p, stops, logprobs=self.logprobs)
+            kwargs = {"n": 1, "max_tokens": budget, **self.sampling.vllm_kwargs(), "stop_token_ids": stops,
+                      "skip_special_tokens": True}
+            if self.logprobs:
+                kwargs["logprobs"] = 0  # the sampled token's own log-prob
             if stop_strings:
                 kwargs.update(stop=list(stop_strings), include_stop_str_in_output=True)
             params = self.vllm.SamplingParams(**kwargs)
@@ -123,7 +124,9 @@ class VLLMContinuer:
                     finish = "stop"
                 else:
                     finish = "length"
-                results[i] = Continuation(ids, c.text, finish, sampled_logprobs(c))
+                logprobs = ([step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
+                            if getattr(c, "logprobs", None) else None)
+                results[i] = Continuation(ids, c.text, finish, logprobs)
         return results  # type: ignore[return-value]
 
 

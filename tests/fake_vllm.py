@@ -33,7 +33,7 @@ ALLOWED_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 ENGINE_FIELDS = {"model", "dtype", "gpu_memory_utilization", "max_model_len", "seed", "enable_lora", "max_lora_rank",
                  "max_loras", "distributed_executor_backend", "enable_sleep_mode", "logprobs_mode", "tensor_parallel_size"}
 SAMPLING_FIELDS = {"n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop_token_ids",
-                   "skip_special_tokens", "seed", "logprobs"}
+                   "skip_special_tokens", "seed", "logprobs", "stop", "include_stop_str_in_output"}
 LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
 
 ENGINES: list[FakeLLM] = []  # every engine built in this process, in order
@@ -75,6 +75,8 @@ class SamplingParams:
         self.max_tokens = kwargs.get("max_tokens", 16)
         self.temperature = kwargs.get("temperature", 1.0)
         self.stop_token_ids = list(kwargs.get("stop_token_ids") or [])
+        self.stop = list(kwargs.get("stop") or [])  # stop strings
+        self.include_stop_str_in_output = bool(kwargs.get("include_stop_str_in_output", False))
         self.logprobs = kwargs.get("logprobs")
         self.seed = kwargs.get("seed")
         self.kwargs = kwargs
@@ -166,7 +168,13 @@ class FakeLLM:
             for i in range(params.n):
                 text, body = type(self).responder(ids, i, self.rng)
                 stop = self.stop_with if self.stop_with is not None else (params.stop_token_ids or [None])[0]
-                if stop == "length" or stop is None:
+                hit = min(((text.index(s), s) for s in params.stop if s in text), default=None)
+                if hit is not None and len(body) <= params.max_tokens:
+                    # a stop string: vLLM keeps the ids up to the token that completed it (a responder that
+                    # writes one returns exactly those ids) and cuts the text at it (or after it)
+                    end = hit[0] + (len(hit[1]) if params.include_stop_str_in_output else 0)
+                    token_ids, finish, reason, text = list(body), "stop", hit[1], text[:end]
+                elif stop == "length" or stop is None:
                     token_ids, finish, reason = (body * params.max_tokens)[:params.max_tokens], "length", None
                 else:
                     token_ids, finish, reason = (body[:params.max_tokens - 1] + [stop]), "stop", stop

@@ -289,7 +289,7 @@ def test_hf_continuer_respects_each_rows_budget_and_continues_the_given_ids(tiny
 
     model, tok = tiny
     torch.manual_seed(0)
-    backend = HFContinuer(model, tok, temperature=1.0, top_p=1.0, batch_size=4)
+    backend = HFContinuer(model, tok, batch_size=4)
     prompt = encode_prompt(tok, "Say something.")
     outs = backend.continue_sequences([prompt, prompt + [330, 331], prompt[:-3]], [5, 2, 7], ("</program>",))
     assert [len(o.token_ids) <= b for o, b in zip(outs, [5, 2, 7], strict=True)] == [True] * 3
@@ -304,7 +304,7 @@ def test_the_loop_on_the_tiny_model_gives_the_record_shape(tiny, pool):
     from multiturn.backends import HFContinuer
 
     model, tok = tiny
-    backend = HFContinuer(model, tok, temperature=1.0, top_p=1.0)
+    backend = HFContinuer(model, tok)
     env = FeedbackEnvironment(pool, max_turns=2, num_visible_tests=1, feedback_max_chars=300)
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
     records = run_episodes(backend, env, tok, [prompt, prompt], [MBPP, MBPP], "feedback", 12, 80)
@@ -312,3 +312,35 @@ def test_the_loop_on_the_tiny_model_gives_the_record_shape(tiny, pool):
         assert set(record) == RECORD_KEYS
         assert len(record["action_mask"]) == len(record["token_ids"]) <= 80
         assert record["action_mask"][0] == 1 and sum(record["action_mask"]) == record["num_policy_tokens"]
+
+
+def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool, monkeypatch):
+    from multiturn.backends import VLLMContinuer
+    from tests import fake_vllm
+
+    tok = smollm2_tokenizer
+    fake = fake_vllm.install(monkeypatch)
+
+    def script(index: int, turn: int) -> str:
+        return ["<think>\n<program>\nprint(6 * 7)\n</program>",
+                "\nSo 42.\n</think>\n\n```python\ndef add(a, b):\n    return a + b\n```"][turn]
+
+    def responder(prompt_ids, i, rng):  # the turn is the number of results the sequence holds so far
+        text = script(0, tok.decode(prompt_ids).count("</result>"))
+        return text, list(tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+    monkeypatch.setattr(fake_vllm.FakeLLM, "responder", staticmethod(responder))
+    llm = fake.LLM("m")
+    env = ToolEnvironment(pool, max_tool_calls=2, result_max_bytes=100)
+    prompt = encode_prompt(tok, "p")
+    [from_vllm] = run_episodes(VLLMContinuer(llm, fake, tok), env, tok, [prompt], [MBPP], "tool", 64, 400)
+    [scripted] = run_episodes(ScriptedBackend(tok, script), env, tok, [prompt], [MBPP], "tool", 64, 400)
+    assert set(from_vllm) == RECORD_KEYS | {"logprobs"} and set(scripted) == RECORD_KEYS
+    for key in ("token_ids", "action_mask", "text", "num_turns", "tool_calls", "finish_reason", "truncated"):
+        assert from_vllm[key] == scripted[key], key
+    assert "\n<result>\n42\n</result>\n" in from_vllm["text"]
+    assert len(from_vllm["logprobs"]) == len(from_vllm["token_ids"])
+    assert all(lp == 0.0 for lp, m in zip(from_vllm["logprobs"], from_vllm["action_mask"], strict=True) if m == 0)
+    assert all(lp < 0 for lp, m in zip(from_vllm["logprobs"], from_vllm["action_mask"], strict=True) if m == 1)
+    params = llm.calls[0].params
+    assert params.stop == ["</program>"] and params.include_stop_str_in_output and params.n == 1

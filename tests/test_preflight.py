@@ -74,3 +74,20 @@ def test_preflight_checks_a_running_teacher_through_the_client(capsys):
     with RunningServer(FakeTeacher()) as server:  # serves another model: a FAIL with the served list
         assert test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", server.url]) == 1
     assert "It serves: fake-teacher" in capsys.readouterr().out
+
+
+def test_multi_turn_checks_pass_and_a_leaking_action_mask_fails(monkeypatch, smollm2_tokenizer, capsys):
+    import multiturn.loop as loop
+    from config import build_config
+
+    config = build_config("cpu")
+    report = test_all.Report()
+    test_all.check_multi_turn(report, config, smollm2_tokenizer)
+    assert report.count("FAIL") == 0 and report.count("PASS") >= 4, capsys.readouterr().out
+    real = loop.Episode.append
+    # the classic bug: environment tokens marked as the policy's, so training would learn the results
+    monkeypatch.setattr(loop.Episode, "append", lambda self, ids, policy, logprobs=None: real(self, ids, True, logprobs))
+    report = test_all.Report()
+    test_all.check_multi_turn(report, config, smollm2_tokenizer)
+    assert report.count("FAIL") >= 1
+    assert "action mask covers exactly the policy's tokens" in capsys.readouterr().out
