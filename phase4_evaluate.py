@@ -6,6 +6,7 @@
     python phase4_evaluate.py --model_path Qwen/Qwen3-1.7B           # a base model, no adapter
     python phase4_evaluate.py --num_samples 200                      # a tighter estimate (resumable)
     python phase4_evaluate.py --baseline                             # also the base model, and the delta
+    python phase4_evaluate.py --mode feedback                        # multi-turn: pass rate after each turn too
     python phase4_evaluate.py --eval_set humaneval --temperature 0 --num_samples 1 --k 1   # greedy HumanEval pass@1
 
 Writes outputs/evaluation_results.json (schema in ARCHITECTURE.md) and outputs/eval_samples.jsonl
@@ -41,15 +42,21 @@ from evaluation.evaluate import (
     execute_samples,
     fingerprint,
     format_delta,
+    format_multi_turn,
     format_table,
     generate_cached,
     summarize,
 )
+from multiturn.backends import HFContinuer, VLLMContinuer
+from multiturn.environments import make_environment
+from multiturn.sampler import MultiTurnSampler
 from rollouts.sampling import SamplingSettings
 from training.rollout import HFRollout, VLLMRollout, prompt_lengths
 from training.vllm_engine import adapter_rank, build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
+from utils.prompts import get_unified_prompt
+from utils.sft_data import encode_prompt
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
@@ -95,6 +102,12 @@ def local_model_folder(name: str, config: Config) -> Path | None:
         return None
 
 
+def multi_turn_sampler(config: Config, backend_for, tokenizer, template: dict) -> MultiTurnSampler:
+    """The sampler of `multi_turn.mode`; its environment is attached once the sandbox pool runs."""
+    return MultiTurnSampler(backend_for, None, tokenizer, config.multi_turn.mode, config.evaluation.max_new_tokens,
+                            config.multi_turn.max_total_tokens, template)
+
+
 def hf_generators(config: Config, base_name: str, adapter: Path | None, template: dict) -> dict:
     """transformers sampling: the base model with the adapter attached; the baseline switches it off."""
     ev = config.evaluation
@@ -103,6 +116,16 @@ def hf_generators(config: Config, base_name: str, adapter: Path | None, template
     if adapter is not None:
         model = load_adapter(model, adapter)
     rollout = HFRollout(tokenizer, ev.max_new_tokens, SamplingSettings.from_section(ev), template, batch_size=8)
+    if config.multi_turn.mode != "single":  # the environment is attached in main, once the sandbox pool runs
+        sampler = multi_turn_sampler(config, lambda m: HFContinuer(m, tokenizer, SamplingSettings.from_section(ev)),
+                                     tokenizer, template)
+
+        def baseline_turns(prompts, n, tasks):
+            with model.disable_adapter():
+                return sampler.generate(model, prompts, n, 0, tasks)
+
+        turns = lambda prompts, n, tasks: sampler.generate(model, prompts, n, 0, tasks)  # noqa: E731
+        return {"trained": turns, "model": turns, "baseline": baseline_turns, "batching": {}, "sampler": sampler}
 
     def baseline(prompts, n):
         with model.disable_adapter():  # the same weights with the adapter switched off
@@ -121,9 +144,15 @@ def vllm_generators(config: Config, base_name: str, adapter: Path | None, tasks:
 
     ev = config.evaluation
     tokenizer = load_tokenizer(base_name, config.paths.model_cache_dir)
-    lengths = prompt_lengths(tokenizer, tasks, visible_tests, template)
+    multi = config.multi_turn.mode != "single"
+    if multi:  # the mode's instructions lengthen the prompt; the sequence grows to max_total_tokens after it
+        lengths = [len(encode_prompt(tokenizer, get_unified_prompt(t, visible_tests, mode=config.multi_turn.mode),
+                                     chat_template_kwargs=template)) for t in tasks]
+        budget = max(ev.max_new_tokens, config.multi_turn.max_total_tokens)
+    else:
+        lengths, budget = prompt_lengths(tokenizer, tasks, visible_tests, template), ev.max_new_tokens
     kwargs = engine_kwargs(resolve_model_path(base_name, config.paths.model_cache_dir),
-                           max_model_len=max_model_len(lengths, ev.max_new_tokens),
+                           max_model_len=max_model_len(lengths, budget),
                            gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
                            dtype=config.student.torch_dtype, seed=config.training.seed,
                            lora_rank=adapter_rank(adapter) if adapter is not None else None, logprobs=False)
@@ -132,6 +161,14 @@ def vllm_generators(config: Config, base_name: str, adapter: Path | None, tasks:
     request = None
     if adapter is not None:  # a name and id of its own per adapter digest: vLLM's prefix cache keys LoRA blocks by name
         request = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
+    if multi:  # the backend is made per LoRA request (None: the base model)
+        sampler = multi_turn_sampler(config, lambda lora: VLLMContinuer(rollout.llm, vllm, tokenizer,
+                                                                        SamplingSettings.from_section(ev), lora, False),
+                                     tokenizer, template)
+        return {"trained": lambda prompts, n, tasks: sampler.generate(request, prompts, n, 0, tasks),
+                "model": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
+                "baseline": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
+                "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH}, "sampler": sampler}
     return {"trained": lambda prompts, n: rollout.sample(prompts, n, request),
             "model": lambda prompts, n: rollout.sample(prompts, n, None),
             "baseline": lambda prompts, n: rollout.sample(prompts, n, None),
@@ -162,6 +199,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
                 "visible_tests": eval_set.visible_tests, "thinking": config.student.enable_thinking,
                 "backend": config.grpo.rollout_backend, "dtype": config.student.torch_dtype,
                 "load_in_8bit": config.student.load_in_8bit}
+    if config.multi_turn.mode != "single":  # single-turn caches keep their key
+        settings["multi_turn"] = config_to_dict(config)["multi_turn"]
     base_folder = local_model_folder(base_name, config)
     base_key = content_digest(base_folder, memo) if base_folder is not None else base_name
     runs = [("trained" if adapter else "model", adapter)]
@@ -173,13 +212,16 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     summaries, all_rows = {}, []
     secrets = [p for p in [eval_set.origin] if Path(p).exists()] + task_secret_paths(config)
     with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=secrets) as pool:
+        if generators.get("sampler") is not None:  # programs and shown tests run in the same pool as the scoring
+            generators["sampler"].environment = make_environment(config.multi_turn.mode, pool, config.multi_turn,
+                                                                 eval_set.visible_tests, limits)
         for role, role_adapter in runs:
             key = fingerprint(base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None,
                               **settings)
             print(f"\n[{role}] generating {ev.num_samples} samples per task (cache: {cache_dir / key}.jsonl)")
 
             cache = generate_cached(tasks, generators[role], ev.num_samples, cache_dir / f"{key}.jsonl",
-                                    eval_set.visible_tests, **generators["batching"])
+                                    eval_set.visible_tests, **generators["batching"], mode=config.multi_turn.mode)
             rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
             summaries[role] = summarize(rows, ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed)
             all_rows += [{"model": role, **row} for row in rows]
@@ -202,6 +244,8 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     write_jsonl_atomic(samples_output, all_rows)
     where = f"{eval_set.name}, {len(tasks)} tasks, {decoding}"
     print("\n" + format_table(summaries[main_role], f"Pass@k Results ({where})"))
+    if summaries[main_role].get("multi_turn"):
+        print(format_multi_turn(summaries[main_role]))
     if "baseline" in summaries:
         print(format_table(summaries["baseline"], f"Baseline (adapter disabled): {where}"))
         print(format_delta(result["delta"], result["delta_ci95"]))
@@ -216,7 +260,9 @@ FLAGS = (
     ConfigFlag("--num_samples", "evaluation.num_samples"),
     ConfigFlag("--k", "evaluation.k_values"),
     ConfigFlag("--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."),
-    ConfigFlag("--max_new_tokens", "evaluation.max_new_tokens"),
+    ConfigFlag("--max_new_tokens", "evaluation.max_new_tokens", "Max tokens per completion (in a multi-turn mode: per "
+               "turn; multi_turn.max_total_tokens bounds the whole sample)."),
+    ConfigFlag("--mode", "multi_turn.mode"),
     ConfigFlag("--output_dir", "paths.output_dir", "Where phase 3 wrote the model; results and the completion cache go "
                "here too."),
 )

@@ -91,12 +91,17 @@ def read_cache(path: Path) -> dict[tuple[str, int], dict]:
     return cache
 
 
-def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], list[list[dict]]], num_samples: int,
+MULTI_TURN_FIELDS = ("num_turns", "answers", "tool_calls", "tool_successes", "truncated", "transcript", "turns")
+
+
+def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dict]]], num_samples: int,
                     cache_path: Path, num_visible_tests: int = 1, chunk: int = 8, batch_samples: int = 16,
-                    progress: bool = True) -> dict[tuple[str, int], dict]:
+                    progress: bool = True, mode: str = "single") -> dict[tuple[str, int], dict]:
     """Make sure every (task, sample) has a cached completion; returns them all.
 
-    `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model).
+    `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model);
+    in a multi-turn `mode` it is `generate(prompts, n, tasks)` (the environment runs the tasks' shown
+    tests) and the multi-turn fields of each record (`MULTI_TURN_FIELDS`) are cached too.
     Work is cut into units of at most `chunk` samples of one task; units of equal size (from any
     tasks: `generate` takes one n per call) are batched into one call of up to `batch_samples`
     sequences (several tasks at once keep the CPU/GPU busy; vLLM callers pass whole tasks and
@@ -104,7 +109,7 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], 
     """
     cache = read_cache(cache_path)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    prompts = {task.task_id: get_unified_prompt(task, num_visible_tests) for task in tasks}
+    prompts = {task.task_id: get_unified_prompt(task, num_visible_tests, mode=mode) for task in tasks}
     digests = {task_id: prompt_digest(prompt) for task_id, prompt in prompts.items()}
     for key in [k for k, record in cache.items() if record.get("prompt_sha256") != digests.get(k[0])]:
         del cache[key]  # the task's text (or the prompt format) changed since: its old completions answer another prompt
@@ -126,12 +131,15 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[[list[str], int], 
         bar = tqdm(total=sum(len(idx) for _, idx in units), desc="generating", unit="sample", dynamic_ncols=True)
     with JsonlAppender(cache_path) as handle:  # cuts a torn last line; one writer per cache file
         for call in calls:
-            outputs = generate([prompts[task.task_id] for task, _ in call], len(call[0][1]))
+            call_prompts = [prompts[task.task_id] for task, _ in call]
+            outputs = (generate(call_prompts, len(call[0][1])) if mode == "single"
+                       else generate(call_prompts, len(call[0][1]), [task for task, _ in call]))
             for (task, indices), samples in zip(call, outputs, strict=True):
                 for sample_idx, sample in zip(indices, samples, strict=True):
                     record = {"task_id": task.task_id, "sample_idx": sample_idx, "completion": sample["text"],
                               "num_tokens": sample["num_tokens"], "finish_reason": sample["finish_reason"],
-                              "prompt_sha256": digests[task.task_id]}
+                              "prompt_sha256": digests[task.task_id],
+                              **{k: sample[k] for k in MULTI_TURN_FIELDS if k in sample}}
                     handle.write(record)
                     cache[(task.task_id, sample_idx)] = record
             if bar is not None:
@@ -159,7 +167,29 @@ def execute_samples(tasks: Sequence[Task], cache: dict[tuple[str, int], dict], n
     for row, result in zip(rows, results, strict=True):
         row.update(passed=result.passed, status=result.status, tests_passed=result.tests_passed,
                    tests_total=result.tests_total, pass_fraction=result.pass_fraction, error=result.error)
+    _score_earlier_answers(tasks, cache, rows, pool, limits, include_challenge)
     return rows
+
+
+def _score_earlier_answers(tasks: Sequence[Task], cache: dict[tuple[str, int], dict], rows: list[dict],
+                           pool: SandboxPool, limits: SandboxLimits, include_challenge: bool) -> None:
+    """Multi-turn rows: copy the multi-turn fields and judge every answer before the last one on all tests,
+    so the pass rate after each turn can be reported (`answers_passed`: one verdict per answer)."""
+    by_task = {task.task_id: task for task in tasks}
+    earlier = []  # (row, answer index, code)
+    for row in rows:
+        cached = cache[(row["task_id"], row["sample_idx"])]
+        if "num_turns" not in cached:
+            continue
+        row.update({k: cached[k] for k in ("num_turns", "tool_calls", "tool_successes", "truncated") if k in cached})
+        answers = cached.get("answers") or [cached["completion"]]
+        row["answers_passed"] = [False] * (len(answers) - 1) + [row["passed"]]
+        earlier += [(row, i, extract_thinking_and_code_unified(a)["code"]) for i, a in enumerate(answers[:-1])]
+    if earlier:
+        results = execute_many([(code, by_task[row["task_id"]]) for row, _, code in earlier], pool, limits,
+                               include_challenge=include_challenge)
+        for (row, i, _), result in zip(earlier, results, strict=True):
+            row["answers_passed"][i] = result.passed
 
 
 def _pass_table(rows: list[dict], ks: Sequence[int]) -> dict:
@@ -219,7 +249,31 @@ def summarize(rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESA
                    "truncated": sum(r["finish_reason"] == "length" for r in rows) / n},
         "mean_completion_tokens": sum(r["num_tokens"] for r in rows) / n,
         "status_counts": dict(Counter(r["status"] for r in rows).most_common()),
+        "multi_turn": _multi_turn_summary(rows),
     }
+
+
+def _multi_turn_summary(rows: list[dict]) -> dict | None:
+    """Pass rate after each turn and tool-call statistics (None for single-turn rows)."""
+    turns = [r for r in rows if "answers_passed" in r]
+    if not turns:
+        return None
+    from multiturn.sampler import pass_rate_by_turn, tool_statistics  # noqa: PLC0415 - multi-turn runs only
+
+    most = max(len(r["answers_passed"]) for r in turns)
+    return {"pass_rate_by_turn": pass_rate_by_turn(turns, most),
+            "mean_turns": sum(r.get("num_turns", 1) for r in turns) / len(turns), **tool_statistics(turns)}
+
+
+def format_multi_turn(summary: dict) -> str:
+    """The multi-turn lines printed under the pass@k table."""
+    mt = summary.get("multi_turn")
+    if not mt:
+        return ""
+    by_turn = ", ".join(f"turn {t}: {v:.1%}" for t, v in mt["pass_rate_by_turn"].items())
+    return (f"pass rate after each turn: {by_turn}; mean turns {mt['mean_turns']:.2f}\n"
+            f"tool calls per sample {mt['calls_per_sample']:.2f} (samples with a call {mt['samples_with_a_call']:.1%}, "
+            f"calls without error {mt['successful_call_share']:.1%}); truncated by a limit {mt['truncated']:.1%}")
 
 
 def delta(trained: dict, baseline: dict) -> dict:

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 
 from multiturn.loop import Continuation
+from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.sft_data import end_of_turn_id
 from utils.student_model import generation_eos_ids
 

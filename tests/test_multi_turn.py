@@ -344,3 +344,38 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
     assert all(lp < 0 for lp, m in zip(from_vllm["logprobs"], from_vllm["action_mask"], strict=True) if m == 1)
     params = llm.calls[0].params
     assert params.stop == ["</program>"] and params.include_stop_str_in_output and params.n == 1
+
+
+# ------------------------------------------------------------------------------------ phase 4
+
+
+def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_use(smollm2_tokenizer, pool, tmp_path):
+    from evaluation.evaluate import execute_samples, format_multi_turn, generate_cached, summarize
+    from multiturn.sampler import MultiTurnSampler
+
+    tok = smollm2_tokenizer
+    env = FeedbackEnvironment(pool, max_turns=3, num_visible_tests=1, feedback_max_chars=300)
+    # sample 0 is right at once; sample 1 is wrong, then right; sample 2 is wrong three times
+    answers = {0: ["a + b"], 1: ["a - b", "a + b"], 2: ["a - b", "b - a", "a * b"]}
+    backend = ScriptedBackend(tok, lambda i, t: ANSWER.format(answers[i][t]))
+    sampler = MultiTurnSampler(lambda model: backend, env, tok, "feedback", 64, 600)
+    seen_prompts = []
+
+    def generate(prompts, n, tasks):
+        seen_prompts.extend(prompts)
+        return sampler.generate(None, prompts, n, 0, tasks)
+
+    cache = generate_cached([MBPP], generate, 3, tmp_path / "c.jsonl", 1, progress=False, mode="feedback")
+    assert seen_prompts == [get_unified_prompt(MBPP, 1, mode="feedback")]
+    rows = execute_samples([MBPP], cache, 3, pool, LIMITS)
+    assert [r["answers_passed"] for r in rows] == [[True], [False, True], [False, False, False]]
+    assert [r["truncated"] for r in rows] == [False, False, True]
+    summary = summarize(rows, [1])
+    assert summary["pass_at_k"]["1"] == pytest.approx(2 / 3)
+    assert summary["multi_turn"]["pass_rate_by_turn"] == pytest.approx({"1": 1 / 3, "2": 2 / 3, "3": 2 / 3})
+    assert summary["multi_turn"]["mean_turns"] == pytest.approx(2.0)
+    assert "turn 1: 33.3%, turn 2: 66.7%, turn 3: 66.7%" in format_multi_turn(summary)
+    # a rerun reads every sample, with its turns, from the cache
+    again = generate_cached([MBPP], lambda *a: pytest.fail("regenerated"), 3, tmp_path / "c.jsonl", 1, progress=False,
+                            mode="feedback")
+    assert [again[(MBPP.task_id, i)]["num_turns"] for i in range(3)] == [1, 2, 3]

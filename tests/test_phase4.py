@@ -18,7 +18,7 @@ from utils.student_model import ModelLoadError
 
 RESULT_KEYS = {"model", "timestamp", "eval_file", "config", "num_tasks", "num_samples", "pass_at_k", "not_computable_k",
                "pass_at_k_by_source", "pass_at_k_by_difficulty", "mean_pass_fraction", "format", "mean_completion_tokens",
-               "status_counts", "baseline", "delta", "eval_set", "decoding", "pass_at_k_ci95", "delta_ci95"}
+               "status_counts", "baseline", "delta", "eval_set", "decoding", "pass_at_k_ci95", "delta_ci95", "multi_turn"}
 
 
 def scripted(tasks, correct_per_task):
