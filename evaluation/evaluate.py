@@ -91,7 +91,7 @@ def read_cache(path: Path) -> dict[tuple[str, int], dict]:
     return cache
 
 
-MULTI_TURN_FIELDS = ("num_turns", "answers", "tool_calls", "tool_successes", "truncated", "transcript", "turns")
+MULTI_TURN_FIELDS = ("num_turns", "num_policy_tokens", "answers", "tool_calls", "tool_successes", "truncated", "transcript", "turns")
 
 
 def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dict]]], num_samples: int,

@@ -1,6 +1,7 @@
 """Try a model on one problem: `python -m evaluation.solve "Write a function add(a, b)..." [--assert ...]`
 
-Shows the thinking, the extracted code and, when tests are given, the sandbox verdict. The quick look
+Shows the thinking, the extracted code and, when tests are given, the sandbox verdict; in a multi-turn
+`--mode` (tool, feedback) also every turn and what the environment inserted after it. The quick look
 a user wants after training: `--model_path outputs/final_model` (default) or any checkpoint or base model.
 """
 
@@ -22,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
                         "in the prompt, like phase 4 does).")
     parser.add_argument("--samples", type=int, default=1, help="How many answers to sample (default 1).")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default).")
-    parser.add_argument("--max_new_tokens", type=int, default=512, help="Token budget per answer.")
+    parser.add_argument("--max_new_tokens", type=int, default=512, help="Token budget per answer (per turn in a "
+                        "multi-turn mode).")
+    parser.add_argument("--mode", choices=("single", "tool", "feedback"),
+                        help="single, tool (the model may run <program> blocks) or feedback (a failing shown --assert "
+                        "comes back and the model answers again); default: multi_turn.mode of the config.")
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -54,14 +59,29 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if adapter is not None:
         model = load_adapter(model, adapter)
-    prompt = get_unified_prompt(task if task else args.problem, config.prompt.num_visible_tests)
-    samples = generate_completions(model, tokenizer, [prompt], num_samples=args.samples, max_new_tokens=args.max_new_tokens,
-                                   sampling=SamplingSettings(args.temperature, config.evaluation.top_p, config.evaluation.top_k,
-                                                             config.evaluation.min_p, config.evaluation.repetition_penalty),
-                                   chat_template_kwargs={"enable_thinking": config.student.enable_thinking})[0]
+    mode = args.mode or config.multi_turn.mode
+    prompt = get_unified_prompt(task if task else args.problem, config.prompt.num_visible_tests, mode=mode)
+    sampling = SamplingSettings(args.temperature, config.evaluation.top_p, config.evaluation.top_k,
+                                config.evaluation.min_p, config.evaluation.repetition_penalty)
+    template = {"enable_thinking": config.student.enable_thinking}
+    if mode == "single":
+        samples = generate_completions(model, tokenizer, [prompt], num_samples=args.samples,
+                                       max_new_tokens=args.max_new_tokens, sampling=sampling,
+                                       chat_template_kwargs=template)[0]
+    else:
+        samples = _multi_turn_samples(config, mode, model, tokenizer, prompt, task, args, sampling, template)
     for i, sample in enumerate(samples, start=1):
         parsed = extract_thinking_and_code_unified(sample["text"])
         print(f"\n===== answer {i}/{len(samples)} ({sample['num_tokens']} tokens, {sample['finish_reason']}) =====")
+        for number, turn in enumerate(sample.get("turns", []), start=1):
+            print(f"--- turn {number} ({turn['finish_reason']}) ---\n{turn['text']}")
+            inserted = turn.get("observation") or turn.get("feedback")
+            if inserted:
+                print(f"--- inserted by the {'tool' if turn.get('observation') else 'feedback'} environment ---\n"
+                      + inserted.strip("\n"))
+        if sample.get("turns"):
+            print(f"--- {sample['num_turns']} turns, {sample['tool_calls']} tool calls"
+                  + (", truncated by a limit" if sample["truncated"] else "") + " ---")
         print("--- thinking ---\n" + (parsed["thinking"] or "(none)"))
         print("--- code ---\n" + (parsed["code"] or "(no code found)"))
         if task is not None:
@@ -69,6 +89,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--- verdict: {result.status} ({result.tests_passed}/{result.tests_total} tests)"
                   + (f": {result.error}" if result.error else ""))
     return 0
+
+
+def _multi_turn_samples(config, mode: str, model, tokenizer, prompt: str, task, args, sampling, template) -> list[dict]:
+    """`--samples` multi-turn samples through the rollout loop, the environment in its own sandbox pool."""
+    from evaluation.code_executor import SandboxLimits, SandboxPool
+    from multiturn.backends import HFContinuer
+    from multiturn.environments import make_environment
+    from multiturn.sampler import MultiTurnSampler
+    from utils.dataset_loader import Task
+
+    task = task or Task(task_id="solve/1", source="solve", problem=args.problem, test_type="stdin",
+                        tests=({"input": "", "output": ""},))  # no --assert: nothing is shown, nothing to test
+    with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
+        environment = make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
+        sampler = MultiTurnSampler(lambda m: HFContinuer(m, tokenizer, sampling), environment, tokenizer, mode,
+                                   args.max_new_tokens, config.multi_turn.max_total_tokens, template)
+        return sampler.generate(model, [prompt], args.samples, 0, [task])[0]
 
 
 if __name__ == "__main__":

@@ -379,3 +379,15 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
     again = generate_cached([MBPP], lambda *a: pytest.fail("regenerated"), 3, tmp_path / "c.jsonl", 1, progress=False,
                             mode="feedback")
     assert [again[(MBPP.task_id, i)]["num_turns"] for i in range(3)] == [1, 2, 3]
+
+
+def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys):
+    from evaluation import solve
+
+    code = solve.main(["Write add(a, b).", "--assert", "assert add(1, 2) == 3", "--mode", "feedback", "--preset", "cpu",
+                       "--model_path", "embedded:tiny-random", "--max_new_tokens", "6", "--set", "multi_turn.max_turns=2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    # the tiny random model never ends its turn in 6 tokens: cut by the token limit, no answer to test
+    assert "--- turn 1 (length) ---" in out and "--- turn 2" not in out
+    assert "1 turns, 0 tool calls, truncated by a limit" in out
