@@ -33,6 +33,7 @@ from config import (
     save_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
+from multiturn.environments import make_environment
 from synthesis.generate_traces import TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks
@@ -92,6 +93,9 @@ def check_resume_settings(config: Config, output_path: Path, saved_config_path: 
     old_teacher, old_prompt = saved.get("teacher", {}), saved.get("prompt", {})
     changed = [f"teacher.{key} {old_teacher[key]!r} -> {getattr(config.teacher, key)!r}"
                for key in SAMPLING_KEYS if key in old_teacher and old_teacher[key] != getattr(config.teacher, key)]
+    old_mode = saved.get("multi_turn", {}).get("mode", "single")
+    if old_mode != config.multi_turn.mode:
+        changed.append(f"multi_turn.mode {old_mode!r} -> {config.multi_turn.mode!r}")
     if "num_visible_tests" in old_prompt and old_prompt["num_visible_tests"] != config.prompt.num_visible_tests:
         changed.append(f"prompt.num_visible_tests {old_prompt['num_visible_tests']!r} -> {config.prompt.num_visible_tests!r}")
     if changed:
@@ -119,6 +123,10 @@ def teacher_sft_fit(config: Config, output_path: Path, task_ids: set[str]) -> di
 
 
 async def run(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> int:
+    if config.multi_turn.mode == "tool":
+        print("error: phase 2 supports --mode single or feedback; tool mode needs the server to continue an assistant "
+              "message after each <program> result, which is not built yet.", file=sys.stderr)
+        return 2
     tasks = read_tasks(input_path)
     task_ids = {t.task_id for t in tasks}  # phase 3 trains on every task of the file
     if config.teacher.max_tasks > 0:
@@ -136,9 +144,13 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
         if served and model not in served and not any(s.startswith(model) for s in served):
             print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
         with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
+            mode = config.multi_turn.mode
+            feedback = (make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
+                        if mode == "feedback" else None)
             stats = await generate_traces(tasks, client, output_path, n, pool, limits, config.prompt.num_visible_tests,
                                           overwrite=overwrite, teacher_model=config.teacher.model_name,
-                                          on_fresh_start=lambda: save_config(config, config_path))
+                                          on_fresh_start=lambda: save_config(config, config_path), mode=mode,
+                                          feedback=feedback)
     print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
     print(stats.table())
     print(f"elapsed: {stats.elapsed_s:.1f} s")
@@ -171,6 +183,8 @@ FLAGS = (
     ConfigFlag("--model", "teacher.model_name"),
     ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
     ConfigFlag("--max_tokens", "teacher.max_tokens"),
+    ConfigFlag("--mode", "multi_turn.mode", "Phase 2 supports single and feedback (a failing shown test goes back "
+               "to the teacher as a user message); tool is not built for the API yet."),
 )
 
 

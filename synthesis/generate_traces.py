@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.code_executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
+from multiturn.environments import Turn
 from synthesis.teacher_query import TeacherClient, TeacherFatalError, TeacherResponse
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
@@ -171,10 +172,16 @@ async def generate_traces(
     progress: bool = True,
     teacher_model: str | None = None,
     on_fresh_start: Callable[[], None] | None = None,
+    mode: str = "single",
+    feedback: Any = None,
 ) -> TraceStats:
     """Query the teacher for every missing (task, sample) pair, verify each answer, append records.
 
     `on_fresh_start` is called when an `overwrite` run empties the old file (at its first good answer).
+    `mode="feedback"` with a `multiturn.environments.FeedbackEnvironment`: after each answer the
+    task's shown tests run; a failure goes back to the teacher as a user message (the conversation so
+    far as chat messages) and it answers again, up to the environment's `max_turns`. The record is the
+    final answer's, plus `mode`, `num_turns` and `turns` (each answer with the feedback it got).
     """
     stats = TraceStats()
     out, existing = open_trace_file(Path(output_path), overwrite)
@@ -203,8 +210,22 @@ async def generate_traces(
                 task, sample_idx = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            prompt = get_unified_prompt(task, num_visible_tests)
-            response = await client.complete(build_chat_messages(prompt))
+            prompt = get_unified_prompt(task, num_visible_tests, mode=mode)
+            messages = build_chat_messages(prompt)
+            response = await client.complete(messages)
+            turns: list[dict[str, Any]] = []
+            if feedback is not None:
+                state = feedback.start(task)
+                while response.ok:
+                    finish = "stop" if response.finish_reason in (None, "stop") else "length"
+                    [step] = await asyncio.to_thread(feedback.step, [state], [Turn(response.text, finish)])
+                    turns.append({"response": response.text, "reasoning": response.reasoning,
+                                  "feedback": None if step.done else step.observation, "truncated": step.truncated})
+                    if step.done:
+                        break
+                    messages = [*messages, {"role": "assistant", "content": response.text},
+                                {"role": "user", "content": step.observation}]
+                    response = await client.complete(messages)
             parsed = result = None
             if response.ok:
                 parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
@@ -213,6 +234,8 @@ async def generate_traces(
                                                  plans[task.task_id])
             record = build_record(task, sample_idx, prompt, response, result, parsed, teacher_model or client.model,
                                   history.get((task.task_id, sample_idx), []))
+            if feedback is not None and record["status"] != "api_error":
+                record.update(mode=mode, num_turns=len(turns), turns=turns)
             if pending is not None and record["status"] == "api_error":
                 pending.append(record)
             else:

@@ -391,3 +391,31 @@ def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys):
     # the tiny random model never ends its turn in 6 tokens: cut by the token limit, no answer to test
     assert "--- turn 1 (length) ---" in out and "--- turn 2" not in out
     assert "1 turns, 0 tool calls, truncated by a limit" in out
+
+
+# ------------------------------------------------------------------------------------ phase 2
+
+
+def test_phase2_feedback_mode_sends_the_failing_shown_test_back_and_keeps_the_conversation(tmp_path, capsys):
+    import phase2_generate_teacher_traces as phase2
+    from tests.fake_openai_server import FakeTeacher, RunningServer
+    from utils.dataset_loader import write_tasks
+
+    train = tmp_path / "train.jsonl"
+    write_tasks(train, [MBPP])
+    out = tmp_path / "traces.jsonl"
+    teacher = FakeTeacher(default_code="def add(a, b):\n    return a - b",
+                          answers={"failed a test": "def add(a, b):\n    return a + b"})
+    with RunningServer(teacher) as server:
+        code = phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacher", "--input", str(train),
+                            "--output", str(out), "--num_samples", "1", "--mode", "feedback"])
+        requests = list(server.state.requests)
+    assert code == 0, capsys.readouterr().err
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["passed"] and record["mode"] == "feedback" and record["num_turns"] == 2
+    assert "return a - b" in record["turns"][0]["response"] and "return a + b" in record["response"]
+    second = requests[1]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert second[3]["content"].startswith("Your code failed a test shown in the problem.\nTest: " + MBPP.tests[0])
+    assert not any(hidden in second[3]["content"] for hidden in MBPP.tests[1:])
+    assert phase2.main(["--preset", "cpu", "--input", str(train), "--output", str(out), "--mode", "tool"]) == 2
