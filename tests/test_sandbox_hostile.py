@@ -116,8 +116,9 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
             return [p for p in _descendants(worker.process.pid)
                     if p not in helpers and not (uid is not None and _owner(p) == 0)]
 
-        # an ended program is reaped by its zygote asynchronously (SIGCHLD): on a loaded machine that can
-        # take longer than the sleep above, so wait a bounded time for the teardown to finish
+        # an ended program is reaped by its zygote asynchronously: under load the zygote (nice 19 here)
+        # can wait seconds for a CPU, and a program whose other threads are still exiting cannot be
+        # reaped yet (measured; see sandbox_worker._zygote), so wait a bounded time for the teardown
         deadline = time.monotonic() + 3.0
         while (left := leftovers()) and time.monotonic() < deadline:
             time.sleep(0.05)

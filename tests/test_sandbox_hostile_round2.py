@@ -62,7 +62,8 @@ def run(pool: SandboxPool, code: str, task: Task, limit_s: float = 30.0):
     with ThreadPoolExecutor(1) as executor:
         future = executor.submit(execute_program, textwrap.dedent(code), task, LIMITS, pool)
         result = future.result(timeout=limit_s)
-    # an ended program is reaped by its zygote asynchronously: wait a bounded time for the teardown
+    # an ended program is reaped by its zygote asynchronously (see test_sandbox_hostile.run_hostile):
+    # wait a bounded time for the teardown
     deadline = time.monotonic() + 3.0
     while any(_descendants_of_program(w) for w in pool._all) and time.monotonic() < deadline:
         time.sleep(0.05)
