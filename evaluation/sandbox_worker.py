@@ -1,47 +1,46 @@
-"""The sandbox worker: pre-started processes that run untrusted programs, one fresh process per test.
+"""The sandbox worker: the untrusted side's host, a pre-started process that runs programs.
 
-Started by `evaluation.code_executor` as `python -I sandbox_worker.py IN_FD OUT_FD` (standard
-library only). Runs on Linux.
+Started by `evaluation.sandbox_pool` as `python -I sandbox_worker.py IN_FD OUT_FD` (standard
+library only; the wire format is `sandbox_protocol`, the one module both sides import). Linux only.
 
 Trust boundary. The worker never receives expected outputs: it is sent the program, the test
-*inputs* (stdin texts, call arguments, the left side of MBPP asserts) and limits, and it sends back
-what the program produced (stdout bytes, return values encoded as tagged JSON, errors) and what the
-supervisor measured (times, exit statuses, kills). The verdict is computed in the trusted parent.
+*inputs* (stdin texts, call arguments, the expressions of MBPP asserts) and limits, and it sends
+back what the program produced (stdout bytes, return values encoded as tagged JSON, errors) and
+what the supervisor measured (times, exit statuses, kills). The verdict is made in the judging
+process (`evaluation.judge`).
 
-Processes (every arrow is a fork; only the last one runs untrusted code):
+Processes (only the last one runs untrusted code):
 
-    supervisor (talks to the parent, holds jobs and results, never forks a program)
+    supervisor (talks to the parent, holds jobs and results, times every run, never forks a program)
       -> zygote (forked before the first job: its memory never holds a job or a result; it only
-         forks, reaps, and, as root, lives in a minimal read-only root file system)
-           -> program host, one per program (reads its own job; as root enters new mount, PID
-              and IPC namespaces)
-                -> init, one per program (PID 1 of the program's PID namespace; times and kills)
-                     -> test process, one per test (joins the memory cgroup, drops to the
-                        sandbox uid, closes every inherited fd, then runs the program + one test)
+         clones, reaps, and, as root, lives in a minimal read-only root file system)
+           -> program process, one per run (cloned ahead as a spare; as root, PID 1 of its own PID,
+              mount and IPC namespaces; takes its one job, joins the memory cgroup's limits, drops
+              to the sandbox uid, closes every inherited fd, writes the ready byte, runs tests)
 
-Isolation per test process:
-- its own process, so a test's time is measured by the init from the moment the harness is about
-  to run untrusted code until the process exits; nothing the program sends can move that clock,
-  and no thread or file of one test survives into the next;
-- as root: a PID namespace per program (killing its init kills every process of it), an IPC
-  namespace per test, fresh tmpfs on /tmp, /var/tmp and /dev/shm per test (dropped with the
-  namespace, never walked by root), a minimal root file system (the interpreter, its libraries and
-  /etc read-only, a few device nodes, nothing else: no home folders, no project, no task files, no
-  host sockets, no writable host folder), no network (the supervisor's private network
-  namespace), a dedicated uid, and a memory cgroup that bounds the whole process tree (memfds,
-  tmpfs files and forked children included) where the host offers one;
+A run is all tests of a program in one process; a test left without a report within its
+`test_timeout` re-runs alone in a fresh process (see `Supervisor`).
+
+Isolation per program process:
+- the run's clock starts at the ready byte the harness writes before any untrusted code; nothing
+  the program sends can move it;
+- as root: a PID namespace (killing its PID 1 ends every process of it), an IPC namespace, fresh
+  tmpfs scratch on /tmp (with /var/tmp and /dev/shm), dropped with the namespace and never walked
+  by root, a minimal root file system (the interpreter, its libraries and /etc read-only, a few
+  device nodes, nothing else: no home folders, no project, no task files, no host sockets, no
+  writable host folder), no network (the supervisor's private network namespace), a dedicated
+  uid, and a memory cgroup that bounds the whole process tree (memfds, tmpfs files and forked
+  children included) where the host offers one;
 - rlimits: address space, CPU time, file size, process count, open files, no core dumps;
-- only fds 0-3 are open when the program starts (stdin, stdout, stderr, its result memfd);
+- only its stdio, its result channel (fd 3) and, in stdin mode, its tests' memfds are open;
 - destructive os/shutil/subprocess functions set to None (defense in depth, not the wall).
-Without root the namespaces, uid and cgroup are skipped ("basic" isolation): tests still get
+Without root the namespaces, uid and cgroup are skipped ("basic" isolation): programs still get
 their own processes and a fresh working directory, cleaned as the same unprivileged user.
 Not covered: kernel exploits and CPU side channels.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import ctypes
 import fcntl
 import gc
@@ -53,208 +52,21 @@ import resource
 import select
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import time
+
+if __package__:  # imported as evaluation.sandbox_worker (tests)
+    from evaluation.sandbox_protocol import FrameBuffer, encode_value, read_message, write_message
+else:  # run as a script by the pool: `python -I` puts neither the project nor this folder on sys.path
+    sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+    from sandbox_protocol import FrameBuffer, encode_value, read_message, write_message
+    del sys.path[0]
 
 # The worker disables these in itself (children inherit the disabled state for free) and keeps
 # private references for its own use.
 _fork, _kill, _killpg, _setsid = os.fork, os.kill, os.killpg, os.setsid
 _setuid, _setgid, _chown, _chmod, _unlink, _rmdir = os.setuid, os.setgid, os.chown, os.chmod, os.unlink, os.rmdir
-
-# --------------------------------------------------------------------------------------------
-# Framing: 4-byte big-endian length + UTF-8 JSON. Shared with the parent (code_executor).
-# --------------------------------------------------------------------------------------------
-
-_HEADER = struct.Struct(">I")
-MAX_MESSAGE = 256 * 1024 * 1024
-
-
-def write_message(fd: int, obj: object) -> None:
-    data = json.dumps(obj, allow_nan=True).encode("utf-8")
-    payload = _HEADER.pack(len(data)) + data
-    view = memoryview(payload)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, remaining = [], n
-    while remaining:
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-def read_message(fd: int) -> object | None:
-    """Blocking read of one frame from a trusted sender (the parent)."""
-    header = _read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_MESSAGE:
-        raise ValueError(f"message of {size} bytes exceeds the limit")
-    body = _read_exact(fd, size)
-    return None if body is None else json.loads(body)
-
-
-def parse_frames(data: bytes) -> list[object]:
-    """Every complete frame in a buffer written by an untrusted program; unreadable ones become
-    {"k": "garbage"} (never an exception, whatever the nesting or encoding)."""
-    out, pos = [], 0
-    while pos + _HEADER.size <= len(data):
-        (size,) = _HEADER.unpack_from(data, pos)
-        body = data[pos + _HEADER.size:pos + _HEADER.size + size]
-        pos += _HEADER.size + size
-        if len(body) < size:
-            break
-        try:
-            message = json.loads(body)
-        except (ValueError, RecursionError, MemoryError):
-            message = {"k": "garbage"}
-        out.append(message if nesting_ok(message) else {"k": "garbage"})
-    return out
-
-
-def nesting_ok(value: object, limit: int = 0, max_nodes: int = 5_000_000) -> bool:
-    """True when a decoded JSON value nests at most `limit` (default: the codec's) levels deep."""
-    limit = limit or _MAX_DEPTH + 4
-    stack, nodes = [(value, 0)], 0
-    while stack:
-        item, depth = stack.pop()
-        nodes += 1
-        if depth > limit or nodes > max_nodes:
-            return False
-        if isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-    return True
-
-
-# --------------------------------------------------------------------------------------------
-# Value encoding (runs in the untrusted child; decoding runs in the trusted parent)
-# --------------------------------------------------------------------------------------------
-# Plain JSON for None/bool/int/float/str/list; everything else tagged with "__t". Only exact
-# builtin types are encoded as themselves; subclasses are converted through their base type
-# (a Counter becomes a dict, a numpy scalar a number), and anything else becomes an opaque
-# record that never equals an expected value.
-
-_MAX_DEPTH = 200
-
-
-def encode_value(value: object, depth: int = 0) -> object:
-    if depth > _MAX_DEPTH:
-        raise ValueError("value nested too deeply to compare")
-    t = type(value)
-    if value is None or t is bool or t is str:
-        return value
-    if t is int:
-        return value
-    if t is float:
-        return value if math.isfinite(value) else {"__t": "float", "v": repr(value)}
-    if t is list:
-        return [encode_value(v, depth + 1) for v in value]
-    if t is tuple:
-        return {"__t": "tuple", "v": [encode_value(v, depth + 1) for v in value]}
-    if t is dict:
-        return {"__t": "dict", "v": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
-    if t is set or t is frozenset:
-        return {"__t": t.__name__, "v": [encode_value(v, depth + 1) for v in value]}
-    if t is bytes:
-        return {"__t": "bytes", "v": base64.b64encode(value).decode("ascii")}
-    if t is complex:
-        return {"__t": "complex", "v": [value.real, value.imag]}
-    module = getattr(t, "__module__", "")
-    if module == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
-        return encode_value(value.tolist(), depth + 1)
-    for base in (bool, int, float, str, tuple, list, dict, frozenset, set, bytes):
-        if isinstance(value, base):  # subclass: convert through the base type's constructor
-            return encode_value(base(value), depth + 1)
-    return {"__t": "object", "type": f"{module}.{getattr(t, '__qualname__', '?')}"}
-
-
-class Opaque:
-    """Decoded stand-in for a value that is not plain data: equal to nothing, falsy."""
-
-    __slots__ = ("type_name",)
-
-    def __init__(self, type_name: str) -> None:
-        self.type_name = type_name
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return f"<{self.type_name} object>"
-
-
-def decode_value(data: object, depth: int = 0) -> object:
-    """Inverse of encode_value, in the trusted parent: builds plain Python data only.
-
-    The input is untrusted: anything malformed (a wrong shape, an unknown tag, an unhashable
-    element of a set or key of a dict, nesting deeper than the encoder produces) decodes to an
-    Opaque, which equals nothing; this function never raises.
-    """
-    if depth > _MAX_DEPTH + 2:
-        return Opaque("too deeply nested value")
-    if data is None or type(data) in (bool, int, float, str):
-        return data
-    if type(data) is list:
-        return [decode_value(v, depth + 1) for v in data]
-    if type(data) is not dict:
-        return Opaque("malformed value")
-    tag, v = data.get("__t"), data.get("v")
-    try:
-        if tag == "tuple" and type(v) is list:
-            return tuple(decode_value(x, depth + 1) for x in v)
-        if tag == "dict" and type(v) is list:
-            out = {}
-            for pair in v:
-                if type(pair) is not list or len(pair) != 2:
-                    return Opaque("malformed dict")
-                out[_hashable(decode_value(pair[0], depth + 1))] = decode_value(pair[1], depth + 1)
-            return out
-        if tag in ("set", "frozenset") and type(v) is list:
-            items = frozenset(_hashable(decode_value(x, depth + 1)) for x in v)
-            return items if tag == "frozenset" else set(items)
-        if tag == "float" and v in ("inf", "-inf", "nan"):
-            return float(v)
-        if tag == "bytes" and type(v) is str:
-            return base64.b64decode(v, validate=True)
-        if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
-            return complex(v[0], v[1])
-    except (TypeError, ValueError, binascii.Error, RecursionError, MemoryError):
-        return Opaque("malformed value")
-    if tag == "object":
-        return Opaque(str(data.get("type", "object"))[:200])
-    return Opaque("malformed value")
-
-
-def _hashable(value: object) -> object:
-    """A decoded value usable as a set element or dict key (lists become tuples, sets frozensets);
-    a value that still cannot be hashed becomes an Opaque (hashable, equal to nothing)."""
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, set):
-        return frozenset(value)
-    try:
-        hash(value)
-    except TypeError:
-        return Opaque("unhashable value")
-    return value
-
 
 # --------------------------------------------------------------------------------------------
 # System calls and constants
@@ -1065,28 +877,6 @@ def _wait_readable(fds: list[int], timeout: float) -> list[int]:
         return []
     return ready
 
-
-class FrameBuffer:
-    """Incremental decoder for framed messages arriving in arbitrary chunks (untrusted sender)."""
-
-    def __init__(self, limit: int) -> None:
-        self.buffer = bytearray()
-        self.limit = limit
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> list[object]:
-        self.total += len(chunk)
-        if self.total > self.limit:
-            raise OverflowError("result channel exceeded its byte limit")
-        self.buffer += chunk
-        out = []
-        while len(self.buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < _HEADER.size + size:
-                break
-            out += parse_frames(bytes(self.buffer[:_HEADER.size + size]))
-            del self.buffer[:_HEADER.size + size]
-        return out
 
 
 class Supervisor:

@@ -8,18 +8,8 @@ import sys
 
 import pytest
 
-from evaluation import sandbox_worker as protocol
-from evaluation.code_executor import (
-    SandboxLimits,
-    SandboxPool,
-    call_output_matches,
-    check_value,
-    execute_many,
-    execute_program,
-    plan_assert,
-    stdout_matches,
-    wrap_like_apps,
-)
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program, wrap_like_apps
+from evaluation.judge import plan_assert
 from tests.conftest import ROOT, SHARED_DATA
 from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp
 
@@ -35,73 +25,6 @@ def pool():
 @pytest.fixture(scope="module")
 def fixtures():
     return load_mbpp(EMBEDDED_MBPP)[0] + load_apps(EMBEDDED_APPS)[0]
-
-
-# ---------------------------------------------------------------- comparison rules (pure)
-
-
-@pytest.mark.parametrize("actual, expected", [
-    ("3\n", "3"), ("3", "3\n\n"), ("1 2 \n3  \n", "1 2\n3"), ("1 2\r\n3\r\n", "1 2\n3\n"),
-    ("0.3333333", "0.333333333"), ("1e3", "1000"), ("YES\n", "YES"), ("4 5 2 3 1\n", "4 5 2 3 1 "),
-])
-def test_stdout_accepted(actual, expected):
-    assert stdout_matches(actual, expected)
-
-
-@pytest.mark.parametrize("actual, expected", [
-    ("2 1", "1 2"),  # order matters (the APPS harness's token-set fallback would accept this)
-    ("1 1 2", "1 2"),  # multiplicity matters
-    ("3.001", "3"), ("yes", "YES"), ("", "0"), ("12", "1 2"), ("nan", "0"),
-])
-def test_stdout_rejected(actual, expected):
-    assert not stdout_matches(actual, expected)
-
-
-def test_call_output_normalization():
-    assert call_output_matches((1, 2), [1, 2])  # tuple -> list
-    assert call_output_matches([(1, 2), (3, 4)], [[1, 2], [3, 4]])
-    assert call_output_matches(False, [False])  # Codewars one-element wrapping
-    assert call_output_matches([1], [[1]])
-    assert call_output_matches({1: "a"}, {"1": "a"})  # JSON turned int keys into strings
-    assert not call_output_matches([1, 2], [[1, 2], [3]])
-    assert not call_output_matches("1", 1)
-    assert not call_output_matches(protocol.Opaque("X"), [1])
-
-
-@pytest.mark.parametrize("source, check, expected, trusted", [
-    ("assert f(1) == 3", "eq", 3, True),
-    ("assert f(1)==(4, 5)", "eq", (4, 5), True),
-    ("assert set(f(1)) == set((4, 5))", "eq", {4, 5}, True),
-    ("assert 3 == f(1)", "eq", 3, True),
-    ("assert f(1) != 2", "ne", 2, True),
-    ("assert f(1) in [1, 2]", "in", [1, 2], True),
-    ("assert f(1) is None", "is", None, True),
-    ("assert not f(1)", "falsy", None, True),
-    ("assert f(1)", "truthy", None, True),
-    ("assert math.isclose(f(2), 12.56, rel_tol=0.001)", "isclose", 12.56, True),
-    ("assert f(1) == 1,0", "eq", 1, True),  # MBPP 362: parses as an assert with a message
-    ("assert f(x) == sys.getsizeof(x)", "exec_ok", None, False),  # MBPP 596
-    ("assert f(root) == Node(1)", "exec_ok", None, False),
-    ("x = 1", "exec_ok", None, False),
-])
-def test_plan_assert(source, check, expected, trusted):
-    plan = plan_assert(source)
-    assert (plan.check, plan.trusted) == (check, trusted)
-    if trusted:
-        assert plan.expected == expected and plan.worker_test["kind"] == "expr"
-        # the worker gets only the side that calls the candidate, never the expected value
-        assert plan.worker_test["src"] in ("f(1)", "set(f(1))", "f(2)")
-
-
-def test_check_value_is_plain_python_equality_on_decoded_data():
-    eq = plan_assert("assert f(1) == (4, 5)")
-    assert check_value(eq, (4, 5)) and not check_value(eq, [4, 5])  # tuple vs list, as Python
-    assert check_value(plan_assert("assert f(1) == 1.0"), 1)
-    assert not check_value(plan_assert("assert f(1) != 2"), protocol.Opaque("X"))
-    assert check_value(plan_assert("assert math.isclose(f(2), 12.56, rel_tol=0.001)"), 12.5601)
-    assert not check_value(plan_assert("assert math.isclose(f(2), 12.56)"), True)
-    roundtrip = protocol.decode_value(json.loads(json.dumps(protocol.encode_value({(1, 2): {3, 4}, "k": [1.5, None]}))))
-    assert roundtrip == {(1, 2): {3, 4}, "k": [1.5, None]}
 
 
 def test_wrap_like_apps_makes_top_level_return_legal():

@@ -22,14 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.code_executor import (
-    SandboxLimits,
-    SandboxPool,
-    execute_many,
-    execute_program,
-    plan_assert,
-    stdout_matches,
-)
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program
+from evaluation.judge import plan_assert, stdout_matches
 from tests.test_sandbox_hostile import ASSERT_TASK, CALL_TASK, CONTROL, STDIN_TASK, _descendants, _processes_of_uid
 from utils.dataset_loader import Task
 

@@ -2,9 +2,8 @@
 
 import pytest
 
-from evaluation.code_executor import extract_function_from_code
+from utils.thinking_extraction import extract_function_from_code, split_thinking
 from utils.thinking_extraction import extract_thinking_and_code_unified as extract
-from utils.thinking_extraction import split_thinking
 
 IS_PRIME = '''import math
 

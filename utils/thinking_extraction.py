@@ -96,3 +96,11 @@ def extract_thinking_and_code_unified(response: str | None, reasoning: str | Non
         well_formed=parsed["has_thinking"] and parsed["think_closed"] and code_source == "python_block",
     )
     return parsed
+
+
+def extract_function_from_code(response: str | None, reasoning: str | None = None) -> str | None:
+    """Clean code from a full response: thinking and fences removed (the unified extraction).
+
+    Returns None when the response has no code outside its thinking.
+    """
+    return extract_thinking_and_code_unified(response, reasoning)["code"]

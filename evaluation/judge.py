@@ -1,0 +1,546 @@
+"""Planning and judging: the trusted side of the sandbox, and the only place expected values exist.
+
+Pure (no processes, no I/O): `plan_tests` turns a task into a *job* for the worker (the program's
+inputs only) and *expectations* that stay here; `judge` turns the worker's reply into one
+`TestOutcome` per test. `evaluation.code_executor` wires the two around `sandbox_pool`.
+
+How a verdict is made:
+- stdin tests: the worker gets only the input text; stdout comes back and is compared here;
+- call tests (APPS ``fn_name``): the worker gets the arguments; the return value comes back
+  encoded as plain data and is compared here (tuples become lists, a one-element-list expected
+  value is also accepted, as the APPS harness does);
+- assert tests (MBPP): ``assert f(x) == EXPECTED`` is split; the worker evaluates ``f(x)`` and
+  returns its value, and EXPECTED is evaluated here by a literal-only evaluator. Forms handled
+  this way: ``==``, ``!=``, ``in``, ``not in``, ``is True/False/None``, ``not X``, a bare ``X``
+  (truthiness) and ``math.isclose(X, EXPECTED, ...)``; compound asserts become a "tree" whose
+  leaves the worker computes and whose boolean structure is evaluated here (`_TreeEvaluator`).
+  An assert whose both sides come from the program runs whole inside the child, whose report a
+  hostile program could forge: `plan_assert` marks these ``trusted=False``; the share on real
+  MBPP is measured in tests/test_judge.py.
+- Statuses: passed, wrong_answer, runtime_error, syntax_error, timeout, memory_limit,
+  output_limit, no_code, sandbox_error. `sandbox_error` means the harness failed, not the
+  program; rewards treat it as "no signal" (None), never as wrong.
+
+Output comparison for stdin tests (`stdout_matches`): both texts are split into whitespace-
+separated tokens; the token sequences must have the same length and each pair must be equal as
+strings, or as integers (exactly), or, when both parse as floats, within rel 1e-5 / abs 1e-8
+(numpy.allclose's defaults, as the APPS harness uses). This ignores trailing spaces, trailing
+newlines, blank lines and line breaks, like the APPS harness. It is **stricter** than the APPS
+harness in one place: the APPS harness finally compares *sets* of tokens, which ignores order and
+duplicates and so accepts some wrong answers (e.g. "2 1" for "1 2"); here order and multiplicity
+count.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import signal
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from evaluation.sandbox_protocol import Opaque, decode_value
+from utils.code_parser import parse_quietly
+from utils.dataset_loader import Task
+
+STATUSES = ("passed", "wrong_answer", "runtime_error", "syntax_error", "timeout", "memory_limit", "output_limit",
+            "no_code", "sandbox_error")
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TestOutcome:
+    passed: bool
+    status: str  # a STATUSES value other than syntax_error/no_code
+    error: str | None = None
+    time: float = 0.0
+
+
+@dataclass
+class ExecutionResult:
+    passed: bool
+    tests_passed: int
+    tests_total: int
+    status: str
+    error: str | None = None
+    wall_time: float = 0.0
+    test_outcomes: list[TestOutcome] = field(default_factory=list)
+    sample_id: str | None = None  # the caller's id, for matching results of a batch
+
+    @property
+    def pass_fraction(self) -> float:
+        return self.tests_passed / self.tests_total if self.tests_total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pass_fraction"] = self.pass_fraction
+        return out
+
+
+
+# --------------------------------------------------------------------------------------------
+# Planning tests
+# --------------------------------------------------------------------------------------------
+
+_SAFE_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
+               "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool}
+
+
+class NotLiteral(ValueError):
+    pass
+
+
+def safe_literal(node: ast.AST) -> Any:
+    """Evaluate an expected-value expression made only of literals and a few pure constructors."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SAFE_CALLS and not node.keywords:
+        args = [safe_literal(a) for a in node.args]
+        try:
+            return _SAFE_CALLS[node.func.id](*args)
+        except (TypeError, ValueError) as exc:
+            raise NotLiteral(str(exc)) from None
+    raise NotLiteral(ast.dump(node)[:80])
+
+
+@dataclass(frozen=True)
+class AssertPlan:
+    worker_test: dict  # what the worker runs: {"kind": "expr"|"exec", "src": ...}
+    check: str  # eq, ne, in, not_in, is, truthy, falsy, isclose, exec_ok
+    expected: Any = None
+    tolerance: tuple[float, float] = (1e-9, 0.0)
+    trusted: bool = True  # False: the verdict comes from inside the child (forgeable)
+
+
+def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPlan:
+    """Split an assert statement into the part the child evaluates and the check done here.
+
+    The child only ever evaluates expressions that produce the program's values, never a
+    comparison: an expression sent to the child that contains a comparison, `and`/`or` or `not`
+    would let an object of the program decide the verdict. Simple shapes (`f(x) == LITERAL` ...)
+    become one check; compound ones (`A and B`, `(X == Y) is True`, `not (X != Y)`, `sorted(f(x))
+    == [...]`) become a "tree": the child returns the values of the leaves and the boolean
+    structure is evaluated here on plain data (`_TreeEvaluator`). Only an assert whose leaves would
+    still compare inside the child (e.g. `all(f(x) == y for ...)`) runs whole in the child and is
+    marked untrusted. `shadowed`: names the program defines (its function), which must not be
+    taken for the builtins of the same name.
+    """
+    fallback = AssertPlan({"kind": "exec", "src": source}, "exec_ok", trusted=False)
+    try:
+        tree = parse_quietly(source.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return fallback
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return fallback
+    test = tree.body[0].test
+
+    def expr(node: ast.AST) -> dict:
+        if _compares(node):
+            raise NotLiteral("a comparison would run in the child")
+        return {"kind": "expr", "src": ast.unparse(node)}
+
+    try:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            left, op, right = test.left, test.ops[0], test.comparators[0]
+            if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value in (True, False, None):
+                return AssertPlan(expr(left), "is" if isinstance(op, ast.Is) else "is_not", right.value)
+            names = {ast.Eq: "eq", ast.NotEq: "ne", ast.In: "in", ast.NotIn: "not_in"}
+            if type(op) in names:
+                try:
+                    return AssertPlan(expr(left), names[type(op)], safe_literal(right))
+                except NotLiteral:
+                    if isinstance(op, (ast.Eq, ast.NotEq)):  # `assert 3 == f(x)`
+                        return AssertPlan(expr(right), names[type(op)], safe_literal(left))
+                    raise
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return AssertPlan(expr(test.operand), "falsy")
+        if isinstance(test, ast.Call) and _is_isclose(test.func) and len(test.args) == 2:
+            kwargs = {k.arg: safe_literal(k.value) for k in test.keywords}
+            rel, abs_ = float(kwargs.pop("rel_tol", 1e-9)), float(kwargs.pop("abs_tol", 0.0))
+            if kwargs:
+                return fallback
+            return AssertPlan(expr(test.args[0]), "isclose", safe_literal(test.args[1]), (rel, abs_))
+        if isinstance(test, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
+            return AssertPlan(expr(test), "truthy")
+    except NotLiteral:
+        pass
+    return _plan_tree(test, shadowed) or fallback
+
+
+def _compares(node: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Compare, ast.BoolOp)) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not))
+               for n in ast.walk(node))
+
+
+_TREE_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
+               "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool, "len": len, "round": round,
+               "sum": sum, "min": min, "max": max, "all": all, "any": any}
+_TREE_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+                ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+_TREE_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+                 ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+                 ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b, ast.In: lambda a, b: a in b,
+                 ast.NotIn: lambda a, b: a not in b}
+_LEAF = "__leaf_"
+
+
+def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
+    """Replace every maximal sub-expression this process cannot evaluate by a leaf the child computes."""
+    leaves: list[str] = []
+
+    def evaluable(node: ast.AST) -> bool:
+        if isinstance(node, (ast.BoolOp, ast.Compare, ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            return True
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, (ast.Not, ast.USub, ast.UAdd))
+        if isinstance(node, ast.BinOp):
+            return type(node.op) in _TREE_BINOPS
+        if isinstance(node, ast.Subscript):
+            return True
+        if isinstance(node, ast.Slice):
+            return True
+        if isinstance(node, ast.Call):
+            return (isinstance(node.func, ast.Name) and node.func.id in _TREE_CALLS and node.func.id not in shadowed
+                    and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)) or (
+                _is_isclose(node.func) and len(node.args) == 2 and all(k.arg in ("rel_tol", "abs_tol") for k in node.keywords))
+        return False
+
+    class Splitter(ast.NodeTransformer):
+        def generic_visit(self, node: ast.AST) -> ast.AST:
+            if isinstance(node, ast.expr) and not evaluable(node):
+                if _compares(node):
+                    raise NotLiteral("a comparison inside a leaf")
+                leaves.append(ast.unparse(node))
+                return ast.Name(id=f"{_LEAF}{len(leaves) - 1}", ctx=ast.Load())
+            if isinstance(node, ast.Call):  # the callee is resolved here, not evaluated as a leaf
+                node.args = [self.visit(a) for a in node.args]
+                for keyword in node.keywords:
+                    keyword.value = self.visit(keyword.value)
+                return node
+            return super().generic_visit(node)
+
+    try:
+        skeleton = Splitter().visit(ast.parse(ast.unparse(test), mode="eval").body)
+    except (NotLiteral, SyntaxError, RecursionError):
+        return None
+    # A comparison of two values the child computes (`f(x) == sys.getsizeof(x)`, `f(r) == Node(1)`)
+    # has no expected side here; such an assert keeps running whole in the child, marked untrusted.
+    trusted = all(not (_has_leaf(a) and _has_leaf(b))
+                  for node in ast.walk(skeleton) if isinstance(node, ast.Compare)
+                  for a, b in zip([node.left, *node.comparators[:-1]], node.comparators, strict=True))
+    if not trusted:
+        return None
+    return AssertPlan({"kind": "expr", "src": "(" + "".join(f"{leaf}, " for leaf in leaves) + ")"}, "tree",
+                      (skeleton, len(leaves)))
+
+
+def _has_leaf(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) and n.id.startswith(_LEAF) for n in ast.walk(node))
+
+
+class _TreeEvaluator:
+    """Evaluates a planned assert skeleton on plain decoded data (no object of the program exists here)."""
+
+    MAX_ITEMS = 1_000_000
+
+    def __init__(self, leaves: tuple) -> None:
+        self.leaves = leaves
+
+    def eval(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Name):
+            return self.leaves[int(node.id[len(_LEAF):])]
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = [self.eval(e) for e in node.elts]
+            return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](items)
+        if isinstance(node, ast.Dict):
+            return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values, strict=True)}
+        if isinstance(node, ast.BoolOp):
+            values = (self.eval(v) for v in node.values)
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        if isinstance(node, ast.UnaryOp):
+            value = self.eval(node.operand)
+            return not value if isinstance(node.op, ast.Not) else (-value if isinstance(node.op, ast.USub) else +value)
+        if isinstance(node, ast.Compare):
+            left = self.eval(node.left)
+            for op, comparator in zip(node.ops, node.comparators, strict=True):
+                right = self.eval(comparator)
+                if not _TREE_COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.BinOp):
+            left, right = self.eval(node.left), self.eval(node.right)
+            if isinstance(node.op, ast.Mult) and any(isinstance(x, (str, bytes, list, tuple)) for x in (left, right)):
+                sequence, count = (left, right) if isinstance(right, int) else (right, left)
+                if isinstance(count, int) and len(sequence) * count > self.MAX_ITEMS:
+                    raise OverflowError("too large")
+            return _TREE_BINOPS[type(node.op)](left, right)
+        if isinstance(node, ast.Subscript):
+            return self.eval(node.value)[self.eval(node.slice)]
+        if isinstance(node, ast.Slice):
+            return slice(*(self.eval(x) if x is not None else None for x in (node.lower, node.upper, node.step)))
+        if isinstance(node, ast.Call):
+            args = [self.eval(a) for a in node.args]
+            if _is_isclose(node.func):
+                kwargs = {k.arg: self.eval(k.value) for k in node.keywords}
+                return math.isclose(*args, **kwargs)
+            return _TREE_CALLS[node.func.id](*args)
+        raise NotLiteral(type(node).__name__)
+
+
+def _contains_opaque(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, Opaque) or depth > 300:
+        return True
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_contains_opaque(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_contains_opaque(k, depth + 1) or _contains_opaque(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _is_isclose(func: ast.AST) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "isclose") or (
+        isinstance(func, ast.Attribute) and func.attr == "isclose" and isinstance(func.value, ast.Name)
+        and func.value.id in ("math", "cmath"))
+
+
+def check_value(plan: AssertPlan, actual: Any) -> bool:
+    """Apply a planned check to a decoded (plain data) value."""
+    c, e = plan.check, plan.expected
+    if c == "eq":
+        return _equal(actual, e)
+    if c == "ne":
+        return not isinstance(actual, Opaque) and not _equal(actual, e)
+    if c in ("in", "not_in"):
+        try:
+            inside = any(_equal(actual, item) for item in e) if not isinstance(e, (str, bytes)) else (
+                isinstance(actual, type(e)) and actual in e)
+        except TypeError:
+            return False
+        return inside if c == "in" else not inside and not isinstance(actual, Opaque)
+    if c == "is":
+        return actual is e
+    if c == "is_not":
+        return actual is not e and not isinstance(actual, Opaque)
+    if c == "truthy":
+        return bool(actual)
+    if c == "falsy":
+        return not bool(actual) and not isinstance(actual, Opaque)
+    if c == "isclose":
+        numeric = (int, float)
+        return (isinstance(actual, numeric) and not isinstance(actual, bool) and isinstance(e, numeric)
+                and math.isclose(actual, e, rel_tol=plan.tolerance[0], abs_tol=plan.tolerance[1]))
+    if c == "tree":
+        skeleton, n_leaves = e
+        if not isinstance(actual, tuple) or len(actual) != n_leaves or _contains_opaque(actual):
+            return False
+        try:
+            return bool(_TreeEvaluator(actual).eval(skeleton))
+        except Exception:  # noqa: BLE001 - a type error, overflow... is a failed assert
+            return False
+    if c == "exec_ok":
+        return actual is True
+    raise ValueError(f"unknown check {c}")
+
+
+def _equal(actual: Any, expected: Any) -> bool:
+    """Python equality on plain decoded data (no user __eq__ can run here)."""
+    try:
+        return bool(actual == expected)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _normalize_call_value(value: Any) -> Any:
+    """APPS call-mode normalization: tuples become lists, dict keys become strings (JSON)."""
+    if isinstance(value, (list, tuple)):
+        return [_normalize_call_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, str) else k: _normalize_call_value(v) for k, v in value.items()}
+    return value
+
+
+def call_output_matches(actual: Any, expected: Any) -> bool:
+    """APPS call-based rule: out == exp, or out == exp[0] when exp is a one-element list."""
+    actual = _normalize_call_value(actual)
+    expected = _normalize_call_value(expected)
+    if _equal(actual, expected):
+        return True
+    return isinstance(expected, list) and len(expected) == 1 and _equal(actual, expected[0])
+
+
+def _as_number(token: str) -> float | None:
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return value if not math.isnan(value) else None
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _integer_digits(token: str) -> str:
+    """An integer token in canonical form, without int() (which refuses > 4300 digits)."""
+    negative, digits = token.startswith("-"), token.lstrip("+-").lstrip("0") or "0"
+    return ("-" if negative and digits != "0" else "") + digits
+
+
+def stdout_matches(actual: str, expected: str, rel_tol: float = 1e-5, abs_tol: float = 1e-8) -> bool:
+    """Token-wise comparison with numeric tolerance for floats only (see the module docstring)."""
+    got, want = actual.split(), expected.split()
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want, strict=True):
+        if a == b:
+            continue
+        if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # integers compare exactly: "1000000000" != "1000000007"
+            if _integer_digits(a) != _integer_digits(b):
+                return False
+            continue
+        x, y = _as_number(a), _as_number(b)
+        if x is None or y is None or not math.isclose(x, y, rel_tol=rel_tol, abs_tol=abs_tol):
+            return False
+    return True
+
+
+@dataclass
+class PlannedTests:
+    job: dict  # sent to the worker (inputs only)
+    expectations: list  # kept here: expected stdout, expected call value, or AssertPlan
+
+    @property
+    def total(self) -> int:
+        return len(self.expectations)
+
+
+def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
+    if task.test_type == "stdin":
+        return PlannedTests({"mode": "stdin", "inputs": [t["input"] for t in task.tests]}, [t["output"] for t in task.tests])
+    if task.test_type == "call":
+        tests = [{"kind": "call", "args": json.dumps(t["input"])} for t in task.tests]
+        return PlannedTests({"mode": "calls", "tests": tests, "fn_name": task.fn_name, "prelude": True},
+                            [t["output"] for t in task.tests])
+    asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
+    shadowed = frozenset({task.fn_name} if task.fn_name else ())
+    plans = [plan_assert(a, shadowed) for a in asserts]
+    return PlannedTests(
+        {"mode": "calls", "tests": [p.worker_test for p in plans], "imports": "\n".join(task.test_imports),
+         "setup": task.test_setup_code, "prelude": False},
+        plans,
+    )
+
+
+
+# --------------------------------------------------------------------------------------------
+# Judging a reply
+# --------------------------------------------------------------------------------------------
+
+
+def _classify_error(error_type: str | None, message: str | None) -> str:
+    text = f"{error_type or ''} {message or ''}"
+    if "MemoryError" in text:
+        return "memory_limit"
+    if "File too large" in text:  # RLIMIT_FSIZE (Python ignores SIGXFSZ, so the write fails instead)
+        return "output_limit"
+    return "runtime_error"
+
+
+def _signal_status(sig: object) -> str:
+    if sig == signal.SIGXCPU:
+        return "timeout"
+    if sig == signal.SIGXFSZ:
+        return "output_limit"
+    return "runtime_error"  # any other signal, real-time ones included, is the program's crash
+
+
+def _text(value: object, limit: int = 300) -> str | None:
+    return None if value is None else str(value)[:limit]
+
+
+def _common_outcome(test: dict) -> TestOutcome | None:
+    """Statuses shared by both modes: what the supervisor measured, not what the program said."""
+    status, t, error = test.get("status"), test.get("time", 0.0), _text(test.get("error"))
+    t = float(t) if isinstance(t, (int, float)) else 0.0
+    if status in ("timeout", "output_limit", "memory_limit"):
+        return TestOutcome(False, status, error or status.replace("_", " "), t)
+    if status == "crashed":
+        sig = test.get("signal")
+        return TestOutcome(False, _signal_status(sig) if sig is not None else "runtime_error", error, t)
+    return None
+
+
+def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
+    outcomes = []
+    for test, want in zip(raw["tests"], expected, strict=True):
+        common = _common_outcome(test)
+        if common is not None:
+            outcomes.append(common)
+            continue
+        t, error = float(test.get("time") or 0.0), _text(test.get("error"))
+        got = test.get("stdout") if isinstance(test.get("stdout"), str) else ""
+        if test.get("status") != "done":
+            outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
+        elif test.get("exit_code") != 0:  # includes a crash by os._exit(n != 0) during the test
+            outcomes.append(TestOutcome(False, _classify_error(None, error), error or f"exit code {test.get('exit_code')}", t))
+        elif stdout_matches(got, want):
+            outcomes.append(TestOutcome(True, "passed", None, t))
+        else:
+            outcomes.append(TestOutcome(False, "wrong_answer", f"expected {want[:60]!r}, got {got[:60]!r}", t))
+    return outcomes
+
+
+def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[TestOutcome]:
+    outcomes = []
+    for test, expectation in zip(raw["tests"], expectations, strict=True):
+        common = _common_outcome(test)
+        if common is not None:
+            outcomes.append(common)
+            continue
+        t, status = float(test.get("time") or 0.0), test.get("status")
+        if status == "ok":
+            actual = decode_value(test.get("value"))
+            try:
+                ok = call_output_matches(actual, expectation) if mode_is_call else check_value(expectation, actual)
+                shown = f"got {actual!r}"[:200]
+            except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
+                ok, shown = False, "the returned value could not be compared"
+            outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else shown, t))
+        elif status == "error":
+            kind, phase = _text(test.get("type"), 100) or "Error", _text(test.get("phase"), 20)
+            where = f" during {phase}" if phase and phase != "test" else ""
+            is_assert = kind == "AssertionError" and phase == "test"
+            outcomes.append(TestOutcome(False, "wrong_answer" if is_assert else _classify_error(kind, _text(test.get("error"))),
+                                        f"{kind}{where}: {_text(test.get('error')) or ''}"[:300], t))
+        else:
+            outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
+    return outcomes
+
+
+def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None) -> ExecutionResult:
+    n_pass = sum(o.passed for o in outcomes)
+    failed = [o for o in outcomes if not o.passed]
+    if not failed:
+        return ExecutionResult(True, n_pass, len(outcomes), "passed", None, wall, outcomes, sample_id)
+    first = failed[0]
+    return ExecutionResult(False, n_pass, len(outcomes), first.status, first.error, wall, outcomes, sample_id)
+
+
+
+def judge(planned: PlannedTests, raw_tests: list[dict], mode_is_call: bool) -> list[TestOutcome]:
+    """One outcome per planned test from the worker's per-test records (already shape-checked)."""
+    reply = {"tests": raw_tests}
+    if planned.job["mode"] == "stdin":
+        return _judge_stdin(reply, planned.expectations)
+    return _judge_calls(reply, planned.expectations, mode_is_call)
+

@@ -1,0 +1,235 @@
+"""The sandbox's wire format, shared by both sides of the trust boundary (standard library only).
+
+Framing: a 4-byte big-endian length, then UTF-8 JSON. The trusted parent (`sandbox_pool`) and the
+worker (`sandbox_worker`) talk in frames; the worker also reads frames that the untrusted program
+writes on its result channel (`parse_frames`, `FrameBuffer`: never an exception, whatever arrives).
+
+Values: the program's return values cross the boundary as tagged JSON. `encode_value` runs in the
+untrusted child; `decode_value` runs in the judging process and builds plain Python data only, so
+no object of the program ever exists where the verdict is made. Expected values never travel in
+any message: they stay in `evaluation.judge`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+import struct
+
+# --------------------------------------------------------------------------------------------
+# Framing
+# --------------------------------------------------------------------------------------------
+
+HEADER = struct.Struct(">I")
+MAX_MESSAGE = 256 * 1024 * 1024
+
+
+def write_message(fd: int, obj: object) -> None:
+    data = json.dumps(obj, allow_nan=True).encode("utf-8")
+    payload = HEADER.pack(len(data)) + data
+    view = memoryview(payload)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, remaining = [], n
+    while remaining:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(fd: int) -> object | None:
+    """Blocking read of one frame from a trusted sender (the parent)."""
+    header = _read_exact(fd, HEADER.size)
+    if header is None:
+        return None
+    (size,) = HEADER.unpack(header)
+    if size > MAX_MESSAGE:
+        raise ValueError(f"message of {size} bytes exceeds the limit")
+    body = _read_exact(fd, size)
+    return None if body is None else json.loads(body)
+
+
+def parse_frames(data: bytes) -> list[object]:
+    """Every complete frame in a buffer written by an untrusted program; unreadable ones become
+    {"k": "garbage"} (never an exception, whatever the nesting or encoding)."""
+    out, pos = [], 0
+    while pos + HEADER.size <= len(data):
+        (size,) = HEADER.unpack_from(data, pos)
+        body = data[pos + HEADER.size:pos + HEADER.size + size]
+        pos += HEADER.size + size
+        if len(body) < size:
+            break
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError, MemoryError):
+            message = {"k": "garbage"}
+        out.append(message if nesting_ok(message) else {"k": "garbage"})
+    return out
+
+
+def nesting_ok(value: object, limit: int = 0, max_nodes: int = 5_000_000) -> bool:
+    """True when a decoded JSON value nests at most `limit` (default: the codec's) levels deep."""
+    limit = limit or MAX_DEPTH + 4
+    stack, nodes = [(value, 0)], 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if depth > limit or nodes > max_nodes:
+            return False
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Value encoding (runs in the untrusted child; decoding runs in the trusted parent)
+# --------------------------------------------------------------------------------------------
+# Plain JSON for None/bool/int/float/str/list; everything else tagged with "__t". Only exact
+# builtin types are encoded as themselves; subclasses are converted through their base type
+# (a Counter becomes a dict, a numpy scalar a number), and anything else becomes an opaque
+# record that never equals an expected value.
+
+MAX_DEPTH = 200
+
+
+def encode_value(value: object, depth: int = 0) -> object:
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply to compare")
+    t = type(value)
+    if value is None or t is bool or t is str:
+        return value
+    if t is int:
+        return value
+    if t is float:
+        return value if math.isfinite(value) else {"__t": "float", "v": repr(value)}
+    if t is list:
+        return [encode_value(v, depth + 1) for v in value]
+    if t is tuple:
+        return {"__t": "tuple", "v": [encode_value(v, depth + 1) for v in value]}
+    if t is dict:
+        return {"__t": "dict", "v": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
+    if t is set or t is frozenset:
+        return {"__t": t.__name__, "v": [encode_value(v, depth + 1) for v in value]}
+    if t is bytes:
+        return {"__t": "bytes", "v": base64.b64encode(value).decode("ascii")}
+    if t is complex:
+        return {"__t": "complex", "v": [value.real, value.imag]}
+    module = getattr(t, "__module__", "")
+    if module == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
+        return encode_value(value.tolist(), depth + 1)
+    for base in (bool, int, float, str, tuple, list, dict, frozenset, set, bytes):
+        if isinstance(value, base):  # subclass: convert through the base type's constructor
+            return encode_value(base(value), depth + 1)
+    return {"__t": "object", "type": f"{module}.{getattr(t, '__qualname__', '?')}"}
+
+
+class Opaque:
+    """Decoded stand-in for a value that is not plain data: equal to nothing, falsy."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} object>"
+
+
+def decode_value(data: object, depth: int = 0) -> object:
+    """Inverse of encode_value, in the trusted parent: builds plain Python data only.
+
+    The input is untrusted: anything malformed (a wrong shape, an unknown tag, an unhashable
+    element of a set or key of a dict, nesting deeper than the encoder produces) decodes to an
+    Opaque, which equals nothing; this function never raises.
+    """
+    if depth > MAX_DEPTH + 2:
+        return Opaque("too deeply nested value")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_value(v, depth + 1) for v in data]
+    if type(data) is not dict:
+        return Opaque("malformed value")
+    tag, v = data.get("__t"), data.get("v")
+    try:
+        if tag == "tuple" and type(v) is list:
+            return tuple(decode_value(x, depth + 1) for x in v)
+        if tag == "dict" and type(v) is list:
+            out = {}
+            for pair in v:
+                if type(pair) is not list or len(pair) != 2:
+                    return Opaque("malformed dict")
+                out[_hashable(decode_value(pair[0], depth + 1))] = decode_value(pair[1], depth + 1)
+            return out
+        if tag in ("set", "frozenset") and type(v) is list:
+            items = frozenset(_hashable(decode_value(x, depth + 1)) for x in v)
+            return items if tag == "frozenset" else set(items)
+        if tag == "float" and v in ("inf", "-inf", "nan"):
+            return float(v)
+        if tag == "bytes" and type(v) is str:
+            return base64.b64decode(v, validate=True)
+        if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
+            return complex(v[0], v[1])
+    except (TypeError, ValueError, binascii.Error, RecursionError, MemoryError):
+        return Opaque("malformed value")
+    if tag == "object":
+        return Opaque(str(data.get("type", "object"))[:200])
+    return Opaque("malformed value")
+
+
+def _hashable(value: object) -> object:
+    """A decoded value usable as a set element or dict key (lists become tuples, sets frozensets);
+    a value that still cannot be hashed becomes an Opaque (hashable, equal to nothing)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, set):
+        return frozenset(value)
+    try:
+        hash(value)
+    except TypeError:
+        return Opaque("unhashable value")
+    return value
+
+
+class FrameBuffer:
+    """Incremental decoder for framed messages arriving in arbitrary chunks (untrusted sender)."""
+
+    def __init__(self, limit: int) -> None:
+        self.buffer = bytearray()
+        self.limit = limit
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> list[object]:
+        self.total += len(chunk)
+        if self.total > self.limit:
+            raise OverflowError("result channel exceeded its byte limit")
+        self.buffer += chunk
+        out = []
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < HEADER.size + size:
+                break
+            out += parse_frames(bytes(self.buffer[:HEADER.size + size]))
+            del self.buffer[:HEADER.size + size]
+        return out
