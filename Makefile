@@ -78,8 +78,9 @@ ablation: install ## Train and evaluate the five loss-term variants (resumable; 
 	$(PY) benchmarks/bench_ablation.py $(ABLATION_ARGS)
 	@echo "Results: benchmarks/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
 
-lint: install ## ruff check
+lint: install ## ruff check (with RUF100) and mypy, configured in pyproject.toml
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean: ## Remove generated data and outputs (keeps .venv and data/embedded)
 	find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +

@@ -790,7 +790,7 @@ def _apply_section_overrides(section_obj: Any, section: str, values: dict, where
 
 def apply_overrides(config: Config, overrides: dict[str, dict[str, Any]], where: str) -> Config:
     """Layer a {section: {key: value}} mapping onto a config. `where` names the source in errors."""
-    changes = {}
+    changes: dict[str, Any] = {}
     for section, values in overrides.items():
         if section == "preset":
             continue
@@ -950,7 +950,7 @@ def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
             data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--config {path}: invalid JSON at line {exc.lineno}: {exc.msg}.") from None
-    except Exception as exc:  # yaml.YAMLError; yaml is imported lazily
+    except Exception as exc:  # noqa: BLE001 - yaml.YAMLError; yaml is imported lazily
         raise ConfigError(f"--config {path}: invalid YAML: {exc}.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: top level must be a mapping of sections or keys.")

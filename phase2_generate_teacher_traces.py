@@ -78,7 +78,7 @@ async def test_connection(config: Config) -> int:
 SAMPLING_KEYS = ("model_name", "temperature", "top_p", "presence_penalty", "enable_thinking", "max_tokens")
 
 
-class TraceSettingsChanged(ValueError):
+class TraceSettingsChanged(ValueError):  # noqa: N818 - a refusal to resume, named for the situation
     """A resume with sampling settings other than those the existing trace file was made with."""
 
 

@@ -98,7 +98,7 @@ def local_model_folder(name: str, config: Config) -> Path | None:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(name, local_files_only=True))
-    except Exception:  # not a hub id, or not cached: the key falls back to the name
+    except Exception:  # noqa: BLE001 - not a hub id, or not cached: the key falls back to the name
         return None
 
 

@@ -182,7 +182,7 @@ def check_sft_labels(report: Report, tokenizer) -> None:
     ]
     try:
         batch = prepare_teacher_sft_batch(examples, tokenizer, include_thinking=True, max_length=4096)
-    except Exception as exc:  # a preflight reports any failure instead of crashing
+    except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
         report.fail(f"SFT batch preparation raised {type(exc).__name__}: {exc}", "see utils/sft_data.py")
         return
     report.ok(f"SFT batch prepared: input_ids {tuple(batch['input_ids'].shape)}")
@@ -272,7 +272,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
             trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
             metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
             trainer.pool.close()
-        except Exception as exc:  # a preflight reports any failure instead of crashing
+        except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
             report.fail(f"a training step raised {type(exc).__name__}: {exc}", "see training/grpo_trainer.py")
             return
     report.expect(all(math.isfinite(v) for k, v in metrics.items() if k.startswith("loss/")),

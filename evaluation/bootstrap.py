@@ -61,4 +61,4 @@ def paired_bootstrap_interval(a: Sequence[float], b: Sequence[float], num_resamp
     if len(a) != len(b):
         raise ValueError(f"a paired interval needs the same tasks for both models: {len(a)} vs {len(b)} values")
     differences = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)  # (T,)
-    return bootstrap_interval(differences, num_resamples, confidence, seed)
+    return bootstrap_interval(differences, num_resamples, confidence, seed)  # type: ignore[arg-type]  # (T,) array

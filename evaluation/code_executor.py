@@ -200,7 +200,7 @@ def _main(argv: list[str] | None = None) -> int:
         return 1
     items, ids = [], []
     for line_no, sample in samples:
-        task = tasks.get(sample.get("task_id"))
+        task = tasks.get(sample.get("task_id"))  # type: ignore[arg-type]  # a missing id finds no task
         if task is None:
             print(f"error: {args.samples}:{line_no}: task_id {sample.get('task_id')!r} is not in {args.tasks}.", file=sys.stderr)
             return 1

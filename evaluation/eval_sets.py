@@ -85,7 +85,7 @@ def load_eval_set(name: str, *, eval_file: str | Path | None = None, val_file: s
             tasks, report = load_mbpp(mbpp_path)
         except DataFormatError:
             raise
-        except Exception as error:  # the hub path: network, offline mode, missing cache
+        except Exception as error:  # noqa: BLE001 - the hub path: network, offline mode, missing cache
             raise _hub_error("MBPP", "--mbpp_path", error) from None
         chosen = [t for t in tasks if t.metadata.get("original_id") in MBPP_STANDARD_TEST_IDS]
         if not chosen:
@@ -100,7 +100,7 @@ def load_eval_set(name: str, *, eval_file: str | Path | None = None, val_file: s
             tasks, report = load_apps(apps_path, split="test", difficulty=apps_difficulty)
         except DataFormatError:
             raise
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - the hub and datasets raise many unrelated types for one failure
             raise _hub_error("APPS", "--apps_path", error) from None
         digest = f", sha256:{file_digest(apps_path)}" if apps_path else ""
         return EvalSet("apps_test", f"APPS test, difficulty {apps_difficulty} ({len(tasks)} tasks){digest}",

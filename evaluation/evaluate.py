@@ -258,7 +258,7 @@ def _multi_turn_summary(rows: list[dict]) -> dict | None:
     turns = [r for r in rows if "answers_passed" in r]
     if not turns:
         return None
-    from multiturn.sampler import pass_rate_by_turn, tool_statistics  # noqa: PLC0415 - multi-turn runs only
+    from multiturn.sampler import pass_rate_by_turn, tool_statistics
 
     most = max(len(r["answers_passed"]) for r in turns)
     return {"pass_rate_by_turn": pass_rate_by_turn(turns, most),

@@ -38,6 +38,7 @@ import json
 import math
 import re
 import signal
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -88,11 +89,11 @@ class ExecutionResult:
 # Planning tests
 # --------------------------------------------------------------------------------------------
 
-_SAFE_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
+_SAFE_CALLS: dict[str, Callable[..., Any]] = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
                "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool}
 
 
-class NotLiteral(ValueError):
+class NotLiteralError(ValueError):
     pass
 
 
@@ -107,8 +108,8 @@ def safe_literal(node: ast.AST) -> Any:
         try:
             return _SAFE_CALLS[node.func.id](*args)
         except (TypeError, ValueError) as exc:
-            raise NotLiteral(str(exc)) from None
-    raise NotLiteral(ast.dump(node)[:80])
+            raise NotLiteralError(str(exc)) from None
+    raise NotLiteralError(ast.dump(node)[:80])
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
 
     def expr(node: ast.AST) -> dict:
         if _compares(node):
-            raise NotLiteral("a comparison would run in the child")
+            raise NotLiteralError("a comparison would run in the child")
         return {"kind": "expr", "src": ast.unparse(node)}
 
     try:
@@ -156,7 +157,7 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
             if type(op) in names:
                 try:
                     return AssertPlan(expr(left), names[type(op)], safe_literal(right))
-                except NotLiteral:
+                except NotLiteralError:
                     if isinstance(op, (ast.Eq, ast.NotEq)):  # `assert 3 == f(x)`
                         return AssertPlan(expr(right), names[type(op)], safe_literal(left))
                     raise
@@ -170,7 +171,7 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
             return AssertPlan(expr(test.args[0]), "isclose", safe_literal(test.args[1]), (rel, abs_))
         if isinstance(test, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
             return AssertPlan(expr(test), "truthy")
-    except NotLiteral:
+    except NotLiteralError:
         pass
     return _plan_tree(test, shadowed) or fallback
 
@@ -180,7 +181,7 @@ def _compares(node: ast.AST) -> bool:
                for n in ast.walk(node))
 
 
-_TREE_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
+_TREE_CALLS: dict[str, Callable[..., Any]] = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
                "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool, "len": len, "round": round,
                "sum": sum, "min": min, "max": max, "all": all, "any": any}
 _TREE_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
@@ -217,7 +218,7 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
         def generic_visit(self, node: ast.AST) -> ast.AST:
             if isinstance(node, ast.expr) and not evaluable(node):
                 if _compares(node):
-                    raise NotLiteral("a comparison inside a leaf")
+                    raise NotLiteralError("a comparison inside a leaf")
                 leaves.append(ast.unparse(node))
                 return ast.Name(id=f"{_LEAF}{len(leaves) - 1}", ctx=ast.Load())
             if isinstance(node, ast.Call):  # the callee is resolved here, not evaluated as a leaf
@@ -229,7 +230,7 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
 
     try:
         skeleton = Splitter().visit(ast.parse(ast.unparse(test), mode="eval").body)
-    except (NotLiteral, SyntaxError, RecursionError):
+    except (NotLiteralError, SyntaxError, RecursionError):
         return None
     # A comparison of two values the child computes (`f(x) == sys.getsizeof(x)`, `f(r) == Node(1)`)
     # has no expected side here; such an assert keeps running whole in the child, marked untrusted.
@@ -254,7 +255,7 @@ class _TreeEvaluator:
     def __init__(self, leaves: tuple) -> None:
         self.leaves = leaves
 
-    def eval(self, node: ast.AST) -> Any:
+    def eval(self, node: ast.AST | None) -> Any:  # None: a `**` key of a dict display
         if isinstance(node, ast.Name):
             return self.leaves[int(node.id[len(_LEAF):])]
         if isinstance(node, ast.Constant):
@@ -292,10 +293,10 @@ class _TreeEvaluator:
         if isinstance(node, ast.Call):
             args = [self.eval(a) for a in node.args]
             if _is_isclose(node.func):
-                kwargs = {k.arg: self.eval(k.value) for k in node.keywords}
+                kwargs: dict[Any, Any] = {k.arg: self.eval(k.value) for k in node.keywords}
                 return math.isclose(*args, **kwargs)
-            return _TREE_CALLS[node.func.id](*args)
-        raise NotLiteral(type(node).__name__)
+            return _TREE_CALLS[node.func.id](*args)  # type: ignore[attr-defined]  # a Name: see evaluable()
+        raise NotLiteralError(type(node).__name__)
 
 
 def _contains_opaque(value: Any, depth: int = 0) -> bool:
@@ -324,7 +325,7 @@ def check_value(plan: AssertPlan, actual: Any) -> bool:
     if c in ("in", "not_in"):
         try:
             inside = any(_equal(actual, item) for item in e) if not isinstance(e, (str, bytes)) else (
-                isinstance(actual, type(e)) and actual in e)
+                isinstance(actual, type(e)) and actual in e)  # type: ignore[operator]  # both str or both bytes
         except TypeError:
             return False
         return inside if c == "in" else not inside and not isinstance(actual, Opaque)

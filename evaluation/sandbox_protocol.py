@@ -18,6 +18,7 @@ import json
 import math
 import os
 import struct
+from typing import Any
 
 # --------------------------------------------------------------------------------------------
 # Framing
@@ -102,9 +103,10 @@ def nesting_ok(value: object, limit: int = 0, max_nodes: int = 5_000_000) -> boo
 # record that never equals an expected value.
 
 MAX_DEPTH = 200
+_BASES: tuple[type[Any], ...] = (bool, int, float, str, tuple, list, dict, frozenset, set, bytes)
 
 
-def encode_value(value: object, depth: int = 0) -> object:
+def encode_value(value: Any, depth: int = 0) -> object:
     if depth > MAX_DEPTH:
         raise ValueError("value nested too deeply to compare")
     t = type(value)
@@ -129,7 +131,7 @@ def encode_value(value: object, depth: int = 0) -> object:
     module = getattr(t, "__module__", "")
     if module == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
         return encode_value(value.tolist(), depth + 1)
-    for base in (bool, int, float, str, tuple, list, dict, frozenset, set, bytes):
+    for base in _BASES:
         if isinstance(value, base):  # subclass: convert through the base type's constructor
             return encode_value(base(value), depth + 1)
     return {"__t": "object", "type": f"{module}.{getattr(t, '__qualname__', '?')}"}

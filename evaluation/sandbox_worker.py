@@ -55,12 +55,13 @@ import socket
 import sys
 import tempfile
 import time
+from typing import Any
 
 if __package__:  # imported as evaluation.sandbox_worker (tests)
     from evaluation.sandbox_protocol import FrameBuffer, encode_value, read_message, write_message
 else:  # run as a script by the pool: `python -I` puts neither the project nor this folder on sys.path
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-    from sandbox_protocol import FrameBuffer, encode_value, read_message, write_message
+    from sandbox_protocol import FrameBuffer, encode_value, read_message, write_message  # type: ignore[no-redef]
     del sys.path[0]
 
 # The worker disables these in itself (children inherit the disabled state for free) and keeps
@@ -350,7 +351,7 @@ def remove_tree(path: str) -> None:
     except OSError:
         return
     name = os.path.basename(path)
-    stack = [(parent, name, None)]  # (dir fd of the parent, entry name, fd of the entry once opened)
+    stack: list[tuple[int, str, int | None]] = [(parent, name, None)]  # (dir fd of the parent, entry name, fd of the entry once opened)
     try:
         while stack:
             parent_fd, entry, fd = stack[-1]
@@ -417,7 +418,7 @@ def _reliability_guard() -> None:
                 setattr(modules[module_name], name, None)
     import builtins
 
-    builtins.help = None
+    builtins.help = None  # type: ignore[assignment]
     for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
         sys.modules[name] = None  # type: ignore[assignment]
 
@@ -429,7 +430,7 @@ def _fresh_stdio(stderr: bool = True) -> None:
     if stderr:
         sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                                       errors="replace", line_buffering=True)
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc,assignment]
 
 
 def prepare_template(workdir: str) -> None:
@@ -524,7 +525,7 @@ def _child_calls(job: dict) -> None:
     send = write_message  # bound before the program runs and can rebind module globals
     namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
     try:
-        exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)
+        exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
         code = compile(job["code"], "<solution>", "exec")
     except SyntaxError as exc:
         send(_RESULT_FD, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}",
@@ -532,18 +533,18 @@ def _child_calls(job: dict) -> None:
         return
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
-            exec(code if source is None else compile(source, f"<{phase}>", "exec"), namespace)
+            exec(code if source is None else compile(source, f"<{phase}>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
         except BaseException as exc:  # noqa: BLE001 - the program may raise anything, SystemExit included
             send(_RESULT_FD, {"k": "setup_err", "type": type(exc).__name__, "msg": _trim(exc), "phase": phase})
             return
-    fn_name = job.get("fn_name")
+    fn_name: str = job.get("fn_name")  # type: ignore[assignment]  # absent only for assert tests
     for index in job["run"]:
         test = job["tests"][index]
         try:
             if test["kind"] == "expr":
                 value = eval(compile(test["src"], "<test>", "eval"), namespace)
             elif test["kind"] == "exec":
-                exec(compile(test["src"], "<test>", "exec"), namespace)
+                exec(compile(test["src"], "<test>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
                 value = True
             else:  # call: a plain function, or a method of a fresh Solution()
                 target = namespace.get(fn_name)
@@ -573,7 +574,7 @@ def _child_stdin(job: dict) -> None:
         fresh_stdio(stderr=False)
         status, error = 0, None
         try:
-            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - running the program is the sandbox's job
         except SystemExit as exc:
             status = 0 if exc.code is None else (exc.code if isinstance(exc.code, int) and 0 <= exc.code < 256 else 1)
             if status:
@@ -706,7 +707,8 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
     flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC if ctx["namespaces"] else 0
     while True:
         try:
-            readable, _, _ = select.select([sock, wake_r], [], [])
+            watched: list[Any] = [sock, wake_r]
+            readable, _, _ = select.select(watched, [], [])
         except InterruptedError:
             continue
         if wake_r in readable:
@@ -889,7 +891,7 @@ class Supervisor:
 
     def __init__(self, zygote_sock: socket.socket, cgroup: Cgroup | None, base: str | None, parent_fd: int) -> None:
         self.zygote, self.cgroup, self.base, self.parent_fd = zygote_sock, cgroup, base, parent_fd
-        self.notes: list[dict] = []
+        self.notes: list[tuple[dict, list[int]]] = []
         self.unwaited: set[int] = set()  # programs whose exit note is not awaited
         self.spares: list[socket.socket] = []  # handoff sockets of program processes waiting for a job
 
@@ -966,7 +968,7 @@ class Supervisor:
             for fd in (job_fd, ready_w, res_w):
                 os.close(fd)
         reports: dict[int, dict] = {}
-        end = {"killed": None}
+        end: dict[str, Any] = {"killed": None}
         killed = False
         try:
             ready = False
@@ -1060,7 +1062,7 @@ class Supervisor:
 
     def _workdirs(self) -> list[str]:
         try:
-            return [os.path.join(self.base, name) for name in os.listdir(self.base)]
+            return [os.path.join(self.base or "", name) for name in os.listdir(self.base or "")]
         except OSError:
             return []
 
@@ -1187,7 +1189,7 @@ def main(argv: list[str]) -> int:
     base = None if namespaces else tempfile.mkdtemp(prefix="tgrpo-sandbox-")
     if base is not None and info["uid"] is not None:
         _chmod(base, 0o711)
-    prepare_template("/tmp" if namespaces else base)
+    prepare_template(base if base is not None else "/tmp")
     _BASE_ADDRESS_SPACE = _address_space_now() + 64 * 1024 * 1024  # headroom for the child's own setup
     ctx = {"namespaces": namespaces, "uid": info["uid"], "tmp_size_mb": init.get("tmp_size_mb", 512),
            "scratch_keeps": {}, "scratch_mounts": list(SCRATCH), "cgroup_fd": None, "cgroup": cgroup is not None, "base": base}
@@ -1231,7 +1233,7 @@ def main(argv: list[str]) -> int:
     try:
         while True:
             job = read_message(in_fd)
-            if job is None:
+            if not isinstance(job, dict):  # None: the parent closed the pipe
                 return 0
             try:
                 result = supervisor.run_job(job)

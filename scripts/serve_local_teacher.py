@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from utils.student_model import EMBEDDED_MODELS, ModelLoadError, resolve_model_path  # noqa: E402
+from utils.student_model import EMBEDDED_MODELS, ModelLoadError, resolve_model_path
 
 
 def port_is_free(port: int) -> bool:

@@ -38,7 +38,7 @@ from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
-class TraceFileBusy(RuntimeError):
+class TraceFileBusy(RuntimeError):  # noqa: N818 - a busy file, named for the situation
     """Another process holds the trace file."""
 
 

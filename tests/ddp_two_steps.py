@@ -15,13 +15,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-from accelerate import Accelerator  # noqa: E402
+import torch
+from accelerate import Accelerator
 
-from tests.trainer_helpers import ScriptedRollout, lora_state, small_tasks, teacher_examples, tiny_config  # noqa: E402
-from training.checkpointing import resolve_checkpoint  # noqa: E402
-from training.grpo_trainer import GRPOTrainer  # noqa: E402
-from utils.student_model import attach_lora, load_student  # noqa: E402
+from tests.trainer_helpers import ScriptedRollout, lora_state, small_tasks, teacher_examples, tiny_config
+from training.checkpointing import resolve_checkpoint
+from training.grpo_trainer import GRPOTrainer
+from utils.student_model import attach_lora, load_student
 
 
 def main(out_dir: str, uneven: bool = False) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import fake_vllm  # noqa: E402
-from utils.dataset_loader import read_tasks  # noqa: E402
-from utils.student_model import load_tokenizer  # noqa: E402
+from tests import fake_vllm
+from utils.dataset_loader import read_tasks
+from utils.student_model import load_tokenizer
 
 
 def main(out_dir: str, train_file: str, args: list[str]) -> int:

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bench_ablation  # noqa: E402
+import bench_ablation
 
 
 def tiny(tmp_path, *extra):

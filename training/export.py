@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             HfApi().create_repo(args.push_to_hub, exist_ok=True)
             HfApi().upload_folder(folder_path=str(merged), repo_id=args.push_to_hub)
-        except Exception as error:  # network, auth, offline mode: many unrelated types
+        except Exception as error:  # noqa: BLE001 - network, auth, offline mode: many unrelated types
             first = (str(error).strip().splitlines() or [""])[0][:200]
             print(f"error: could not push {merged} to {args.push_to_hub} ({type(error).__name__}: {first}); the merged "
                   "folder is complete, retry the push later.", file=sys.stderr)

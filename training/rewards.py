@@ -95,7 +95,7 @@ def load_reward_function(spec: str) -> UserRewardFunction:
             module = importlib.import_module(module_name)
     except RewardFunctionError:
         raise
-    except Exception as exc:  # whatever the user's module raises while importing
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises while importing
         raise RewardFunctionError(f"grpo.reward_funcs: cannot import {module_name!r} for {spec!r} "
                                   f"({type(exc).__name__}: {exc}).") from None
     function = getattr(module, attr, None)

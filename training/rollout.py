@@ -117,7 +117,7 @@ class VLLMRollout:
             self.llm.sleep(level=1)
 
     def lora_request_for(self, name: str, int_id: int, path: str | Path) -> Any:
-        from vllm.lora.request import LoRARequest  # noqa: PLC0415 - lazy, GPU only
+        from vllm.lora.request import LoRARequest
 
         return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=str(path))
 

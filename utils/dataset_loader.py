@@ -223,7 +223,7 @@ def read_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
 
         try:
             rows = pq.read_table(path).to_pylist()
-        except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several unrelated types for a corrupt file
             raise DataFormatError(f"{path}: unreadable parquet file ({exc}).") from None
         return [(f"{path}:row {i}", row) for i, row in enumerate(rows, start=1)]
     raise DataFormatError(f"{path}: unsupported file type '{suffix}'. Use one of: {', '.join(SUPPORTED_SUFFIXES)}.")
@@ -353,7 +353,7 @@ def _mbpp_hub_rows(config: str) -> tuple[list[tuple[str, dict]], str]:
 
     try:
         ds = load_dataset(MBPP_HUB_ID, config)
-    except Exception as exc:  # datasets/hub raise many unrelated types for "not reachable"
+    except Exception as exc:  # noqa: BLE001 - datasets/hub raise many unrelated types for "not reachable"
         raise hub_error(f"{MBPP_HUB_ID} ({config})", exc, "--mbpp_path") from None
     merged = concatenate_datasets([ds[split] for split in ds])
     return [(f"{MBPP_HUB_ID}[{config}] row {i}", row) for i, row in enumerate(merged, start=1)], f"{MBPP_HUB_ID} ({config})"
@@ -443,7 +443,7 @@ def _apps_hub_rows(split: str) -> tuple[list[tuple[str, dict]], str]:
 
     try:
         local = hf_hub_download(APPS_HUB_ID, f"{split}.jsonl", repo_type="dataset")
-    except Exception as exc:  # offline, no network, rate limits: many unrelated types
+    except Exception as exc:  # noqa: BLE001 - offline, no network, rate limits: many unrelated types
         raise hub_error(f"{APPS_HUB_ID}/{split}.jsonl", exc, "--apps_path") from None
     return read_rows(local), f"{APPS_HUB_ID}/{split}.jsonl"
 
@@ -554,7 +554,7 @@ def load_mapped_dataset(name: str, config_name: str = "", split: str = "train", 
             rows = load_dataset(name, config_name or None, split=split)
     except DataFormatError:
         raise
-    except Exception as exc:  # hub unreachable, unknown name, bad split: many unrelated types
+    except Exception as exc:  # noqa: BLE001 - hub unreachable, unknown name, bad split: many unrelated types
         raise hub_error(f"dataset {name!r} (config {config_name or 'default'}, split {split})", exc,
                         "a local folder or file as --dataset_name") from None
     report = LoadReport(source, f"{name} [{split}]", rows=len(rows))
