@@ -34,8 +34,13 @@ def test_cpu_preset_uses_the_embedded_student_and_fixtures():
     assert c.grpo.kl_coef == 0.05
 
 
-def test_auto_preset_is_cpu_without_cuda():
+def test_auto_preset_is_cpu_without_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # holds on a GPU machine too
     assert build_config("auto").preset == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert build_config("auto").preset == "gpu"
 
 
 def test_every_field_has_help_text():
@@ -205,3 +210,33 @@ def test_multi_turn_section_mode_choices_and_limits():
         cfg.build_config("cpu", overrides=["multi_turn.max_total_tokens=0"])
     with pytest.raises(cfg.ConfigError, match="multi_turn.turn_cost"):
         cfg.build_config("cpu", overrides=["multi_turn.turn_cost=-0.1"])
+
+
+def test_choice_lists_equal_the_library_constants():
+    # config.py imports nothing from the library (the library imports config), so each closed set is
+    # written twice; this keeps the two copies equal
+    import dataclasses
+
+    from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
+    from training.rewards import CORRECTNESS_REWARDS
+    from utils.dataset_loader import APPS_DIFFICULTIES, TEST_TYPES
+    from utils.prompts import MODES
+
+    library = {
+        ("data", "apps_difficulty"): (*APPS_DIFFICULTIES, "all"),
+        ("data", "dataset_test_type"): TEST_TYPES,
+        ("grpo", "correctness_reward"): CORRECTNESS_REWARDS,
+        ("grpo", "loss_aggregation"): AGGREGATIONS,
+        ("grpo", "importance_sampling"): IMPORTANCE_LEVELS,
+        ("dual_source", "sft_weight_schedule"): SCHEDULES,
+        ("training", "lr_scheduler"): SCHEDULES,
+        ("multi_turn", "mode"): MODES,
+    }
+    config = cfg.Config()
+    declared = {(section, f.name): f.metadata["choices"] for section in cfg.SECTION_NAMES
+                for f in dataclasses.fields(getattr(config, section)) if f.metadata.get("choices")}
+    for key, constant in library.items():
+        assert tuple(declared[key]) == tuple(constant), key
+    # the closed sets without a library constant: the loaders' and the samplers' own literals
+    assert set(declared) - set(library) == {("data", "mbpp_config"), ("data", "split_mode"),
+                                           ("student", "torch_dtype"), ("grpo", "rollout_backend")}
