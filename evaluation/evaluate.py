@@ -91,7 +91,7 @@ def read_cache(path: Path) -> dict[tuple[str, int], dict]:
     return cache
 
 
-MULTI_TURN_FIELDS = ("num_turns", "num_policy_tokens", "answers", "tool_calls", "tool_successes", "truncated", "transcript", "turns")
+MULTI_TURN_FIELDS = ("mode", "num_turns", "num_policy_tokens", "answers", "tool_calls", "tool_successes", "truncated", "transcript", "turns")
 
 
 def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dict]]], num_samples: int,
@@ -181,7 +181,7 @@ def _score_earlier_answers(tasks: Sequence[Task], cache: dict[tuple[str, int], d
         cached = cache[(row["task_id"], row["sample_idx"])]
         if "num_turns" not in cached:
             continue
-        row.update({k: cached[k] for k in ("num_turns", "tool_calls", "tool_successes", "truncated") if k in cached})
+        row.update({k: cached[k] for k in ("mode", "num_turns", "tool_calls", "tool_successes", "truncated") if k in cached})
         answers = cached.get("answers") or [cached["completion"]]
         row["answers_passed"] = [False] * (len(answers) - 1) + [row["passed"]]
         earlier += [(row, i, extract_thinking_and_code_unified(a)["code"]) for i, a in enumerate(answers[:-1])]
@@ -261,7 +261,7 @@ def _multi_turn_summary(rows: list[dict]) -> dict | None:
     from multiturn.sampler import pass_rate_by_turn, tool_statistics
 
     most = max(len(r["answers_passed"]) for r in turns)
-    return {"pass_rate_by_turn": pass_rate_by_turn(turns, most),
+    return {"mode": turns[0].get("mode"), "pass_rate_by_turn": pass_rate_by_turn(turns, most),
             "mean_turns": sum(r.get("num_turns", 1) for r in turns) / len(turns), **tool_statistics(turns)}
 
 
@@ -271,9 +271,12 @@ def format_multi_turn(summary: dict) -> str:
     if not mt:
         return ""
     by_turn = ", ".join(f"turn {t}: {v:.1%}" for t, v in mt["pass_rate_by_turn"].items())
-    return (f"pass rate after each turn: {by_turn}; mean turns {mt['mean_turns']:.2f}\n"
-            f"tool calls per sample {mt['calls_per_sample']:.2f} (samples with a call {mt['samples_with_a_call']:.1%}, "
-            f"calls without error {mt['successful_call_share']:.1%}); truncated by a limit {mt['truncated']:.1%}")
+    text = (f"pass rate after each turn: {by_turn}; mean turns {mt['mean_turns']:.2f}; truncated by a limit "
+            f"{mt['truncated']:.1%}")
+    if mt.get("mode") == "tool":
+        text += (f"\ntool calls per sample {mt['calls_per_sample']:.2f} (samples with a call "
+                 f"{mt['samples_with_a_call']:.1%}, calls without error {mt['successful_call_share']:.1%})")
+    return text
 
 
 def delta(trained: dict, baseline: dict) -> dict:

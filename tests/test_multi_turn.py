@@ -374,7 +374,9 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
     assert summary["pass_at_k"]["1"] == pytest.approx(2 / 3)
     assert summary["multi_turn"]["pass_rate_by_turn"] == pytest.approx({"1": 1 / 3, "2": 2 / 3, "3": 2 / 3})
     assert summary["multi_turn"]["mean_turns"] == pytest.approx(2.0)
-    assert "turn 1: 33.3%, turn 2: 66.7%, turn 3: 66.7%" in format_multi_turn(summary)
+    assert "turn 1: 33.3%, turn 2: 66.7%, turn 3: 66.7%; mean turns 2.00; truncated by a limit 33.3%" in \
+        format_multi_turn(summary)
+    assert summary["multi_turn"]["mode"] == "feedback" and "tool calls" not in format_multi_turn(summary)
     # a rerun reads every sample, with its turns, from the cache
     again = generate_cached([MBPP], lambda *a: pytest.fail("regenerated"), 3, tmp_path / "c.jsonl", 1, progress=False,
                             mode="feedback")
