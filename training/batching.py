@@ -1,7 +1,11 @@
 """Rollout samples as padded tensors, and the log-probs of their completions.
 
 A rollout sample is a dict with `prompt_ids` and `token_ids` (the completion), optionally the
-sampler's own `logprobs` (vLLM backends). Batches are left-padded prompts followed by right-padded
+sampler's own `logprobs` (vLLM backends, one per completion token) and an `action_mask` over the
+completion (1 = sampled by the policy, 0 = inserted by the environment: a tool's `<result>` block, a
+feedback turn; absent = all ones). The batch's `completion_mask` is that action mask: it is the one
+mask every loss term, count and normalizer uses, so environment tokens are read by the model (they
+are context for later policy tokens) but never trained on and never counted. Batches are left-padded prompts followed by right-padded
 completions, with explicit position ids that count real tokens only (as generation does with left
 padding), so a row's log-probs do not depend on which other rows share its batch. Slicing a batch
 into row chunks trims the padding none of the chosen rows needs; chunked forwards are how the
@@ -22,17 +26,21 @@ def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tenso
     """Left-pad prompts to a common width P and right-pad completions to T.
 
     Returns input_ids, attention_mask, position_ids (B, P + T), completion_ids and
-    completion_mask (B, T). Position ids count real tokens only, as generation does with left padding.
+    completion_mask (B, T): the action mask (policy tokens 1, environment tokens and padding 0).
+    Position ids count real tokens only, as generation does with left padding.
     """
     width = max(len(s["prompt_ids"]) for s in samples)
     length = max(max(len(s["token_ids"]) for s in samples), 1)
     rows, masks, comp, comp_mask = [], [], [], []
     for s in samples:
         p, c = s["prompt_ids"], s["token_ids"]
+        action = s.get("action_mask")
+        if action is not None and len(action) != len(c):
+            raise ValueError(f"a rollout sample's action_mask has {len(action)} entries for {len(c)} completion tokens")
         rows.append([pad_id] * (width - len(p)) + p + c + [pad_id] * (length - len(c)))
         masks.append([0] * (width - len(p)) + [1] * (len(p) + len(c)) + [0] * (length - len(c)))
         comp.append(c + [pad_id] * (length - len(c)))
-        comp_mask.append([1] * len(c) + [0] * (length - len(c)))
+        comp_mask.append((list(action) if action is not None else [1] * len(c)) + [0] * (length - len(c)))
     attention = torch.tensor(masks)
     batch = {"input_ids": torch.tensor(rows), "attention_mask": attention,
              "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "completion_ids": torch.tensor(comp),
@@ -71,9 +79,9 @@ def slice_rollout_batch(batch: dict[str, torch.Tensor], rows: list[int]) -> tupl
     width T' (per-token tensors of the full batch are cut to [rows, :T'] to match).
     """
     index = torch.tensor(rows, device=batch["input_ids"].device)
-    full_width = batch["completion_ids"].shape[1]
-    width = max(int(batch["completion_mask"][index].sum(dim=1).max()), 1) if rows else 1
-    prompt_width = batch["input_ids"].shape[1] - full_width
+    prompt_width = batch["input_ids"].shape[1] - batch["completion_ids"].shape[1]
+    # the longest chosen completion, environment tokens included (completion_mask leaves them out)
+    width = max(int(batch["attention_mask"][index, prompt_width:].sum(dim=1).max()), 1) if rows else 1
     longest_prompt = int(batch["attention_mask"][index, :prompt_width].sum(dim=1).max())
     start = prompt_width - longest_prompt
     end = prompt_width + width

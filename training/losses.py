@@ -260,10 +260,18 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
     """The GRPO objective for one mini-batch: surrogate + kl_coef * k3 KL, aggregated once.
 
     logp/old_logp/ref_logp/mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef == 0.
+    mask: 1 on the tokens trained on (the policy's), 0 on padding and environment-inserted tokens.
     `denominator`: see `aggregate_loss` (for a chunk of a larger batch; metrics stay chunk means).
     `token_weights` (B, T): importance weights multiplying the surrogate (not the KL), see
     `truncated_importance_weights`.
     """
+    # Masked-out positions (padding, environment tokens) take the current log-probs as old and reference:
+    # ratio 1 and KL 0 there, so a token the policy finds very unlikely cannot overflow exp() into
+    # inf * 0 = NaN. Where the mask is 1 nothing changes.
+    keep = mask.bool()
+    old_logp = torch.where(keep, old_logp, logp.detach())
+    if ref_logp is not None:
+        ref_logp = torch.where(keep, ref_logp, logp.detach())
     per_token, metrics = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
     if token_weights is not None:
         per_token = per_token * token_weights

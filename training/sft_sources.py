@@ -1,7 +1,10 @@
 """Where the SFT terms' examples come from: verified teacher traces and the student's own successes.
 
 Teacher-SFT: every usable trace is tokenized once at start (`build_teacher_sft`); one that does not
-fit `dual_source.sft_max_length` is dropped and counted, never cut. Self-SFT: each group's best
+fit `dual_source.sft_max_length` is dropped and counted, never cut. A single-turn trace trains on the
+canonical target (thinking + code block); a multi-turn one (`messages`: the exchange after the prompt)
+on the teacher's replies as sent, with the environment's tokens (tool results, feedback turns) as
+context only (`utils.sft_data.encode_conversation`). Self-SFT: each group's best
 passing sample that ended its own turn (`best_passing_sample`), de-duplicated, or, on a step without
 one, recent successes replayed from a bounded `SuccessBuffer`. Both use `utils.sft_data`'s masking.
 """
@@ -12,9 +15,10 @@ from collections import OrderedDict
 from typing import Any
 
 from config import Config
-from utils.sft_data import build_sft_example, build_sft_target, check_thinking_targets, encode_prompt, encode_response
+from utils.sft_data import build_sft_example, check_thinking_targets, encode_conversation, teacher_sft_ids
 
-SuccessKey = tuple[tuple[int, ...], tuple[int, ...]]  # (prompt ids, completion ids)
+# (prompt ids, completion ids, action mask or None = all policy tokens)
+SuccessKey = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
 
 
 def best_passing_sample(group: list[dict]) -> dict | None:
@@ -27,7 +31,7 @@ def best_passing_sample(group: list[dict]) -> dict | None:
 class SuccessBuffer:
     """Recent self-SFT successes of this process, for steps without a fresh one.
 
-    One entry per distinct (prompt ids, completion ids), most recent last, each with the number of
+    One entry per distinct (prompt ids, completion ids, action mask), most recent last, each with the number of
     replays it has left: an entry is replayed at most `max_replays` times after the step that found
     it (a fresh success of the same completion renews it), then dropped, so a few lucky samples are
     not imitated on every step until the next success.
@@ -58,10 +62,12 @@ class SuccessBuffer:
         return len(self.entries)
 
     def state(self) -> list:
-        return [[list(p), list(c), left] for (p, c), left in self.entries.items()]
+        """[prompt, completion, replays left] per entry, plus the action mask where the completion has one."""
+        return [[list(p), list(c), left] + ([list(m)] if m is not None else []) for (p, c, m), left in self.entries.items()]
 
     def load(self, state: list) -> None:
-        self.entries = OrderedDict(((tuple(p), tuple(c)), left) for p, c, left in state)
+        self.entries = OrderedDict(((tuple(p), tuple(c), tuple(rest[0]) if rest else None), left)
+                                   for p, c, left, *rest in state)
 
 
 def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_length: int) -> list[dict]:
@@ -70,12 +76,15 @@ def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_lengt
     fresh: list[SuccessKey] = []
     for group in groups:
         best = best_passing_sample(group)
-        key = (tuple(best["prompt_ids"]), tuple(best["token_ids"])) if best is not None else None
-        if key is not None and key not in fresh:
+        if best is None:
+            continue
+        mask = best.get("action_mask")  # multi-turn: environment tokens are context, never targets
+        key = (tuple(best["prompt_ids"]), tuple(best["token_ids"]), tuple(mask) if mask is not None else None)
+        if key not in fresh:
             fresh.append(key)
     buffer.add(fresh)
     chosen = fresh if fresh else buffer.replay(len(groups))
-    return [e for e in (build_sft_example(p, c, max_length) for p, c in chosen) if e]
+    return [e for e in (build_sft_example(p, c, max_length, m) for p, c, m in chosen) if e]
 
 
 def build_teacher_sft(examples: list[dict], tokenizer: Any, config: Config) -> tuple[list[dict], dict]:
@@ -90,10 +99,12 @@ def build_teacher_sft(examples: list[dict], tokenizer: Any, config: Config) -> t
     check_thinking_targets(tokenizer, d.include_thinking, template)
     built, over_budget = [], 0
     for example in examples:
-        target = build_sft_target(example.get("thinking"), example["code"], d.include_thinking)
-        prompt_ids = encode_prompt(tokenizer, example["prompt"], chat_template_kwargs=template)
-        response_ids = encode_response(tokenizer, target)
-        sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length)
+        if example.get("messages"):  # a multi-turn trace: the teacher's turns as sent, environment turns masked
+            prompt_ids, response_ids, mask = encode_conversation(tokenizer, example["prompt"], example["messages"],
+                                                                 template)
+        else:
+            (prompt_ids, response_ids), mask = teacher_sft_ids(tokenizer, example, d.include_thinking, template), None
+        sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length, mask)
         if sft is not None:
             built.append(sft)
             over_budget += len(response_ids) > config.grpo.max_new_tokens

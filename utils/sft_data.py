@@ -74,24 +74,107 @@ def encode_response(tokenizer: Any, response: str, add_end_of_turn: bool = True)
 
 def teacher_sft_ids(tokenizer: Any, trace: dict[str, Any], include_thinking: bool,
                     chat_template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[int]]:
-    """(prompt ids, target ids) of one teacher trace {'prompt', 'thinking', 'code'} as teacher-SFT trains on it."""
+    """(prompt ids, target ids) of one teacher trace {'prompt', 'thinking', 'code'} as teacher-SFT trains on it
+    (a multi-turn trace with `messages`: the whole exchange, `encode_conversation`)."""
+    if trace.get("messages"):
+        prompt_ids, response_ids, _ = encode_conversation(tokenizer, trace["prompt"], trace["messages"], chat_template_kwargs)
+        return prompt_ids, response_ids
     target = build_sft_target(trace.get("thinking"), trace["code"], include_thinking)
     return encode_prompt(tokenizer, trace["prompt"], chat_template_kwargs=chat_template_kwargs), encode_response(tokenizer, target)
 
 
-def build_sft_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int) -> dict[str, list[int]] | None:
+def build_sft_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int,
+                      response_mask: Sequence[int] | None = None) -> dict[str, list[int]] | None:
     """The masking function. Returns {'input_ids', 'labels'}, or None when there is no response or
     the whole example does not fit `max_length` (dropped, never cut).
 
     len(input_ids) == len(labels) <= max_length; labels[:len(prompt_ids)] are IGNORE_INDEX.
+    `response_mask` (one entry per response token; None = all ones): 0 marks a token the environment
+    inserted in a multi-turn response (a `<result>` block, a feedback turn), whose label is IGNORE_INDEX
+    too: it is context for what follows, never a target.
     """
     if not response_ids or len(prompt_ids) + len(response_ids) > max_length:
         return None
     response_ids = list(response_ids)
+    if response_mask is not None:
+        if len(response_mask) != len(response_ids):
+            raise ValueError(f"response_mask has {len(response_mask)} entries for {len(response_ids)} response tokens")
+        targets = [t if m else IGNORE_INDEX for t, m in zip(response_ids, response_mask, strict=True)]
+    else:
+        targets = response_ids
     return {
         "input_ids": list(prompt_ids) + response_ids,
-        "labels": [IGNORE_INDEX] * len(prompt_ids) + response_ids,
+        "labels": [IGNORE_INDEX] * len(prompt_ids) + targets,
     }
+
+
+# Tool mode: the harness inserts a program's output inline, inside the assistant's own turn, between
+# these tags (utils.prompts owns the protocol; the values are repeated here only as the default).
+RESULT_SPAN = ("<result>", "</result>")
+
+
+def _response_segments(content: str, environment_span: tuple[str, str] | None) -> list[tuple[str, int]]:
+    """An assistant message as (text, is_policy) pieces: `environment_span` blocks (tags included) are 0."""
+    if environment_span is None:
+        return [(content, 1)] if content else []
+    opening, closing = environment_span
+    pieces, rest = [], content
+    while opening in rest:
+        before, _, after = rest.partition(opening)
+        inside, found, tail = after.partition(closing)
+        pieces += [(before, 1), (opening + inside + found, 0)]
+        rest = tail
+    pieces.append((rest, 1))
+    return [(text, policy) for text, policy in pieces if text]
+
+
+def environment_turn_ids(tokenizer: Any, message: dict[str, str], chat_template_kwargs: dict[str, Any] | None = None,
+                         system_prompt: str | None = SYSTEM_PROMPT_UNIFIED) -> list[int]:
+    """Token ids the chat template puts between an assistant's end-of-turn token and the next assistant
+    reply when `message` (a user or tool turn, e.g. test feedback) comes in between: whatever follows the
+    end-of-turn, the message with its framing, and the next assistant header. Rendered around a
+    placeholder reply without a think block, so templates that rewrite earlier replies (Qwen3 strips
+    their thinking) do not change it: the policy's own tokens stay exactly as sampled."""
+    eot = tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))
+    kwargs = chat_template_kwargs or {}
+    history = build_chat_messages("x", system_prompt) + [{"role": "assistant", "content": "y"}]
+    before = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=False, **kwargs)
+    after = tokenizer.apply_chat_template(history + [message], tokenize=False, add_generation_prompt=True, **kwargs)
+    end = before.rfind(eot)
+    if end < 0 or not after.startswith(before):
+        raise ValueError(f"this chat template does not render a {message['role']!r} turn after an assistant reply as "
+                         "a continuation of the conversation; multi-turn SFT needs one that does")
+    text = before[end + len(eot):] + after[len(before):]
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_conversation(tokenizer: Any, user_prompt: str, turns: Sequence[dict[str, str]],
+                        chat_template_kwargs: dict[str, Any] | None = None,
+                        system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+                        environment_span: tuple[str, str] | None = RESULT_SPAN) -> tuple[list[int], list[int], list[int]]:
+    """A multi-turn exchange as the student would have produced it: (prompt_ids, response_ids, response_mask).
+
+    `turns` follow the prompt, as chat messages: `assistant` turns are the policy's (mask 1, each ended by
+    the end-of-turn token), except the `environment_span` blocks inside them (a tool's `<result>`
+    output, mask 0); any other role (a feedback `user` turn, a `tool` turn) is the environment's (mask 0,
+    `environment_turn_ids`). Each piece is tokenized on its own, as a multi-turn rollout appends them.
+    """
+    prompt_ids = encode_prompt(tokenizer, user_prompt, system_prompt, chat_template_kwargs)
+    ids: list[int] = []
+    mask: list[int] = []
+    for turn in turns:
+        if turn["role"] != "assistant":
+            piece = environment_turn_ids(tokenizer, turn, chat_template_kwargs, system_prompt)
+            ids += piece
+            mask += [0] * len(piece)
+            continue
+        for text, policy in _response_segments(turn["content"], environment_span):
+            piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids += piece
+            mask += [policy] * len(piece)
+        ids.append(end_of_turn_id(tokenizer))
+        mask.append(1)
+    return prompt_ids, ids, mask
 
 
 def check_thinking_targets(tokenizer: Any, include_thinking: bool, chat_template_kwargs: dict[str, Any] | None) -> None:
