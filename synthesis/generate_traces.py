@@ -156,7 +156,7 @@ def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: boo
         if only_passed and not record.get("passed"):
             continue
         examples.append({"prompt": record["prompt"], "thinking": record.get("thinking") or "", "code": record["code"],
-                         "task_id": record["task_id"], "messages": record.get("messages")})
+                         "task_id": record["task_id"], **({"messages": record["messages"]} if record.get("messages") else {})})
     return examples
 
 
