@@ -128,24 +128,34 @@ def _response_segments(content: str, environment_span: tuple[str, str] | None) -
     return [(text, policy) for text, policy in pieces if text]
 
 
+def encode_inserted_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of text the environment inserts: special-token strings in it stay plain characters (a
+    program that prints `<|im_end|>` does not end the turn), as the multi-turn rollout loop encodes it."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+_REPLY, _MESSAGE = "\u2063A\u2063", "\u2063U\u2063"  # placeholders no template or tokenizer rewrites
+
+
 def environment_turn_ids(tokenizer: Any, message: dict[str, str], chat_template_kwargs: dict[str, Any] | None = None,
                          system_prompt: str | None = SYSTEM_PROMPT_UNIFIED) -> list[int]:
-    """Token ids the chat template puts between an assistant's end-of-turn token and the next assistant
-    reply when `message` (a user or tool turn, e.g. test feedback) comes in between: whatever follows the
-    end-of-turn, the message with its framing, and the next assistant header. Rendered around a
-    placeholder reply without a think block, so templates that rewrite earlier replies (Qwen3 strips
-    their thinking) do not change it: the policy's own tokens stay exactly as sampled."""
+    """Token ids the chat template puts after an assistant's end-of-turn token when `message` (a user or
+    tool turn, e.g. test feedback) follows: the framing, the message's content, and the next assistant
+    header. Rendered around placeholder texts (a reply without a think block, so templates that rewrite
+    earlier replies do not change it); the template's markup is encoded with its special tokens, the
+    content as inserted text (`encode_inserted_text`) -- the same ids the multi-turn rollout loop appends."""
+    history = [*build_chat_messages("u", system_prompt), {"role": "assistant", "content": _REPLY},
+               {"role": message["role"], "content": _MESSAGE}]
+    rendered = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True,
+                                             **(chat_template_kwargs or {}))
     eot = tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))
-    kwargs = chat_template_kwargs or {}
-    history = build_chat_messages("x", system_prompt) + [{"role": "assistant", "content": "y"}]
-    before = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=False, **kwargs)
-    after = tokenizer.apply_chat_template(history + [message], tokenize=False, add_generation_prompt=True, **kwargs)
-    end = before.rfind(eot)
-    if end < 0 or not after.startswith(before):
-        raise ValueError(f"this chat template does not render a {message['role']!r} turn after an assistant reply as "
-                         "a continuation of the conversation; multi-turn SFT needs one that does")
-    text = before[end + len(eot):] + after[len(before):]
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    after = rendered[rendered.index(_REPLY) + len(_REPLY):]
+    if not after.startswith(eot) or _MESSAGE not in after:
+        raise ValueError(f"this chat template does not end an assistant reply with {eot!r} and then render a "
+                         f"{message['role']!r} turn; multi-turn SFT and feedback turns need one that does")
+    before, _, rest = after[len(eot):].partition(_MESSAGE)
+    encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    return encode(before) + encode_inserted_text(tokenizer, message["content"]) + encode(rest)
 
 
 def encode_conversation(tokenizer: Any, user_prompt: str, turns: Sequence[dict[str, str]],
@@ -169,7 +179,7 @@ def encode_conversation(tokenizer: Any, user_prompt: str, turns: Sequence[dict[s
             mask += [0] * len(piece)
             continue
         for text, policy in _response_segments(turn["content"], environment_span):
-            piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+            piece = tokenizer(text, add_special_tokens=False)["input_ids"] if policy else encode_inserted_text(tokenizer, text)
             ids += piece
             mask += [policy] * len(piece)
         ids.append(end_of_turn_id(tokenizer))
