@@ -155,9 +155,25 @@ def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: boo
             continue
         if only_passed and not record.get("passed"):
             continue
+        messages = trace_messages(record)
         examples.append({"prompt": record["prompt"], "thinking": record.get("thinking") or "", "code": record["code"],
-                         "task_id": record["task_id"], **({"messages": record["messages"]} if record.get("messages") else {})})
+                         "task_id": record["task_id"], **({"messages": messages} if messages else {})})
     return examples
+
+
+def trace_messages(record: dict[str, Any]) -> list[dict[str, str]] | None:
+    """A feedback-mode trace as the chat exchange after its prompt (each answer, then the feedback it got
+    as a user turn), what teacher-SFT trains on; None for a single-turn trace."""
+    if record.get("messages"):
+        return list(record["messages"])
+    if not record.get("turns"):
+        return None
+    messages = []
+    for turn in record["turns"]:
+        messages.append({"role": "assistant", "content": turn.get("response") or ""})
+        if turn.get("feedback"):
+            messages.append({"role": "user", "content": turn["feedback"]})
+    return messages
 
 
 async def generate_traces(

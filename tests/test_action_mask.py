@@ -278,3 +278,22 @@ def test_teacher_sft_on_multi_turn_traces_masks_the_environment(tmp_path, pool):
     trained = trainer.tokenizer.decode(labels)
     assert "return 0" in trained and code.strip().splitlines()[-1].strip() in trained
     assert "NameError" not in trained and "NameError" in trainer.tokenizer.decode(built[0]["input_ids"])
+
+
+def test_a_feedback_mode_trace_from_phase_2_becomes_the_exchange_teacher_sft_trains_on(tmp_path):
+    import json
+
+    from synthesis.generate_traces import load_teacher_examples
+
+    turns = [{"response": "```python\nx = 0\n```", "reasoning": None, "feedback": "assert f() == 1 failed: got 0",
+              "truncated": False},
+             {"response": "```python\nx = 1\n```", "reasoning": None, "feedback": None, "truncated": False}]
+    path = tmp_path / "traces.jsonl"
+    row = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "thinking": "", "code": "x = 1", "passed": True,
+           "status": "passed", "mode": "feedback", "num_turns": 2, "turns": turns}
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "task_id": "a/2", "turns": None, "mode": None}) + "\n")
+    by_task = {e["task_id"]: e for e in load_teacher_examples(path, {"a/1", "a/2"}, True)}
+    assert by_task["a/1"]["messages"] == [{"role": "assistant", "content": "```python\nx = 0\n```"},
+                                          {"role": "user", "content": "assert f() == 1 failed: got 0"},
+                                          {"role": "assistant", "content": "```python\nx = 1\n```"}]
+    assert "messages" not in by_task["a/2"]  # single-turn: the canonical target, as before
