@@ -28,7 +28,7 @@ from config import (
     flag_overrides,
     preliminary_config,
 )
-from rollouts.sampling import SamplingSettings
+from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import CHECKPOINT_PREFIX, checkpoint_folders
 from training.grpo_trainer import GRPOTrainer
@@ -36,43 +36,9 @@ from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
-from training.rollout import HFRollout, VLLMRollout, prompt_lengths
-from training.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.sft_data import check_thinking_targets
-from utils.student_model import DTYPES, ModelLoadError, attach_lora, load_student, resolve_model_path, save_adapter
-
-
-def build_rollout(config: Config, tokenizer, output_dir: Path, accelerator=None, tasks: list | None = None):
-    """The configured rollout backend. vLLM: one colocated engine per process, on that process's GPU."""
-    g = config.grpo
-    template = {"enable_thinking": config.student.enable_thinking}
-    if g.rollout_backend == "vllm":
-        import vllm  # lazy: the optional GPU extra
-
-        ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
-        lengths = prompt_lengths(tokenizer, tasks or [], config.prompt.num_visible_tests, template)
-        kwargs = engine_kwargs(resolve_model_path(config.student.model_name, config.paths.model_cache_dir),
-                               max_model_len=max_model_len(lengths, g.max_new_tokens),
-                               gpu_memory_utilization=g.vllm_gpu_memory_utilization, dtype=config.student.torch_dtype,
-                               seed=config.training.seed, lora_rank=config.lora.r, ranks=ranks,
-                               sleep_mode=g.vllm_sleep_mode)
-        llm = build_engine(vllm, kwargs, ranks)
-        if _has_cuda():  # vLLM's worker selected its device in this process: say which (scripts/gpu_smoke.sh checks it)
-            import torch
-
-            print(f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
-                  flush=True)
-        is_main = accelerator.is_main_process if accelerator is not None else True
-        barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
-        dtype = DTYPES[config.student.torch_dtype]
-        dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
-        handoff = AdapterHandoff(output_dir / ".vllm_adapters", lambda model, path: save_adapter(model, None, path, dtype),
-                                 is_main, barrier)
-        return VLLMRollout(llm, tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), handoff, g.gen_update_steps,
-                           template, sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
-    return HFRollout(tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), template,
-                     batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
+from utils.student_model import ModelLoadError, attach_lora, load_student
 
 
 class RunSetupError(ValueError):
@@ -170,7 +136,7 @@ def main(config: Config, resume_from: str | None = None, teacher_traces: Path | 
     if accelerator.is_main_process:
         model.print_trainable_parameters()
     trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator,
-                          rollout=build_rollout(config, tokenizer, output_dir, accelerator, tasks))
+                          rollout=training_rollout(config, tokenizer, output_dir, accelerator, tasks))
     summary = trainer.train(resume_from)
     if accelerator.is_main_process:
         png = plot_metrics(output_dir / "metrics.jsonl", output_dir / "training_curves.png")

@@ -17,7 +17,6 @@ outputs/eval_cache/ as they are generated, so an interrupted run resumes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,9 +49,12 @@ from evaluation.evaluate import (
 from multiturn.backends import HFContinuer, VLLMContinuer
 from multiturn.environments import make_environment
 from multiturn.sampler import MultiTurnSampler
+from rollouts.from_config import prompt_lengths
+from rollouts.hf import HFRollout
+from rollouts.models import adapter_rank, default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
-from training.rollout import HFRollout, VLLMRollout, prompt_lengths
-from training.vllm_engine import adapter_rank, build_engine, engine_kwargs, max_model_len
+from rollouts.vllm_colocated import VLLMRollout
+from rollouts.vllm_engine import build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
 from utils.prompts import get_unified_prompt
@@ -60,32 +62,6 @@ from utils.sft_data import encode_prompt
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
-
-
-def default_model_path(config: Config) -> Path:
-    """What phase 3 wrote for this config: `final_model` in the resolved paths.output_dir."""
-    return Path(config.paths.output_dir) / "final_model"
-
-
-def resolve_model(model_path: str, config: Config) -> tuple[str, Path | None]:
-    """(base model name, adapter folder or None) for an adapter, a checkpoint-* folder or a base model."""
-    path = Path(model_path)
-    adapter = path if (path / "adapter_config.json").is_file() else path / "adapter" if (path / "adapter" / "adapter_config.json").is_file() else None
-    if adapter is None:
-        if path.exists() and not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} is neither a LoRA adapter, a checkpoint-* folder, nor a model folder.")
-        if not path.exists() and (path == default_model_path(config) or path.name == "final_model"
-                                  or path.name.startswith("checkpoint-") or path.parent.name == "outputs"):
-            raise ModelLoadError(f"no trained adapter at {path}: run phase 3 first (with the same paths.output_dir), "
-                                 "or pass --model_path <base model>.")
-        return model_path, None
-    for saved in (adapter / "tgrpo_config.json", adapter.parent / "config.json"):
-        if saved.is_file():
-            try:
-                return json.loads(saved.read_text())["student"]["model_name"], adapter
-            except (KeyError, json.JSONDecodeError):
-                pass
-    return config.student.model_name, adapter
 
 
 def local_model_folder(name: str, config: Config) -> Path | None:

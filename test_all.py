@@ -208,8 +208,9 @@ def check_sft_labels(report: Report, tokenizer) -> None:
 
 def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple | None:
     section(f"Student model ({config.student.model_name})")
+    from rollouts.hf import generate_completions
     from rollouts.sampling import SamplingSettings
-    from utils.student_model import ModelLoadError, generate_completions, load_student
+    from utils.student_model import ModelLoadError, load_student
 
     start = time.time()
     try:
@@ -244,9 +245,9 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
 
     import torch
 
+    from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
     from training.grpo_trainer import GRPOTrainer
-    from training.rollout import HFRollout
     from utils.dataset_loader import Task
     from utils.student_model import attach_lora
 
@@ -452,8 +453,8 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
 
     import torch
 
+    from rollouts.vllm_engine import VLLM_LORA_RANKS
     from training.launch import LaunchError, check_launch_environment
-    from training.vllm_engine import VLLM_LORA_RANKS
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     report.expect(count >= num_processes, f"{count} CUDA GPU(s) visible for {num_processes} training process(es)",

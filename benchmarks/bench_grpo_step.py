@@ -44,9 +44,9 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
 
     from config import build_config
     from evaluation.code_executor import SandboxPool
+    from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
     from training.grpo_trainer import GRPOTrainer
-    from training.rollout import HFRollout
     from utils.student_model import EMBEDDED_MODELS, attach_lora, load_student
 
     torch.manual_seed(0)

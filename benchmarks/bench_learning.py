@@ -56,10 +56,10 @@ def main() -> None:
     from config import build_config
     from evaluation.code_executor import SandboxLimits, SandboxPool
     from evaluation.evaluate import execute_samples, generate_cached
+    from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
     from synthesis.generate_traces import load_teacher_examples
     from training.grpo_trainer import GRPOTrainer
-    from training.rollout import HFRollout
     from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
     from utils.prompts import get_unified_prompt
     from utils.student_model import attach_lora, load_student

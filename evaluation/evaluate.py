@@ -1,6 +1,6 @@
 """Phase 4's library: sample completions (cached, resumable), execute them, summarize pass@k.
 
-Generation goes through the same rollout classes as the trainer (`training.rollout`), so the
+Generation goes through the same rollout classes as the trainer (the `rollouts` layer), so the
 evaluated prompts, templates and decoding are exactly the trained ones. Completions are appended to
 a cache file as they are produced (one JSON line per sample), so an interrupted large run (e.g. 200
 samples per task) resumes instead of starting over. The cache file is named by a fingerprint of

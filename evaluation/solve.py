@@ -36,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         exit_on_config_error(error)
 
     from evaluation.code_executor import execute_program
-    from phase4_evaluate import default_model_path, resolve_model
+    from rollouts.hf import generate_completions
+    from rollouts.models import default_model_path, resolve_model
     from rollouts.sampling import SamplingSettings
     from utils.dataset_loader import Task, TaskSchemaError, entry_point_from_asserts
     from utils.prompts import get_unified_prompt
-    from utils.student_model import ModelLoadError, generate_completions, load_adapter, load_student
+    from utils.student_model import ModelLoadError, load_adapter, load_student
     from utils.thinking_extraction import extract_thinking_and_code_unified
 
     task = None

@@ -21,9 +21,9 @@ from typing import Any
 import torch
 
 from multiturn.loop import Continuation
+from rollouts.hf import generation_eos_ids
 from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.sft_data import end_of_turn_id
-from utils.student_model import generation_eos_ids
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:

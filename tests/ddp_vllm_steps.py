@@ -31,7 +31,7 @@ def main(out_dir: str, train_file: str, args: list[str]) -> int:
 
     fake_vllm.FakeLLM.responder = staticmethod(responder)
     folders = []  # adapter folders present after each rollout (the main process prunes at its end)
-    import training.rollout as rollout_module
+    import rollouts.vllm_colocated as rollout_module
 
     original_generate = rollout_module.VLLMRollout.generate
 

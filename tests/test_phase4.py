@@ -12,6 +12,7 @@ import pytest
 import phase4_evaluate as phase4
 from evaluation.code_executor import SandboxLimits, SandboxPool
 from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
+from rollouts.models import resolve_model
 from tests.conftest import ROOT
 from tests.trainer_helpers import small_tasks, tiny_config
 from utils.student_model import ModelLoadError
@@ -87,17 +88,17 @@ def test_model_resolution(tmp_path):
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text("{}")
     (adapter / "tgrpo_config.json").write_text(json.dumps({"student": {"model_name": "embedded:tiny-random"}}))
-    assert phase4.resolve_model(str(adapter), config) == ("embedded:tiny-random", adapter)
+    assert resolve_model(str(adapter), config) == ("embedded:tiny-random", adapter)
     checkpoint = tmp_path / "checkpoint-4"
     (checkpoint / "adapter").mkdir(parents=True)
     (checkpoint / "adapter" / "adapter_config.json").write_text("{}")
-    assert phase4.resolve_model(str(checkpoint), config) == (config.student.model_name, checkpoint / "adapter")
-    assert phase4.resolve_model("Qwen/Qwen3-1.7B", config) == ("Qwen/Qwen3-1.7B", None)
+    assert resolve_model(str(checkpoint), config) == (config.student.model_name, checkpoint / "adapter")
+    assert resolve_model("Qwen/Qwen3-1.7B", config) == ("Qwen/Qwen3-1.7B", None)
     with pytest.raises(ModelLoadError, match="run phase 3 first"):
-        phase4.resolve_model(str(tmp_path / "outputs" / "final_model"), config)
+        resolve_model(str(tmp_path / "outputs" / "final_model"), config)
     (tmp_path / "junk").mkdir()
     with pytest.raises(ModelLoadError, match="neither a LoRA adapter"):
-        phase4.resolve_model(str(tmp_path / "junk"), config)
+        resolve_model(str(tmp_path / "junk"), config)
 
 
 def test_command_line_with_baseline_on_the_tiny_model(tmp_path):

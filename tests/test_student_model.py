@@ -3,9 +3,11 @@
 import pytest
 import torch
 
+from rollouts.hf import generate_completions
 from rollouts.sampling import SamplingSettings
 from utils import student_model as sm
 from utils.prompts import get_unified_prompt
+from utils.sft_data import encode_prompt
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -71,7 +73,7 @@ def test_generation_shapes_and_finish_reasons(tiny):
     model, tok = tiny
     prompts = [get_unified_prompt("Add."), get_unified_prompt("A longer problem statement about sorting lists.")]
     torch.manual_seed(0)
-    out = sm.generate_completions(model, tok, prompts, num_samples=3, max_new_tokens=12, sampling=SamplingSettings(1.0),
+    out = generate_completions(model, tok, prompts, num_samples=3, max_new_tokens=12, sampling=SamplingSettings(1.0),
                                   batch_size=1)
     assert [len(s) for s in out] == [3, 3]
     eot = tok.convert_tokens_to_ids("<|im_end|>")
@@ -109,16 +111,16 @@ def test_the_hf_sampler_truncates_nothing_unless_asked(tiny, monkeypatch):
     scores = _scores_of_generate(model, monkeypatch)
     torch.manual_seed(0)
     prompt = [get_unified_prompt("Add.")]
-    sm.generate_completions(model, tok, prompt, num_samples=2, max_new_tokens=3, sampling=SamplingSettings(1.0, 1.0))
+    generate_completions(model, tok, prompt, num_samples=2, max_new_tokens=3, sampling=SamplingSettings(1.0, 1.0))
     vocab = scores[0].shape[-1]
     assert scores and all(int(torch.isfinite(s).sum(dim=-1).min()) == vocab for s in scores)  # the full softmax
     # and untouched by the checkpoint's repetition penalty: the scores are the model's logits at T=1
-    ids = torch.tensor([sm.encode_prompt(tok, prompt[0])])
+    ids = torch.tensor([encode_prompt(tok, prompt[0])])
     with torch.no_grad():
         logits = model(ids).logits[0, -1]
     assert torch.allclose(scores[0][0], logits, atol=1e-4)
     scores.clear()
-    sm.generate_completions(model, tok, prompt, num_samples=2, max_new_tokens=3, sampling=SamplingSettings(1.0, top_k=7))
+    generate_completions(model, tok, prompt, num_samples=2, max_new_tokens=3, sampling=SamplingSettings(1.0, top_k=7))
     assert all(torch.isfinite(s).sum(dim=-1).tolist() == [7, 7] for s in scores)  # asked for: exactly top-7
 
 
@@ -127,11 +129,11 @@ def test_the_hf_sampler_stops_on_every_eos_of_the_generation_config(tiny, monkey
     model, tok = tiny
     greedy = SamplingSettings(temperature=0.0)
     prompt = [get_unified_prompt("Add.")]
-    first = sm.generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
+    first = generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
     assert first["finish_reason"] == "length"  # the tiny model does not stop on its own within 4 tokens
     other_eos = first["token_ids"][0]
     monkeypatch.setattr(model.generation_config, "eos_token_id", [tok.eos_token_id, other_eos])
-    stopped = sm.generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
+    stopped = generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
     assert stopped["token_ids"] == [other_eos] and stopped["finish_reason"] == "stop" and stopped["num_tokens"] == 1
 
 
@@ -154,8 +156,8 @@ def test_batched_greedy_generation_matches_one_by_one(tiny):
     model, tok = tiny
     prompts = [get_unified_prompt("Short."), get_unified_prompt("A much longer problem statement with more words in it.")]
     greedy = SamplingSettings(temperature=0.0)
-    batched = sm.generate_completions(model, tok, prompts, max_new_tokens=8, sampling=greedy, batch_size=2)
-    single = [sm.generate_completions(model, tok, [p], max_new_tokens=8, sampling=greedy)[0] for p in prompts]
+    batched = generate_completions(model, tok, prompts, max_new_tokens=8, sampling=greedy, batch_size=2)
+    single = [generate_completions(model, tok, [p], max_new_tokens=8, sampling=greedy)[0] for p in prompts]
     assert [b[0]["token_ids"] for b in batched] == [s[0]["token_ids"] for s in single]
 
 
@@ -200,6 +202,6 @@ def test_embedded_smollm2_loads_offline_and_writes_code():
     model, tok = sm.load_student(sm.EMBEDDED_MODELS[0], "float32", device="cpu")
     assert model.config.architectures == ["LlamaForCausalLM"] or model.config.model_type == "llama"
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
-    out = sm.generate_completions(model, tok, [get_unified_prompt("Write a Python function add(a, b) that returns a + b.")],
+    out = generate_completions(model, tok, [get_unified_prompt("Write a Python function add(a, b) that returns a + b.")],
                                   max_new_tokens=64, sampling=SamplingSettings(temperature=0.0))[0][0]
     assert "def " in out["text"]  # the real model, greedy, writes a function for this trivial task

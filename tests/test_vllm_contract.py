@@ -23,9 +23,9 @@ from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
 
 from rollouts.sampling import SamplingSettings  # noqa: E402
+from rollouts.vllm_colocated import VLLMRollout, vllm_sampling_kwargs  # noqa: E402
+from rollouts.vllm_engine import VLLM_LORA_RANKS, RankInfo, engine_kwargs, vllm_lora_rank  # noqa: E402
 from tests import fake_vllm  # noqa: E402
-from training.rollout import VLLMRollout, vllm_sampling_kwargs  # noqa: E402
-from training.vllm_engine import VLLM_LORA_RANKS, RankInfo, engine_kwargs, vllm_lora_rank  # noqa: E402
 
 
 def test_it_is_the_pinned_version():

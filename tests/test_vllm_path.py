@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import phase3_train_grpo as phase3
 import phase4_evaluate as phase4
 from config import ConfigError, build_config
 from evaluation.evaluate import generate_cached
+from rollouts.from_config import prompt_lengths, training_rollout
 from tests import fake_vllm
 from tests.conftest import ROOT
 from tests.trainer_helpers import small_tasks, tiny_config
@@ -53,7 +53,7 @@ def saved_dtypes(folder):
 def test_lora_rank_vllm_does_not_allow_is_rounded_up(tmp_path, vllm):
     config = vllm_config(tmp_path, **{"lora.r": 4})  # vLLM's LoRAConfig rejects max_lora_rank=4
     model, tokenizer = tiny_policy(config)
-    phase3.build_rollout(config, tokenizer, tmp_path)
+    training_rollout(config, tokenizer, tmp_path)
     assert fake_vllm.ENGINES[-1].kwargs["max_lora_rank"] == 8
 
 
@@ -61,9 +61,7 @@ def test_engine_context_is_the_longest_prompt_plus_the_budget(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
     tasks = small_tasks(6)
-    phase3.build_rollout(config, tokenizer, tmp_path, None, tasks)
-    from training.rollout import prompt_lengths
-
+    training_rollout(config, tokenizer, tmp_path, None, tasks)
     longest = max(prompt_lengths(tokenizer, tasks, config.prompt.num_visible_tests,
                                  {"enable_thinking": config.student.enable_thinking}))
     assert longest > 50
@@ -79,7 +77,7 @@ def test_each_rank_builds_its_engine_on_its_own_gpu_with_its_own_seed(tmp_path, 
     for rank in (0, 1):
         accelerator = types.SimpleNamespace(process_index=rank, local_process_index=rank, num_processes=2,
                                             is_main_process=rank == 0, wait_for_everyone=lambda: None)
-        phase3.build_rollout(config, tokenizer, tmp_path, accelerator, small_tasks(2))
+        training_rollout(config, tokenizer, tmp_path, accelerator, small_tasks(2))
         engines.append(fake_vllm.ENGINES[-1])
     assert [e.device for e in engines] == ["cuda:0", "cuda:1"]
     assert engines[0].kwargs["seed"] != engines[1].kwargs["seed"]
@@ -90,7 +88,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
     config = vllm_config(tmp_path, **{"student.torch_dtype": "bfloat16", "grpo.gen_update_steps": 2})
     model, tokenizer = tiny_policy(config, "bfloat16")
     assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}  # peft upcasts
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
+    rollout = training_rollout(config, tokenizer, tmp_path)
     engine = fake_vllm.ENGINES[-1]
     for step in range(5):
         rollout.generate(model, ["p"], 2, step)
@@ -105,7 +103,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
 def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
+    rollout = training_rollout(config, tokenizer, tmp_path)
     other_eos = 7  # an EOS from the model's generation config, not in our stop list: vLLM stops on it and keeps it
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", other_eos)
     sample = rollout.generate(model, ["p"], 1, 0)[0][0]
@@ -121,19 +119,19 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
     # left unset, a knob takes vLLM's default or the server's generation-config default: every one is explicit
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    phase3.build_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+    training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
         "temperature": config.grpo.temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
     config = vllm_config(tmp_path, **{"grpo.top_k": 20, "grpo.min_p": 0.05, "grpo.repetition_penalty": 1.1})
-    phase3.build_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+    training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (20, 0.05, 1.1)
 
 def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm):
     config = vllm_config(tmp_path, **{"grpo.vllm_sleep_mode": True})
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
+    rollout = training_rollout(config, tokenizer, tmp_path)
     engine = fake_vllm.ENGINES[-1]
     assert engine.kwargs["enable_sleep_mode"] is True and engine.asleep  # asleep until the first rollout
     rollout.generate(model, ["p"], 2, 0)
@@ -262,7 +260,7 @@ def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_pa
 def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
+    rollout = training_rollout(config, tokenizer, tmp_path)
     out = rollout.generate(model, ["p1", "p2"], 3, 0)
     template = {"enable_thinking": config.student.enable_thinking}
     assert [s[0]["prompt_ids"] for s in out] == [encode_prompt(tokenizer, p, chat_template_kwargs=template)
@@ -334,7 +332,7 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
 def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = phase3.build_rollout(config, tokenizer, tmp_path)
+    rollout = training_rollout(config, tokenizer, tmp_path)
     engine = fake_vllm.ENGINES[-1]
     assert engine.kwargs["logprobs_mode"] == "processed_logprobs"  # after temperature: what the trainer recomputes
     sample = rollout.generate(model, ["p"], 2, 0)[0][0]

@@ -14,28 +14,21 @@ preset's r=64, so the printed line carries the right one.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-# The values vLLM accepts for --max-lora-rank (vllm.config.lora.MaxLoRARanks); its default is 16.
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+from rollouts.models import adapter_rank
+from rollouts.vllm_engine import VLLM_LORA_RANKS, vllm_lora_rank
 
 
 def vllm_max_lora_rank(rank: int) -> int:
-    """The smallest --max-lora-rank vLLM accepts that holds an adapter of this rank."""
-    for allowed in VLLM_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]}); serve the "
-                     "merged model instead.")
-
-
-def adapter_rank(adapter: Path) -> int:
-    """The largest rank in an adapter's config (`r`, or a per-module `rank_pattern`)."""
-    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
-    return max([int(config.get("r", 8)), *map(int, (config.get("rank_pattern") or {}).values())])
+    """The smallest --max-lora-rank vLLM accepts that holds an adapter of this rank (vLLM's default is 16)."""
+    try:
+        return vllm_lora_rank(rank)
+    except ValueError:
+        raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]}); serve the "
+                         "merged model instead.") from None
 
 
 def serve_commands(base_model: str, adapter: Path | None, merged: Path | None, name: str = "tgrpo") -> list[str]:
@@ -90,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_on_config_error(error)
     print(config_summary(config))
 
-    from phase4_evaluate import default_model_path, resolve_model
+    from rollouts.models import default_model_path, resolve_model
     from utils.student_model import ModelLoadError, resolve_model_path
 
     try:

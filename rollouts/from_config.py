@@ -1,0 +1,86 @@
+"""Rollout backends built from the config, written once for phase 3 (training), phase 4 (evaluation)
+and the preflight.
+
+- `training_rollout`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
+- `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts (phase 3; phase 4
+  builds its own, its multi-turn prompts are longer).
+
+This is the one library module that reads several config sections: building a backend needs the
+student, the LoRA shape, the sampling settings and the run's seed and paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from config import Config
+from rollouts.hf import HFRollout
+from rollouts.sampling import SamplingSettings
+from rollouts.vllm_colocated import VLLMRollout
+from rollouts.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, max_model_len
+from utils.prompts import get_unified_prompt
+from utils.sft_data import encode_prompt
+from utils.student_model import DTYPES, resolve_model_path, save_adapter
+
+
+def chat_template_kwargs(config: Config) -> dict[str, Any]:
+    """What the student's chat template is rendered with, in every phase."""
+    return {"enable_thinking": config.student.enable_thinking}
+
+
+def prompt_lengths(tokenizer: Any, tasks: Sequence, num_visible_tests: int, chat_template_kwargs: dict | None = None) -> list[int]:
+    """Token count of each task's templated prompt (what sizes vLLM's `max_model_len`)."""
+    return [len(encode_prompt(tokenizer, get_unified_prompt(t, num_visible_tests), chat_template_kwargs=chat_template_kwargs))
+            for t in tasks]
+
+
+def colocated_engine(config: Config, tokenizer: Any, model_name: str, tasks: Sequence, visible_tests: int,
+                     max_new_tokens: int, lora_rank: int | None, ranks: RankInfo | None = None, sleep_mode: bool = False,
+                     logprobs: bool = True) -> tuple[Any, Any]:
+    """(vllm module, a `vllm.LLM` for this process) sized for these tasks' prompts plus the budget."""
+    import vllm  # lazy: the optional GPU extra
+
+    ranks = ranks or RankInfo()
+    lengths = prompt_lengths(tokenizer, tasks, visible_tests, chat_template_kwargs(config))
+    kwargs = engine_kwargs(resolve_model_path(model_name, config.paths.model_cache_dir),
+                           max_model_len=max_model_len(lengths, max_new_tokens),
+                           gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization, dtype=config.student.torch_dtype,
+                           seed=config.training.seed, lora_rank=lora_rank, ranks=ranks, sleep_mode=sleep_mode,
+                           logprobs=logprobs)
+    return vllm, build_engine(vllm, kwargs, ranks)
+
+
+def training_rollout(config: Config, tokenizer: Any, output_dir: Path, accelerator: Any = None,
+                     tasks: Sequence | None = None) -> Any:
+    """The configured rollout backend for phase 3. vLLM: one colocated engine per process, on that process's GPU."""
+    g = config.grpo
+    template = chat_template_kwargs(config)
+    sampling = SamplingSettings.from_section(g)
+    if g.rollout_backend == "vllm":
+        ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
+        vllm, llm = colocated_engine(config, tokenizer, config.student.model_name, tasks or [],
+                                     config.prompt.num_visible_tests, g.max_new_tokens, config.lora.r, ranks,
+                                     g.vllm_sleep_mode)
+        if _has_cuda():  # vLLM's worker selected its device in this process: say which (scripts/gpu_smoke.sh checks it)
+            import torch
+
+            print(f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
+                  flush=True)
+        is_main = accelerator.is_main_process if accelerator is not None else True
+        barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
+        dtype = DTYPES[config.student.torch_dtype]
+        dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
+        handoff = AdapterHandoff(Path(output_dir) / ".vllm_adapters",
+                                 lambda model, path: save_adapter(model, None, path, dtype), is_main, barrier)
+        return VLLMRollout(llm, tokenizer, g.max_new_tokens, sampling, handoff, g.gen_update_steps, template,
+                           sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
+    return HFRollout(tokenizer, g.max_new_tokens, sampling, template,
+                     batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
