@@ -384,9 +384,17 @@ class GRPOConfig:
     )
     rollout_backend: str = option(
         "hf",
-        "'hf': transformers generate (CPU and small GPUs). 'vllm': a vllm.LLM with LoRA enabled, much "
-        "faster on GPU; needs the gpu extra.",
-        choices=("hf", "vllm"),
+        "'hf': transformers generate (CPU and small GPUs). 'vllm': a vllm.LLM with LoRA enabled per training "
+        "process, much faster on GPU; needs the gpu extra. 'vllm_server': a running `vllm serve BASE "
+        "--enable-lora` on other GPUs (started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) at "
+        "grpo.vllm_server_url; each new adapter is loaded into it by name (trainer and server must see the "
+        "output folder at the same path). Phase 4 samples with vllm for 'vllm' and with hf otherwise.",
+        choices=("hf", "vllm", "vllm_server"),
+    )
+    vllm_server_url: str = option(
+        "http://localhost:8000/v1",
+        "vllm_server backend: the OpenAI-compatible base URL of the rollout server (a full .../v1/completions "
+        "URL is fine). An API key, if the server wants one, comes from $TGRPO_ROLLOUT_API_KEY.",
     )
     gen_update_steps: int = option(
         1,
@@ -877,6 +885,7 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "loss_type": ("grpo.loss_aggregation", _loss_type),
     "use_vllm": ("grpo.rollout_backend", lambda v: "vllm" if v else "hf"),
     "vllm_gpu_memory_utilization": ("grpo.vllm_gpu_memory_utilization", None),
+    "vllm_server_base_url": ("grpo.vllm_server_url", None),
     "reward_funcs": ("grpo.reward_funcs", None),
     "reward_weights": ("grpo.reward_weights", None),
     "dataset_name": ("data.dataset_name", None),

@@ -11,7 +11,7 @@ student, the LoRA shape, the sampling settings and the run's seed and paths.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,12 @@ def training_rollout(config: Config, tokenizer: Any, output_dir: Path, accelerat
     g = config.grpo
     template = chat_template_kwargs(config)
     sampling = SamplingSettings.from_section(g)
+    if g.rollout_backend == "vllm_server":
+        from rollouts.vllm_server import VLLMServerRollout, server_client
+
+        return VLLMServerRollout(server_client(g.vllm_server_url), tokenizer, g.max_new_tokens, sampling,
+                                 adapter_handoff(config, output_dir, accelerator), g.gen_update_steps, template,
+                                 share=share_from_main(accelerator))
     if g.rollout_backend == "vllm":
         ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
         vllm, llm = colocated_engine(config, tokenizer, config.student.model_name, tasks or [],
@@ -68,16 +74,30 @@ def training_rollout(config: Config, tokenizer: Any, output_dir: Path, accelerat
 
             print(f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
                   flush=True)
-        is_main = accelerator.is_main_process if accelerator is not None else True
-        barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
-        dtype = DTYPES[config.student.torch_dtype]
-        dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
-        handoff = AdapterHandoff(Path(output_dir) / ".vllm_adapters",
-                                 lambda model, path: save_adapter(model, None, path, dtype), is_main, barrier)
-        return VLLMRollout(llm, tokenizer, g.max_new_tokens, sampling, handoff, g.gen_update_steps, template,
+        return VLLMRollout(llm, tokenizer, g.max_new_tokens, sampling, adapter_handoff(config, output_dir, accelerator),
+                           g.gen_update_steps, template,
                            sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
     return HFRollout(tokenizer, g.max_new_tokens, sampling, template,
                      batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
+
+
+def adapter_handoff(config: Config, output_dir: Path, accelerator: Any = None) -> AdapterHandoff:
+    """Adapter folders for vLLM under output_dir/.vllm_adapters, written by the main process in the training dtype."""
+    is_main = accelerator.is_main_process if accelerator is not None else True
+    barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
+    dtype = DTYPES[config.student.torch_dtype]
+    dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
+    return AdapterHandoff(Path(output_dir) / ".vllm_adapters", lambda model, path: save_adapter(model, None, path, dtype),
+                          is_main, barrier)
+
+
+def share_from_main(accelerator: Any = None) -> Callable[[Any], Any]:
+    """value -> the main process's value, on every process (identity with one process)."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return lambda value: value
+    from accelerate.utils import broadcast_object_list
+
+    return lambda value: broadcast_object_list([value], from_process=0)[0]
 
 
 def _has_cuda() -> bool:

@@ -1,6 +1,8 @@
 """Transport to the teacher: an async OpenAI-compatible chat client. Knows nothing about tasks.
 
 Works against `vllm serve` (the GPU teacher) and the local CPU stand-in (`transformers serve`).
+`post_json` (the retry loop below, for any endpoint) is also the transport of the `vllm_server`
+rollout backend (rollouts/vllm_server.py).
 
 - At most `max_concurrency` requests in flight (a semaphore); one sample per request, because some
   servers ignore `n` (vLLM's prefix cache makes repeated prompts cheap anyway).
@@ -22,19 +24,31 @@ import asyncio
 import email.utils
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 
 from config import normalize_api_base
 
 RETRYABLE_STATUS = {408, 409, 429}
+T = TypeVar("T")
 
 
 class TeacherFatalError(RuntimeError):
     """A mistake that retrying cannot fix (wrong model name, bad API key, no server)."""
+
+
+class RequestFailed(RuntimeError):
+    """A request that failed for good: a status that is not retried, retries run out, or a malformed answer."""
+
+    def __init__(self, message: str, attempts: int, status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.attempts, self.status, self.body = attempts, status, body  # body: the decoded error answer, if any
+
+WRONG_TEACHER_HINT = "Set teacher.model_name (or --model) to one of these."
 
 
 @dataclass
@@ -144,6 +158,20 @@ class TeacherClient:
         """One chat completion with retries. Never raises for a bad sample; raises TeacherFatalError
         for mistakes that would fail every request."""
         start = time.monotonic()
+        try:
+            response, attempts = await self.post_json(
+                "/chat/completions", {"model": self.model, "messages": messages, **self.sampling, **self.extra_body},
+                parse=self._parse)
+        except RequestFailed as failed:
+            return self._failed(str(failed), start, failed.attempts)
+        response.latency, response.attempts = time.monotonic() - start, attempts
+        return response
+
+    async def post_json(self, path: str, body: dict[str, Any], parse: Callable[[Any], T] = lambda raw: raw,
+                        wrong_model_hint: str | None = WRONG_TEACHER_HINT) -> tuple[T, int]:
+        """POST `body` to `path` under the concurrency bound, retrying transient failures; returns (parse(body of
+        the answer), attempts). Raises TeacherFatalError for a refused API key and, when `wrong_model_hint` is
+        given, for a model the server does not serve (listing what it serves); RequestFailed otherwise."""
         attempt = 0
         async with self._semaphore:
             while True:
@@ -154,31 +182,28 @@ class TeacherClient:
                     # TypedDicts and building pydantic models, which at 32 requests in flight cost
                     # ~14% of throughput on a 2-core machine. Auth, timeouts and the error classes
                     # (openai.APIStatusError & co.) are the same.
-                    raw = await self._client.post("/chat/completions", cast_to=object, body={
-                        "model": self.model, "messages": messages, **self.sampling, **self.extra_body})
-                    response = self._parse(raw)
+                    raw = await self._client.post(path, cast_to=object, body=body)
+                    return parse(raw), attempt
                 except openai.APIStatusError as exc:
                     if exc.status_code in (401, 403):
                         raise TeacherFatalError(f"{self.base_url} refused the API key ({exc.status_code}).") from None
-                    if _looks_like_wrong_model(exc):
+                    if wrong_model_hint is not None and _looks_like_wrong_model(exc):
                         served = await self._served_models()
                         raise TeacherFatalError(
-                            f"The server at {self.base_url} does not serve model {self.model!r} ({exc.status_code}: "
-                            f"{str(exc)[:200]}). It serves: {', '.join(served) or 'nothing it will list'}. Set "
-                            "teacher.model_name (or --model) to one of these.") from None
+                            f"The server at {self.base_url} does not serve model {body.get('model')!r} "
+                            f"({exc.status_code}: {str(exc)[:200]}). It serves: "
+                            f"{', '.join(served) or 'nothing it will list'}. {wrong_model_hint}") from None
                     if not _is_retryable(exc) or attempt > self.max_retries:
-                        return self._failed(f"HTTP {exc.status_code}: {str(exc)[:300]}", start, attempt)
+                        raise RequestFailed(f"HTTP {exc.status_code}: {str(exc)[:300]}", attempt, exc.status_code,
+                                            exc.body) from None
                     asked = retry_after_seconds(exc)
                 except (TimeoutError, openai.APIConnectionError) as exc:
                     asked = None
                     if attempt > self.max_retries:
-                        return self._failed(f"{type(exc).__name__}: {str(exc)[:300]}", start, attempt)
+                        raise RequestFailed(f"{type(exc).__name__}: {str(exc)[:300]}", attempt) from None
                 except (openai.APIError, ValueError, TypeError, AttributeError, KeyError) as exc:
-                    # malformed or unparsable answer: a failed sample, not a crash (not retried)
-                    return self._failed(f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", start, attempt)
-                else:
-                    response.latency, response.attempts = time.monotonic() - start, attempt
-                    return response
+                    # malformed or unparsable answer: a failed request, not a crash (not retried)
+                    raise RequestFailed(f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", attempt) from None
                 delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
                 wait = random.uniform(0, delay)  # full jitter: spreads retries of a burst
                 if asked is not None:  # the server said when (429/503 with Retry-After): never sooner

@@ -1,4 +1,5 @@
-"""A scriptable OpenAI-compatible chat server on 127.0.0.1, for tests and benchmarks.
+"""A scriptable OpenAI-compatible chat server on 127.0.0.1, for tests and benchmarks, and a fake
+`vllm serve` for the `vllm_server` rollout backend (`FakeVLLMServer`).
 
 It answers in every shape a vLLM server produces for Qwen3 (thinking inline, template-opened,
 in a `reasoning` or `reasoning_content` field, truncated) and can misbehave on purpose (5xx and
@@ -99,6 +100,144 @@ def build_app(state: FakeTeacher) -> FastAPI:
     return app
 
 
+# ------------------------------------------------------------------ a fake `vllm serve` for rollouts
+
+
+@dataclass
+class FakeVLLMServer:
+    """The parts of vLLM 0.33.0's OpenAI-compatible server the `vllm_server` rollout backend uses, behaving as
+    vLLM's source says (vllm/entrypoints/serve/lora/api_router.py, openai/models/serving.py,
+    openai/completion/protocol.py and serving.py), not a stand-in that accepts anything:
+
+    - `/v1/load_lora_adapter` exists only with `runtime_lora_updating` (VLLM_ALLOW_RUNTIME_LORA_UPDATING;
+      otherwise FastAPI's 404 {"detail": "Not Found"}); needs `lora_name` and `lora_path` (400), refuses a
+      name already loaded unless `load_inplace` (400) and the base model's name (400); reads the adapter
+      folder at load time: no adapter_config.json is vLLM's LoRAAdapterNotFoundError (404), a rank above
+      `max_lora_rank` a 500. Success is a plain-text 200.
+    - `/v1/unload_lora_adapter`: an unknown name is a 404.
+    - `/v1/completions`: `model` must be the base model or a loaded adapter (404 "The model `x` does not
+      exist."); `prompt` as token ids; `n` samples, each ending with the stop token it stopped on (kept in
+      `token_ids`, left out of `text`); `return_token_ids` adds `token_ids` and `prompt_token_ids`;
+      `logprobs=0` adds `logprobs.token_logprobs`. A knob left out takes `generation_defaults` (vLLM
+      applies the model's generation_config), so a request that omits one samples something else.
+    Each completion request is recorded with the adapter digest it used (`calls`).
+    """
+
+    base_model: str = "base"
+    runtime_lora_updating: bool = True
+    max_lora_rank: int = 16
+    generation_defaults: dict = field(default_factory=lambda: {"top_k": 20, "temperature": 0.6, "top_p": 0.95,
+                                                               "min_p": 0.0, "repetition_penalty": 1.0})
+    responder: Any = None  # (prompt_ids, index, rng) -> (text, ids without the stop token); None: a few random ids
+    stop_with: Any = None  # None: the request's first stop id; "length": run to max_tokens
+    logprob: float = -0.5
+    port: int = 0
+    loaded: dict = field(default_factory=dict)  # adapter name -> (path, digest of its weights when loaded)
+    events: list = field(default_factory=list)  # ("load" | "unload", name)
+    calls: list = field(default_factory=list)  # (adapter name or None, digest or None, request body)
+    seed: int = 0
+
+    def app(self) -> FastAPI:
+        import hashlib
+        import json
+        import random
+        from pathlib import Path
+
+        app = FastAPI()
+        rng = random.Random(self.seed)
+        lock = threading.Lock()
+
+        def error(message: str, kind: str, code: int, param: str | None = None) -> JSONResponse:
+            return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, code)
+
+        @app.get("/v1/models")
+        async def models() -> JSONResponse:
+            names = [self.base_model, *self.loaded]
+            return JSONResponse({"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+
+        if self.runtime_lora_updating:
+            @app.post("/v1/load_lora_adapter")
+            async def load(request: Request):
+                body = await request.json()
+                name, path = body.get("lora_name"), body.get("lora_path")
+                if not name or not path:
+                    return error("Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput", 400)
+                if name == self.base_model:
+                    return error(f"The lora adapter '{name}' conflicts with a served base model.", "InvalidUserInput", 400)
+                if name in self.loaded and not body.get("load_inplace"):
+                    return error(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
+                                 "in place, set 'load_inplace' to True.", "InvalidUserInput", 400)
+                config = Path(path) / "adapter_config.json"
+                if not config.is_file():
+                    return error(f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError", 404)
+                rank = int(json.loads(config.read_text())["r"])
+                if rank > self.max_lora_rank:
+                    return error(f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.",
+                                 "InternalServerError", 500)
+                weights = Path(path) / "adapter_model.safetensors"
+                digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16] if weights.is_file() else None
+                with lock:
+                    self.loaded[name] = (path, digest)
+                    self.events.append(("load", name))
+                return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.", 200)
+
+            @app.post("/v1/unload_lora_adapter")
+            async def unload(request: Request):
+                body = await request.json()
+                name = body.get("lora_name")
+                if not name:
+                    return error("'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput", 400)
+                if name not in self.loaded:
+                    return error(f"The lora adapter '{name}' cannot be found.", "NotFoundError", 404)
+                with lock:
+                    del self.loaded[name]
+                    self.events.append(("unload", name))
+                return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.", 200)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request):
+            body = await request.json()
+            model = body.get("model")
+            if model != self.base_model and model not in self.loaded:
+                return error(f"The model `{model}` does not exist. Valid aliases: {self.base_model}.", "NotFoundError",
+                             404, "model")
+            prompt = body.get("prompt")
+            if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+                return error("this fake takes one prompt of token ids", "BadRequestError", 400)
+            sampling = {k: body[k] if body.get(k) is not None else self.generation_defaults.get(k)
+                        for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
+            stops = list(body.get("stop_token_ids") or [])
+            with lock:
+                self.calls.append((None if model == self.base_model else model,
+                                   self.loaded[model][1] if model in self.loaded else None, body, sampling))
+            choices = []
+            for index in range(int(body.get("n", 1))):
+                text, ids = (self.responder or _random_ids)(prompt, index, rng)
+                ids, finish, stop_reason = list(ids), "length", None
+                if self.stop_with != "length" and stops and len(ids) < body.get("max_tokens", 16):
+                    ids.append(stops[0])
+                    finish, stop_reason = "stop", stops[0]
+                ids = ids[: body.get("max_tokens", 16)]
+                choice = {"index": index, "text": text, "finish_reason": finish, "stop_reason": stop_reason,
+                          "logprobs": None}
+                if body.get("logprobs") is not None:
+                    choice["logprobs"] = {"text_offset": list(range(len(ids))), "token_logprobs": [self.logprob] * len(ids),
+                                          "tokens": [f"token_id:{t}" for t in ids], "top_logprobs": [{}] * len(ids)}
+                if body.get("return_token_ids"):
+                    choice.update(token_ids=ids, prompt_token_ids=prompt)
+                choices.append(choice)
+            return JSONResponse({"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
+                                 "model": model, "choices": choices,
+                                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": 0}})
+
+        return app
+
+
+def _random_ids(prompt_ids: list[int], index: int, rng: Any) -> tuple[str, list[int]]:
+    ids = [rng.randrange(100, 1000) for _ in range(rng.randrange(3, 8))]
+    return "x" * len(ids), ids
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,10 +247,11 @@ def free_port() -> int:
 class RunningServer:
     """Start the fake server in a background thread: `with RunningServer(FakeTeacher()) as s: s.url`."""
 
-    def __init__(self, state: FakeTeacher) -> None:
+    def __init__(self, state: FakeTeacher | FakeVLLMServer) -> None:
         self.state = state
         state.port = state.port or free_port()
-        config = uvicorn.Config(build_app(state), host="127.0.0.1", port=state.port, log_level="error",
+        app = state.app() if isinstance(state, FakeVLLMServer) else build_app(state)
+        config = uvicorn.Config(app, host="127.0.0.1", port=state.port, log_level="error",
                                 backlog=4096, limit_concurrency=10_000)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

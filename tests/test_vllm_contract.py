@@ -123,3 +123,36 @@ def test_outputs_carry_what_we_read():
     assert "logprob" in {f.name for f in dataclasses.fields(Logprob)}
     for name in ("text", "token_ids", "logprobs", "finish_reason", "stop_reason"):  # the fake's outputs match
         assert name in {f.name for f in dataclasses.fields(fake_vllm.CompletionOutput)}
+
+
+# ------------------------------------------------------------------ the vllm_server backend's requests
+
+
+def test_server_request_bodies_are_what_vllms_openai_server_accepts():
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
+
+    from rollouts.vllm_server import completion_request
+
+    body = completion_request("tgrpo-ab12-step3", [1, 2, 3], 4, 1024, SamplingSettings(0.9, 1.0), [151645, 151643])
+    request = CompletionRequest.model_validate(body)
+    assert not request.model_extra  # every field we send is one vLLM knows (extra ones are only logged and dropped)
+    assert request.prompt == [1, 2, 3] and request.return_token_ids and request.logprobs == 0
+    # the model's generation config (what the server falls back to for a field left out) must not win
+    served_defaults = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1}
+    params = request.to_sampling_params(1024, served_defaults)
+    assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (
+        0.9, 1.0, 0, 0.0, 1.0)
+    assert (params.n, params.max_tokens, params.logprobs, params.skip_special_tokens) == (4, 1024, 0, True)
+    assert params.stop_token_ids == [151645, 151643]
+    for cls, sent in ((LoadLoRAAdapterRequest, {"lora_name": "tgrpo-ab12-step3", "lora_path": "/shared/out/step-3"}),
+                      (UnloadLoRAAdapterRequest, {"lora_name": "tgrpo-ab12-step2"})):
+        assert not cls.model_validate(sent).model_extra
+
+
+def test_the_server_flags_the_readme_gives_are_engine_arguments():
+    from vllm import envs
+
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert {"enable_lora", "max_lora_rank", "logprobs_mode", "max_model_len", "gpu_memory_utilization"} <= fields
+    assert hasattr(envs, "VLLM_ALLOW_RUNTIME_LORA_UPDATING")

@@ -1,0 +1,161 @@
+"""Rollouts from a running `vllm serve` on other GPUs (the scale-out path, TRL's server mode):
+`grpo.rollout_backend=vllm_server`.
+
+The server is started once, by the user, on the base model with LoRA and runtime LoRA updates on:
+
+    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve BASE --enable-lora --max-lora-rank R \
+        --logprobs-mode processed_logprobs
+
+Every `gen_update_steps` optimizer steps the trainer publishes the adapter (`AdapterHandoff`: the main
+process saves `step-N`, every process waits), the main process asks the server to load it under a new
+name (`POST /v1/load_lora_adapter`; vLLM's prefix cache keys LoRA blocks by name, so a name is never
+reused) and to unload the previous one (`POST /v1/unload_lora_adapter`), and every process waits
+again. Then each process asks for its prompts' completions (`POST /v1/completions`, one request per
+prompt with `n` samples) by prompt token ids, with `return_token_ids` and `logprobs=0`, so it gets
+back exactly the token ids the policy produced and the sampler's log-prob of each. Every sampling
+knob is sent: a field left out takes the model's generation-config default on the server.
+
+Transport is phase 2's client (`synthesis.teacher_query.TeacherClient.post_json`: bounded
+concurrency, retries with backoff on transient errors). The server reads the adapter folder at
+load time, from the path the trainer sends: trainer and server must see the same storage at the
+same path. Behaviour read from vLLM 0.33.0's source (vllm/entrypoints/openai/completion/protocol.py,
+vllm/entrypoints/serve/lora/api_router.py, vllm/entrypoints/openai/models/serving.py); the fake
+server in tests/fake_openai_server.py does what it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from rollouts.completion import completion_record, stop_ids
+from rollouts.sampling import SamplingSettings
+from rollouts.vllm_engine import AdapterHandoff
+from synthesis.teacher_query import RequestFailed, TeacherClient
+from utils.sft_data import encode_prompt
+
+
+class ServerRolloutError(RuntimeError):
+    """The rollout server refused or failed a request; the message says what to check."""
+
+
+def completion_request(model: str, prompt_ids: list[int], num_samples: int, max_new_tokens: int,
+                       sampling: SamplingSettings, stop_token_ids: list[int], logprobs: bool = True) -> dict[str, Any]:
+    """The body of one `POST /v1/completions` (vLLM 0.33.0's CompletionRequest fields), every knob explicit."""
+    body: dict[str, Any] = {"model": model, "prompt": list(prompt_ids), "n": num_samples, "max_tokens": max_new_tokens,
+                            **sampling.vllm_kwargs(), "stop_token_ids": list(stop_token_ids),
+                            "skip_special_tokens": True, "return_token_ids": True}
+    if logprobs:
+        body["logprobs"] = 0  # the sampled token's own log-prob only
+    return body
+
+
+def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids: set[int]) -> list[dict]:
+    """The choices of one completion response, in order. ValueError when the body is not what was asked for."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("choices"), list):
+        raise ValueError(f"not a completion response: {str(raw)[:120]!r}")
+    choices = sorted(raw["choices"], key=lambda c: c["index"])
+    if len(choices) != num_samples:
+        raise ValueError(f"asked for {num_samples} completions, got {len(choices)}")
+    samples = []
+    for choice in choices:
+        if choice.get("token_ids") is None:
+            raise ValueError("the response has no token_ids (a server older than vLLM 0.10.2 ignores return_token_ids)")
+        returned_prompt = choice.get("prompt_token_ids")
+        if returned_prompt is not None and list(returned_prompt) != list(prompt_ids):
+            raise ValueError("the server continued other prompt tokens than the ones sent")
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+        samples.append(completion_record(choice["token_ids"], choice.get("finish_reason"), choice.get("text") or "",
+                                         prompt_ids, end_ids, logprobs))
+    return samples
+
+
+class VLLMServerRollout:
+    """Samples from a `vllm serve` that loads each new adapter by name; `generate` keeps it in step with the policy."""
+
+    def __init__(self, client: TeacherClient, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
+                 handoff: AdapterHandoff, gen_update_steps: int = 1, chat_template_kwargs: dict | None = None,
+                 share: Callable[[str], str] = lambda value: value, logprobs: bool = True) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.max_new_tokens, self.sampling = max_new_tokens, sampling
+        self.handoff = handoff
+        self.gen_update_steps = max(1, gen_update_steps)
+        self.chat_template_kwargs = chat_template_kwargs
+        self.logprobs = logprobs
+        self.loop = asyncio.new_event_loop()  # the client's connections live on this one loop
+        # adapter names are unique per run as well as per step: a long-running server may still hold an
+        # earlier run's adapters, and vLLM refuses a name twice (and its prefix cache keys blocks by name)
+        self.run_id = share(secrets.token_hex(4))
+        self.adapter_name: str | None = None
+        self._synced_step: int | None = None
+
+    def _run(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
+
+    def sync_adapter(self, model: Any, step: int) -> str:
+        """Publish the current adapter every `gen_update_steps` steps and have the server load it (the main
+        process loads it and unloads the previous one; every process waits); returns the name to sample with."""
+        if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
+            return self.adapter_name
+        path = self.handoff.publish(model, step)  # main process saves, every process waits
+        name = f"tgrpo-{self.run_id}-step{step}"
+        if self.handoff.is_main:
+            self._run(self._adapter_call("load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())}))
+            if self.adapter_name is not None:
+                self._run(self._adapter_call("unload_lora_adapter", {"lora_name": self.adapter_name}))
+            self.handoff.prune(keep=path)  # the server read the folder at load time
+        self.handoff.barrier()  # no process asks for the new name before it is loaded
+        self.adapter_name, self._synced_step = name, step
+        return name
+
+    async def _adapter_call(self, endpoint: str, body: dict[str, Any]) -> None:
+        try:
+            await self.client.post_json(f"/{endpoint}", body, wrong_model_hint=None)
+        except RequestFailed as failed:
+            hint = ""
+            if failed.status == 404 and failed.body == {"detail": "Not Found"}:  # FastAPI: no such route
+                hint = (" The server has no runtime LoRA endpoints: start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
+                        "and --enable-lora.")
+            elif endpoint == "load_lora_adapter":
+                hint = (f" Check that the server sees {body['lora_path']} (trainer and server must share that storage "
+                        "at the same path) and that its --max-lora-rank holds lora.r.")
+            raise ServerRolloutError(f"{self.client.base_url}/{endpoint} {body['lora_name']!r} failed: {failed}.{hint}") from None
+
+    def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[dict]]:
+        """n completions per prompt from the served model or adapter called `model_name`."""
+        end = set(stop_ids(self.tokenizer))
+        encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
+
+        async def one(ids: list[int]) -> list[dict]:
+            body = completion_request(model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end),
+                                      self.logprobs)
+            try:
+                samples, _ = await self.client.post_json(
+                    "/completions", body, parse=lambda raw: parse_completions(raw, ids, num_samples, end),
+                    wrong_model_hint="The adapter was not loaded (or was unloaded by someone else): is another "
+                    "trainer using this server?")
+            except RequestFailed as failed:
+                raise ServerRolloutError(f"{self.client.base_url}/completions failed: {failed}") from None
+            return samples
+
+        async def every() -> list[list[dict]]:
+            return list(await asyncio.gather(*(one(ids) for ids in encoded)))
+
+        return self._run(every())
+
+    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
+        return self.sample(prompts, num_samples, self.sync_adapter(model, step))
+
+    def close(self) -> None:
+        self._run(self.client.close())
+        self.loop.close()
+
+
+def server_client(url: str) -> TeacherClient:
+    """Phase 2's HTTP client pointed at the rollout server (bounded concurrency, retries on transient errors)."""
+    return TeacherClient(url, model="", api_key=os.environ.get("TGRPO_ROLLOUT_API_KEY", "EMPTY"), request_timeout=1800.0,
+                         max_concurrency=256)
