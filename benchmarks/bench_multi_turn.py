@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
     from multiturn.backends import HFContinuer
     from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
+    from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
-    from training.rollout import HFRollout
     from utils.dataset_loader import load_apps, load_mbpp
     from utils.student_model import load_student
 
