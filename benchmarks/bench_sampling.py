@@ -65,7 +65,7 @@ class Result:
 
 # ------------------------------------------------------------------------------------------ the machine's limit
 
-def best_of(fn: Callable[[], None], repeats: int = 3) -> float:
+def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
     fn()
     times = []
     for _ in range(repeats):

@@ -85,8 +85,10 @@ def adapter_handoff(config: Config, output_dir: Path, accelerator: Any = None) -
     """Adapter folders for vLLM under output_dir/.vllm_adapters, written by the main process in the training dtype."""
     is_main = accelerator.is_main_process if accelerator is not None else True
     barrier = accelerator.wait_for_everyone if accelerator is not None else (lambda: None)
-    dtype = DTYPES[config.student.torch_dtype]
-    dtype = None if isinstance(dtype, str) else dtype  # "auto": saved as peft holds the weights
+    import torch
+
+    configured = DTYPES[config.student.torch_dtype]
+    dtype = configured if isinstance(configured, torch.dtype) else None  # "auto": saved as peft holds the weights
     return AdapterHandoff(Path(output_dir) / ".vllm_adapters", lambda model, path: save_adapter(model, None, path, dtype),
                           is_main, barrier)
 

@@ -98,6 +98,9 @@ class DecoderWeights:
         def f32(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.detach().float().clone()
 
+        def norm_weight(t: torch.Tensor) -> torch.Tensor:  # RMSNorm weights: always present
+            return t.detach().float().clone()
+
         def empty(*modules: Any) -> torch.Tensor:  # filled by `refresh`
             shapes = [linear_base(m).weight.shape for m in modules]
             return torch.empty(sum(s[0] for s in shapes), shapes[0][1], dtype=dtype)
@@ -107,20 +110,20 @@ class DecoderWeights:
             attn, mlp = layer.self_attn, layer.mlp
             biases = [linear_base(p).bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
             layers.append(LayerWeights(
-                input_norm=f32(layer.input_layernorm.weight),
+                input_norm=norm_weight(layer.input_layernorm.weight),
                 qkv=empty(attn.q_proj, attn.k_proj, attn.v_proj),
                 qkv_bias=f32(torch.cat(biases)) if all(b is not None for b in biases) else None,
                 q_norm=f32(attn.q_norm.weight) if hasattr(attn, "q_norm") else None,
                 k_norm=f32(attn.k_norm.weight) if hasattr(attn, "k_norm") else None,
                 o=empty(attn.o_proj),
-                post_norm=f32(layer.post_attention_layernorm.weight),
+                post_norm=norm_weight(layer.post_attention_layernorm.weight),
                 gate_up=empty(mlp.gate_proj, mlp.up_proj),
                 down=empty(mlp.down_proj),
             ))
         embed = inner.embed_tokens.weight.detach().to(dtype).clone()
         tied = linear_base(base.lm_head).weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
         lm_head = embed if tied else empty(base.lm_head)  # tied: one copy
-        weights = cls(embed=embed, layers=layers, norm=f32(inner.norm.weight), lm_head=lm_head,
+        weights = cls(embed=embed, layers=layers, norm=norm_weight(inner.norm.weight), lm_head=lm_head,
                       inv_freq=rotary.inv_freq.detach().float().clone(),
                       rope_scale=float(getattr(rotary, "attention_scaling", 1.0)), num_heads=heads,
                       num_kv_heads=kv_heads, head_dim=head_dim, eps=float(config.rms_norm_eps), dtype=dtype)
@@ -333,7 +336,7 @@ def forward(weights: DecoderWeights, ids: torch.Tensor, positions: torch.Tensor,
         q, k, v = qkv.split((heads * dim, kv_heads * dim, kv_heads * dim), dim=-1)
         q = q.view(rows, steps, heads, dim).transpose(1, 2).float()  # (B, Hq, T, D)
         k = k.view(rows, steps, kv_heads, dim).transpose(1, 2).float()
-        if layer.q_norm is not None:
+        if layer.q_norm is not None and layer.k_norm is not None:  # Qwen3: both or neither
             q, k = rms_norm(q, layer.q_norm, weights.eps), rms_norm(k, layer.k_norm, weights.eps)
         q, k = rope(q, cos, sin).to(dtype), rope(k, cos, sin).to(dtype)
         cache.keys[index, :, :, start:end] = k

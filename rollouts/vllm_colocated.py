@@ -11,6 +11,7 @@ and check the arguments against the real classes (tests/test_vllm_contract.py). 
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ class VLLMRollout:
                  chat_template_kwargs: dict | None = None, sleep_mode: bool = False, logprobs: bool = True,
                  vllm_module: Any = None) -> None:
         if vllm_module is None:
-            import vllm as vllm_module  # lazy: the optional GPU extra
+            vllm_module = importlib.import_module("vllm")  # lazy: the optional GPU extra
         self.vllm = vllm_module
         self.llm = llm
         self.tokenizer = tokenizer
@@ -76,6 +77,7 @@ class VLLMRollout:
         """Publish the current adapter every `gen_update_steps` steps; returns the request to sample with."""
         if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
             return self.lora_request
+        assert self.handoff is not None, "sync_adapter needs an AdapterHandoff (the trainer passes one)"
         path = self.handoff.publish(model, step)
         self.lora_request = self.lora_request_for(f"policy-{step}", step + 1, path)
         self._synced_step = step
@@ -97,7 +99,8 @@ class VLLMRollout:
             self.llm.wake_up()
         request = self.sync_adapter(model, step)
         results = self.sample(prompts, num_samples, request)
-        self.handoff.prune(keep=Path(request.lora_path))  # every process passed `publish`'s barrier: older folders are unused
+        if self.handoff is not None:
+            self.handoff.prune(keep=Path(request.lora_path))  # every process passed `publish`'s barrier: older folders are unused
         if self.sleep_mode:  # the update gets the memory back
             self.llm.sleep(level=1)
         return results

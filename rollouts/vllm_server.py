@@ -34,7 +34,7 @@ from typing import Any
 from rollouts.completion import completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff
-from synthesis.teacher_query import RequestFailed, TeacherClient
+from synthesis.teacher_query import RequestFailedError, TeacherClient
 from utils.sft_data import encode_prompt
 
 
@@ -100,6 +100,7 @@ class VLLMServerRollout:
         """Publish the current adapter every `gen_update_steps` steps and have the server load it (the main
         process loads it and unloads the previous one; every process waits); returns the name to sample with."""
         if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
+            assert self.adapter_name is not None  # set together with _synced_step
             return self.adapter_name
         path = self.handoff.publish(model, step)  # main process saves, every process waits
         name = f"tgrpo-{self.run_id}-step{step}"
@@ -115,7 +116,7 @@ class VLLMServerRollout:
     async def _adapter_call(self, endpoint: str, body: dict[str, Any]) -> None:
         try:
             await self.client.post_json(f"/{endpoint}", body, wrong_model_hint=None)
-        except RequestFailed as failed:
+        except RequestFailedError as failed:
             hint = ""
             if failed.status == 404 and failed.body == {"detail": "Not Found"}:  # FastAPI: no such route
                 hint = (" The server has no runtime LoRA endpoints: start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
@@ -138,7 +139,7 @@ class VLLMServerRollout:
                     "/completions", body, parse=lambda raw: parse_completions(raw, ids, num_samples, end),
                     wrong_model_hint="The adapter was not loaded (or was unloaded by someone else): is another "
                     "trainer using this server?")
-            except RequestFailed as failed:
+            except RequestFailedError as failed:
                 raise ServerRolloutError(f"{self.client.base_url}/completions failed: {failed}") from None
             return samples
 

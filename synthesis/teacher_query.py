@@ -41,7 +41,7 @@ class TeacherFatalError(RuntimeError):
     """A mistake that retrying cannot fix (wrong model name, bad API key, no server)."""
 
 
-class RequestFailed(RuntimeError):
+class RequestFailedError(RuntimeError):
     """A request that failed for good: a status that is not retried, retries run out, or a malformed answer."""
 
     def __init__(self, message: str, attempts: int, status: int | None = None, body: Any = None) -> None:
@@ -162,7 +162,7 @@ class TeacherClient:
             response, attempts = await self.post_json(
                 "/chat/completions", {"model": self.model, "messages": messages, **self.sampling, **self.extra_body},
                 parse=self._parse)
-        except RequestFailed as failed:
+        except RequestFailedError as failed:
             return self._failed(str(failed), start, failed.attempts)
         response.latency, response.attempts = time.monotonic() - start, attempts
         return response
@@ -171,7 +171,7 @@ class TeacherClient:
                         wrong_model_hint: str | None = WRONG_TEACHER_HINT) -> tuple[T, int]:
         """POST `body` to `path` under the concurrency bound, retrying transient failures; returns (parse(body of
         the answer), attempts). Raises TeacherFatalError for a refused API key and, when `wrong_model_hint` is
-        given, for a model the server does not serve (listing what it serves); RequestFailed otherwise."""
+        given, for a model the server does not serve (listing what it serves); RequestFailedError otherwise."""
         attempt = 0
         async with self._semaphore:
             while True:
@@ -194,16 +194,16 @@ class TeacherClient:
                             f"({exc.status_code}: {str(exc)[:200]}). It serves: "
                             f"{', '.join(served) or 'nothing it will list'}. {wrong_model_hint}") from None
                     if not _is_retryable(exc) or attempt > self.max_retries:
-                        raise RequestFailed(f"HTTP {exc.status_code}: {str(exc)[:300]}", attempt, exc.status_code,
+                        raise RequestFailedError(f"HTTP {exc.status_code}: {str(exc)[:300]}", attempt, exc.status_code,
                                             exc.body) from None
                     asked = retry_after_seconds(exc)
                 except (TimeoutError, openai.APIConnectionError) as exc:
                     asked = None
                     if attempt > self.max_retries:
-                        raise RequestFailed(f"{type(exc).__name__}: {str(exc)[:300]}", attempt) from None
+                        raise RequestFailedError(f"{type(exc).__name__}: {str(exc)[:300]}", attempt) from None
                 except (openai.APIError, ValueError, TypeError, AttributeError, KeyError) as exc:
                     # malformed or unparsable answer: a failed request, not a crash (not retried)
-                    raise RequestFailed(f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", attempt) from None
+                    raise RequestFailedError(f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", attempt) from None
                 delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
                 wait = random.uniform(0, delay)  # full jitter: spreads retries of a burst
                 if asked is not None:  # the server said when (429/503 with Retry-After): never sooner
