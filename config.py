@@ -148,13 +148,13 @@ class DataConfig:
         "task record's own name are read as they are.",
     )
     dataset_test_type: str = option(
-        "assert", "Test style of every row of data.dataset_name when no test_type column is mapped.",
+        "assert",
+        "Test style of every row of data.dataset_name when no test_type column is mapped.",
         choices=("assert", "stdin", "call"),
     )
     apps_test_path: str = option(
         "",
-        "Local APPS test-split file, used by split_mode=standard with apps_path. Empty: the hub's "
-        "test.jsonl.",
+        "Local APPS test-split file, used by split_mode=standard with apps_path. Empty: the hub's test.jsonl.",
     )
 
 
@@ -177,8 +177,7 @@ class TeacherConfig:
     )
     model_name: str = option(
         "Qwen/Qwen3-32B-FP8",
-        "Model name as the server knows it (`GET /v1/models`). Bigger teachers give better traces "
-        "but fewer per hour.",
+        "Model name as the server knows it (`GET /v1/models`). Bigger teachers give better traces but fewer per hour.",
     )
     api_key: str = option(
         "EMPTY",
@@ -203,8 +202,7 @@ class TeacherConfig:
     )
     num_samples_per_problem: int = option(
         8,
-        "Teacher samples per training task. More gives more verified traces and diversity; cost "
-        "grows linearly.",
+        "Teacher samples per training task. More gives more verified traces and diversity; cost grows linearly.",
     )
     max_tasks: int = option(
         0,
@@ -226,7 +224,6 @@ class TeacherConfig:
         "Retries on connection errors, timeouts, 429 and 5xx (exponential backoff with jitter). "
         "Other 4xx errors are not retried.",
     )
-
 
     @property
     def base_url(self) -> str:
@@ -300,8 +297,7 @@ class GRPOConfig:
     )
     max_new_tokens: int = option(
         1024,
-        "Max tokens per rollout completion (thinking + code). Truncated completions have no code "
-        "and earn no reward.",
+        "Max tokens per rollout completion (thinking + code). Truncated completions have no code and earn no reward.",
     )
     temperature: float = option(
         1.0,
@@ -437,12 +433,8 @@ class DualSourceConfig:
         "Learn only from traces that passed their tests. Off also distills failed reasoning, which "
         "teaches the format but also the mistakes.",
     )
-    include_thinking: bool = option(
-        True, "Teacher-SFT targets include the <think> block (off: code only)."
-    )
-    sft_max_length: int = option(
-        2048, "Max tokens of one SFT example (prompt + response); longer responses are cut."
-    )
+    include_thinking: bool = option(True, "Teacher-SFT targets include the <think> block (off: code only).")
+    sft_max_length: int = option(2048, "Max tokens of one SFT example (prompt + response); longer responses are cut.")
     sft_weight_schedule: str = option(
         "constant",
         "How the two SFT weights evolve: 'constant', or 'linear'/'cosine' decay to their final values "
@@ -498,7 +490,8 @@ class TrainingConfig:
     seed: int = option(42, "Seed for torch, numpy and random (sampling order, dropout, rollouts).")
     warmup_steps: int = option(0, "Linear learning-rate warmup from 0 over this many optimizer steps.")
     lr_scheduler: str = option(
-        "cosine", "Learning rate after warmup: 'constant', 'linear' or 'cosine' decay to 0 at the last step.",
+        "cosine",
+        "Learning rate after warmup: 'constant', 'linear' or 'cosine' decay to 0 at the last step.",
         choices=("constant", "linear", "cosine"),
     )
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 disables). RL gradients are spiky.")
@@ -515,12 +508,11 @@ class TrainingConfig:
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")
-    run_name: str = option(
-        "", "Run name for the logging backends; empty: the output folder's name."
-    )
+    run_name: str = option("", "Run name for the logging backends; empty: the output folder's name.")
     logging_backends: tuple[str, ...] = option(
-        (), "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'. Each needs its package "
-        "(pip install -r requirements-tensorboard.txt / requirements-wandb.txt); phase 3 checks at start."
+        (),
+        "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'. Each needs its package "
+        "(pip install -r requirements-tensorboard.txt / requirements-wandb.txt); phase 3 checks at start.",
     )
 
 
@@ -534,9 +526,7 @@ class SandboxConfig:
     memory_limit_mb: int = option(
         1024, "Address space a program may add on top of the interpreter, in MiB (MemoryError beyond)."
     )
-    max_workers: int = option(
-        0, "Sandbox worker processes (programs executed in parallel). 0 means one per CPU core."
-    )
+    max_workers: int = option(0, "Sandbox worker processes (programs executed in parallel). 0 means one per CPU core.")
     include_challenge_tests: bool = option(
         False, "Also run MBPP's challenge_test_list (11 tasks have one). Off matches published MBPP scoring."
     )
@@ -545,9 +535,8 @@ class SandboxConfig:
         "When running as root: each program in its own PID, mount and IPC namespaces inside a minimal "
         "read-only root (no network, no host files but the interpreter, fresh tmpfs scratch), a dedicated "
         "uid and a memory cgroup for its whole process tree. Off only for debugging; without root it is "
-        "off anyway (\"basic\" isolation; see README, The sandbox).",
+        'off anyway ("basic" isolation; see README, The sandbox).',
     )
-
 
 
 @dataclass(frozen=True)
@@ -610,8 +599,7 @@ class EvaluationConfig:
     k_values: tuple[int, ...] = option((1, 5, 10), "The k of each reported pass@k.")
     temperature: float = option(
         0.8,
-        "Sampling temperature for evaluation; 0 means greedy (deterministic, only pass@1 "
-        "meaningful).",
+        "Sampling temperature for evaluation; 0 means greedy (deterministic, only pass@1 meaningful).",
     )
     top_p: float = option(0.95, "Nucleus sampling threshold for evaluation.")
     top_k: int = option(
@@ -720,9 +708,7 @@ def _section_types(section_cls: type) -> dict[str, Any]:
 def _unknown(kind: str, name: str, valid: list[str], where: str) -> ConfigError:
     hint = difflib.get_close_matches(name, valid, n=1)
     suggestion = f" Did you mean '{hint[0]}'?" if hint else ""
-    return ConfigError(
-        f"{where}: unknown {kind} '{name}'.{suggestion} Valid {kind}s: {', '.join(valid)}."
-    )
+    return ConfigError(f"{where}: unknown {kind} '{name}'.{suggestion} Valid {kind}s: {', '.join(valid)}.")
 
 
 def _coerce(value: Any, typ: Any, key: str, where: str) -> Any:
@@ -775,7 +761,7 @@ def _coerce(value: Any, typ: Any, key: str, where: str) -> Any:
                 try:
                     value = json.loads(text)
                 except json.JSONDecodeError:
-                    raise fail("a list, e.g. a,b,c or [\"a\",\"b\"]") from None
+                    raise fail('a list, e.g. a,b,c or ["a","b"]') from None
             else:
                 value = [v.strip() for v in text.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
@@ -818,16 +804,18 @@ def parse_set_arguments(assignments: list[str]) -> dict[str, dict[str, str]]:
         key, sep, value = item.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not section or not name:
-            raise ConfigError(
-                f"--set {item!r}: expected section.key=value, e.g. --set grpo.kl_coef=0.02."
-            )
+            raise ConfigError(f"--set {item!r}: expected section.key=value, e.g. --set grpo.kl_coef=0.02.")
         out.setdefault(section, {})[name] = value
     return out
 
 
 # open-r1 / TRL GRPOConfig names accepted as flat top-level keys in --config files: name -> (key, converter).
-TRL_LOSS_TYPES = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean",
-                  "dr_grpo": "seq-mean-token-sum-norm"}
+TRL_LOSS_TYPES = {
+    "grpo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dapo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+}
 
 
 def _report_to(value: Any) -> list[str]:
@@ -839,7 +827,9 @@ def _report_to(value: Any) -> list[str]:
 
 def _loss_type(value: Any) -> str:
     if value not in TRL_LOSS_TYPES:
-        raise ConfigError(f"loss_type {value!r}: tgrpo supports {', '.join(TRL_LOSS_TYPES)} (as grpo.loss_aggregation).")
+        raise ConfigError(
+            f"loss_type {value!r}: tgrpo supports {', '.join(TRL_LOSS_TYPES)} (as grpo.loss_aggregation)."
+        )
     return TRL_LOSS_TYPES[value]
 
 
@@ -937,8 +927,10 @@ def normalize_config_mapping(data: dict[str, Any], where: str) -> dict[str, Any]
             put(f"{owners[key][0]}.{key}", value, key)
         else:
             if key in owners:
-                raise ConfigError(f"{where}: '{key}' is ambiguous ({', '.join(f'{s}.{key}' for s in owners[key])}); "
-                                  "write it as section.key.")
+                raise ConfigError(
+                    f"{where}: '{key}' is ambiguous ({', '.join(f'{s}.{key}' for s in owners[key])}); "
+                    "write it as section.key."
+                )
             valid = list(FLAT_KEYS) + [k for k, v in owners.items() if len(v) == 1] + list(SECTION_NAMES)
             raise _unknown("key", key, sorted(set(valid)), where)
     return nested
@@ -1010,14 +1002,20 @@ def validate(config: Config) -> None:
         need(getattr(config.dual_source, key) >= 0, f"dual_source.{key}", "must be >= 0")
     need(config.training.learning_rate > 0, "training.learning_rate", "must be > 0")
     need(config.grpo.num_iterations >= 1, "grpo.num_iterations", "must be >= 1")
-    need(not config.grpo.reward_weights or len(config.grpo.reward_weights) == len(config.grpo.reward_funcs),
-         "grpo.reward_weights", "must have one weight per grpo.reward_funcs entry (or be empty for 1.0 each)")
+    need(
+        not config.grpo.reward_weights or len(config.grpo.reward_weights) == len(config.grpo.reward_funcs),
+        "grpo.reward_weights",
+        "must have one weight per grpo.reward_funcs entry (or be empty for 1.0 each)",
+    )
     for spec in config.grpo.reward_funcs:
         need(":" in spec, "grpo.reward_funcs", f"entries are 'module:function' or 'file.py:function', got {spec!r}")
     need(config.grpo.importance_sampling_cap >= 1.0, "grpo.importance_sampling_cap", "must be >= 1 (e.g. 3)")
-    need(not (config.student.load_in_8bit and config.grpo.rollout_backend != "hf"), "student.load_in_8bit",
-         f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
-         "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false")
+    need(
+        not (config.student.load_in_8bit and config.grpo.rollout_backend != "hf"),
+        "student.load_in_8bit",
+        f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
+        "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false",
+    )
     need(config.dual_source.self_sft_max_replays >= 0, "dual_source.self_sft_max_replays", "must be >= 0")
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
@@ -1089,8 +1087,11 @@ def save_config(config: Config, path: str | Path) -> Path:
 def config_help_text(config: Config | None = None) -> str:
     """Every section.key with its value in `config` (default: the gpu preset) and its help."""
     config = config or Config()
-    lines = [f"Config keys (override with --set section.key=value; values shown are the {config.preset} preset's"
-             + (" with your --config/--set" if config != build_config(config.preset) else "") + "):"]
+    lines = [
+        f"Config keys (override with --set section.key=value; values shown are the {config.preset} preset's"
+        + (" with your --config/--set" if config != build_config(config.preset) else "")
+        + "):"
+    ]
     for section in SECTION_NAMES:
         cls = _section_class(section)
         for f in dataclasses.fields(cls):
@@ -1118,9 +1119,11 @@ def config_diff(config: Config) -> dict[str, Any]:
 def config_summary(config: Config) -> str:
     """One line instead of the ~90-line dump: the preset and what differs from it. Each phase saves the full config."""
     changed = config_diff(config)
-    return f"Config: preset {config.preset}" + (
-        "; changed: " + ", ".join(f"{k}={v!r}" for k, v in changed.items()) if changed else "; no changes") + \
-        f" (all keys: python config.py --preset {config.preset} ...)"
+    return (
+        f"Config: preset {config.preset}"
+        + ("; changed: " + ", ".join(f"{k}={v!r}" for k, v in changed.items()) if changed else "; no changes")
+        + f" (all keys: python config.py --preset {config.preset} ...)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1153,11 +1156,13 @@ def _flag_type(typ: Any) -> Any:
     return str
 
 
-def add_config_flags(parser: argparse.ArgumentParser, flags: tuple[ConfigFlag, ...], config: Config,
-                     title: str = "settings") -> None:
+def add_config_flags(
+    parser: argparse.ArgumentParser, flags: tuple[ConfigFlag, ...], config: Config, title: str = "settings"
+) -> None:
     """Add each flag with the field's type, choices and help, showing `config`'s value as the default."""
     group = parser.add_argument_group(
-        title, f"Each sets one config key; defaults are those of the resolved config (preset {config.preset}).")
+        title, f"Each sets one config key; defaults are those of the resolved config (preset {config.preset})."
+    )
     for flag in flags:
         fld, typ = flag.field()
         section, _, name = flag.key.partition(".")
@@ -1172,8 +1177,9 @@ def add_config_flags(parser: argparse.ArgumentParser, flags: tuple[ConfigFlag, .
             item = typing.get_args(typ)[0]
             group.add_argument(flag.flag, dest=dest, nargs="+", type=_flag_type(item), default=None, help=text)
         else:
-            group.add_argument(flag.flag, dest=dest, type=_flag_type(typ), choices=fld.metadata.get("choices"),
-                               default=None, help=text)
+            group.add_argument(
+                flag.flag, dest=dest, type=_flag_type(typ), choices=fld.metadata.get("choices"), default=None, help=text
+            )
 
 
 def flag_overrides(args: argparse.Namespace, flags: tuple[ConfigFlag, ...]) -> dict[str, dict[str, Any]]:
@@ -1242,8 +1248,9 @@ def exit_on_config_error(exc: ConfigError) -> typing.NoReturn:
     raise SystemExit(2)
 
 
-def config_from_args_or_exit(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None,
-                             show: bool = True) -> Config:
+def config_from_args_or_exit(
+    args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None, show: bool = True
+) -> Config:
     """What every script does first: resolve the config, exit 2 with the message on a mistake, print a summary."""
     try:
         config = config_from_args(args, extra)

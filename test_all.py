@@ -105,11 +105,25 @@ CANNED_RESPONSES: list[tuple[str, str, str | None, str | None, bool]] = [
     (
         "code drafted inside thinking is ignored",
         f"<think>\nDraft:\n```python\ndef add(a, b):\n    return a - b\n```\n</think>\n\n```python\n{ADD}\n```",
-        None, ADD, True,
+        None,
+        ADD,
+        True,
     ),
     ("truncated inside <think> gives no code", f"<think>\nDraft:\n```python\n{ADD}\n```\nNow check", None, None, True),
-    ("several blocks: the last python block wins", f"```python\nprint(1)\n```\nFinal:\n```python\n{ADD}\n```", None, ADD, False),
-    ("CRLF line endings and a `py` tag", f"<think>\r\nok\r\n</think>\r\n\r\n```py\r\n{ADD.replace(chr(10), chr(13) + chr(10))}\r\n```", None, ADD, True),
+    (
+        "several blocks: the last python block wins",
+        f"```python\nprint(1)\n```\nFinal:\n```python\n{ADD}\n```",
+        None,
+        ADD,
+        False,
+    ),
+    (
+        "CRLF line endings and a `py` tag",
+        f"<think>\r\nok\r\n</think>\r\n\r\n```py\r\n{ADD.replace(chr(10), chr(13) + chr(10))}\r\n```",
+        None,
+        ADD,
+        True,
+    ),
     ("`Python3` tag", f"```Python3\n{ADD}\n```", None, ADD, False),
     ("untagged fence", f"<think>x</think>\n```\n{ADD}\n```", None, ADD, True),
     ("bare code, no fence, no thinking", ADD, None, ADD, False),
@@ -120,28 +134,53 @@ CANNED_RESPONSES: list[tuple[str, str, str | None, str | None, bool]] = [
 def check_prompt_format(report: Report, config: Config) -> None:
     section("Unified prompt")
     mbpp = {
-        "task_id": "mbpp/1", "source": "mbpp", "problem": "Write a function to add two numbers.",
-        "test_type": "assert", "fn_name": "add",
+        "task_id": "mbpp/1",
+        "source": "mbpp",
+        "problem": "Write a function to add two numbers.",
+        "test_type": "assert",
+        "fn_name": "add",
         "tests": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(-1, 1) == 0"],
     }
     prompt = get_unified_prompt(mbpp, config.prompt.num_visible_tests)
-    report.expect(mbpp["problem"] in prompt, "prompt contains the problem text", "utils/prompts.py must include task.problem")
-    report.expect(THINK_OPEN in prompt and THINK_CLOSE in prompt and PYTHON_FENCE in prompt,
-                  "prompt shows the <think> … </think> + ```python format", "FORMAT_EXAMPLE must be in the prompt")
+    report.expect(
+        mbpp["problem"] in prompt, "prompt contains the problem text", "utils/prompts.py must include task.problem"
+    )
+    report.expect(
+        THINK_OPEN in prompt and THINK_CLOSE in prompt and PYTHON_FENCE in prompt,
+        "prompt shows the <think> … </think> + ```python format",
+        "FORMAT_EXAMPLE must be in the prompt",
+    )
     shown = sum(t in prompt for t in mbpp["tests"])
-    report.expect(shown == min(config.prompt.num_visible_tests, 3) and "`add`" in prompt,
-                  f"MBPP prompt names the function and shows {shown} of 3 asserts (prompt.num_visible_tests="
-                  f"{config.prompt.num_visible_tests})", "hidden tests must stay hidden; see _task_requirements")
+    report.expect(
+        shown == min(config.prompt.num_visible_tests, 3) and "`add`" in prompt,
+        f"MBPP prompt names the function and shows {shown} of 3 asserts (prompt.num_visible_tests="
+        f"{config.prompt.num_visible_tests})",
+        "hidden tests must stay hidden; see _task_requirements",
+    )
     stdin = {"problem": "Read n and print n*2.", "test_type": "stdin", "tests": []}
-    report.expect("standard input" in get_unified_prompt(stdin), "stdin task prompt says to read standard input",
-                  "stdin tasks need the I/O convention in the prompt")
-    call = {"problem": "Reverse.", "test_type": "call", "fn_name": "rev",
-            "starter_code": "\nclass Solution:\n    def rev(self, s):\n        ", "tests": []}
-    report.expect("class Solution" in get_unified_prompt(call), "call-based prompt includes the starter code",
-                  "call tasks need starter_code in the prompt")
+    report.expect(
+        "standard input" in get_unified_prompt(stdin),
+        "stdin task prompt says to read standard input",
+        "stdin tasks need the I/O convention in the prompt",
+    )
+    call = {
+        "problem": "Reverse.",
+        "test_type": "call",
+        "fn_name": "rev",
+        "starter_code": "\nclass Solution:\n    def rev(self, s):\n        ",
+        "tests": [],
+    }
+    report.expect(
+        "class Solution" in get_unified_prompt(call),
+        "call-based prompt includes the starter code",
+        "call tasks need starter_code in the prompt",
+    )
     messages = build_chat_messages(prompt)
-    report.expect(messages[0] == {"role": "system", "content": SYSTEM_PROMPT_UNIFIED} and THINK_OPEN in SYSTEM_PROMPT_UNIFIED,
-                  "system prompt is set and asks for <think>", "build_chat_messages must send SYSTEM_PROMPT_UNIFIED")
+    report.expect(
+        messages[0] == {"role": "system", "content": SYSTEM_PROMPT_UNIFIED} and THINK_OPEN in SYSTEM_PROMPT_UNIFIED,
+        "system prompt is set and asks for <think>",
+        "build_chat_messages must send SYSTEM_PROMPT_UNIFIED",
+    )
 
 
 def check_extraction(report: Report) -> None:
@@ -151,9 +190,12 @@ def check_extraction(report: Report) -> None:
         good = parsed["code"] == expected_code and parsed["has_thinking"] == expected_thinking
         code_len = "none" if parsed["code"] is None else f"{len(parsed['code'])} chars"
         detail = f"code: {code_len}, thinking: {len(parsed['thinking'])} chars"
-        report.expect(good, f"{name} ({detail})",
-                      f"expected code={expected_code!r}, has_thinking={expected_thinking}; got {parsed['code']!r}, "
-                      f"{parsed['has_thinking']}. See the rules in utils/thinking_extraction.py")
+        report.expect(
+            good,
+            f"{name} ({detail})",
+            f"expected code={expected_code!r}, has_thinking={expected_thinking}; got {parsed['code']!r}, "
+            f"{parsed['has_thinking']}. See the rules in utils/thinking_extraction.py",
+        )
 
 
 def check_extraction_agreement(report: Report) -> None:
@@ -166,10 +208,16 @@ def check_extraction_agreement(report: Report) -> None:
         stepwise = select_code(answer)[0] if answer else None
         if not (unified == executor == stepwise):
             disagreements.append(name)
-    report.expect(not disagreements, f"all extraction methods agree on {len(CANNED_RESPONSES)} responses",
-                  f"disagreement on: {', '.join(disagreements)}")
-    invalid = [n for n, r, rs, _, _ in CANNED_RESPONSES
-               if (c := extract_thinking_and_code_unified(r, rs)["code"]) is not None and not check_syntax(c)[0]]
+    report.expect(
+        not disagreements,
+        f"all extraction methods agree on {len(CANNED_RESPONSES)} responses",
+        f"disagreement on: {', '.join(disagreements)}",
+    )
+    invalid = [
+        n
+        for n, r, rs, _, _ in CANNED_RESPONSES
+        if (c := extract_thinking_and_code_unified(r, rs)["code"]) is not None and not check_syntax(c)[0]
+    ]
     report.expect(not invalid, "every extracted program is valid Python", f"invalid code from: {', '.join(invalid)}")
 
 
@@ -177,8 +225,11 @@ def check_sft_labels(report: Report, tokenizer) -> None:
     section("SFT labels")
     examples = [
         {"prompt": get_unified_prompt("Add two numbers."), "thinking": "Use +.", "code": ADD},
-        {"prompt": get_unified_prompt("Return the maximum of a list."), "thinking": "Scan once, keep the best so far.",
-         "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best"},
+        {
+            "prompt": get_unified_prompt("Return the maximum of a list."),
+            "thinking": "Scan once, keep the best so far.",
+            "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best",
+        },
     ]
     try:
         batch = prepare_teacher_sft_batch(examples, tokenizer, include_thinking=True, max_length=4096)
@@ -199,11 +250,15 @@ def check_sft_labels(report: Report, tokenizer) -> None:
         if not (labels[row, n:] == IGNORE_INDEX).all():
             problems.append(f"row {row}: a padding position is supervised")
         target = build_sft_target(example["thinking"], example["code"])
-        decoded = tokenizer.decode(ids[row, p:n - 1].tolist())
+        decoded = tokenizer.decode(ids[row, p : n - 1].tolist())
         if decoded != target or int(ids[row, n - 1]) != eot:
             problems.append(f"row {row}: supervised span is not exactly target + end-of-turn")
-    report.expect(not problems, "labels: prompt and padding masked with -100, every response token supervised "
-                  f"({sum(batch['num_response_tokens'])} supervised tokens)", "; ".join(problems))
+    report.expect(
+        not problems,
+        "labels: prompt and padding masked with -100, every response token supervised "
+        f"({sum(batch['num_response_tokens'])} supervised tokens)",
+        "; ".join(problems),
+    )
 
 
 def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple | None:
@@ -214,27 +269,51 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
 
     start = time.time()
     try:
-        model, tokenizer = load_student(config.student.model_name, config.student.torch_dtype,
-                                        config.student.load_in_8bit, config.paths.model_cache_dir)
+        model, tokenizer = load_student(
+            config.student.model_name,
+            config.student.torch_dtype,
+            config.student.load_in_8bit,
+            config.paths.model_cache_dir,
+        )
     except (ModelLoadError, OSError, ValueError, RuntimeError) as exc:
         report.fail(f"student failed to load: {exc}", "check student.model_name; on CPU use --preset cpu")
         return None
     report.ok(f"model loaded ({time.time() - start:.1f} s)")
-    task = {"problem": "Write a function to find the sum of two numbers.", "test_type": "assert", "fn_name": "sum_two",
-            "tests": ["assert sum_two(2, 3) == 5"]}
+    task = {
+        "problem": "Write a function to find the sum of two numbers.",
+        "test_type": "assert",
+        "fn_name": "sum_two",
+        "tests": ["assert sum_two(2, 3) == 5"],
+    }
     start = time.time()
-    sample = generate_completions(model, tokenizer, [get_unified_prompt(task, config.prompt.num_visible_tests)],
-                                  num_samples=1, max_new_tokens=max_new_tokens, sampling=SamplingSettings(temperature=0.0),
-                                  chat_template_kwargs={"enable_thinking": config.student.enable_thinking})[0][0]
-    report.expect(sample["num_tokens"] > 0, f"student generated {sample['num_tokens']} tokens ({time.time() - start:.1f} s, "
-                  f"finish_reason={sample['finish_reason']})", "generation returned nothing")
+    sample = generate_completions(
+        model,
+        tokenizer,
+        [get_unified_prompt(task, config.prompt.num_visible_tests)],
+        num_samples=1,
+        max_new_tokens=max_new_tokens,
+        sampling=SamplingSettings(temperature=0.0),
+        chat_template_kwargs={"enable_thinking": config.student.enable_thinking},
+    )[0][0]
+    report.expect(
+        sample["num_tokens"] > 0,
+        f"student generated {sample['num_tokens']} tokens ({time.time() - start:.1f} s, "
+        f"finish_reason={sample['finish_reason']})",
+        "generation returned nothing",
+    )
     parsed = extract_thinking_and_code_unified(sample["text"])
     small = "expected for a small untrained student; teacher-SFT teaches the format"
     report.ok_or_warn(parsed["has_thinking"], "output contains a <think> block", "output has no <think> block", small)
-    report.ok_or_warn(parsed["has_code"], "code extracted from the output", "no code could be extracted from the output", small)
+    report.ok_or_warn(
+        parsed["has_code"], "code extracted from the output", "no code could be extracted from the output", small
+    )
     if parsed["has_code"]:
-        report.ok_or_warn(parsed["syntax_ok"], "student code is valid Python",
-                          f"student code does not compile ({parsed['syntax_error']})", small)
+        report.ok_or_warn(
+            parsed["syntax_ok"],
+            "student code is valid Python",
+            f"student code does not compile ({parsed['syntax_error']})",
+            small,
+        )
     return model, tokenizer
 
 
@@ -251,23 +330,43 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     from utils.dataset_loader import Task
     from utils.student_model import attach_lora
 
-    task = Task(task_id="preflight/add", source="preflight", problem="Write a function add(a, b) that returns a + b.",
-                test_type="assert", fn_name="add", tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"),
-                reference_solutions=(ADD,))
+    task = Task(
+        task_id="preflight/add",
+        source="preflight",
+        problem="Write a function add(a, b) that returns a + b.",
+        test_type="assert",
+        fn_name="add",
+        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"),
+        reference_solutions=(ADD,),
+    )
     small = dataclasses.replace(
         config,
         grpo=dataclasses.replace(config.grpo, num_samples_per_prompt=2, max_new_tokens=48),
-        training=dataclasses.replace(config.training, per_device_train_batch_size=1, gradient_accumulation_steps=1,
-                                     max_steps=1, save_steps=0, warmup_steps=0, gradient_checkpointing=False),
+        training=dataclasses.replace(
+            config.training,
+            per_device_train_batch_size=1,
+            gradient_accumulation_steps=1,
+            max_steps=1,
+            save_steps=0,
+            warmup_steps=0,
+            gradient_checkpointing=False,
+        ),
         dual_source=dataclasses.replace(config.dual_source, teacher_sft_batch_size=1),
     )
     lora = config.lora
     peft_model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     base = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" not in k}
     adapter = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
-    teacher = [{"prompt": get_unified_prompt(task), "thinking": "Return the sum.", "code": ADD, "task_id": task.task_id}]
-    rollout = HFRollout(tokenizer, 48, SamplingSettings.from_section(small.grpo),
-                        {"enable_thinking": config.student.enable_thinking}, batch_size=2)
+    teacher = [
+        {"prompt": get_unified_prompt(task), "thinking": "Return the sum.", "code": ADD, "task_id": task.task_id}
+    ]
+    rollout = HFRollout(
+        tokenizer,
+        48,
+        SamplingSettings.from_section(small.grpo),
+        {"enable_thinking": config.student.enable_thinking},
+        batch_size=2,
+    )
     with tempfile.TemporaryDirectory() as out:
         try:
             trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
@@ -276,10 +375,15 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
         except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
             report.fail(f"a training step raised {type(exc).__name__}: {exc}", "see training/grpo_trainer.py")
             return
-    report.expect(all(math.isfinite(v) for k, v in metrics.items() if k.startswith("loss/")),
-                  f"losses are finite (total {metrics['loss/total']:.4f}, KL {metrics['kl']:.2e})", "check the learning rate")
+    report.expect(
+        all(math.isfinite(v) for k, v in metrics.items() if k.startswith("loss/")),
+        f"losses are finite (total {metrics['loss/total']:.4f}, KL {metrics['kl']:.2e})",
+        "check the learning rate",
+    )
     changed = sum(not torch.equal(adapter[k], v) for k, v in peft_model.named_parameters() if "lora_" in k)
-    report.expect(changed > 0, f"the step changed {changed} LoRA tensors", "no LoRA weight moved: are the SFT weights 0?")
+    report.expect(
+        changed > 0, f"the step changed {changed} LoRA tensors", "no LoRA weight moved: are the SFT weights 0?"
+    )
     unchanged = all(torch.equal(base[k], v) for k, v in peft_model.named_parameters() if "lora_" not in k)
     report.expect(unchanged, "base weights are unchanged", "only LoRA parameters may be trainable")
 
@@ -290,38 +394,67 @@ def check_code_execution(report: Report, config: Config) -> None:
     from training.rewards import compute_rewards
     from utils.dataset_loader import Task
 
-    task = Task(task_id="preflight/add", source="preflight", problem="Add two numbers.", test_type="assert", fn_name="add",
-                tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"))
+    task = Task(
+        task_id="preflight/add",
+        source="preflight",
+        problem="Add two numbers.",
+        test_type="assert",
+        fn_name="add",
+        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"),
+    )
     responses = {
         "correct": f"<think>\nAdd them.\n</think>\n\n```python\n{ADD}\n```",
         "wrong": "<think>\nSubtract?\n</think>\n\n```python\ndef add(a, b):\n    return a - b\n```",
         "hostile": "```python\nimport sys\nclass Yes:\n    def __eq__(self, other):\n        return True\n"
-                   "def add(a, b):\n    return Yes()\nsys.exit(0)\n```",
+        "def add(a, b):\n    return Yes()\nsys.exit(0)\n```",
     }
     parsed = {name: extract_thinking_and_code_unified(text) for name, text in responses.items()}
     try:
-        with SandboxPool(workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate) as pool:
-            results = dict(zip(responses, execute_many([(parsed[n]["code"], task) for n in responses], pool), strict=True))
+        with SandboxPool(
+            workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate
+        ) as pool:
+            results = dict(
+                zip(responses, execute_many([(parsed[n]["code"], task) for n in responses], pool), strict=True)
+            )
             isolation = pool.isolation
     except (SandboxError, OSError) as exc:
         report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
         return
     ok = results["correct"]
-    report.expect(ok.passed and ok.tests_passed == 3, f"code extracted from a full response passes its tests "
-                  f"({ok.tests_passed}/{ok.tests_total}, {ok.wall_time * 1000:.0f} ms)", f"sandbox verdict: {ok.status} {ok.error}")
-    report.expect(not results["wrong"].passed and results["wrong"].status == "wrong_answer",
-                  "wrong code is judged wrong_answer", f"got {results['wrong'].status}")
-    rewards = compute_rewards([results[n] for n in responses], [parsed[n] for n in responses],
-                              config.grpo.correctness_reward, config.grpo.format_reward_weight)
+    report.expect(
+        ok.passed and ok.tests_passed == 3,
+        f"code extracted from a full response passes its tests "
+        f"({ok.tests_passed}/{ok.tests_total}, {ok.wall_time * 1000:.0f} ms)",
+        f"sandbox verdict: {ok.status} {ok.error}",
+    )
+    report.expect(
+        not results["wrong"].passed and results["wrong"].status == "wrong_answer",
+        "wrong code is judged wrong_answer",
+        f"got {results['wrong'].status}",
+    )
+    rewards = compute_rewards(
+        [results[n] for n in responses],
+        [parsed[n] for n in responses],
+        config.grpo.correctness_reward,
+        config.grpo.format_reward_weight,
+    )
     correct, wrong, hostile = (r.total for r in rewards)
-    report.expect(correct is not None and correct > wrong >= 0, f"rewards computed: correct {correct:.2f} > wrong {wrong:.2f}",
-                  "see training/rewards.py")
-    report.expect(not results["hostile"].passed and rewards[2].correctness == 0.0,
-                  f"a hostile program (always-equal object + sys.exit) scores zero ({results['hostile'].status})",
-                  "the verdict must come from the harness, not the program")
-    report.ok_or_warn(isolation == "namespaces", "sandbox isolation: namespaces (no network, secrets hidden, separate uid)",
-                      "sandbox isolation: basic (rlimits and process-group kill only)",
-                      "run as root (e.g. in a container) for network/filesystem isolation of model code")
+    report.expect(
+        correct is not None and correct > wrong >= 0,
+        f"rewards computed: correct {correct:.2f} > wrong {wrong:.2f}",
+        "see training/rewards.py",
+    )
+    report.expect(
+        not results["hostile"].passed and rewards[2].correctness == 0.0,
+        f"a hostile program (always-equal object + sys.exit) scores zero ({results['hostile'].status})",
+        "the verdict must come from the harness, not the program",
+    )
+    report.ok_or_warn(
+        isolation == "namespaces",
+        "sandbox isolation: namespaces (no network, secrets hidden, separate uid)",
+        "sandbox isolation: basic (rlimits and process-group kill only)",
+        "run as root (e.g. in a container) for network/filesystem isolation of model code",
+    )
 
 
 def _mask_runs(token_ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
@@ -349,18 +482,30 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     from utils.dataset_loader import Task
     from utils.sft_data import encode_prompt
 
-    task = Task(task_id="preflight/add", source="preflight", problem="Add two numbers.", test_type="assert",
-                fn_name="add", tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"))
+    task = Task(
+        task_id="preflight/add",
+        source="preflight",
+        problem="Add two numbers.",
+        test_type="assert",
+        fn_name="add",
+        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"),
+    )
     template = {"enable_thinking": True} if "enable_thinking" in str(tokenizer.chat_template or "") else None
-    tool_turns = ["<think>\nCheck it.\n<program>\nprint(1 + 1)\n</program>", "\n2, good.\n</think>\n\n"
-                  f"```python\n{ADD}\n```"]
+    tool_turns = [
+        "<think>\nCheck it.\n<program>\nprint(1 + 1)\n</program>",
+        f"\n2, good.\n</think>\n\n```python\n{ADD}\n```",
+    ]
     wrong = "<think>\nSubtract?\n</think>\n\n```python\ndef add(a, b):\n    return a - b\n```"
     feedback_turns = [wrong, f"<think>\nAdd.\n</think>\n\n```python\n{ADD}\n```"]
     eot = end_of_turn_id(tokenizer)
     try:
-        with (tempfile.TemporaryDirectory() as outside,
-              SandboxPool(workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate)
-              as pool):
+        with (
+            tempfile.TemporaryDirectory() as outside,
+            SandboxPool(
+                workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate
+            ) as pool,
+        ):
+
             def run(turns, env, mode):
                 prompt = encode_prompt(tokenizer, get_unified_prompt(task, 1, mode=mode), chat_template_kwargs=template)
                 backend = ScriptedBackend(tokenizer, lambda i, t: turns[min(t, len(turns) - 1)])
@@ -370,42 +515,61 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
             runs = _mask_runs(tool["token_ids"], tool["action_mask"])
             policy = [tokenizer.decode(ids) for flag, ids in runs if flag]
             inserted = [tokenizer.decode(ids) for flag, ids in runs if not flag]
-            report.expect(inserted == ["\n<result>\n2\n</result>\n"] and tool["tool_calls"] == 1,
-                          "tool mode: the <program> is cut at its closing tag, run, and its result inserted",
-                          f"inserted {inserted}, tool calls {tool['tool_calls']}: see multiturn/environments.py")
-            report.expect([p.replace(tokenizer.decode([eot]), "") for p in policy] == tool_turns
-                          and tool["token_ids"][-1] == eot,
-                          "tool mode: the action mask covers exactly the policy's tokens (the result is masked out)",
-                          f"policy runs {policy}: see multiturn/loop.py")
+            report.expect(
+                inserted == ["\n<result>\n2\n</result>\n"] and tool["tool_calls"] == 1,
+                "tool mode: the <program> is cut at its closing tag, run, and its result inserted",
+                f"inserted {inserted}, tool calls {tool['tool_calls']}: see multiturn/environments.py",
+            )
+            report.expect(
+                [p.replace(tokenizer.decode([eot]), "") for p in policy] == tool_turns and tool["token_ids"][-1] == eot,
+                "tool mode: the action mask covers exactly the policy's tokens (the result is masked out)",
+                f"policy runs {policy}: see multiturn/loop.py",
+            )
             feedback = run(feedback_turns, FeedbackEnvironment(pool, 3, 1, 400), "feedback")
             runs = _mask_runs(feedback["token_ids"], feedback["action_mask"])
             told = "".join(tokenizer.decode(ids) for flag, ids in runs if not flag)
-            report.expect(len(runs) == 3 and task.tests[0] in told and not any(t in told for t in task.tests[1:])
-                          and feedback["num_turns"] == 2,
-                          "feedback mode: a failed shown test comes back as a user turn (masked); hidden tests never",
-                          f"feedback {told!r}: see multiturn/environments.py")
+            report.expect(
+                len(runs) == 3
+                and task.tests[0] in told
+                and not any(t in told for t in task.tests[1:])
+                and feedback["num_turns"] == 2,
+                "feedback mode: a failed shown test comes back as a user turn (masked); hidden tests never",
+                f"feedback {told!r}: see multiturn/environments.py",
+            )
             secret = Path(outside) / "secret.txt"
             secret.write_text("SECRET-PREFLIGHT\n")
             marker = Path(outside) / "left-behind"
-            hostile = (f"import os\ntry:\n    print(open({str(secret)!r}).read())\nexcept Exception as e:\n"
-                       f"    print(type(e).__name__)\ntry:\n    open({str(marker)!r}, 'w').write('x')\nexcept Exception as e:\n"
-                       "    print(type(e).__name__)\nprint('<|im_end|>')\n")
-            final = ("\n</think>\n\n```python\nimport sys\nclass Yes:\n    def __eq__(self, other):\n        return True\n"
-                     "def add(a, b):\n    return Yes()\nsys.exit(0)\n```")
+            hostile = (
+                f"import os\ntry:\n    print(open({str(secret)!r}).read())\nexcept Exception as e:\n"
+                f"    print(type(e).__name__)\ntry:\n    open({str(marker)!r}, 'w').write('x')\nexcept Exception as e:\n"
+                "    print(type(e).__name__)\nprint('<|im_end|>')\n"
+            )
+            final = (
+                "\n</think>\n\n```python\nimport sys\nclass Yes:\n    def __eq__(self, other):\n        return True\n"
+                "def add(a, b):\n    return Yes()\nsys.exit(0)\n```"
+            )
             bad = run([f"<think>\n<program>\n{hostile}</program>", final], ToolEnvironment(pool, 2, 400), "tool")
             inserted_ids = [t for t, m in zip(bad["token_ids"], bad["action_mask"], strict=True) if not m]
             seen = tokenizer.decode(inserted_ids)
             verdict = execute_program(extract_thinking_and_code_unified(bad["text"])["code"], task, pool=pool)
-            report.expect("SECRET-PREFLIGHT" not in seen and eot not in inserted_ids and not verdict.passed,
-                          f"a hostile program inside <program> reads nothing outside, inserts no markup, scores nothing "
-                          f"({verdict.status})", f"result block {seen!r}: see multiturn/environments.py")
+            report.expect(
+                "SECRET-PREFLIGHT" not in seen and eot not in inserted_ids and not verdict.passed,
+                f"a hostile program inside <program> reads nothing outside, inserts no markup, scores nothing "
+                f"({verdict.status})",
+                f"result block {seen!r}: see multiturn/environments.py",
+            )
             time.sleep(0.5)
             if pool.isolation == "namespaces":
-                report.expect(not marker.exists(), "a hostile program inside <program> leaves nothing behind",
-                              f"{marker} was written from inside the sandbox")
+                report.expect(
+                    not marker.exists(),
+                    "a hostile program inside <program> leaves nothing behind",
+                    f"{marker} was written from inside the sandbox",
+                )
             else:
-                report.warn("basic sandbox isolation: a <program> can write where the worker's user can",
-                            "run as root (e.g. in a container) for filesystem isolation of model code")
+                report.warn(
+                    "basic sandbox isolation: a <program> can write where the worker's user can",
+                    "run as root (e.g. in a container) for filesystem isolation of model code",
+                )
     except (SandboxError, OSError) as exc:
         report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
 
@@ -421,28 +585,42 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
     model = resolve_model_path(name, config.paths.model_cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
 
     async def probe():
-        async with TeacherClient.from_config(config.teacher, model=model, base_url=url, max_retries=1,
-                                             request_timeout=120.0) as client:
+        async with TeacherClient.from_config(
+            config.teacher, model=model, base_url=url, max_retries=1, request_timeout=120.0
+        ) as client:
             return await client.probe(build_chat_messages(get_unified_prompt("Write add(a, b) returning a + b.")), 256)
 
     try:
         served, response = asyncio.run(probe())
     except TeacherFatalError as exc:
         if "No teacher server answers" in str(exc):
-            report.warn(f"no teacher answering at {normalize_api_base(url)}",
-                        "fine for now; start it before phase 2: `make teacher` (CPU) or "
-                        "`vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` (GPU), or point --teacher_url at it")
+            report.warn(
+                f"no teacher answering at {normalize_api_base(url)}",
+                "fine for now; start it before phase 2: `make teacher` (CPU) or "
+                "`vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` (GPU), or point --teacher_url at it",
+            )
         else:
             report.fail(f"teacher endpoint unusable: {exc}", "fix teacher.model_name / teacher.api_key")
         return
-    if not report.expect(response.ok, f"teacher answered in {response.latency:.1f} s (serves: {', '.join(served) or 'unlisted'})",
-                         f"the request failed: {response.error}"):
+    if not report.expect(
+        response.ok,
+        f"teacher answered in {response.latency:.1f} s (serves: {', '.join(served) or 'unlisted'})",
+        f"the request failed: {response.error}",
+    ):
         return
     parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
-    report.ok_or_warn(parsed["has_thinking"], "teacher returned thinking", "teacher returned no thinking",
-                      "set teacher.enable_thinking=true; a small stand-in teacher may simply not think")
-    report.ok_or_warn(parsed["has_code"], "teacher returned extractable code", "no code in the teacher's answer",
-                      "check teacher.max_tokens: a truncated answer has no code")
+    report.ok_or_warn(
+        parsed["has_thinking"],
+        "teacher returned thinking",
+        "teacher returned no thinking",
+        "set teacher.enable_thinking=true; a small stand-in teacher may simply not think",
+    )
+    report.ok_or_warn(
+        parsed["has_code"],
+        "teacher returned extractable code",
+        "no code in the teacher's answer",
+        "check teacher.max_tokens: a truncated answer has no code",
+    )
 
 
 def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
@@ -457,25 +635,40 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
     from training.launch import LaunchError, check_launch_environment
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    report.expect(count >= num_processes, f"{count} CUDA GPU(s) visible for {num_processes} training process(es)",
-                  "one GPU per process: lower --num_processes or set CUDA_VISIBLE_DEVICES")
+    report.expect(
+        count >= num_processes,
+        f"{count} CUDA GPU(s) visible for {num_processes} training process(es)",
+        "one GPU per process: lower --num_processes or set CUDA_VISIBLE_DEVICES",
+    )
     if config.student.torch_dtype == "bfloat16":
-        report.expect(count > 0 and torch.cuda.is_bf16_supported(), "the GPU supports bfloat16",
-                      "use --set student.torch_dtype=float16 (pre-Ampere GPUs) or float32")
+        report.expect(
+            count > 0 and torch.cuda.is_bf16_supported(),
+            "the GPU supports bfloat16",
+            "use --set student.torch_dtype=float16 (pre-Ampere GPUs) or float32",
+        )
     try:
         check_launch_environment()
         report.ok("launch type supported (plain processes or DDP)")
     except LaunchError as exc:
         report.fail(str(exc), "answer `accelerate config` with multi-GPU (no DeepSpeed, no FSDP)")
     if config.grpo.rollout_backend == "vllm":
-        report.expect(importlib.util.find_spec("vllm") is not None, "vLLM is importable",
-                      "pip install -r requirements-gpu.txt (vllm==0.33.0)")
-        report.expect(config.lora.r <= VLLM_LORA_RANKS[-1], f"lora.r={config.lora.r} fits a vLLM max_lora_rank",
-                      f"use lora.r <= {VLLM_LORA_RANKS[-1]}")
+        report.expect(
+            importlib.util.find_spec("vllm") is not None,
+            "vLLM is importable",
+            "pip install -r requirements-gpu.txt (vllm==0.33.0)",
+        )
+        report.expect(
+            config.lora.r <= VLLM_LORA_RANKS[-1],
+            f"lora.r={config.lora.r} fits a vLLM max_lora_rank",
+            f"use lora.r <= {VLLM_LORA_RANKS[-1]}",
+        )
         share = config.grpo.vllm_gpu_memory_utilization
         free = torch.cuda.mem_get_info()[0] / torch.cuda.mem_get_info()[1] if count else 0.0
-        report.expect(0 < share <= 0.6 and free >= share, f"vLLM's memory share {share:.2f} fits (free: {free:.0%})",
-                      "lower grpo.vllm_gpu_memory_utilization (the trainer needs the rest) or free the GPU")
+        report.expect(
+            0 < share <= 0.6 and free >= share,
+            f"vLLM's memory share {share:.2f} fits (free: {free:.0%})",
+            "lower grpo.vllm_gpu_memory_utilization (the trainer needs the rest) or free the GPU",
+        )
     if os.environ.get("WORLD_SIZE"):
         report.ok(f"running under a launcher with WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
@@ -487,12 +680,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_config_arguments(parser)
     parser.add_argument("--teacher_url", help="Teacher base URL to probe (default: teacher.api_url from the config).")
-    parser.add_argument("--num_processes", type=int, default=1,
-                        help="Training processes you will launch (GPU checks with --preset gpu; default 1).")
-    parser.add_argument("--skip_model", action="store_true",
-                        help="Skip loading the student (and the SFT check with its tokenizer): the fast checks only.")
-    parser.add_argument("--max_new_tokens", type=int, default=160,
-                        help="Tokens the student generates in its smoke test (default 160).")
+    parser.add_argument(
+        "--num_processes",
+        type=int,
+        default=1,
+        help="Training processes you will launch (GPU checks with --preset gpu; default 1).",
+    )
+    parser.add_argument(
+        "--skip_model",
+        action="store_true",
+        help="Skip loading the student (and the SFT check with its tokenizer): the fast checks only.",
+    )
+    parser.add_argument(
+        "--max_new_tokens", type=int, default=160, help="Tokens the student generates in its smoke test (default 160)."
+    )
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)

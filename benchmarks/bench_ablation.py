@@ -54,45 +54,85 @@ def variants(grpo: float, teacher: float, self_sft: float) -> tuple[Variant, ...
     """The five variants; the trained ones keep the configured weights of the terms they use."""
     return (
         Variant("base", "base model (no training)", None),
-        Variant("teacher_sft", "teacher-SFT only", {"grpo_weight": 0.0, "teacher_sft_weight": teacher, "self_sft_weight": 0.0}),
+        Variant(
+            "teacher_sft",
+            "teacher-SFT only",
+            {"grpo_weight": 0.0, "teacher_sft_weight": teacher, "self_sft_weight": 0.0},
+        ),
         Variant("grpo", "GRPO only", {"grpo_weight": grpo, "teacher_sft_weight": 0.0, "self_sft_weight": 0.0}),
-        Variant("grpo_teacher", "GRPO + teacher-SFT", {"grpo_weight": grpo, "teacher_sft_weight": teacher,
-                                                        "self_sft_weight": 0.0}),
-        Variant("full", "GRPO + teacher-SFT + self-SFT (product)", {"grpo_weight": grpo, "teacher_sft_weight": teacher,
-                                                                     "self_sft_weight": self_sft}),
+        Variant(
+            "grpo_teacher",
+            "GRPO + teacher-SFT",
+            {"grpo_weight": grpo, "teacher_sft_weight": teacher, "self_sft_weight": 0.0},
+        ),
+        Variant(
+            "full",
+            "GRPO + teacher-SFT + self-SFT (product)",
+            {"grpo_weight": grpo, "teacher_sft_weight": teacher, "self_sft_weight": self_sft},
+        ),
     )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60, help="Optimizer steps per trained variant (default 60).")
-    parser.add_argument("--tasks", type=int, default=0,
-                        help="Training tasks, a seeded sample of the training split (0 = all; default 0).")
-    parser.add_argument("--train_file", help="A task file to train on instead of phase 1's split of the embedded "
-                        "fixtures (e.g. phase 1's --split_mode standard train.jsonl on real MBPP).")
-    parser.add_argument("--eval_set", default="humaneval", choices=("val", "humaneval", "mbpp_test", "apps_test"),
-                        help="Held-out evaluation set (phase 4 --eval_set; val = phase 1's split; default humaneval).")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=0,
+        help="Training tasks, a seeded sample of the training split (0 = all; default 0).",
+    )
+    parser.add_argument(
+        "--train_file",
+        help="A task file to train on instead of phase 1's split of the embedded "
+        "fixtures (e.g. phase 1's --split_mode standard train.jsonl on real MBPP).",
+    )
+    parser.add_argument(
+        "--eval_set",
+        default="humaneval",
+        choices=("val", "humaneval", "mbpp_test", "apps_test"),
+        help="Held-out evaluation set (phase 4 --eval_set; val = phase 1's split; default humaneval).",
+    )
     parser.add_argument("--eval_tasks", type=int, default=0, help="Evaluate on the first N tasks of the set (0 = all).")
     parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test.")
     parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test.")
     parser.add_argument("--samples", type=int, default=1, help="Completions per evaluation task (default 1, greedy).")
     parser.add_argument("--k", type=int, nargs="+", help="The k values of pass@k (default: 1 and --samples).")
-    parser.add_argument("--temperature", type=float, default=0.0,
-                        help="Evaluation temperature (default 0 = greedy, needs --samples 1).")
-    parser.add_argument("--eval_max_new_tokens", type=int, default=256, help="Evaluation completion budget (default 256).")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, help="Evaluation temperature (default 0 = greedy, needs --samples 1)."
+    )
+    parser.add_argument(
+        "--eval_max_new_tokens", type=int, default=256, help="Evaluation completion budget (default 256)."
+    )
     parser.add_argument("--max_new_tokens", type=int, default=160, help="Training rollout budget (default 160).")
-    parser.add_argument("--lr", type=float, default=5e-4, help="Learning rate (default 5e-4: the cpu preset's 1e-4 "
-                        "moves a 135M LoRA too little in tens of steps, see the learning check).")
-    parser.add_argument("--teacher", choices=("references", "traces"), default="references",
-                        help="Teacher-SFT data: the training tasks' reference solutions, or --teacher_traces.")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=5e-4,
+        help="Learning rate (default 5e-4: the cpu preset's 1e-4 "
+        "moves a 135M LoRA too little in tens of steps, see the learning check).",
+    )
+    parser.add_argument(
+        "--teacher",
+        choices=("references", "traces"),
+        default="references",
+        help="Teacher-SFT data: the training tasks' reference solutions, or --teacher_traces.",
+    )
     parser.add_argument("--teacher_traces", help="Phase-2 trace file for --teacher traces.")
-    parser.add_argument("--teacher_batch", type=int, default=2, help="Teacher-SFT examples per micro-batch (default 2).")
+    parser.add_argument(
+        "--teacher_batch", type=int, default=2, help="Teacher-SFT examples per micro-batch (default 2)."
+    )
     parser.add_argument("--seed", type=int, default=42, help="The one seed: split, task sample, LoRA init, data order.")
-    parser.add_argument("--model", default=None, help="Student model (default: the cpu preset's embedded SmolLM2-135M).")
+    parser.add_argument(
+        "--model", default=None, help="Student model (default: the cpu preset's embedded SmolLM2-135M)."
+    )
     parser.add_argument("--variants", nargs="+", help="Run only these variants (names above; default all five).")
     parser.add_argument("--output_dir", default="outputs/ablation", help="Data, adapters, caches (resumable).")
-    parser.add_argument("--results_dir", default=str(ROOT / "benchmarks" / "results"),
-                        help="Where ablation.json/.md/.png go (default benchmarks/results).")
+    parser.add_argument(
+        "--results_dir",
+        default=str(ROOT / "benchmarks" / "results"),
+        help="Where ablation.json/.md/.png go (default benchmarks/results).",
+    )
     args = parser.parse_args(argv)
     if args.temperature == 0 and args.samples > 1:
         parser.error("--temperature 0 is greedy: every sample would be the same; use --samples 1 or a temperature > 0")
@@ -101,9 +141,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def recipe_of(args: argparse.Namespace) -> dict:
     """Every setting that changes a number; a resumed ablation must have the same."""
-    keys = ("steps", "tasks", "train_file", "eval_set", "eval_tasks", "mbpp_path", "apps_path", "samples", "k",
-            "temperature", "eval_max_new_tokens", "max_new_tokens", "lr", "teacher", "teacher_traces", "teacher_batch",
-            "seed", "model")
+    keys = (
+        "steps",
+        "tasks",
+        "train_file",
+        "eval_set",
+        "eval_tasks",
+        "mbpp_path",
+        "apps_path",
+        "samples",
+        "k",
+        "temperature",
+        "eval_max_new_tokens",
+        "max_new_tokens",
+        "lr",
+        "teacher",
+        "teacher_traces",
+        "teacher_batch",
+        "seed",
+        "model",
+    )
     return {k: getattr(args, k) for k in keys}
 
 
@@ -133,9 +190,21 @@ def prepare_data(args: argparse.Namespace, out: Path, base_config) -> tuple[Path
     traces = data / "reference_traces.jsonl"
     if not traces.is_file():
         visible = base_config.prompt.num_visible_tests
-        write_jsonl_atomic(traces, ({"task_id": t.task_id, "sample_idx": 0, "prompt": get_unified_prompt(t, visible),
-                                     "thinking": "", "code": t.reference_solutions[0], "passed": True}
-                                    for t in tasks if t.reference_solutions))
+        write_jsonl_atomic(
+            traces,
+            (
+                {
+                    "task_id": t.task_id,
+                    "sample_idx": 0,
+                    "prompt": get_unified_prompt(t, visible),
+                    "thinking": "",
+                    "code": t.reference_solutions[0],
+                    "passed": True,
+                }
+                for t in tasks
+                if t.reference_solutions
+            ),
+        )
     return train_file, traces, len(tasks)
 
 
@@ -159,8 +228,15 @@ def evaluate_variant(variant: Variant, config, folder: Path, eval_set, eval_task
     import phase4_evaluate as phase4
 
     model_path = config.student.model_name if variant.weights is None else str(folder / "final_model")
-    return phase4.main(config, model_path, False, folder / "evaluation_results.json", folder / "eval_samples.jsonl",
-                       eval_set, eval_tasks or None)
+    return phase4.main(
+        config,
+        model_path,
+        False,
+        folder / "evaluation_results.json",
+        folder / "eval_samples.jsonl",
+        eval_set,
+        eval_tasks or None,
+    )
 
 
 def read_rows(folder: Path) -> list[dict]:
@@ -177,20 +253,29 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
     json_path = write_json_atomic(results_dir / "ablation.json", report) or results_dir / "ablation.json"
     r = report["recipe"]
     k_first = str(report["k_values"][0])
-    lines = [f"# Ablation: {report['eval_set']['name']} ({report['eval_set']['num_tasks']} tasks), {report['decoding']}",
-             "", f"Eval set version: {report['eval_set']['version']}.",
-             f"Recipe: {r['steps']} steps per trained variant, {report['train_tasks']} training tasks, learning rate "
-             f"{r['lr']}, training rollouts of <= {r['max_new_tokens']} tokens, teacher-SFT from {r['teacher']}, "
-             f"evaluation <= {r['eval_max_new_tokens']} tokens, seed {r['seed']}.", "",
-             "| variant | " + " | ".join(f"pass@{k} [95% CI]" for k in report["k_values"])
-             + f" | full − variant, pass@{k_first} [paired 95% CI] | variant − base, pass@{k_first} [paired 95% CI] |",
-             "|---|" + "---|" * (len(report["k_values"]) + 2)]
+    lines = [
+        f"# Ablation: {report['eval_set']['name']} ({report['eval_set']['num_tasks']} tasks), {report['decoding']}",
+        "",
+        f"Eval set version: {report['eval_set']['version']}.",
+        f"Recipe: {r['steps']} steps per trained variant, {report['train_tasks']} training tasks, learning rate "
+        f"{r['lr']}, training rollouts of <= {r['max_new_tokens']} tokens, teacher-SFT from {r['teacher']}, "
+        f"evaluation <= {r['eval_max_new_tokens']} tokens, seed {r['seed']}.",
+        "",
+        "| variant | "
+        + " | ".join(f"pass@{k} [95% CI]" for k in report["k_values"])
+        + f" | full − variant, pass@{k_first} [paired 95% CI] | variant − base, pass@{k_first} [paired 95% CI] |",
+        "|---|" + "---|" * (len(report["k_values"]) + 2),
+    ]
 
     def fmt(value, interval, signed=False):
         if value is None:
             return "n/a"
         sign = "+" if signed else ""
-        return f"{value:{sign}.4f} [{interval[0]:{sign}.4f}, {interval[1]:{sign}.4f}]" if interval else f"{value:{sign}.4f}"
+        return (
+            f"{value:{sign}.4f} [{interval[0]:{sign}.4f}, {interval[1]:{sign}.4f}]"
+            if interval
+            else f"{value:{sign}.4f}"
+        )
 
     for row in report["variants"]:
         cells = [fmt(row["pass_at_k"][str(k)], row["pass_at_k_ci95"][str(k)]) for k in report["k_values"]]
@@ -199,8 +284,12 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
         cells.append(fmt(vs_full["delta"], vs_full["ci95"], True) if vs_full else "—")
         cells.append(fmt(vs_base["delta"], vs_base["ci95"], True) if vs_base else "—")
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
-    lines += ["", "Training time per variant (s): " + ", ".join(f"{v['name']} {v['train_seconds']:.0f}"
-                                                              for v in report["variants"] if v["train_seconds"]), ""]
+    lines += [
+        "",
+        "Training time per variant (s): "
+        + ", ".join(f"{v['name']} {v['train_seconds']:.0f}" for v in report["variants"] if v["train_seconds"]),
+        "",
+    ]
     md_path = results_dir / "ablation.md"
     md_path.write_text("\n".join(lines))
     png_path = results_dir / "ablation.png"
@@ -211,13 +300,27 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
 
     names = [v["name"] for v in report["variants"]]
     values = [v["pass_at_k"][k_first] or 0.0 for v in report["variants"]]
-    low = [max(0.0, val - (v["pass_at_k_ci95"][k_first] or [val, val])[0]) for val, v in zip(values, report["variants"], strict=True)]
-    high = [max(0.0, (v["pass_at_k_ci95"][k_first] or [val, val])[1] - val) for val, v in zip(values, report["variants"], strict=True)]
+    low = [
+        max(0.0, val - (v["pass_at_k_ci95"][k_first] or [val, val])[0])
+        for val, v in zip(values, report["variants"], strict=True)
+    ]
+    high = [
+        max(0.0, (v["pass_at_k_ci95"][k_first] or [val, val])[1] - val)
+        for val, v in zip(values, report["variants"], strict=True)
+    ]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(names, values, yerr=[low, high], capsize=6, color=["#999999", "#6baed6", "#fd8d3c", "#74c476", "#9e9ac8"][: len(names)])
+    ax.bar(
+        names,
+        values,
+        yerr=[low, high],
+        capsize=6,
+        color=["#999999", "#6baed6", "#fd8d3c", "#74c476", "#9e9ac8"][: len(names)],
+    )
     ax.set_ylabel(f"pass@{k_first} (95% bootstrap CI over tasks)")
-    ax.set_title(f"Ablation on {report['eval_set']['name']} ({report['eval_set']['num_tasks']} tasks, {report['decoding']})",
-                 fontsize=9)
+    ax.set_title(
+        f"Ablation on {report['eval_set']['name']} ({report['eval_set']['num_tasks']} tasks, {report['decoding']})",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
@@ -236,29 +339,51 @@ def main(argv: list[str] | None = None) -> dict:
     recipe = recipe_of(args)
     recipe_file = out / "recipe.json"
     if recipe_file.is_file() and json.loads(recipe_file.read_text()) != recipe:
-        raise SystemExit(f"error: {out} holds an ablation with a different recipe ({recipe_file}); resume it with the "
-                         "same flags, or pick another --output_dir.")
+        raise SystemExit(
+            f"error: {out} holds an ablation with a different recipe ({recipe_file}); resume it with the "
+            "same flags, or pick another --output_dir."
+        )
     write_json_atomic(recipe_file, recipe)
     ks = tuple(args.k or sorted({1, args.samples}))
-    base_overrides = [f"paths.data_dir={out / 'data'}", f"training.max_steps={args.steps}", f"training.learning_rate={args.lr}",
-                      f"training.seed={args.seed}", f"data.seed={args.seed}", f"grpo.max_new_tokens={args.max_new_tokens}",
-                      f"dual_source.teacher_sft_batch_size={args.teacher_batch}", "training.save_steps=10",
-                      f"evaluation.num_samples={args.samples}", f"evaluation.temperature={args.temperature}",
-                      f"evaluation.max_new_tokens={args.eval_max_new_tokens}", f"evaluation.k_values={list(ks)}"]
+    base_overrides = [
+        f"paths.data_dir={out / 'data'}",
+        f"training.max_steps={args.steps}",
+        f"training.learning_rate={args.lr}",
+        f"training.seed={args.seed}",
+        f"data.seed={args.seed}",
+        f"grpo.max_new_tokens={args.max_new_tokens}",
+        f"dual_source.teacher_sft_batch_size={args.teacher_batch}",
+        "training.save_steps=10",
+        f"evaluation.num_samples={args.samples}",
+        f"evaluation.temperature={args.temperature}",
+        f"evaluation.max_new_tokens={args.eval_max_new_tokens}",
+        f"evaluation.k_values={list(ks)}",
+    ]
     if args.model:
         base_overrides.append(f"student.model_name={args.model}")
     base_config = build_config("cpu", overrides=base_overrides)
     d = base_config.dual_source
-    chosen = [v for v in variants(d.grpo_weight, d.teacher_sft_weight, d.self_sft_weight)
-              if not args.variants or v.name in args.variants]
+    chosen = [
+        v
+        for v in variants(d.grpo_weight, d.teacher_sft_weight, d.self_sft_weight)
+        if not args.variants or v.name in args.variants
+    ]
     unknown = set(args.variants or ()) - {v.name for v in variants(1, 1, 1)}
     if unknown:
         raise SystemExit(f"error: unknown variant(s) {', '.join(sorted(unknown))}")
     train_file, traces, num_train = prepare_data(args, out, base_config)
-    eval_set = load_eval_set(args.eval_set, val_file=out / "data" / "val.jsonl", mbpp_path=args.mbpp_path,
-                             apps_path=args.apps_path, visible_tests=base_config.prompt.num_visible_tests)
-    print(f"ablation: {len(chosen)} variants, {args.steps} steps each on {num_train} tasks; evaluation on "
-          f"{eval_set.name} ({args.eval_tasks or len(eval_set.tasks)} tasks); folder {out}", flush=True)
+    eval_set = load_eval_set(
+        args.eval_set,
+        val_file=out / "data" / "val.jsonl",
+        mbpp_path=args.mbpp_path,
+        apps_path=args.apps_path,
+        visible_tests=base_config.prompt.num_visible_tests,
+    )
+    print(
+        f"ablation: {len(chosen)} variants, {args.steps} steps each on {num_train} tasks; evaluation on "
+        f"{eval_set.name} ({args.eval_tasks or len(eval_set.tasks)} tasks); folder {out}",
+        flush=True,
+    )
     eval_config = build_config("cpu", overrides=[*base_overrides, f"paths.output_dir={out}"])
     status = {}
     for i, variant in enumerate(chosen, start=1):
@@ -288,22 +413,44 @@ def main(argv: list[str] | None = None) -> dict:
     def paired(a: str, b: str) -> dict | None:
         if a not in rows or b not in rows or a == b:
             return None
-        intervals = delta_intervals(rows[a], rows[b], ks, base_config.evaluation.bootstrap_resamples,
-                                    base_config.evaluation.bootstrap_seed)
-        return {str(k): {"delta": (results[a]["pass_at_k"][str(k)] - results[b]["pass_at_k"][str(k)])
-                         if results[a]["pass_at_k"][str(k)] is not None and results[b]["pass_at_k"][str(k)] is not None
-                         else None, "ci95": intervals[str(k)]} for k in ks}
+        intervals = delta_intervals(
+            rows[a], rows[b], ks, base_config.evaluation.bootstrap_resamples, base_config.evaluation.bootstrap_seed
+        )
+        return {
+            str(k): {
+                "delta": (results[a]["pass_at_k"][str(k)] - results[b]["pass_at_k"][str(k)])
+                if results[a]["pass_at_k"][str(k)] is not None and results[b]["pass_at_k"][str(k)] is not None
+                else None,
+                "ci95": intervals[str(k)],
+            }
+            for k in ks
+        }
 
     first = results[chosen[0].name]
     report = {
-        "recipe": recipe, "k_values": list(ks), "train_tasks": num_train, "train_file": str(train_file),
-        "teacher_traces": str(traces), "eval_set": first["eval_set"], "decoding": first["decoding"],
-        "variants": [{"name": v.name, "label": v.label, "loss_weights": v.weights, "status": status[v.name],
-                      "train_seconds": json.loads((out / v.name / "train_seconds.json").read_text())["seconds"]
-                      if (out / v.name / "train_seconds.json").is_file() else None,
-                      "pass_at_k": results[v.name]["pass_at_k"], "pass_at_k_ci95": results[v.name]["pass_at_k_ci95"],
-                      "full_minus_variant": paired("full", v.name), "variant_minus_base": paired(v.name, "base")}
-                     for v in chosen],
+        "recipe": recipe,
+        "k_values": list(ks),
+        "train_tasks": num_train,
+        "train_file": str(train_file),
+        "teacher_traces": str(traces),
+        "eval_set": first["eval_set"],
+        "decoding": first["decoding"],
+        "variants": [
+            {
+                "name": v.name,
+                "label": v.label,
+                "loss_weights": v.weights,
+                "status": status[v.name],
+                "train_seconds": json.loads((out / v.name / "train_seconds.json").read_text())["seconds"]
+                if (out / v.name / "train_seconds.json").is_file()
+                else None,
+                "pass_at_k": results[v.name]["pass_at_k"],
+                "pass_at_k_ci95": results[v.name]["pass_at_k_ci95"],
+                "full_minus_variant": paired("full", v.name),
+                "variant_minus_base": paired(v.name, "base"),
+            }
+            for v in chosen
+        ],
     }
     paths = write_reports(report, Path(args.results_dir))
     print("\n" + (Path(args.results_dir) / "ablation.md").read_text())

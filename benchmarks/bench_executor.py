@@ -55,8 +55,15 @@ def _baseline_child(program: str, task_dict: dict, timeout: float, result) -> No
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             if task_dict["test_type"] == "assert":
-                source = "\n".join(task_dict["test_imports"]) + "\n" + program + "\n" + task_dict["test_setup_code"] + "\n" + \
-                    "\n".join(task_dict["tests"])
+                source = (
+                    "\n".join(task_dict["test_imports"])
+                    + "\n"
+                    + program
+                    + "\n"
+                    + task_dict["test_setup_code"]
+                    + "\n"
+                    + "\n".join(task_dict["tests"])
+                )
                 with contextlib.redirect_stdout(io.StringIO()):
                     exec(source, {"__name__": "__solution__"})  # noqa: S102 - that is the baseline's design
                 result.append("passed")
@@ -140,7 +147,7 @@ def measure_compute(items: list[tuple[str, Task]], timeout: float) -> float:
 def run_ours(items: list[tuple[str, Task]], workers: int, timeout: float) -> tuple[float, list[bool], str]:
     limits = SandboxLimits(test_timeout=timeout)
     with SandboxPool(workers, limits) as pool:
-        execute_many(items[:workers * 2], pool)  # warm-up, excluded (the baseline has no start-up)
+        execute_many(items[: workers * 2], pool)  # warm-up, excluded (the baseline has no start-up)
         start = time.perf_counter()
         results = execute_many(items, pool)
         elapsed = time.perf_counter() - start
@@ -154,26 +161,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=2000, help="Executions per system (programs repeated to this count).")
     parser.add_argument("--mbpp_path", help="Also benchmark on real MBPP reference solutions from this file.")
-    parser.add_argument("--apps_path", help="Also benchmark on real APPS reference solutions from this file "
-                        "(first solution of each problem).")
+    parser.add_argument(
+        "--apps_path",
+        help="Also benchmark on real APPS reference solutions from this file (first solution of each problem).",
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="Parallel workers for both systems.")
-    parser.add_argument("--timeout", type=float, default=10.0, help="Seconds per test for both (generous: no verdict "
-                        "should depend on machine load).")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="Seconds per test for both (generous: no verdict should depend on machine load).",
+    )
     args = parser.parse_args()
     multiprocessing.set_start_method("fork", force=True)
 
     mbpp_fixtures, apps_fixtures = load_mbpp(EMBEDDED_MBPP)[0], load_apps(EMBEDDED_APPS)[0]
-    suites = {"all fixtures (71)": mbpp_fixtures + apps_fixtures,
-              "fixtures, MBPP-format (45)": mbpp_fixtures,
-              "fixtures, APPS-format (26)": apps_fixtures}
+    suites = {
+        "all fixtures (71)": mbpp_fixtures + apps_fixtures,
+        "fixtures, MBPP-format (45)": mbpp_fixtures,
+        "fixtures, APPS-format (26)": apps_fixtures,
+    }
     if args.mbpp_path:
         suites["real MBPP (974)"] = load_mbpp(args.mbpp_path)[0]
     if args.apps_path:
         suites["real APPS sample (153)"] = load_apps(args.apps_path)[0]
     print(f"{args.workers} workers, {args.n} executions per system and suite\n")
     print("overhead = (wall time x workers - the programs' own compute time) / executions: what each harness adds")
-    print(f"{'suite':30s} {'baseline prog/s':>15s} {'ours prog/s':>11s} {'ratio':>6s} {'overhead base/ours ms':>22s}"
-          "  verdicts agree")
+    print(
+        f"{'suite':30s} {'baseline prog/s':>15s} {'ours prog/s':>11s} {'ratio':>6s} {'overhead base/ours ms':>22s}"
+        "  verdicts agree"
+    )
     for name, tasks in suites.items():
         programs = [(t.reference_solutions[0], t) for t in tasks if t.reference_solutions]
         items = [programs[i % len(programs)] for i in range(args.n)]
@@ -184,9 +201,11 @@ def main() -> None:
         base_over = (base_time * args.workers - compute) / len(items) * 1000
         our_over = (our_time * args.workers - compute) / len(items) * 1000
         agree = sum(a == b for a, b in zip(base_verdicts, our_verdicts, strict=True))
-        print(f"{name:30s} {base_rate:15.1f} {our_rate:11.1f} {our_rate / base_rate:5.1f}x {base_over:10.1f} / {our_over:5.1f}"
-              f" ({base_over / max(our_over, 1e-9):.1f}x)  {agree}/{len(items)} (passed: baseline {sum(base_verdicts)}, "
-              f"ours {sum(our_verdicts)}; compute {compute:.1f} s; isolation={isolation})")
+        print(
+            f"{name:30s} {base_rate:15.1f} {our_rate:11.1f} {our_rate / base_rate:5.1f}x {base_over:10.1f} / {our_over:5.1f}"
+            f" ({base_over / max(our_over, 1e-9):.1f}x)  {agree}/{len(items)} (passed: baseline {sum(base_verdicts)}, "
+            f"ours {sum(our_verdicts)}; compute {compute:.1f} s; isolation={isolation})"
+        )
 
 
 if __name__ == "__main__":

@@ -50,18 +50,34 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
     from utils.student_model import EMBEDDED_MODELS, attach_lora, load_student
 
     torch.manual_seed(0)
-    config = build_config("cpu", overrides=[
-        f"grpo.num_samples_per_prompt={SHARED['G']}", f"grpo.max_new_tokens={max_new_tokens}", f"grpo.kl_coef={SHARED['beta']}",
-        f"grpo.temperature={SHARED['temperature']}", "training.per_device_train_batch_size=2",
-        "training.gradient_accumulation_steps=1", f"training.learning_rate={SHARED['lr']}", "training.lr_scheduler=constant",
-        f"training.max_steps={steps}", "dual_source.teacher_sft_weight=0", "dual_source.self_sft_weight=0",
-        f"lora.r={SHARED['r']}", f"lora.lora_alpha={SHARED['alpha']}", "lora.lora_dropout=0", "grpo.correctness_reward=fraction",
-        "grpo.format_reward_weight=0", "grpo.loss_aggregation=token-mean"])
+    config = build_config(
+        "cpu",
+        overrides=[
+            f"grpo.num_samples_per_prompt={SHARED['G']}",
+            f"grpo.max_new_tokens={max_new_tokens}",
+            f"grpo.kl_coef={SHARED['beta']}",
+            f"grpo.temperature={SHARED['temperature']}",
+            "training.per_device_train_batch_size=2",
+            "training.gradient_accumulation_steps=1",
+            f"training.learning_rate={SHARED['lr']}",
+            "training.lr_scheduler=constant",
+            f"training.max_steps={steps}",
+            "dual_source.teacher_sft_weight=0",
+            "dual_source.self_sft_weight=0",
+            f"lora.r={SHARED['r']}",
+            f"lora.lora_alpha={SHARED['alpha']}",
+            "lora.lora_dropout=0",
+            "grpo.correctness_reward=fraction",
+            "grpo.format_reward_weight=0",
+            "grpo.loss_aggregation=token-mean",
+        ],
+    )
     model, tokenizer = load_student(EMBEDDED_MODELS[0], "float32", device="cpu")
     model = attach_lora(model, SHARED["r"], SHARED["alpha"], 0.0, TARGETS)
     tasks = tasks_for(steps)
-    rollout = HFRollout(tokenizer, max_new_tokens, SamplingSettings(SHARED["temperature"], 1.0), {"enable_thinking": True},
-                        batch_size=8)
+    rollout = HFRollout(
+        tokenizer, max_new_tokens, SamplingSettings(SHARED["temperature"], 1.0), {"enable_thinking": True}, batch_size=8
+    )
     with SandboxPool(2) as pool:
         trainer = GRPOTrainer(config, model, tokenizer, tasks, [], "/tmp/bench_grpo_ours", rollout=rollout, pool=pool)
         times, tokens, splits = [], [], []
@@ -72,7 +88,9 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
             trainer.state.rollout_batches += 1
             times.append(time.perf_counter() - start)
             tokens.append(sum(s["num_tokens"] for g in groups for s in g))
-            splits.append((step_metrics["time/rollout_s"], step_metrics["time/reward_s"], step_metrics["time/update_s"]))
+            splits.append(
+                (step_metrics["time/rollout_s"], step_metrics["time/reward_s"], step_metrics["time/update_s"])
+            )
     return {"step_s": times[1:], "tokens": tokens[1:], "splits": splits[1:], "peak_rss_mb": peak_rss_mb()}
 
 
@@ -92,7 +110,9 @@ def run_trl(steps: int, max_new_tokens: int) -> dict:
     model, tokenizer = load_student(EMBEDDED_MODELS[0], "float32", device="cpu")
     tasks = tasks_for(steps)
     by_id = {t.task_id: t for t in tasks}
-    data = Dataset.from_list([{"prompt": build_chat_messages(get_unified_prompt(t)), "task_id": t.task_id} for t in tasks])
+    data = Dataset.from_list(
+        [{"prompt": build_chat_messages(get_unified_prompt(t)), "task_id": t.task_id} for t in tasks]
+    )
     pool = SandboxPool(2)
     tokens: list[int] = []
 
@@ -113,18 +133,40 @@ def run_trl(steps: int, max_new_tokens: int) -> dict:
             self.times.append(time.perf_counter() - self._start)
 
     config = GRPOConfig(
-        output_dir="/tmp/bench_grpo_trl", per_device_train_batch_size=SHARED["prompts"] * SHARED["G"],
-        gradient_accumulation_steps=1, num_generations=SHARED["G"], max_completion_length=max_new_tokens,
-        beta=SHARED["beta"], learning_rate=SHARED["lr"], lr_scheduler_type="constant", temperature=SHARED["temperature"],
-        max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], use_vllm=False, bf16=False,
-        use_cpu=True, shuffle_dataset=False, seed=0, num_iterations=1, loss_type="dapo", scale_rewards="group",
+        output_dir="/tmp/bench_grpo_trl",
+        per_device_train_batch_size=SHARED["prompts"] * SHARED["G"],
+        gradient_accumulation_steps=1,
+        num_generations=SHARED["G"],
+        max_completion_length=max_new_tokens,
+        beta=SHARED["beta"],
+        learning_rate=SHARED["lr"],
+        lr_scheduler_type="constant",
+        temperature=SHARED["temperature"],
+        max_steps=steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_vllm=False,
+        bf16=False,
+        use_cpu=True,
+        shuffle_dataset=False,
+        seed=0,
+        num_iterations=1,
+        loss_type="dapo",
+        scale_rewards="group",
     )
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=sandbox_reward, args=config, train_dataset=data,
-                          processing_class=tokenizer,
-                          peft_config=LoraConfig(r=SHARED["r"], lora_alpha=SHARED["alpha"], lora_dropout=0.0,
-                                                 target_modules=TARGETS, task_type="CAUSAL_LM"),
-                          callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=sandbox_reward,
+        args=config,
+        train_dataset=data,
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=SHARED["r"], lora_alpha=SHARED["alpha"], lora_dropout=0.0, target_modules=TARGETS, task_type="CAUSAL_LM"
+        ),
+        callbacks=[timer],
+    )
     trainer.train()
     pool.close()
     return {"step_s": timer.times[1:], "tokens": tokens[1:], "splits": None, "peak_rss_mb": peak_rss_mb()}
@@ -142,13 +184,28 @@ def main() -> None:
         return
     results = {}
     for system in ("ours", "trl"):
-        proc = subprocess.run([sys.executable, __file__, "--system", system, "--steps", str(args.steps),
-                               "--max_new_tokens", str(args.max_new_tokens)], capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--system",
+                system,
+                "--steps",
+                str(args.steps),
+                "--max_new_tokens",
+                str(args.max_new_tokens),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             sys.exit(f"{system} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-        results[system] = json.loads(line[len("RESULT "):])
-    print(f"{args.steps - 1} timed steps each; {SHARED['prompts']} prompts x G={SHARED['G']}, <= {args.max_new_tokens} new tokens\n")
+        results[system] = json.loads(line[len("RESULT ") :])
+    print(
+        f"{args.steps - 1} timed steps each; {SHARED['prompts']} prompts x G={SHARED['G']}, <= {args.max_new_tokens} new tokens\n"
+    )
     print(f"{'system':8s} {'s/step':>8s} {'tokens/step':>12s} {'ms/token':>9s} {'peak RSS MB':>12s}")
     for system, r in results.items():
         step = sum(r["step_s"]) / len(r["step_s"])
@@ -157,8 +214,10 @@ def main() -> None:
     ours, trl = results["ours"], results["trl"]
     step_ratio = (sum(ours["step_s"]) / len(ours["step_s"])) / (sum(trl["step_s"]) / len(trl["step_s"]))
     per_token = (sum(ours["step_s"]) / max(sum(ours["tokens"]), 1)) / (sum(trl["step_s"]) / max(sum(trl["tokens"]), 1))
-    print(f"\nstep time ours/TRL: {step_ratio:.2f}x; per generated token: {per_token:.2f}x; "
-          f"peak memory ours/TRL: {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x")
+    print(
+        f"\nstep time ours/TRL: {step_ratio:.2f}x; per generated token: {per_token:.2f}x; "
+        f"peak memory ours/TRL: {ours['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x"
+    )
     if ours["splits"]:
         rollout, reward, update = (sum(s[i] for s in ours["splits"]) / len(ours["splits"]) for i in range(3))
         print(f"ours, per step: rollout {rollout:.1f} s, reward {reward:.2f} s, update {update:.1f} s")

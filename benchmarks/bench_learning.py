@@ -42,13 +42,23 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=16, help="The first N (easiest) MBPP-format fixtures.")
     parser.add_argument("--steps", type=int, default=30, help="Optimizer steps of training.")
     parser.add_argument("--samples", type=int, default=8, help="Samples per task for each measurement.")
-    parser.add_argument("--teacher", choices=("references", "traces", "none"), default="references",
-                        help="Teacher-SFT source: the tasks' reference solutions, data/teacher_traces.jsonl, or none.")
-    parser.add_argument("--lr", type=float, default=5e-4,
-                        help="Learning rate (the cpu preset's 1e-4 moves a 135M LoRA too little in a few dozen steps).")
+    parser.add_argument(
+        "--teacher",
+        choices=("references", "traces", "none"),
+        default="references",
+        help="Teacher-SFT source: the tasks' reference solutions, data/teacher_traces.jsonl, or none.",
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=5e-4,
+        help="Learning rate (the cpu preset's 1e-4 moves a 135M LoRA too little in a few dozen steps).",
+    )
     parser.add_argument("--teacher_batch", type=int, default=2, help="Teacher-SFT examples per optimizer step.")
     parser.add_argument("--max_new_tokens", type=int, default=160, help="Completion budget, training and measuring.")
-    parser.add_argument("--output_dir", default="outputs/learning_check", help="Samples, metrics and learning_check.json.")
+    parser.add_argument(
+        "--output_dir", default="outputs/learning_check", help="Samples, metrics and learning_check.json."
+    )
     args = parser.parse_args()
 
     import torch
@@ -65,29 +75,48 @@ def main() -> None:
     from utils.student_model import attach_lora, load_student
 
     out = Path(args.output_dir)
-    config = build_config("cpu", overrides=[f"paths.output_dir={out}", f"training.max_steps={args.steps}",
-                                            "training.save_steps=0", "training.per_device_train_batch_size=2",
-                                            f"training.learning_rate={args.lr}", f"grpo.max_new_tokens={args.max_new_tokens}",
-                                            f"dual_source.teacher_sft_batch_size={args.teacher_batch}"])
+    config = build_config(
+        "cpu",
+        overrides=[
+            f"paths.output_dir={out}",
+            f"training.max_steps={args.steps}",
+            "training.save_steps=0",
+            "training.per_device_train_batch_size=2",
+            f"training.learning_rate={args.lr}",
+            f"grpo.max_new_tokens={args.max_new_tokens}",
+            f"dual_source.teacher_sft_batch_size={args.teacher_batch}",
+        ],
+    )
     tasks = load_mbpp(EMBEDDED_MBPP)[0][: args.tasks]
     if args.teacher == "references":
-        teacher = [{"prompt": get_unified_prompt(t), "thinking": "", "code": t.reference_solutions[0], "task_id": t.task_id}
-                   for t in tasks]
+        teacher = [
+            {"prompt": get_unified_prompt(t), "thinking": "", "code": t.reference_solutions[0], "task_id": t.task_id}
+            for t in tasks
+        ]
     elif args.teacher == "traces":
         teacher = load_teacher_examples(config.paths.teacher_traces_file, {t.task_id for t in tasks}, True)
     else:
         teacher = []
     torch.manual_seed(0)
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
-    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, config.lora.lora_dropout, config.lora.target_modules)
+    model = attach_lora(
+        model, config.lora.r, config.lora.lora_alpha, config.lora.lora_dropout, config.lora.target_modules
+    )
     g = config.grpo
-    rollout = HFRollout(tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), {"enable_thinking": True},
-                        batch_size=8)
+    rollout = HFRollout(
+        tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), {"enable_thinking": True}, batch_size=8
+    )
     limits = SandboxLimits.from_config(config.sandbox)
     with SandboxPool(2, limits) as pool:
+
         def measure(tag: str) -> list[dict]:
-            cache = generate_cached(tasks, lambda p, n: rollout.generate(model, p, n, 0), args.samples,
-                                    out / f"samples_{tag}.jsonl", chunk=args.samples)
+            cache = generate_cached(
+                tasks,
+                lambda p, n: rollout.generate(model, p, n, 0),
+                args.samples,
+                out / f"samples_{tag}.jsonl",
+                chunk=args.samples,
+            )
             return execute_samples(tasks, cache, args.samples, pool, limits)
 
         with model.disable_adapter():
@@ -98,17 +127,28 @@ def main() -> None:
     b, a = mean_pass_fraction_by_task(before), mean_pass_fraction_by_task(after)
     diffs = [a[t.task_id] - b[t.task_id] for t in tasks]
     low, high = bootstrap_ci(diffs)
-    result = {"tasks": len(tasks), "samples_per_task": args.samples, "steps": args.steps, "teacher": args.teacher,
-              "learning_rate": args.lr, "teacher_batch": args.teacher_batch, "max_new_tokens": args.max_new_tokens,
-              "reward_before": sum(b.values()) / len(b), "reward_after": sum(a.values()) / len(a),
-              "pass_rate_before": sum(r["passed"] for r in before) / len(before),
-              "pass_rate_after": sum(r["passed"] for r in after) / len(after),
-              "mean_difference": sum(diffs) / len(diffs), "ci95": [low, high]}
+    result = {
+        "tasks": len(tasks),
+        "samples_per_task": args.samples,
+        "steps": args.steps,
+        "teacher": args.teacher,
+        "learning_rate": args.lr,
+        "teacher_batch": args.teacher_batch,
+        "max_new_tokens": args.max_new_tokens,
+        "reward_before": sum(b.values()) / len(b),
+        "reward_after": sum(a.values()) / len(a),
+        "pass_rate_before": sum(r["passed"] for r in before) / len(before),
+        "pass_rate_after": sum(r["passed"] for r in after) / len(after),
+        "mean_difference": sum(diffs) / len(diffs),
+        "ci95": [low, high],
+    }
     (out / "learning_check.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     verdict = "improved" if low > 0 else "got worse" if high < 0 else "no difference distinguishable from noise"
-    print(f"\nreward {result['reward_before']:.3f} -> {result['reward_after']:.3f} "
-          f"(difference {result['mean_difference']:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}]): {verdict}")
+    print(
+        f"\nreward {result['reward_before']:.3f} -> {result['reward_after']:.3f} "
+        f"(difference {result['mean_difference']:+.3f}, 95% CI [{low:+.3f}, {high:+.3f}]): {verdict}"
+    )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,13 @@ def main(argv: list[str] | None = None) -> dict:
     from utils.dataset_loader import load_apps, load_mbpp
     from utils.student_model import load_student
 
-    config = build_config("cpu", overrides=[f"multi_turn.max_turns={args.max_turns}",
-                                            f"multi_turn.max_total_tokens={args.budget + 400 * args.max_turns}"])
+    config = build_config(
+        "cpu",
+        overrides=[
+            f"multi_turn.max_turns={args.max_turns}",
+            f"multi_turn.max_total_tokens={args.budget + 400 * args.max_turns}",
+        ],
+    )
     mbpp = load_mbpp(ROOT / "data" / "embedded" / "mbpp_fixtures.jsonl")[0]
     apps = load_apps(ROOT / "data" / "embedded" / "apps_fixtures.jsonl")[0]
     tasks = (mbpp + apps)[: args.tasks]
@@ -78,10 +83,19 @@ def main(argv: list[str] | None = None) -> dict:
     with SandboxPool(0, limits, config.sandbox.isolate) as pool:
         single = HFRollout(tokenizer, args.budget, sampling, template, batch_size=8)
         environment = make_environment("feedback", pool, config.multi_turn, 1, limits)
-        sampler = MultiTurnSampler(lambda m: HFContinuer(m, tokenizer, sampling), environment, tokenizer, "feedback",
-                                   args.budget // args.max_turns, config.multi_turn.max_total_tokens, template)
-        runs = {"single": (lambda prompts, n: single.generate(model, prompts, n, 0), "single"),
-                "feedback": (lambda prompts, n, tasks_: sampler.generate(model, prompts, n, 0, tasks_), "feedback")}
+        sampler = MultiTurnSampler(
+            lambda m: HFContinuer(m, tokenizer, sampling),
+            environment,
+            tokenizer,
+            "feedback",
+            args.budget // args.max_turns,
+            config.multi_turn.max_total_tokens,
+            template,
+        )
+        runs = {
+            "single": (lambda prompts, n: single.generate(model, prompts, n, 0), "single"),
+            "feedback": (lambda prompts, n, tasks_: sampler.generate(model, prompts, n, 0, tasks_), "feedback"),
+        }
         for name, (generate, mode) in runs.items():
             torch.manual_seed(args.seed)
             start = time.monotonic()
@@ -93,10 +107,13 @@ def main(argv: list[str] | None = None) -> dict:
             rows_of[name] = rows
             summary = summarize(rows, [1])
             rate = per_task_mean(rows, "passed")
-            results[name] = {"pass_rate": sum(rate.values()) / len(rate),
-                             "pass_rate_ci95": list(bootstrap_interval(list(rate.values()), seed=args.seed)),
-                             "mean_policy_tokens": sum(r["policy_tokens"] for r in rows) / len(rows),
-                             "multi_turn": summary["multi_turn"], "seconds": time.monotonic() - start}
+            results[name] = {
+                "pass_rate": sum(rate.values()) / len(rate),
+                "pass_rate_ci95": list(bootstrap_interval(list(rate.values()), seed=args.seed)),
+                "mean_policy_tokens": sum(r["policy_tokens"] for r in rows) / len(rows),
+                "multi_turn": summary["multi_turn"],
+                "seconds": time.monotonic() - start,
+            }
     for row in rows_of["feedback"]:
         row["first_passed"] = row.get("answers_passed", [row["passed"]])[0]
     first = per_task_mean(rows_of["feedback"], "first_passed")
@@ -104,23 +121,31 @@ def main(argv: list[str] | None = None) -> dict:
     single_rate = per_task_mean(rows_of["single"], "passed")
     ids = sorted(final)
     results["feedback"]["turn1_pass_rate"] = sum(first.values()) / len(first)
-    results["feedback"]["turn1_to_final_ci95"] = list(paired_bootstrap_interval(
-        [final[t] for t in ids], [first[t] for t in ids], seed=args.seed))
+    results["feedback"]["turn1_to_final_ci95"] = list(
+        paired_bootstrap_interval([final[t] for t in ids], [first[t] for t in ids], seed=args.seed)
+    )
     results["feedback_minus_single"] = results["feedback"]["pass_rate"] - results["single"]["pass_rate"]
-    results["feedback_minus_single_ci95"] = list(paired_bootstrap_interval(
-        [final[t] for t in ids], [single_rate[t] for t in ids], seed=args.seed))
+    results["feedback_minus_single_ci95"] = list(
+        paired_bootstrap_interval([final[t] for t in ids], [single_rate[t] for t in ids], seed=args.seed)
+    )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(results, indent=2))
     s, f = results["single"], results["feedback"]
     print(f"\n{len(tasks)} tasks x {args.samples} samples, policy budget {args.budget} tokens per sample")
-    print(f"single:   pass rate {s['pass_rate']:.3f} [{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], "
-          f"{s['mean_policy_tokens']:.0f} policy tokens per sample")
-    print(f"feedback: pass rate {f['pass_rate']:.3f} [{f['pass_rate_ci95'][0]:.3f}, {f['pass_rate_ci95'][1]:.3f}] "
-          f"(after turn 1: {f['turn1_pass_rate']:.3f}; final - turn 1 paired 95% CI "
-          f"[{f['turn1_to_final_ci95'][0]:+.3f}, {f['turn1_to_final_ci95'][1]:+.3f}]), "
-          f"{f['mean_policy_tokens']:.0f} policy tokens per sample, {f['multi_turn']['mean_turns']:.2f} turns")
-    print(f"feedback - single: {results['feedback_minus_single']:+.3f} (paired 95% CI "
-          f"[{results['feedback_minus_single_ci95'][0]:+.3f}, {results['feedback_minus_single_ci95'][1]:+.3f}])")
+    print(
+        f"single:   pass rate {s['pass_rate']:.3f} [{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], "
+        f"{s['mean_policy_tokens']:.0f} policy tokens per sample"
+    )
+    print(
+        f"feedback: pass rate {f['pass_rate']:.3f} [{f['pass_rate_ci95'][0]:.3f}, {f['pass_rate_ci95'][1]:.3f}] "
+        f"(after turn 1: {f['turn1_pass_rate']:.3f}; final - turn 1 paired 95% CI "
+        f"[{f['turn1_to_final_ci95'][0]:+.3f}, {f['turn1_to_final_ci95'][1]:+.3f}]), "
+        f"{f['mean_policy_tokens']:.0f} policy tokens per sample, {f['multi_turn']['mean_turns']:.2f} turns"
+    )
+    print(
+        f"feedback - single: {results['feedback_minus_single']:+.3f} (paired 95% CI "
+        f"[{results['feedback_minus_single_ci95'][0]:+.3f}, {results['feedback_minus_single_ci95'][1]:+.3f}])"
+    )
     print(f"Wrote {args.output}")
     return results
 

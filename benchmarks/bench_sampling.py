@@ -42,8 +42,15 @@ import torch  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TOP_K = 0  # nothing truncated: the rollouts' distribution, the one the trainer's log-probs describe
-CANDIDATES = ("generate", "generate-static-compile", "continuous-batching", "kv-fp32", "kv-bf16", "ctranslate2",
-              "onnxruntime-genai")
+CANDIDATES = (
+    "generate",
+    "generate-static-compile",
+    "continuous-batching",
+    "kv-fp32",
+    "kv-bf16",
+    "ctranslate2",
+    "onnxruntime-genai",
+)
 
 
 @dataclass
@@ -64,6 +71,7 @@ class Result:
 
 
 # ------------------------------------------------------------------------------------------ the machine's limit
+
 
 def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
     fn()
@@ -88,8 +96,9 @@ def machine_limits(size_mb: int = 1024) -> dict:
     return out
 
 
-def step_limit(limits: dict, rows: int, weight_bytes: int, kv_bytes_per_step: float, flops_per_row: float,
-               dtype: str) -> float:
+def step_limit(
+    limits: dict, rows: int, weight_bytes: int, kv_bytes_per_step: float, flops_per_row: float, dtype: str
+) -> float:
     """The most tokens/s a decode step over `rows` rows could give: bytes over bandwidth vs flops over throughput."""
     memory_s = (weight_bytes + kv_bytes_per_step) / (limits["bandwidth_gb_s"] * 1e9)
     compute_s = rows * flops_per_row / (limits[f"matmul_{dtype}_gflop_s"] * 1e9)
@@ -97,6 +106,7 @@ def step_limit(limits: dict, rows: int, weight_bytes: int, kv_bytes_per_step: fl
 
 
 # ------------------------------------------------------------------------------------------ candidates
+
 
 def count(groups: list[list[dict]]) -> int:
     return sum(len(s["token_ids"]) for g in groups for s in g)
@@ -138,9 +148,18 @@ class Bench:
         from rollouts.hf import generate_completions
         from rollouts.sampling import SamplingSettings
 
-        return count(generate_completions(self.model, self.tokenizer, self.texts, num_samples=self.args.samples,
-                                          max_new_tokens=max_new, sampling=SamplingSettings(top_k=TOP_K),
-                                          chat_template_kwargs=self.template, batch_size=self.args.prompts))
+        return count(
+            generate_completions(
+                self.model,
+                self.tokenizer,
+                self.texts,
+                num_samples=self.args.samples,
+                max_new_tokens=max_new,
+                sampling=SamplingSettings(top_k=TOP_K),
+                chat_template_kwargs=self.template,
+                batch_size=self.args.prompts,
+            )
+        )
 
     def _padded(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         pad = self.tokenizer.pad_token_id
@@ -151,17 +170,33 @@ class Bench:
 
     def generate_static(self, merged, max_new: int) -> int:
         ids, mask, width = self._padded()
-        out = merged.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=True,
-                              temperature=1.0, top_p=1.0, top_k=TOP_K, num_return_sequences=self.args.samples,
-                              eos_token_id=sorted(self.stop), pad_token_id=self.tokenizer.pad_token_id,
-                              cache_implementation="static")
+        out = merged.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=TOP_K,
+            num_return_sequences=self.args.samples,
+            eos_token_id=sorted(self.stop),
+            pad_token_id=self.tokenizer.pad_token_id,
+            cache_implementation="static",
+        )
         return sum(_until_stop(row, self.stop) for row in out[:, width:].tolist())
 
     def continuous(self, merged, max_new: int) -> int:
         from transformers import GenerationConfig
 
-        config = GenerationConfig(max_new_tokens=max_new, do_sample=True, temperature=1.0, top_p=1.0, top_k=TOP_K,
-                                  eos_token_id=sorted(self.stop), pad_token_id=self.tokenizer.pad_token_id)
+        config = GenerationConfig(
+            max_new_tokens=max_new,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=TOP_K,
+            eos_token_id=sorted(self.stop),
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
         inputs = [p for p in self.prompt_ids for _ in range(self.args.samples)]
         outputs = merged.generate_batch(inputs=inputs, generation_config=config, progress_bar=False)
         return sum(_until_stop(list(o.generated_tokens), self.stop) for o in outputs.values())
@@ -170,8 +205,18 @@ class Bench:
         from rollouts.kv_sampler import sample_token_ids
         from rollouts.sampling import SamplingSettings
 
-        return count(sample_token_ids(weights, self.prompt_ids, self.args.samples, max_new, SamplingSettings(top_k=TOP_K),
-                                      self.stop, self.tokenizer.pad_token_id, max_batch_rows=self.rows))
+        return count(
+            sample_token_ids(
+                weights,
+                self.prompt_ids,
+                self.args.samples,
+                max_new,
+                SamplingSettings(top_k=TOP_K),
+                self.stop,
+                self.tokenizer.pad_token_id,
+                max_batch_rows=self.rows,
+            )
+        )
 
     def merged_copy(self):
         """A plain transformers model with the adapter merged (for engines that cannot apply LoRA per step)."""
@@ -184,14 +229,22 @@ class Bench:
         merged.save_pretrained(folder / "hf")
         self.tokenizer.save_pretrained(folder / "hf")
         ctranslate2.converters.TransformersConverter(str(folder / "hf")).convert(str(folder / "ct2"), force=True)
-        return ctranslate2.Generator(str(folder / "ct2"), device="cpu", compute_type="float32",
-                                     intra_threads=torch.get_num_threads())
+        return ctranslate2.Generator(
+            str(folder / "ct2"), device="cpu", compute_type="float32", intra_threads=torch.get_num_threads()
+        )
 
     def ct2(self, generator, max_new: int) -> int:
         tokens = [self.tokenizer.convert_ids_to_tokens(p) for p in self.prompt_ids for _ in range(self.args.samples)]
         end = [self.tokenizer.convert_ids_to_tokens(i) for i in sorted(self.stop)]
-        results = generator.generate_batch(tokens, max_length=max_new, sampling_topk=TOP_K, sampling_temperature=1.0,
-                                           include_prompt_in_result=False, end_token=end, max_batch_size=self.rows)
+        results = generator.generate_batch(
+            tokens,
+            max_length=max_new,
+            sampling_topk=TOP_K,
+            sampling_temperature=1.0,
+            include_prompt_in_result=False,
+            end_token=end,
+            max_batch_size=self.rows,
+        )
         return sum(_until_stop(r.sequences_ids[0], self.stop) for r in results)
 
     def ort_convert(self, folder: Path):
@@ -202,8 +255,23 @@ class Bench:
         merged = self.merged_copy()
         merged.save_pretrained(folder / "hf")
         self.tokenizer.save_pretrained(folder / "hf")
-        done = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(folder / "hf"),
-                               "-o", str(folder / "onnx"), "-p", "fp32", "-e", "cpu"], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "onnxruntime_genai.models.builder",
+                "-i",
+                str(folder / "hf"),
+                "-o",
+                str(folder / "onnx"),
+                "-p",
+                "fp32",
+                "-e",
+                "cpu",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"model builder failed: {done.stderr.strip().splitlines()[-1:]}")
         return og.Model(str(folder / "onnx"))
@@ -215,14 +283,20 @@ class Bench:
         params = og.GeneratorParams(model)
         rows = [p for p in self.prompt_ids for _ in range(self.args.samples)]
         width = max(len(p) for p in rows)
-        params.set_search_options(do_sample=True, top_k=TOP_K or len(self.tokenizer), top_p=1.0, temperature=1.0, batch_size=len(rows),
-                                  max_length=width + max_new)
+        params.set_search_options(
+            do_sample=True,
+            top_k=TOP_K or len(self.tokenizer),
+            top_p=1.0,
+            temperature=1.0,
+            batch_size=len(rows),
+            max_length=width + max_new,
+        )
         generator = og.Generator(model, params)
         generator.append_tokens([p + [self.tokenizer.pad_token_id] * 0 for p in rows])
         while not generator.is_done():
             generator.generate_next_token()
         for i in range(len(rows)):
-            total += _until_stop(list(generator.get_sequence(i))[len(rows[i]):], self.stop)
+            total += _until_stop(list(generator.get_sequence(i))[len(rows[i]) :], self.stop)
         return total
 
 
@@ -249,14 +323,18 @@ def setup_candidates(bench: Bench, names: list[str], workdir: Path) -> tuple[dic
                 result.dtype = str(dtype)[6:]
                 weights = DecoderWeights.from_model(bench.model, dtype)
                 result.update_s = statistics.median(weights.refresh(bench.model) for _ in range(3))
-                result.note = f"rollouts.kv_sampler, LoRA merged into a {result.dtype} copy ({weights.num_bytes / 1e6:.0f} MB)"
+                result.note = (
+                    f"rollouts.kv_sampler, LoRA merged into a {result.dtype} copy ({weights.num_bytes / 1e6:.0f} MB)"
+                )
                 runs[name] = lambda n, w=weights: bench.kv(w, n)
             elif name == "generate-static-compile":
                 start = time.perf_counter()
                 merged = bench.merged_copy()
                 merged.forward = torch.compile(merged.forward, dynamic=False)
                 result.update_s = time.perf_counter() - start  # plus the recompilation it triggers, see note
-                result.note = "merged copy, static cache, torch.compile(forward); compile time in the first run (not timed)"
+                result.note = (
+                    "merged copy, static cache, torch.compile(forward); compile time in the first run (not timed)"
+                )
                 runs[name] = lambda n, m=merged: bench.generate_static(m, n)
             elif name == "continuous-batching":
                 start = time.perf_counter()
@@ -288,7 +366,9 @@ def setup_candidates(bench: Bench, names: list[str], workdir: Path) -> tuple[dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--prompts", type=int, default=2, help="distinct prompts (2 = the cpu preset's rollout batch)")
     parser.add_argument("--samples", type=int, default=4, help="samples per prompt (the group size G)")
     parser.add_argument("--max_new_tokens", type=int, default=128, help="completion budget (the cpu preset's)")
@@ -304,7 +384,9 @@ def main() -> None:
     if "generate" not in names:
         names.insert(0, "generate")  # the baseline every ratio refers to
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; measuring this machine's limits ...", flush=True)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; measuring this machine's limits ...", flush=True
+    )
     limits = machine_limits()
     bench = Bench(args)
     with tempfile.TemporaryDirectory() as tmp:
@@ -326,12 +408,24 @@ def main() -> None:
                 tokens, seconds = timed(lambda run=run: run(args.max_new_tokens))
                 results[name].tokens.append(tokens)
                 results[name].seconds.append(seconds)
-                print(f"  round {round_ + 1}/{args.repeats} {name}: {tokens} tokens in {seconds:.1f} s "
-                      f"({tokens / seconds:.1f} tokens/s)", flush=True)
+                print(
+                    f"  round {round_ + 1}/{args.repeats} {name}: {tokens} tokens in {seconds:.1f} s "
+                    f"({tokens / seconds:.1f} tokens/s)",
+                    flush=True,
+                )
     report(bench, limits, results)
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "limits": limits,
-                                         "results": [vars(r) for r in results.values()]}, indent=1, default=str))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": vars(args) | {"json": str(args.json)},
+                    "limits": limits,
+                    "results": [vars(r) for r in results.values()],
+                },
+                indent=1,
+                default=str,
+            )
+        )
 
 
 def report(bench: Bench, limits: dict, results: dict[str, Result]) -> None:
@@ -344,12 +438,18 @@ def report(bench: Bench, limits: dict, results: dict[str, Result]) -> None:
     flops_per_row = 2 * (params - (0 if config.tie_word_embeddings else embed))  # the tied table is also the head
     mean_prompt = statistics.mean(len(p) for p in bench.prompt_ids)
     baseline = results["generate"].tokens_per_s
-    weight_bytes = {d: DecoderWeights.from_model(bench.model, getattr(torch, d)).num_bytes for d in ("float32", "bfloat16")}
-    print(f"\nmachine: copy bandwidth {limits['bandwidth_gb_s']:.1f} GB/s, matmul fp32 {limits['matmul_float32_gflop_s']:.0f} "
-          f"GFLOP/s, bf16 {limits['matmul_bfloat16_gflop_s']:.0f} GFLOP/s; weights read per decode step: "
-          f"{weight_bytes['float32'] / 1e6:.0f} MB fp32, {weight_bytes['bfloat16'] / 1e6:.0f} MB bf16")
-    print(f"shape: {args.prompts} prompts x {args.samples} samples = {rows} rows, mean prompt {mean_prompt:.0f} tokens, "
-          f"<= {args.max_new_tokens} new tokens, temperature 1.0, top_k {TOP_K}, top_p 1.0; {args.repeats} rounds\n")
+    weight_bytes = {
+        d: DecoderWeights.from_model(bench.model, getattr(torch, d)).num_bytes for d in ("float32", "bfloat16")
+    }
+    print(
+        f"\nmachine: copy bandwidth {limits['bandwidth_gb_s']:.1f} GB/s, matmul fp32 {limits['matmul_float32_gflop_s']:.0f} "
+        f"GFLOP/s, bf16 {limits['matmul_bfloat16_gflop_s']:.0f} GFLOP/s; weights read per decode step: "
+        f"{weight_bytes['float32'] / 1e6:.0f} MB fp32, {weight_bytes['bfloat16'] / 1e6:.0f} MB bf16"
+    )
+    print(
+        f"shape: {args.prompts} prompts x {args.samples} samples = {rows} rows, mean prompt {mean_prompt:.0f} tokens, "
+        f"<= {args.max_new_tokens} new tokens, temperature 1.0, top_k {TOP_K}, top_p 1.0; {args.repeats} rounds\n"
+    )
     print("| candidate | tokens/s | vs generate | time to first token | adapter update | share of limit | note |")
     print("|---|---|---|---|---|---|---|")
     for r in results.values():
@@ -359,10 +459,14 @@ def report(bench: Bench, limits: dict, results: dict[str, Result]) -> None:
         dtype = "bfloat16" if r.dtype == "bfloat16" else "float32"
         element = 2 if dtype == "bfloat16" else 4
         context = mean_prompt + statistics.mean(r.tokens) / rows / 2  # mean context over the decode
-        kv_bytes = rows * config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * context * element
+        kv_bytes = (
+            rows * config.num_hidden_layers * 2 * config.num_key_value_heads * config.head_dim * context * element
+        )
         limit = step_limit(limits, rows, weight_bytes[dtype], kv_bytes, flops_per_row, dtype)
-        print(f"| {r.name} | {r.tokens_per_s:.1f} | {r.tokens_per_s / baseline:.2f}x | {r.ttft:.2f} s | "
-              f"{r.update_s:.2f} s | {r.tokens_per_s / limit:.0%} of {limit:.0f} | {r.note} |")
+        print(
+            f"| {r.name} | {r.tokens_per_s:.1f} | {r.tokens_per_s / baseline:.2f}x | {r.ttft:.2f} s | "
+            f"{r.update_s:.2f} s | {r.tokens_per_s / limit:.0%} of {limit:.0f} | {r.note} |"
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,14 @@ from utils.prompts import build_chat_messages
 def serve(port: int, delay: float) -> None:
     import uvicorn
 
-    uvicorn.run(build_app(FakeTeacher(delay=delay, port=port, shape="reasoning")), host="127.0.0.1", port=port,
-                log_level="error", backlog=4096, limit_concurrency=100_000)
+    uvicorn.run(
+        build_app(FakeTeacher(delay=delay, port=port, shape="reasoning")),
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        backlog=4096,
+        limit_concurrency=100_000,
+    )
 
 
 async def measure(url: str, concurrency: int, total: int) -> tuple[float, int]:
@@ -67,8 +73,10 @@ def main() -> None:
             elapsed, ok = asyncio.run(measure(url, concurrency, total))
             ideal = concurrency / args.delay
             achieved = total / elapsed
-            print(f"{concurrency:11d} {total:9d} {ideal:12.1f} {achieved:9.1f} {achieved / ideal:6.1%}"
-                  + ("" if ok == total else f"  ({total - ok} failed)"))
+            print(
+                f"{concurrency:11d} {total:9d} {ideal:12.1f} {achieved:9.1f} {achieved / ideal:6.1%}"
+                + ("" if ok == total else f"  ({total - ok} failed)")
+            )
     finally:
         server.terminate()
 

@@ -34,8 +34,9 @@ def resample_indices(num_tasks: int, num_resamples: int, seed: int) -> np.ndarra
     return np.random.default_rng(seed).integers(0, num_tasks, size=(num_resamples, num_tasks))
 
 
-def interval_from_indices(values: Sequence[float], indices: np.ndarray,
-                          confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+def interval_from_indices(
+    values: Sequence[float], indices: np.ndarray, confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[float, float]:
     """Percentile interval of the resample means of `values` (shape (T,)) for given indices (shape (B, T)).
 
     Quantiles use numpy's default linear interpolation between order statistics.
@@ -49,14 +50,23 @@ def interval_from_indices(values: Sequence[float], indices: np.ndarray,
     return float(low), float(high)
 
 
-def bootstrap_interval(values: Sequence[float], num_resamples: int = DEFAULT_RESAMPLES,
-                       confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> tuple[float, float]:
+def bootstrap_interval(
+    values: Sequence[float],
+    num_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float]:
     """95% (by default) percentile-bootstrap interval of mean(values) over tasks; values: shape (T,)."""
     return interval_from_indices(values, resample_indices(len(values), num_resamples, seed), confidence)
 
 
-def paired_bootstrap_interval(a: Sequence[float], b: Sequence[float], num_resamples: int = DEFAULT_RESAMPLES,
-                              confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> tuple[float, float]:
+def paired_bootstrap_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    num_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Interval of mean(a - b) with the same tasks resampled for both; a, b: shape (T,), aligned by task."""
     if len(a) != len(b):
         raise ValueError(f"a paired interval needs the same tasks for both models: {len(a)} vs {len(b)} values")

@@ -63,10 +63,15 @@ __all__ = [
 MAX_CODE_BYTES = 200_000
 
 
-
-def execute_program(code: str | None, task: Task, limits: SandboxLimits | None = None, pool: SandboxPool | None = None,
-                    sample_id: str | None = None, include_challenge: bool = False,
-                    planned: PlannedTests | None = None) -> ExecutionResult:
+def execute_program(
+    code: str | None,
+    task: Task,
+    limits: SandboxLimits | None = None,
+    pool: SandboxPool | None = None,
+    sample_id: str | None = None,
+    include_challenge: bool = False,
+    planned: PlannedTests | None = None,
+) -> ExecutionResult:
     """Run one program against one task's tests in the sandbox and judge it.
 
     `planned` may pass `plan_tests(task, include_challenge)` computed once for many samples.
@@ -75,24 +80,58 @@ def execute_program(code: str | None, task: Task, limits: SandboxLimits | None =
     planned = planned or plan_tests(task, include_challenge)
     n = planned.total
     if not code or not code.strip():
-        return ExecutionResult(False, 0, n, "no_code", "no code was extracted", 0.0,
-                               [TestOutcome(False, "no_code") for _ in range(n)], sample_id)
+        return ExecutionResult(
+            False,
+            0,
+            n,
+            "no_code",
+            "no code was extracted",
+            0.0,
+            [TestOutcome(False, "no_code") for _ in range(n)],
+            sample_id,
+        )
     if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
-        return ExecutionResult(False, 0, n, "syntax_error", f"program longer than {MAX_CODE_BYTES} bytes", 0.0,
-                               [TestOutcome(False, "runtime_error") for _ in range(n)], sample_id)
+        return ExecutionResult(
+            False,
+            0,
+            n,
+            "syntax_error",
+            f"program longer than {MAX_CODE_BYTES} bytes",
+            0.0,
+            [TestOutcome(False, "runtime_error") for _ in range(n)],
+            sample_id,
+        )
     ok, syntax_error = check_syntax(code)  # compile only: nothing runs here
     if not ok and task.test_type == "stdin" and any(e in (syntax_error or "") for e in _WRAPPABLE_ERRORS):
         wrapped = wrap_like_apps(code)
         if check_syntax(wrapped)[0]:
             code, ok = wrapped, True
     if not ok:
-        return ExecutionResult(False, 0, n, "syntax_error", syntax_error, time.monotonic() - start,
-                               [TestOutcome(False, "runtime_error", syntax_error) for _ in range(n)], sample_id)
+        return ExecutionResult(
+            False,
+            0,
+            n,
+            "syntax_error",
+            syntax_error,
+            time.monotonic() - start,
+            [TestOutcome(False, "runtime_error", syntax_error) for _ in range(n)],
+            sample_id,
+        )
     pool = pool or default_pool()
     limits = limits or pool.limits
-    job = dict(planned.job, code=code, id=sample_id, limits={
-        "test_timeout": limits.test_timeout, "total_timeout": limits.total_for(n), "memory_mb": limits.memory_mb,
-        "file_size_mb": limits.file_size_mb, "max_processes": limits.max_processes, "output_bytes": limits.output_bytes})
+    job = dict(
+        planned.job,
+        code=code,
+        id=sample_id,
+        limits={
+            "test_timeout": limits.test_timeout,
+            "total_timeout": limits.total_for(n),
+            "memory_mb": limits.memory_mb,
+            "file_size_mb": limits.file_size_mb,
+            "max_processes": limits.max_processes,
+            "output_bytes": limits.output_bytes,
+        },
+    )
     try:
         raw = pool.run(job)
     except SandboxError as exc:
@@ -101,8 +140,9 @@ def execute_program(code: str | None, task: Task, limits: SandboxLimits | None =
         return _sandbox_failure(str(raw["sandbox_error"]), n, start, sample_id)
     tests = raw.get("tests")
     if not isinstance(tests, list) or len(tests) != n or not all(isinstance(x, dict) for x in tests):
-        return _sandbox_failure(f"sandbox worker sent a reply of the wrong shape ({type(tests).__name__})", n, start,
-                                sample_id)
+        return _sandbox_failure(
+            f"sandbox worker sent a reply of the wrong shape ({type(tests).__name__})", n, start, sample_id
+        )
     try:
         outcomes = judge(planned, tests, task.test_type == "call")
     except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
@@ -111,7 +151,11 @@ def execute_program(code: str | None, task: Task, limits: SandboxLimits | None =
     return summarize(outcomes, time.monotonic() - start, sample_id)
 
 
-_WRAPPABLE_ERRORS = ("'return' outside function", "no binding for nonlocal", "nonlocal declaration not allowed at module level")
+_WRAPPABLE_ERRORS = (
+    "'return' outside function",
+    "no binding for nonlocal",
+    "nonlocal declaration not allowed at module level",
+)
 
 
 def wrap_like_apps(code: str) -> str:
@@ -131,13 +175,26 @@ def wrap_like_apps(code: str) -> str:
 
 
 def _sandbox_failure(message: str, n: int, start: float, sample_id: str | None) -> ExecutionResult:
-    return ExecutionResult(False, 0, n, "sandbox_error", message[:500], time.monotonic() - start,
-                           [TestOutcome(False, "sandbox_error", message[:200]) for _ in range(n)], sample_id)
+    return ExecutionResult(
+        False,
+        0,
+        n,
+        "sandbox_error",
+        message[:500],
+        time.monotonic() - start,
+        [TestOutcome(False, "sandbox_error", message[:200]) for _ in range(n)],
+        sample_id,
+    )
 
 
-def execute_many(items: Iterable[tuple[str | None, Task]], pool: SandboxPool | None = None,
-                 limits: SandboxLimits | None = None, sample_ids: Sequence[str] | None = None,
-                 progress: bool = False, include_challenge: bool = False) -> list[ExecutionResult]:
+def execute_many(
+    items: Iterable[tuple[str | None, Task]],
+    pool: SandboxPool | None = None,
+    limits: SandboxLimits | None = None,
+    sample_ids: Sequence[str] | None = None,
+    progress: bool = False,
+    include_challenge: bool = False,
+) -> list[ExecutionResult]:
     """Execute (code, task) pairs on all workers of the pool; results come back in input order."""
     items = list(items)
     pool = pool or default_pool()
@@ -158,7 +215,9 @@ def execute_many(items: Iterable[tuple[str | None, Task]], pool: SandboxPool | N
         try:
             result = execute_program(code, task, limits, pool, ids[index], include_challenge, plans[id(task)])
         except Exception as exc:  # noqa: BLE001 - one program's failure never loses the batch
-            result = _sandbox_failure(f"{type(exc).__name__}: {exc}", plans[id(task)].total, time.monotonic(), ids[index])
+            result = _sandbox_failure(
+                f"{type(exc).__name__}: {exc}", plans[id(task)].total, time.monotonic(), ids[index]
+            )
         if bar is not None:
             bar.update(1)
         return result
@@ -184,8 +243,12 @@ def _main(argv: list[str] | None = None) -> int:
         description="Execute model samples against their tasks' tests in the sandbox and write one verdict per sample.",
     )
     parser.add_argument("--tasks", required=True, help="Task file (JSONL task records, e.g. data/val.jsonl).")
-    parser.add_argument("--samples", required=True, help="JSONL with task_id and either 'completion' (a raw model "
-                        "response; extraction applies) or 'code' per line.")
+    parser.add_argument(
+        "--samples",
+        required=True,
+        help="JSONL with task_id and either 'completion' (a raw model "
+        "response; extraction applies) or 'code' per line.",
+    )
     parser.add_argument("--output", required=True, help="Where to write one result per sample, in input order (JSONL).")
     parser.add_argument("--workers", type=int, default=0, help="Parallel sandbox workers (default: one per CPU core).")
     parser.add_argument("--timeout", type=float, default=4.0, help="Seconds per test (default 4).")
@@ -202,7 +265,10 @@ def _main(argv: list[str] | None = None) -> int:
     for line_no, sample in samples:
         task = tasks.get(sample.get("task_id"))  # type: ignore[arg-type]  # a missing id finds no task
         if task is None:
-            print(f"error: {args.samples}:{line_no}: task_id {sample.get('task_id')!r} is not in {args.tasks}.", file=sys.stderr)
+            print(
+                f"error: {args.samples}:{line_no}: task_id {sample.get('task_id')!r} is not in {args.tasks}.",
+                file=sys.stderr,
+            )
             return 1
         code = sample["code"] if "code" in sample else extract_function_from_code(sample.get("completion"))
         items.append((code, task))
@@ -213,12 +279,16 @@ def _main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         results = execute_many(items, pool, limits, ids, progress=True, include_challenge=args.include_challenge)
         elapsed = time.monotonic() - start
-    rows = [{"task_id": sample["task_id"], **result.to_dict()} for (_, sample), result in zip(samples, results, strict=True)]
+    rows = [
+        {"task_id": sample["task_id"], **result.to_dict()} for (_, sample), result in zip(samples, results, strict=True)
+    ]
     write_jsonl_atomic(args.output, rows)
     counts = Counter(r.status for r in results)
     passed = counts.get("passed", 0)
-    print(f"{len(results)} samples in {elapsed:.1f} s ({len(results) / max(elapsed, 1e-9):.1f}/s): {passed} passed "
-          f"({passed / max(len(results), 1):.1%})")
+    print(
+        f"{len(results)} samples in {elapsed:.1f} s ({len(results) / max(elapsed, 1e-9):.1f}/s): {passed} passed "
+        f"({passed / max(len(results), 1):.1%})"
+    )
     for status in STATUSES:
         if counts.get(status):
             print(f"  {status:14s} {counts[status]}")

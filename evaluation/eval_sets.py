@@ -47,8 +47,13 @@ class EvalSet:
     visible_tests: int  # asserts shown in the prompt (HumanEval: 0)
 
     def label(self) -> dict:
-        return {"name": self.name, "version": self.version, "origin": self.origin, "num_tasks": len(self.tasks),
-                "visible_tests": self.visible_tests}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "origin": self.origin,
+            "num_tasks": len(self.tasks),
+            "visible_tests": self.visible_tests,
+        }
 
 
 def file_digest(path: str | Path) -> str:
@@ -57,29 +62,53 @@ def file_digest(path: str | Path) -> str:
 
 
 def _hub_error(name: str, flag: str, error: Exception) -> DataFormatError:
-    return DataFormatError(f"could not load {name} from the hub ({type(error).__name__}: {str(error)[:200]}). "
-                           f"Pass a local copy with {flag} (e.g. {flag} ../shared/data/"
-                           f"{'mbpp.jsonl' if name == 'MBPP' else 'apps_test.jsonl'}), or allow hub access "
-                           "(HF_HUB_OFFLINE=0).")
+    return DataFormatError(
+        f"could not load {name} from the hub ({type(error).__name__}: {str(error)[:200]}). "
+        f"Pass a local copy with {flag} (e.g. {flag} ../shared/data/"
+        f"{'mbpp.jsonl' if name == 'MBPP' else 'apps_test.jsonl'}), or allow hub access "
+        "(HF_HUB_OFFLINE=0)."
+    )
 
 
-def load_eval_set(name: str, *, eval_file: str | Path | None = None, val_file: str | Path = "data/val.jsonl",
-                  mbpp_path: str | Path | None = None, apps_path: str | Path | None = None,
-                  apps_difficulty: str = "all", visible_tests: int = 1) -> EvalSet:
+def load_eval_set(
+    name: str,
+    *,
+    eval_file: str | Path | None = None,
+    val_file: str | Path = "data/val.jsonl",
+    mbpp_path: str | Path | None = None,
+    apps_path: str | Path | None = None,
+    apps_difficulty: str = "all",
+    visible_tests: int = 1,
+) -> EvalSet:
     """The tasks and label of an evaluation set; `visible_tests` is the configured count (val/MBPP/APPS)."""
     if eval_file is not None:
         path = Path(eval_file)
-        return EvalSet("file", f"sha256:{file_digest(path)}" if path.is_file() else "?", str(path),
-                       tuple(read_tasks(path)), visible_tests)
+        return EvalSet(
+            "file",
+            f"sha256:{file_digest(path)}" if path.is_file() else "?",
+            str(path),
+            tuple(read_tasks(path)),
+            visible_tests,
+        )
     if name == "val":
         path = Path(val_file)
-        return EvalSet("val", f"phase-1 split, sha256:{file_digest(path)}" if path.is_file() else "?", str(path),
-                       tuple(read_tasks(path)), visible_tests)
+        return EvalSet(
+            "val",
+            f"phase-1 split, sha256:{file_digest(path)}" if path.is_file() else "?",
+            str(path),
+            tuple(read_tasks(path)),
+            visible_tests,
+        )
     if name == "humaneval":
         path = humaneval_data_file()
         tasks, _ = load_humaneval(path)
-        return EvalSet("humaneval", f"{HUMANEVAL_PACKAGE} {HUMANEVAL_VERSION}, HumanEval.jsonl.gz sha256:{file_digest(path)}",
-                       str(path), tuple(tasks), 0)
+        return EvalSet(
+            "humaneval",
+            f"{HUMANEVAL_PACKAGE} {HUMANEVAL_VERSION}, HumanEval.jsonl.gz sha256:{file_digest(path)}",
+            str(path),
+            tuple(tasks),
+            0,
+        )
     if name == "mbpp_test":
         try:
             tasks, report = load_mbpp(mbpp_path)
@@ -91,8 +120,13 @@ def load_eval_set(name: str, *, eval_file: str | Path | None = None, val_file: s
         if not chosen:
             raise DataFormatError(f"{report.origin}: no MBPP task with an id in 11-510 (the published test split).")
         digest = f", sha256:{file_digest(mbpp_path)}" if mbpp_path else ""
-        return EvalSet("mbpp_test", f"MBPP task ids 11-510 ({len(chosen)} tasks){digest}", report.origin,
-                       tuple(chosen), visible_tests)
+        return EvalSet(
+            "mbpp_test",
+            f"MBPP task ids 11-510 ({len(chosen)} tasks){digest}",
+            report.origin,
+            tuple(chosen),
+            visible_tests,
+        )
     if name == "apps_test":
         if apps_difficulty != "all" and apps_difficulty not in APPS_DIFFICULTIES:
             raise DataFormatError(f"--apps_difficulty must be 'all' or one of {', '.join(APPS_DIFFICULTIES)}.")
@@ -103,6 +137,11 @@ def load_eval_set(name: str, *, eval_file: str | Path | None = None, val_file: s
         except Exception as error:  # noqa: BLE001 - the hub and datasets raise many unrelated types for one failure
             raise _hub_error("APPS", "--apps_path", error) from None
         digest = f", sha256:{file_digest(apps_path)}" if apps_path else ""
-        return EvalSet("apps_test", f"APPS test, difficulty {apps_difficulty} ({len(tasks)} tasks){digest}",
-                       report.origin, tuple(tasks), visible_tests)
+        return EvalSet(
+            "apps_test",
+            f"APPS test, difficulty {apps_difficulty} ({len(tasks)} tasks){digest}",
+            report.origin,
+            tuple(tasks),
+            visible_tests,
+        )
     raise DataFormatError(f"unknown evaluation set {name!r}; choose one of {', '.join(EVAL_SETS)}.")

@@ -62,8 +62,11 @@ def content_digest(folder: str | Path, memo_path: Path | None = None) -> str:
             memo = json.loads(memo_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             memo = {}
-    files = sorted(p for p in folder.rglob("*") if p.is_file()
-                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
     digest = hashlib.sha256()
     for path in files:
         digest.update(f"{path.relative_to(folder).as_posix()}\0{_file_sha256(path, memo)}\n".encode())
@@ -86,17 +89,36 @@ def read_cache(path: Path) -> dict[tuple[str, int], dict]:
             try:
                 cache[(record["task_id"], int(record["sample_idx"]))] = record
             except (KeyError, ValueError, TypeError):
-                raise DataFormatError(f"{path}:{line_no}: not a completion-cache record; delete {path} to regenerate "
-                                      "its completions.") from None
+                raise DataFormatError(
+                    f"{path}:{line_no}: not a completion-cache record; delete {path} to regenerate its completions."
+                ) from None
     return cache
 
 
-MULTI_TURN_FIELDS = ("mode", "num_turns", "num_policy_tokens", "answers", "tool_calls", "tool_successes", "truncated", "transcript", "turns")
+MULTI_TURN_FIELDS = (
+    "mode",
+    "num_turns",
+    "num_policy_tokens",
+    "answers",
+    "tool_calls",
+    "tool_successes",
+    "truncated",
+    "transcript",
+    "turns",
+)
 
 
-def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dict]]], num_samples: int,
-                    cache_path: Path, num_visible_tests: int = 1, chunk: int = 8, batch_samples: int = 16,
-                    progress: bool = True, mode: str = "single") -> dict[tuple[str, int], dict]:
+def generate_cached(
+    tasks: Sequence[Task],
+    generate: Callable[..., list[list[dict]]],
+    num_samples: int,
+    cache_path: Path,
+    num_visible_tests: int = 1,
+    chunk: int = 8,
+    batch_samples: int = 16,
+    progress: bool = True,
+    mode: str = "single",
+) -> dict[tuple[str, int], dict]:
     """Make sure every (task, sample) has a cached completion; returns them all.
 
     `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model);
@@ -112,18 +134,20 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dic
     prompts = {task.task_id: get_unified_prompt(task, num_visible_tests, mode=mode) for task in tasks}
     digests = {task_id: prompt_digest(prompt) for task_id, prompt in prompts.items()}
     for key in [k for k, record in cache.items() if record.get("prompt_sha256") != digests.get(k[0])]:
-        del cache[key]  # the task's text (or the prompt format) changed since: its old completions answer another prompt
+        del cache[
+            key
+        ]  # the task's text (or the prompt format) changed since: its old completions answer another prompt
     units = []  # (task, sample indices), each at most `chunk` long
     for task in tasks:
         indices = [i for i in range(num_samples) if (task.task_id, i) not in cache]
-        units += [(task, indices[s:s + chunk]) for s in range(0, len(indices), chunk)]
+        units += [(task, indices[s : s + chunk]) for s in range(0, len(indices), chunk)]
     by_size: dict[int, list[tuple[Task, list[int]]]] = {}
     for unit in units:
         by_size.setdefault(len(unit[1]), []).append(unit)
     calls: list[list[tuple[Task, list[int]]]] = []
     for size, same in by_size.items():
         per_call = max(batch_samples // size, 1)
-        calls += [same[i:i + per_call] for i in range(0, len(same), per_call)]
+        calls += [same[i : i + per_call] for i in range(0, len(same), per_call)]
     bar = None
     if progress and units:
         from tqdm import tqdm
@@ -132,14 +156,22 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dic
     with JsonlAppender(cache_path) as handle:  # cuts a torn last line; one writer per cache file
         for call in calls:
             call_prompts = [prompts[task.task_id] for task, _ in call]
-            outputs = (generate(call_prompts, len(call[0][1])) if mode == "single"
-                       else generate(call_prompts, len(call[0][1]), [task for task, _ in call]))
+            outputs = (
+                generate(call_prompts, len(call[0][1]))
+                if mode == "single"
+                else generate(call_prompts, len(call[0][1]), [task for task, _ in call])
+            )
             for (task, indices), samples in zip(call, outputs, strict=True):
                 for sample_idx, sample in zip(indices, samples, strict=True):
-                    record = {"task_id": task.task_id, "sample_idx": sample_idx, "completion": sample["text"],
-                              "num_tokens": sample["num_tokens"], "finish_reason": sample["finish_reason"],
-                              "prompt_sha256": digests[task.task_id],
-                              **{k: sample[k] for k in MULTI_TURN_FIELDS if k in sample}}
+                    record = {
+                        "task_id": task.task_id,
+                        "sample_idx": sample_idx,
+                        "completion": sample["text"],
+                        "num_tokens": sample["num_tokens"],
+                        "finish_reason": sample["finish_reason"],
+                        "prompt_sha256": digests[task.task_id],
+                        **{k: sample[k] for k in MULTI_TURN_FIELDS if k in sample},
+                    }
                     handle.write(record)
                     cache[(task.task_id, sample_idx)] = record
             if bar is not None:
@@ -149,30 +181,59 @@ def generate_cached(tasks: Sequence[Task], generate: Callable[..., list[list[dic
     return cache
 
 
-def execute_samples(tasks: Sequence[Task], cache: dict[tuple[str, int], dict], num_samples: int, pool: SandboxPool,
-                    limits: SandboxLimits, include_challenge: bool = False) -> list[dict]:
+def execute_samples(
+    tasks: Sequence[Task],
+    cache: dict[tuple[str, int], dict],
+    num_samples: int,
+    pool: SandboxPool,
+    limits: SandboxLimits,
+    include_challenge: bool = False,
+) -> list[dict]:
     """Parse and execute every sample; one record per sample with its code and verdict."""
     rows, items = [], []
     for task in tasks:
         for i in range(num_samples):
             cached = cache[(task.task_id, i)]
             parsed = extract_thinking_and_code_unified(cached["completion"])
-            rows.append({"task_id": task.task_id, "source": task.source, "difficulty": task.difficulty, "sample_idx": i,
-                         "completion": cached["completion"], "num_tokens": cached["num_tokens"],
-                         "finish_reason": cached["finish_reason"], "thinking": parsed["thinking"], "code": parsed["code"],
-                         "think_closed": parsed["think_closed"], "has_code": parsed["has_code"],
-                         "syntax_ok": parsed["syntax_ok"]})
+            rows.append(
+                {
+                    "task_id": task.task_id,
+                    "source": task.source,
+                    "difficulty": task.difficulty,
+                    "sample_idx": i,
+                    "completion": cached["completion"],
+                    "num_tokens": cached["num_tokens"],
+                    "finish_reason": cached["finish_reason"],
+                    "thinking": parsed["thinking"],
+                    "code": parsed["code"],
+                    "think_closed": parsed["think_closed"],
+                    "has_code": parsed["has_code"],
+                    "syntax_ok": parsed["syntax_ok"],
+                }
+            )
             items.append((parsed["code"], task))
     results = execute_many(items, pool, limits, progress=True, include_challenge=include_challenge)
     for row, result in zip(rows, results, strict=True):
-        row.update(passed=result.passed, status=result.status, tests_passed=result.tests_passed,
-                   tests_total=result.tests_total, pass_fraction=result.pass_fraction, error=result.error)
+        row.update(
+            passed=result.passed,
+            status=result.status,
+            tests_passed=result.tests_passed,
+            tests_total=result.tests_total,
+            pass_fraction=result.pass_fraction,
+            error=result.error,
+        )
     _score_earlier_answers(tasks, cache, rows, pool, limits, include_challenge)
     return rows
 
 
-def _score_earlier_answers(tasks: Sequence[Task], cache: dict[tuple[str, int], dict], rows: list[dict],
-                           pool: SandboxPool, limits: SandboxLimits, include_challenge: bool) -> None:
+def _score_earlier_answers(
+    tasks: Sequence[Task],
+    cache: dict[tuple[str, int], dict],
+    rows: list[dict],
+    pool: SandboxPool,
+    limits: SandboxLimits,
+    include_challenge: bool,
+) -> None:
     """Multi-turn rows: copy the multi-turn fields and judge every answer before the last one on all tests,
     so the pass rate after each turn can be reported (`answers_passed`: one verdict per answer)."""
     by_task = {task.task_id: task for task in tasks}
@@ -181,13 +242,19 @@ def _score_earlier_answers(tasks: Sequence[Task], cache: dict[tuple[str, int], d
         cached = cache[(row["task_id"], row["sample_idx"])]
         if "num_turns" not in cached:
             continue
-        row.update({k: cached[k] for k in ("mode", "num_turns", "tool_calls", "tool_successes", "truncated") if k in cached})
+        row.update(
+            {k: cached[k] for k in ("mode", "num_turns", "tool_calls", "tool_successes", "truncated") if k in cached}
+        )
         answers = cached.get("answers") or [cached["completion"]]
         row["answers_passed"] = [False] * (len(answers) - 1) + [row["passed"]]
         earlier += [(row, i, extract_thinking_and_code_unified(a)["code"]) for i, a in enumerate(answers[:-1])]
     if earlier:
-        results = execute_many([(code, by_task[row["task_id"]]) for row, _, code in earlier], pool, limits,
-                               include_challenge=include_challenge)
+        results = execute_many(
+            [(code, by_task[row["task_id"]]) for row, _, code in earlier],
+            pool,
+            limits,
+            include_challenge=include_challenge,
+        )
         for (row, i, _), result in zip(earlier, results, strict=True):
             row["answers_passed"][i] = result.passed
 
@@ -213,13 +280,16 @@ def per_task_pass_at_k(rows: list[dict], k: int) -> dict[str, float] | None:
     return dict(zip(ids, values.tolist(), strict=True))
 
 
-def pass_at_k_intervals(rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES,
-                        seed: int = 0) -> dict[str, list[float] | None]:
+def pass_at_k_intervals(
+    rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+) -> dict[str, list[float] | None]:
     """95% bootstrap interval over tasks of each pass@k (None where pass@k is not computable)."""
     out: dict[str, list[float] | None] = {}
     for k in ks:
         per_task = per_task_pass_at_k(rows, k)
-        out[str(k)] = None if per_task is None else list(bootstrap_interval(list(per_task.values()), resamples, seed=seed))
+        out[str(k)] = (
+            None if per_task is None else list(bootstrap_interval(list(per_task.values()), resamples, seed=seed))
+        )
     return out
 
 
@@ -243,10 +313,12 @@ def summarize(rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESA
         "pass_at_k_by_source": {s: _pass_table(r, ks) for s, r in sorted(by_source.items())},
         "pass_at_k_by_difficulty": {d: _pass_table(r, ks) for d, r in sorted(by_difficulty.items())},
         "mean_pass_fraction": sum(r["pass_fraction"] for r in rows) / n,
-        "format": {"closed_thinking": sum(r["think_closed"] for r in rows) / n,
-                   "extractable_code": sum(r["has_code"] for r in rows) / n,
-                   "valid_python": sum(r["syntax_ok"] for r in rows) / n,
-                   "truncated": sum(r["finish_reason"] == "length" for r in rows) / n},
+        "format": {
+            "closed_thinking": sum(r["think_closed"] for r in rows) / n,
+            "extractable_code": sum(r["has_code"] for r in rows) / n,
+            "valid_python": sum(r["syntax_ok"] for r in rows) / n,
+            "truncated": sum(r["finish_reason"] == "length" for r in rows) / n,
+        },
         "mean_completion_tokens": sum(r["num_tokens"] for r in rows) / n,
         "status_counts": dict(Counter(r["status"] for r in rows).most_common()),
         "multi_turn": _multi_turn_summary(rows),
@@ -261,8 +333,12 @@ def _multi_turn_summary(rows: list[dict]) -> dict | None:
     from multiturn.sampler import pass_rate_by_turn, tool_statistics
 
     most = max(len(r["answers_passed"]) for r in turns)
-    return {"mode": turns[0].get("mode"), "pass_rate_by_turn": pass_rate_by_turn(turns, most),
-            "mean_turns": sum(r.get("num_turns", 1) for r in turns) / len(turns), **tool_statistics(turns)}
+    return {
+        "mode": turns[0].get("mode"),
+        "pass_rate_by_turn": pass_rate_by_turn(turns, most),
+        "mean_turns": sum(r.get("num_turns", 1) for r in turns) / len(turns),
+        **tool_statistics(turns),
+    }
 
 
 def format_multi_turn(summary: dict) -> str:
@@ -271,11 +347,15 @@ def format_multi_turn(summary: dict) -> str:
     if not mt:
         return ""
     by_turn = ", ".join(f"turn {t}: {v:.1%}" for t, v in mt["pass_rate_by_turn"].items())
-    text = (f"pass rate after each turn: {by_turn}; mean turns {mt['mean_turns']:.2f}; truncated by a limit "
-            f"{mt['truncated']:.1%}")
+    text = (
+        f"pass rate after each turn: {by_turn}; mean turns {mt['mean_turns']:.2f}; truncated by a limit "
+        f"{mt['truncated']:.1%}"
+    )
     if mt.get("mode") == "tool":
-        text += (f"\ntool calls per sample {mt['calls_per_sample']:.2f} (samples with a call "
-                 f"{mt['samples_with_a_call']:.1%}, calls without error {mt['successful_call_share']:.1%})")
+        text += (
+            f"\ntool calls per sample {mt['calls_per_sample']:.2f} (samples with a call "
+            f"{mt['samples_with_a_call']:.1%}, calls without error {mt['successful_call_share']:.1%})"
+        )
     return text
 
 
@@ -288,8 +368,13 @@ def delta(trained: dict, baseline: dict) -> dict:
     return out
 
 
-def delta_intervals(trained_rows: list[dict], baseline_rows: list[dict], ks: Sequence[int],
-                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, list[float] | None]:
+def delta_intervals(
+    trained_rows: list[dict],
+    baseline_rows: list[dict],
+    ks: Sequence[int],
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, list[float] | None]:
     """Paired 95% bootstrap interval of trained - baseline per k: the same tasks resampled for both."""
     out: dict[str, list[float] | None] = {}
     for k in ks:
@@ -300,8 +385,9 @@ def delta_intervals(trained_rows: list[dict], baseline_rows: list[dict], ks: Seq
         if set(trained) != set(base):
             raise ValueError("trained and baseline were evaluated on different tasks; a paired interval needs the same")
         ids = sorted(trained)
-        out[str(k)] = list(paired_bootstrap_interval([trained[t] for t in ids], [base[t] for t in ids], resamples,
-                                                     seed=seed))
+        out[str(k)] = list(
+            paired_bootstrap_interval([trained[t] for t in ids], [base[t] for t in ids], resamples, seed=seed)
+        )
     return out
 
 
@@ -320,9 +406,14 @@ def format_table(summary: dict, title: str = "Pass@k Results") -> str:
     lines = ["=" * 70, f"{title}:", "=" * 70]
     intervals = summary.get("pass_at_k_ci95", {})
     for k, value in summary["pass_at_k"].items():
-        lines.append(f"pass@{int(k):3d}: " + (f"{value:.4f} ({value:.2%})" + _interval_text(intervals.get(k))
-                                                 if value is not None
-                                                 else f"not computable (needs >= {k} samples per task)"))
+        lines.append(
+            f"pass@{int(k):3d}: "
+            + (
+                f"{value:.4f} ({value:.2%})" + _interval_text(intervals.get(k))
+                if value is not None
+                else f"not computable (needs >= {k} samples per task)"
+            )
+        )
     lines.append("=" * 70)
     return "\n".join(lines)
 

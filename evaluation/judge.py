@@ -46,8 +46,17 @@ from evaluation.sandbox_protocol import Opaque, decode_value
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
 
-STATUSES = ("passed", "wrong_answer", "runtime_error", "syntax_error", "timeout", "memory_limit", "output_limit",
-            "no_code", "sandbox_error")
+STATUSES = (
+    "passed",
+    "wrong_answer",
+    "runtime_error",
+    "syntax_error",
+    "timeout",
+    "memory_limit",
+    "output_limit",
+    "no_code",
+    "sandbox_error",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,13 +93,23 @@ class ExecutionResult:
         return out
 
 
-
 # --------------------------------------------------------------------------------------------
 # Planning tests
 # --------------------------------------------------------------------------------------------
 
-_SAFE_CALLS: dict[str, Callable[..., Any]] = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
-               "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool}
+_SAFE_CALLS: dict[str, Callable[..., Any]] = {
+    "set": set,
+    "frozenset": frozenset,
+    "tuple": tuple,
+    "list": list,
+    "dict": dict,
+    "float": float,
+    "int": int,
+    "str": str,
+    "sorted": sorted,
+    "abs": abs,
+    "bool": bool,
+}
 
 
 class NotLiteralError(ValueError):
@@ -103,7 +122,12 @@ def safe_literal(node: ast.AST) -> Any:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SAFE_CALLS and not node.keywords:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _SAFE_CALLS
+        and not node.keywords
+    ):
         args = [safe_literal(a) for a in node.args]
         try:
             return _SAFE_CALLS[node.func.id](*args)
@@ -151,7 +175,11 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
     try:
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             left, op, right = test.left, test.ops[0], test.comparators[0]
-            if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value in (True, False, None):
+            if (
+                isinstance(op, (ast.Is, ast.IsNot))
+                and isinstance(right, ast.Constant)
+                and right.value in (True, False, None)
+            ):
                 return AssertPlan(expr(left), "is" if isinstance(op, ast.Is) else "is_not", right.value)
             names = {ast.Eq: "eq", ast.NotEq: "ne", ast.In: "in", ast.NotIn: "not_in"}
             if type(op) in names:
@@ -177,19 +205,52 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
 
 
 def _compares(node: ast.AST) -> bool:
-    return any(isinstance(n, (ast.Compare, ast.BoolOp)) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not))
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, (ast.Compare, ast.BoolOp)) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not))
+        for n in ast.walk(node)
+    )
 
 
-_TREE_CALLS: dict[str, Callable[..., Any]] = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
-               "int": int, "str": str, "sorted": sorted, "abs": abs, "bool": bool, "len": len, "round": round,
-               "sum": sum, "min": min, "max": max, "all": all, "any": any}
-_TREE_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-                ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
-_TREE_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
-                 ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
-                 ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b, ast.In: lambda a, b: a in b,
-                 ast.NotIn: lambda a, b: a not in b}
+_TREE_CALLS: dict[str, Callable[..., Any]] = {
+    "set": set,
+    "frozenset": frozenset,
+    "tuple": tuple,
+    "list": list,
+    "dict": dict,
+    "float": float,
+    "int": int,
+    "str": str,
+    "sorted": sorted,
+    "abs": abs,
+    "bool": bool,
+    "len": len,
+    "round": round,
+    "sum": sum,
+    "min": min,
+    "max": max,
+    "all": all,
+    "any": any,
+}
+_TREE_BINOPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+}
+_TREE_COMPARE = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Is: lambda a, b: a is b,
+    ast.IsNot: lambda a, b: a is not b,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 _LEAF = "__leaf_"
 
 
@@ -209,9 +270,17 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
         if isinstance(node, ast.Slice):
             return True
         if isinstance(node, ast.Call):
-            return (isinstance(node.func, ast.Name) and node.func.id in _TREE_CALLS and node.func.id not in shadowed
-                    and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)) or (
-                _is_isclose(node.func) and len(node.args) == 2 and all(k.arg in ("rel_tol", "abs_tol") for k in node.keywords))
+            return (
+                isinstance(node.func, ast.Name)
+                and node.func.id in _TREE_CALLS
+                and node.func.id not in shadowed
+                and not node.keywords
+                and not any(isinstance(a, ast.Starred) for a in node.args)
+            ) or (
+                _is_isclose(node.func)
+                and len(node.args) == 2
+                and all(k.arg in ("rel_tol", "abs_tol") for k in node.keywords)
+            )
         return False
 
     class Splitter(ast.NodeTransformer):
@@ -234,13 +303,17 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
         return None
     # A comparison of two values the child computes (`f(x) == sys.getsizeof(x)`, `f(r) == Node(1)`)
     # has no expected side here; such an assert keeps running whole in the child, marked untrusted.
-    trusted = all(not (_has_leaf(a) and _has_leaf(b))
-                  for node in ast.walk(skeleton) if isinstance(node, ast.Compare)
-                  for a, b in zip([node.left, *node.comparators[:-1]], node.comparators, strict=True))
+    trusted = all(
+        not (_has_leaf(a) and _has_leaf(b))
+        for node in ast.walk(skeleton)
+        if isinstance(node, ast.Compare)
+        for a, b in zip([node.left, *node.comparators[:-1]], node.comparators, strict=True)
+    )
     if not trusted:
         return None
-    return AssertPlan({"kind": "expr", "src": "(" + "".join(f"{leaf}, " for leaf in leaves) + ")"}, "tree",
-                      (skeleton, len(leaves)))
+    return AssertPlan(
+        {"kind": "expr", "src": "(" + "".join(f"{leaf}, " for leaf in leaves) + ")"}, "tree", (skeleton, len(leaves))
+    )
 
 
 def _has_leaf(node: ast.AST) -> bool:
@@ -257,7 +330,7 @@ class _TreeEvaluator:
 
     def eval(self, node: ast.AST | None) -> Any:  # None: a `**` key of a dict display
         if isinstance(node, ast.Name):
-            return self.leaves[int(node.id[len(_LEAF):])]
+            return self.leaves[int(node.id[len(_LEAF) :])]
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -311,8 +384,11 @@ def _contains_opaque(value: Any, depth: int = 0) -> bool:
 
 def _is_isclose(func: ast.AST) -> bool:
     return (isinstance(func, ast.Name) and func.id == "isclose") or (
-        isinstance(func, ast.Attribute) and func.attr == "isclose" and isinstance(func.value, ast.Name)
-        and func.value.id in ("math", "cmath"))
+        isinstance(func, ast.Attribute)
+        and func.attr == "isclose"
+        and isinstance(func.value, ast.Name)
+        and func.value.id in ("math", "cmath")
+    )
 
 
 def check_value(plan: AssertPlan, actual: Any) -> bool:
@@ -324,8 +400,11 @@ def check_value(plan: AssertPlan, actual: Any) -> bool:
         return not isinstance(actual, Opaque) and not _equal(actual, e)
     if c in ("in", "not_in"):
         try:
-            inside = any(_equal(actual, item) for item in e) if not isinstance(e, (str, bytes)) else (
-                isinstance(actual, type(e)) and actual in e)  # type: ignore[operator]  # both str or both bytes
+            inside = (
+                any(_equal(actual, item) for item in e)
+                if not isinstance(e, (str, bytes))
+                else (isinstance(actual, type(e)) and actual in e)  # type: ignore[operator]  # both str or both bytes
+            )
         except TypeError:
             return False
         return inside if c == "in" else not inside and not isinstance(actual, Opaque)
@@ -339,8 +418,12 @@ def check_value(plan: AssertPlan, actual: Any) -> bool:
         return not bool(actual) and not isinstance(actual, Opaque)
     if c == "isclose":
         numeric = (int, float)
-        return (isinstance(actual, numeric) and not isinstance(actual, bool) and isinstance(e, numeric)
-                and math.isclose(actual, e, rel_tol=plan.tolerance[0], abs_tol=plan.tolerance[1]))
+        return (
+            isinstance(actual, numeric)
+            and not isinstance(actual, bool)
+            and isinstance(e, numeric)
+            and math.isclose(actual, e, rel_tol=plan.tolerance[0], abs_tol=plan.tolerance[1])
+        )
     if c == "tree":
         skeleton, n_leaves = e
         if not isinstance(actual, tuple) or len(actual) != n_leaves or _contains_opaque(actual):
@@ -427,20 +510,28 @@ class PlannedTests:
 
 def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
     if task.test_type == "stdin":
-        return PlannedTests({"mode": "stdin", "inputs": [t["input"] for t in task.tests]}, [t["output"] for t in task.tests])
+        return PlannedTests(
+            {"mode": "stdin", "inputs": [t["input"] for t in task.tests]}, [t["output"] for t in task.tests]
+        )
     if task.test_type == "call":
         tests = [{"kind": "call", "args": json.dumps(t["input"])} for t in task.tests]
-        return PlannedTests({"mode": "calls", "tests": tests, "fn_name": task.fn_name, "prelude": True},
-                            [t["output"] for t in task.tests])
+        return PlannedTests(
+            {"mode": "calls", "tests": tests, "fn_name": task.fn_name, "prelude": True},
+            [t["output"] for t in task.tests],
+        )
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
     shadowed = frozenset({task.fn_name} if task.fn_name else ())
     plans = [plan_assert(a, shadowed) for a in asserts]
     return PlannedTests(
-        {"mode": "calls", "tests": [p.worker_test for p in plans], "imports": "\n".join(task.test_imports),
-         "setup": task.test_setup_code, "prelude": False},
+        {
+            "mode": "calls",
+            "tests": [p.worker_test for p in plans],
+            "imports": "\n".join(task.test_imports),
+            "setup": task.test_setup_code,
+            "prelude": False,
+        },
         plans,
     )
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,7 +584,9 @@ def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
         if test.get("status") != "done":
             outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
         elif test.get("exit_code") != 0:  # includes a crash by os._exit(n != 0) during the test
-            outcomes.append(TestOutcome(False, _classify_error(None, error), error or f"exit code {test.get('exit_code')}", t))
+            outcomes.append(
+                TestOutcome(False, _classify_error(None, error), error or f"exit code {test.get('exit_code')}", t)
+            )
         elif stdout_matches(got, want):
             outcomes.append(TestOutcome(True, "passed", None, t))
         else:
@@ -521,8 +614,14 @@ def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[Test
             kind, phase = _text(test.get("type"), 100) or "Error", _text(test.get("phase"), 20)
             where = f" during {phase}" if phase and phase != "test" else ""
             is_assert = kind == "AssertionError" and phase == "test"
-            outcomes.append(TestOutcome(False, "wrong_answer" if is_assert else _classify_error(kind, _text(test.get("error"))),
-                                        f"{kind}{where}: {_text(test.get('error')) or ''}"[:300], t))
+            outcomes.append(
+                TestOutcome(
+                    False,
+                    "wrong_answer" if is_assert else _classify_error(kind, _text(test.get("error"))),
+                    f"{kind}{where}: {_text(test.get('error')) or ''}"[:300],
+                    t,
+                )
+            )
         else:
             outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
     return outcomes
@@ -537,11 +636,9 @@ def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None) -
     return ExecutionResult(False, n_pass, len(outcomes), first.status, first.error, wall, outcomes, sample_id)
 
 
-
 def judge(planned: PlannedTests, raw_tests: list[dict], mode_is_call: bool) -> list[TestOutcome]:
     """One outcome per planned test from the worker's per-test records (already shape-checked)."""
     reply = {"tests": raw_tests}
     if planned.job["mode"] == "stdin":
         return _judge_stdin(reply, planned.expectations)
     return _judge_calls(reply, planned.expectations, mode_is_call)
-

@@ -23,7 +23,9 @@ def estimate_pass_at_k(num_samples: int | Sequence[int], num_correct: Sequence[i
     or if c > n or k < 1.
     """
     correct = np.asarray(num_correct, dtype=np.int64)
-    samples = np.full_like(correct, num_samples) if np.isscalar(num_samples) else np.asarray(num_samples, dtype=np.int64)
+    samples = (
+        np.full_like(correct, num_samples) if np.isscalar(num_samples) else np.asarray(num_samples, dtype=np.int64)
+    )
     if samples.shape != correct.shape:
         raise ValueError(f"num_samples has shape {samples.shape}, num_correct {correct.shape}")
     if k < 1:
@@ -41,7 +43,9 @@ def estimate_pass_at_k(num_samples: int | Sequence[int], num_correct: Sequence[i
     return np.array([one(int(n), int(c)) for n, c in zip(samples, correct, strict=True)], dtype=np.float64)
 
 
-def pass_at_k_table(num_samples: Sequence[int], num_correct: Sequence[int], ks: Iterable[int]) -> dict[int, float | None]:
+def pass_at_k_table(
+    num_samples: Sequence[int], num_correct: Sequence[int], ks: Iterable[int]
+) -> dict[int, float | None]:
     """Mean pass@k over tasks for each k; None where some task has fewer than k samples."""
     out: dict[int, float | None] = {}
     for k in ks:

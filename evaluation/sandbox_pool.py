@@ -27,10 +27,43 @@ from evaluation.sandbox_protocol import HEADER, MAX_MESSAGE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WORKER_SCRIPT = Path(__file__).resolve().with_name("sandbox_worker.py")  # run, never imported here
-PRELOAD = ("collections", "itertools", "functools", "heapq", "bisect", "math", "re", "string", "typing", "fractions",
-           "decimal", "random", "statistics", "operator", "copy", "datetime", "array", "queue", "json", "ctypes",
-           "cmath", "textwrap", "unicodedata", "calendar", "enum", "dataclasses", "threading", "io", "shutil",
-           "subprocess", "traceback", "base64", "struct", "hashlib", "time")
+PRELOAD = (
+    "collections",
+    "itertools",
+    "functools",
+    "heapq",
+    "bisect",
+    "math",
+    "re",
+    "string",
+    "typing",
+    "fractions",
+    "decimal",
+    "random",
+    "statistics",
+    "operator",
+    "copy",
+    "datetime",
+    "array",
+    "queue",
+    "json",
+    "ctypes",
+    "cmath",
+    "textwrap",
+    "unicodedata",
+    "calendar",
+    "enum",
+    "dataclasses",
+    "threading",
+    "io",
+    "shutil",
+    "subprocess",
+    "traceback",
+    "base64",
+    "struct",
+    "hashlib",
+    "time",
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +84,6 @@ class SandboxLimits:
         if self.program_timeout is not None:
             return self.program_timeout
         return min(n_tests * self.test_timeout + 2.0, 60.0)
-
 
 
 class SandboxError(RuntimeError):
@@ -89,11 +121,19 @@ class _Worker:
         self._close_lock = threading.Lock()
         to_worker_r, self._to_worker = os.pipe()
         self._from_worker, from_worker_w = os.pipe()
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-               "MKL_NUM_THREADS": "1", "LANG": "C.UTF-8"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "LANG": "C.UTF-8",
+        }
         self.process = subprocess.Popen(
             [sys.executable, "-I", str(WORKER_SCRIPT), str(to_worker_r), str(from_worker_w)],
-            pass_fds=(to_worker_r, from_worker_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+            pass_fds=(to_worker_r, from_worker_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
             cwd="/",
         )
         os.close(to_worker_r)
@@ -146,7 +186,7 @@ class _Worker:
                 left = deadline - time.monotonic()
                 if left <= 0 or not selector.select(left):
                     raise SandboxError("sandbox worker did not take its job in time")
-                view = view[os.write(self._to_worker, view[:1 << 16]):]
+                view = view[os.write(self._to_worker, view[: 1 << 16]) :]
 
     def run(self, job: dict, timeout: float) -> dict:
         self._send(job, timeout)
@@ -202,12 +242,23 @@ def _empty_cgroup(path: str | None) -> None:
 class SandboxPool:
     """A fixed set of sandbox workers; `run` borrows one per program (thread-safe)."""
 
-    def __init__(self, workers: int = 0, limits: SandboxLimits | None = None, isolate: bool = True,
-                 secret_paths: Sequence[str | os.PathLike] = ()) -> None:
+    def __init__(
+        self,
+        workers: int = 0,
+        limits: SandboxLimits | None = None,
+        isolate: bool = True,
+        secret_paths: Sequence[str | os.PathLike] = (),
+    ) -> None:
         self.size = workers or os.cpu_count() or 1
         self.limits = limits or SandboxLimits()
-        self._init = {"isolate": isolate, "hide": _secret_paths(secret_paths), "keep": _python_paths(),
-                      "preload": list(PRELOAD), "uid_base": 200000, "tmp_size_mb": 512}
+        self._init = {
+            "isolate": isolate,
+            "hide": _secret_paths(secret_paths),
+            "keep": _python_paths(),
+            "preload": list(PRELOAD),
+            "uid_base": 200000,
+            "tmp_size_mb": 512,
+        }
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
@@ -269,4 +320,3 @@ def default_pool() -> SandboxPool:
             _default_pool = SandboxPool()
             atexit.register(_default_pool.close)
         return _default_pool
-

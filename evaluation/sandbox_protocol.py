@@ -66,7 +66,7 @@ def parse_frames(data: bytes) -> list[object]:
     out, pos = [], 0
     while pos + HEADER.size <= len(data):
         (size,) = HEADER.unpack_from(data, pos)
-        body = data[pos + HEADER.size:pos + HEADER.size + size]
+        body = data[pos + HEADER.size : pos + HEADER.size + size]
         pos += HEADER.size + size
         if len(body) < size:
             break
@@ -121,7 +121,10 @@ def encode_value(value: Any, depth: int = 0) -> object:
     if t is tuple:
         return {"__t": "tuple", "v": [encode_value(v, depth + 1) for v in value]}
     if t is dict:
-        return {"__t": "dict", "v": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
+        return {
+            "__t": "dict",
+            "v": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()],
+        }
     if t is set or t is frozenset:
         return {"__t": t.__name__, "v": [encode_value(v, depth + 1) for v in value]}
     if t is bytes:
@@ -232,6 +235,6 @@ class FrameBuffer:
             (size,) = HEADER.unpack_from(self.buffer)
             if len(self.buffer) < HEADER.size + size:
                 break
-            out += parse_frames(bytes(self.buffer[:HEADER.size + size]))
-            del self.buffer[:HEADER.size + size]
+            out += parse_frames(bytes(self.buffer[: HEADER.size + size]))
+            del self.buffer[: HEADER.size + size]
         return out

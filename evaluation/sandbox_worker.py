@@ -62,6 +62,7 @@ if __package__:  # imported as evaluation.sandbox_worker (tests)
 else:  # run as a script by the pool: `python -I` puts neither the project nor this folder on sys.path
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
     from sandbox_protocol import FrameBuffer, encode_value, read_message, write_message  # type: ignore[no-redef]
+
     del sys.path[0]
 
 # The worker disables these in itself (children inherit the disabled state for free) and keeps
@@ -130,7 +131,7 @@ def _memfd(name: str, data: bytes = b"") -> int:
     if data:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -305,8 +306,12 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
             pass
         _mount(f"/proc/self/fd/{fd}", f"{root}/dev/{name}", None, MS_BIND, None)
         os.close(fd)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{root}/dev/{name}")
     covered = []
     for path in sorted({os.path.realpath(h) for h in hide}):
@@ -320,8 +325,9 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)  # replaced per program
     _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     _pivot_root(root)
-    holder["scratch_keeps"] = {k: os.open(k, os.O_PATH | os.O_DIRECTORY)
-                               for k in sources if any(_under(k, s) for s in SCRATCH)}
+    holder["scratch_keeps"] = {
+        k: os.open(k, os.O_PATH | os.O_DIRECTORY) for k in sources if any(_under(k, s) for s in SCRATCH)
+    }
     return {"exposed": sorted(sources), "hidden": covered}
 
 
@@ -351,7 +357,9 @@ def remove_tree(path: str) -> None:
     except OSError:
         return
     name = os.path.basename(path)
-    stack: list[tuple[int, str, int | None]] = [(parent, name, None)]  # (dir fd of the parent, entry name, fd of the entry once opened)
+    stack: list[tuple[int, str, int | None]] = [
+        (parent, name, None)
+    ]  # (dir fd of the parent, entry name, fd of the entry once opened)
     try:
         while stack:
             parent_fd, entry, fd = stack[-1]
@@ -397,10 +405,45 @@ def remove_tree(path: str) -> None:
 
 
 _DISABLED = {
-    "os": ("kill", "killpg", "system", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
-           "forkpty", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown", "chmod", "chown",
-           "chroot", "lchown", "execv", "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe",
-           "spawnv", "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "setsid", "setpgid"),
+    "os": (
+        "kill",
+        "killpg",
+        "system",
+        "remove",
+        "removedirs",
+        "rmdir",
+        "fchdir",
+        "setuid",
+        "fork",
+        "forkpty",
+        "rename",
+        "renames",
+        "truncate",
+        "replace",
+        "unlink",
+        "fchmod",
+        "fchown",
+        "chmod",
+        "chown",
+        "chroot",
+        "lchown",
+        "execv",
+        "execve",
+        "execvp",
+        "execvpe",
+        "execl",
+        "execle",
+        "execlp",
+        "execlpe",
+        "spawnv",
+        "spawnve",
+        "spawnvp",
+        "spawnvpe",
+        "posix_spawn",
+        "posix_spawnp",
+        "setsid",
+        "setpgid",
+    ),
     "shutil": ("rmtree", "move", "chown"),
     "subprocess": ("Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"),
 }
@@ -425,11 +468,16 @@ def _reliability_guard() -> None:
 
 def _fresh_stdio(stderr: bool = True) -> None:
     """New sys.std* objects on fds 0-2 (inherited objects may hold buffered bytes of another owner)."""
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace")
+    sys.stdin = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
+    )
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="replace"
+    )
     if stderr:
-        sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                      errors="replace", line_buffering=True)
+        sys.stderr = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="replace", line_buffering=True
+        )
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc,assignment]
 
 
@@ -437,8 +485,16 @@ def prepare_template(workdir: str) -> None:
     """A scrubbed environment, fresh standard streams, default signal dispositions, a high recursion
     limit, and destructive functions disabled. The worker itself uses the private references above."""
     os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-                       "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1"})
+    os.environ.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
+    )
     _fresh_stdio()
     sys.setrecursionlimit(10000)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -528,8 +584,10 @@ def _child_calls(job: dict) -> None:
         exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
         code = compile(job["code"], "<solution>", "exec")
     except SyntaxError as exc:
-        send(_RESULT_FD, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}",
-                          "phase": "compile"})
+        send(
+            _RESULT_FD,
+            {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"},
+        )
         return
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
@@ -565,8 +623,10 @@ def _child_stdin(job: dict) -> None:
     try:
         code = compile(job["code"], "<solution>", "exec")
     except SyntaxError as exc:
-        send(_RESULT_FD, {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}",
-                          "phase": "compile"})
+        send(
+            _RESULT_FD,
+            {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"},
+        )
         return
     for k, index in enumerate(job["run"]):
         dup2(_STDIO_BASE + 2 * k, 0)
@@ -880,7 +940,6 @@ def _wait_readable(fds: list[int], timeout: float) -> list[int]:
     return ready
 
 
-
 class Supervisor:
     """Runs jobs for the parent. Timing is its own: a run's clock starts at the ready byte the
     harness writes before any untrusted code, and a report counts only if it arrived before the
@@ -929,7 +988,7 @@ class Supervisor:
     def _send_fds_all(sock: socket.socket, fds: list[int]) -> None:
         socket.send_fds(sock, [json.dumps({"k": "job", "nfds": len(fds)}).encode()], fds[:253])
         for start in range(253, len(fds), 253):
-            socket.send_fds(sock, [b"{}"], fds[start:start + 253])
+            socket.send_fds(sock, [b"{}"], fds[start : start + 253])
 
     def _launch(self, fds: list[int]) -> tuple[int, int]:
         if not self.spares:
@@ -1030,11 +1089,13 @@ class Supervisor:
             if self.base is not None:  # basic isolation: nothing but this worker kills leftovers
                 self.zygote.send(json.dumps({"k": "sweep", "workdirs": self._workdirs()}).encode())
                 self._note("swept", None, time.monotonic() + 30.0)
-            end.update(time=time.monotonic() - start,
-                       exit=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-                       signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                       oom=(self.cgroup.oom_kills() if self.cgroup else 0) > oom_before,
-                       err_size=os.fstat(err).st_size)
+            end.update(
+                time=time.monotonic() - start,
+                exit=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                oom=(self.cgroup.oom_kills() if self.cgroup else 0) > oom_before,
+                err_size=os.fstat(err).st_size,
+            )
             if end.get("harness") and end["exit"] == _HARNESS_FAILED:
                 raise HarnessError("the sandbox could not set up the program's process")
             if end.get("harness"):
@@ -1073,8 +1134,16 @@ class Supervisor:
         kind, index = message.get("k"), message.get("i")
         if kind == "setup_err":  # the program failed before its first test: every test of the run fails so
             for i in indices:
-                reports.setdefault(i, {"k": "setup_err", "type": message.get("type"), "msg": message.get("msg"),
-                                       "phase": message.get("phase"), "time": elapsed})
+                reports.setdefault(
+                    i,
+                    {
+                        "k": "setup_err",
+                        "type": message.get("type"),
+                        "msg": message.get("msg"),
+                        "phase": message.get("phase"),
+                        "time": elapsed,
+                    },
+                )
             return True
         if kind in ("val", "err", "done") and type(index) is int and index in indices and index not in reports:
             reports[index] = dict(message, time=elapsed)
@@ -1096,7 +1165,11 @@ class Supervisor:
         while pending:
             if time.monotonic() >= program_deadline:
                 for i in pending:
-                    tests[i] = {"status": "timeout", "error": "program time limit reached before this test ran", "time": 0.0}
+                    tests[i] = {
+                        "status": "timeout",
+                        "error": "program time limit reached before this test ran",
+                        "time": 0.0,
+                    }
                 break
             run = pending if together else pending[:1]
             reports, end = self._run(job, run, program_deadline)
@@ -1107,8 +1180,12 @@ class Supervisor:
                     tests[index] = self._record(job, reports.get(index, {}), end, budget)
             pending = [i for i in pending if i not in tests]
             together = False
-        return {"id": job.get("id"), "tests": [tests[i] for i in range(n)], "setup_error": None,
-                "wall_time": time.monotonic() - start}
+        return {
+            "id": job.get("id"),
+            "tests": [tests[i] for i in range(n)],
+            "setup_error": None,
+            "wall_time": time.monotonic() - start,
+        }
 
     @staticmethod
     def _record(job: dict, report: dict, end: dict, budget: list[int]) -> dict:
@@ -1130,13 +1207,28 @@ class Supervisor:
             if job["mode"] == "stdin":  # it exited by itself (os._exit) during this test: its status is the test's
                 if len(stdout) > cap:
                     return dict(record, status="output_limit", error="output limit exceeded")
-                return dict(record, status="done", exit_code=end.get("exit"), stdout=stdout.decode("utf-8", "replace"),
-                            error=f"program exited (code {end.get('exit')})" if end.get("exit") else None)
-            return dict(record, status="crashed", signal=None, exit_code=end.get("exit"),
-                        error=f"program exited (code {end.get('exit')}) before returning a result")
+                return dict(
+                    record,
+                    status="done",
+                    exit_code=end.get("exit"),
+                    stdout=stdout.decode("utf-8", "replace"),
+                    error=f"program exited (code {end.get('exit')})" if end.get("exit") else None,
+                )
+            return dict(
+                record,
+                status="crashed",
+                signal=None,
+                exit_code=end.get("exit"),
+                error=f"program exited (code {end.get('exit')}) before returning a result",
+            )
         if kind == "setup_err" or kind == "err":
-            return dict(record, status="error", type=str(report.get("type"))[:100], error=str(report.get("msg"))[:500],
-                        phase=str(report.get("phase") or "test")[:20])
+            return dict(
+                record,
+                status="error",
+                type=str(report.get("type"))[:100],
+                error=str(report.get("msg"))[:500],
+                phase=str(report.get("phase") or "test")[:20],
+            )
         if kind == "done":
             if len(stdout) > cap:
                 return dict(record, status="output_limit", error="output limit exceeded")
@@ -1145,8 +1237,13 @@ class Supervisor:
                 return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
             exit_code = report.get("exit")
             error = report.get("error")
-            return dict(record, status="done", exit_code=exit_code if type(exit_code) is int else 1,
-                        stdout=stdout.decode("utf-8", errors="replace"), error=str(error)[:500] if error else None)
+            return dict(
+                record,
+                status="done",
+                exit_code=exit_code if type(exit_code) is int else 1,
+                stdout=stdout.decode("utf-8", errors="replace"),
+                error=str(error)[:500] if error else None,
+            )
         size = len(json.dumps(report.get("v")))
         budget[0] -= size
         if budget[0] < 0 or size > 4 * cap:
@@ -1191,8 +1288,16 @@ def main(argv: list[str]) -> int:
         _chmod(base, 0o711)
     prepare_template(base if base is not None else "/tmp")
     _BASE_ADDRESS_SPACE = _address_space_now() + 64 * 1024 * 1024  # headroom for the child's own setup
-    ctx = {"namespaces": namespaces, "uid": info["uid"], "tmp_size_mb": init.get("tmp_size_mb", 512),
-           "scratch_keeps": {}, "scratch_mounts": list(SCRATCH), "cgroup_fd": None, "cgroup": cgroup is not None, "base": base}
+    ctx = {
+        "namespaces": namespaces,
+        "uid": info["uid"],
+        "tmp_size_mb": init.get("tmp_size_mb", 512),
+        "scratch_keeps": {},
+        "scratch_mounts": list(SCRATCH),
+        "cgroup_fd": None,
+        "cgroup": cgroup is not None,
+        "base": base,
+    }
     if cgroup is not None:
         ctx["cgroup_fd"] = os.open(f"{cgroup.path}/cgroup.procs", os.O_WRONLY)
     # Move every object created so far out of the garbage collector's sight: a collection in a

@@ -16,18 +16,30 @@ from config import ConfigError, add_config_arguments, config_from_args, exit_on_
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problem", help="The problem statement.")
-    parser.add_argument("--model_path", help="Adapter, checkpoint-* folder or base model (default: final_model in the "
-                        "resolved paths.output_dir, e.g. outputs/final_model).")
-    parser.add_argument("--assert", dest="asserts", action="append", default=[],
-                        help="An MBPP-style test, e.g. --assert 'assert add(1, 2) == 3' (repeatable; the first is shown "
-                        "in the prompt, like phase 4 does).")
+    parser.add_argument(
+        "--model_path",
+        help="Adapter, checkpoint-* folder or base model (default: final_model in the "
+        "resolved paths.output_dir, e.g. outputs/final_model).",
+    )
+    parser.add_argument(
+        "--assert",
+        dest="asserts",
+        action="append",
+        default=[],
+        help="An MBPP-style test, e.g. --assert 'assert add(1, 2) == 3' (repeatable; the first is shown "
+        "in the prompt, like phase 4 does).",
+    )
     parser.add_argument("--samples", type=int, default=1, help="How many answers to sample (default 1).")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default).")
-    parser.add_argument("--max_new_tokens", type=int, default=512, help="Token budget per answer (per turn in a "
-                        "multi-turn mode).")
-    parser.add_argument("--mode", choices=("single", "tool", "feedback"),
-                        help="single, tool (the model may run <program> blocks) or feedback (a failing shown --assert "
-                        "comes back and the model answers again); default: multi_turn.mode of the config.")
+    parser.add_argument(
+        "--max_new_tokens", type=int, default=512, help="Token budget per answer (per turn in a multi-turn mode)."
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("single", "tool", "feedback"),
+        help="single, tool (the model may run <program> blocks) or feedback (a failing shown --assert "
+        "comes back and the model answers again); default: multi_turn.mode of the config.",
+    )
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -47,14 +59,22 @@ def main(argv: list[str] | None = None) -> int:
     task = None
     if args.asserts:  # checked before the model loads: a test that cannot fail must not print "passed"
         try:
-            task = Task(task_id="solve/1", source="solve", problem=args.problem, test_type="assert",
-                        tests=tuple(args.asserts), fn_name=entry_point_from_asserts(args.asserts))
+            task = Task(
+                task_id="solve/1",
+                source="solve",
+                problem=args.problem,
+                test_type="assert",
+                tests=tuple(args.asserts),
+                fn_name=entry_point_from_asserts(args.asserts),
+            )
         except TaskSchemaError as error:
             print(f"error: --assert: {error}.", file=sys.stderr)
             return 2
     try:
         base, adapter = resolve_model(args.model_path or str(default_model_path(config)), config)
-        model, tokenizer = load_student(base, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir)
+        model, tokenizer = load_student(
+            base, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
+        )
     except ModelLoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -62,13 +82,24 @@ def main(argv: list[str] | None = None) -> int:
         model = load_adapter(model, adapter)
     mode = args.mode or config.multi_turn.mode
     prompt = get_unified_prompt(task if task else args.problem, config.prompt.num_visible_tests, mode=mode)
-    sampling = SamplingSettings(args.temperature, config.evaluation.top_p, config.evaluation.top_k,
-                                config.evaluation.min_p, config.evaluation.repetition_penalty)
+    sampling = SamplingSettings(
+        args.temperature,
+        config.evaluation.top_p,
+        config.evaluation.top_k,
+        config.evaluation.min_p,
+        config.evaluation.repetition_penalty,
+    )
     template = {"enable_thinking": config.student.enable_thinking}
     if mode == "single":
-        samples = generate_completions(model, tokenizer, [prompt], num_samples=args.samples,
-                                       max_new_tokens=args.max_new_tokens, sampling=sampling,
-                                       chat_template_kwargs=template)[0]
+        samples = generate_completions(
+            model,
+            tokenizer,
+            [prompt],
+            num_samples=args.samples,
+            max_new_tokens=args.max_new_tokens,
+            sampling=sampling,
+            chat_template_kwargs=template,
+        )[0]
     else:
         samples = _multi_turn_samples(config, mode, model, tokenizer, prompt, task, args, sampling, template)
     for i, sample in enumerate(samples, start=1):
@@ -78,17 +109,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--- turn {number} ({turn['finish_reason']}) ---\n{turn['text']}")
             inserted = turn.get("observation") or turn.get("feedback")
             if inserted:
-                print(f"--- inserted by the {'tool' if turn.get('observation') else 'feedback'} environment ---\n"
-                      + inserted.strip("\n"))
+                print(
+                    f"--- inserted by the {'tool' if turn.get('observation') else 'feedback'} environment ---\n"
+                    + inserted.strip("\n")
+                )
         if sample.get("turns"):
-            print(f"--- {sample['num_turns']} turns, {sample['tool_calls']} tool calls"
-                  + (", truncated by a limit" if sample["truncated"] else "") + " ---")
+            print(
+                f"--- {sample['num_turns']} turns, {sample['tool_calls']} tool calls"
+                + (", truncated by a limit" if sample["truncated"] else "")
+                + " ---"
+            )
         print("--- thinking ---\n" + (parsed["thinking"] or "(none)"))
         print("--- code ---\n" + (parsed["code"] or "(no code found)"))
         if task is not None:
             result = execute_program(parsed["code"], task)
-            print(f"--- verdict: {result.status} ({result.tests_passed}/{result.tests_total} tests)"
-                  + (f": {result.error}" if result.error else ""))
+            print(
+                f"--- verdict: {result.status} ({result.tests_passed}/{result.tests_total} tests)"
+                + (f": {result.error}" if result.error else "")
+            )
     return 0
 
 
@@ -100,12 +138,20 @@ def _multi_turn_samples(config, mode: str, model, tokenizer, prompt: str, task, 
     from multiturn.sampler import MultiTurnSampler
     from utils.dataset_loader import Task
 
-    task = task or Task(task_id="solve/1", source="solve", problem=args.problem, test_type="stdin",
-                        tests=({"input": "", "output": ""},))  # no --assert: nothing is shown, nothing to test
+    task = task or Task(
+        task_id="solve/1", source="solve", problem=args.problem, test_type="stdin", tests=({"input": "", "output": ""},)
+    )  # no --assert: nothing is shown, nothing to test
     with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
         environment = make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
-        sampler = MultiTurnSampler(lambda m: HFContinuer(m, tokenizer, sampling), environment, tokenizer, mode,
-                                   args.max_new_tokens, config.multi_turn.max_total_tokens, template)
+        sampler = MultiTurnSampler(
+            lambda m: HFContinuer(m, tokenizer, sampling),
+            environment,
+            tokenizer,
+            mode,
+            args.max_new_tokens,
+            config.multi_turn.max_total_tokens,
+            template,
+        )
         return sampler.generate(model, [prompt], args.samples, 0, [task])[0]
 
 

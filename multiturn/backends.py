@@ -31,8 +31,9 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
     return sorted({end_of_turn_id(tokenizer), tokenizer.eos_token_id} - {None})
 
 
-def cut_continuation(tokenizer: Any, ids: Sequence[int], budget: int, stop_ids: Sequence[int],
-                     stop_strings: Sequence[str]) -> Continuation:
+def cut_continuation(
+    tokenizer: Any, ids: Sequence[int], budget: int, stop_ids: Sequence[int], stop_strings: Sequence[str]
+) -> Continuation:
     """The continuation a backend should return for raw sampled `ids` (which may run past a stop:
     a batch keeps sampling other rows, and finished rows are padded)."""
     stops = set(stop_ids)
@@ -54,12 +55,15 @@ class HFContinuer:
     """`continue_sequences` with transformers `generate`, with the single-turn HF sampler's settings
     (`SamplingSettings`, passed whole) and stop ids (end of turn, EOS, the generation config's EOS)."""
 
-    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingSettings = FULL_SOFTMAX, batch_size: int = 8) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, sampling: SamplingSettings = FULL_SOFTMAX, batch_size: int = 8
+    ) -> None:
         self.model, self.tokenizer, self.sampling, self.batch_size = model, tokenizer, sampling, batch_size
 
     @torch.no_grad()
-    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
-                           stop_strings: tuple[str, ...]) -> list[Continuation]:
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
         tok, model = self.tokenizer, self.model
         stops = sorted(set(stop_token_ids(tok)) | generation_eos_ids(model))
         device = next(model.parameters()).device
@@ -71,14 +75,20 @@ class HFContinuer:
         results: list[Continuation] = []
         try:
             for start in range(0, len(sequences), self.batch_size):
-                chunk = sequences[start:start + self.batch_size]
-                budgets = max_new_tokens[start:start + self.batch_size]
+                chunk = sequences[start : start + self.batch_size]
+                budgets = max_new_tokens[start : start + self.batch_size]
                 width = max(len(s) for s in chunk)
                 pad = tok.pad_token_id
                 input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in chunk], device=device)
                 attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in chunk], device=device)
-                output = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max(budgets),
-                                        eos_token_id=stops, pad_token_id=pad, **sampling)
+                output = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    max_new_tokens=max(budgets),
+                    eos_token_id=stops,
+                    pad_token_id=pad,
+                    **sampling,
+                )
                 for row, budget in zip(output[:, width:].tolist(), budgets, strict=True):
                     results.append(cut_continuation(tok, row, budget, stops, stop_strings))
         finally:
@@ -95,26 +105,43 @@ class VLLMContinuer:
     (`include_stop_str_in_output` keeps the tag in the text too).
     """
 
-    def __init__(self, llm: Any, vllm_module: Any, tokenizer: Any, sampling: SamplingSettings = FULL_SOFTMAX,
-                 lora_request: Any = None, logprobs: bool = True) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        vllm_module: Any,
+        tokenizer: Any,
+        sampling: SamplingSettings = FULL_SOFTMAX,
+        lora_request: Any = None,
+        logprobs: bool = True,
+    ) -> None:
         self.llm, self.vllm, self.tokenizer = llm, vllm_module, tokenizer
         self.sampling, self.lora_request, self.logprobs = sampling, lora_request, logprobs
 
-    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
-                           stop_strings: tuple[str, ...]) -> list[Continuation]:
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
         stops = stop_token_ids(self.tokenizer)
         results: list[Continuation | None] = [None] * len(sequences)
         for budget in sorted(set(max_new_tokens)):
             rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
-            kwargs = {"n": 1, "max_tokens": budget, **self.sampling.vllm_kwargs(), "stop_token_ids": stops,
-                      "skip_special_tokens": True}
+            kwargs = {
+                "n": 1,
+                "max_tokens": budget,
+                **self.sampling.vllm_kwargs(),
+                "stop_token_ids": stops,
+                "skip_special_tokens": True,
+            }
             if self.logprobs:
                 kwargs["logprobs"] = 0  # the sampled token's own log-prob
             if stop_strings:
                 kwargs.update(stop=list(stop_strings), include_stop_str_in_output=True)
             params = self.vllm.SamplingParams(**kwargs)
-            outputs = self.llm.generate([{"prompt_token_ids": sequences[i]} for i in rows], params,
-                                        lora_request=self.lora_request, use_tqdm=False)
+            outputs = self.llm.generate(
+                [{"prompt_token_ids": sequences[i]} for i in rows],
+                params,
+                lora_request=self.lora_request,
+                use_tqdm=False,
+            )
             for i, output in zip(rows, outputs, strict=True):
                 c = output.outputs[0]
                 ids = list(c.token_ids)
@@ -124,8 +151,11 @@ class VLLMContinuer:
                     finish = "stop"
                 else:
                     finish = "length"
-                logprobs = ([step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
-                            if getattr(c, "logprobs", None) else None)
+                logprobs = (
+                    [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
+                    if getattr(c, "logprobs", None)
+                    else None
+                )
                 results[i] = Continuation(ids, c.text, finish, logprobs)
         return results  # type: ignore[return-value]
 
@@ -145,8 +175,11 @@ class ScriptedBackend:
 
     def _claim(self, sequence: list[int], taken: set[int]) -> list:
         """The sample this sequence continues: the longest unclaimed known prefix, else a new sample."""
-        matches = [e for e in self._live if id(e) not in taken and len(e[0]) <= len(sequence)
-                   and tuple(sequence[: len(e[0])]) == e[0]]
+        matches = [
+            e
+            for e in self._live
+            if id(e) not in taken and len(e[0]) <= len(sequence) and tuple(sequence[: len(e[0])]) == e[0]
+        ]
         entry = max(matches, key=lambda e: len(e[0]), default=None)
         if entry is None:
             entry = [tuple(sequence), len(self._live), 0]
@@ -154,8 +187,9 @@ class ScriptedBackend:
         taken.add(id(entry))
         return entry
 
-    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
-                           stop_strings: tuple[str, ...]) -> list[Continuation]:
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
         self.calls.append([list(s) for s in sequences])
         out, taken = [], set()
         entries = [self._claim(s, taken) for s in sequences]  # claimed before any entry moves on

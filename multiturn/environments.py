@@ -92,7 +92,7 @@ def extract_program(turn_text: str) -> str | None:
     start = turn_text.find(PROGRAM_OPEN, previous + len(PROGRAM_CLOSE) if previous >= 0 else 0, end)
     if start < 0:
         return None
-    body = turn_text[start + len(PROGRAM_OPEN):end]
+    body = turn_text[start + len(PROGRAM_OPEN) : end]
     fenced = _FENCED.match(body)
     if fenced:
         body = fenced.group(1)
@@ -118,9 +118,20 @@ def run_tool_program(code: str | None, pool: SandboxPool, limits: SandboxLimits 
     if not ok:
         return f"SyntaxError: {syntax_error}", False
     limits = limits or pool.limits
-    job = {"mode": "stdin", "inputs": [""], "code": code, "id": None, "limits": {
-        "test_timeout": limits.test_timeout, "total_timeout": limits.total_for(1), "memory_mb": limits.memory_mb,
-        "file_size_mb": limits.file_size_mb, "max_processes": limits.max_processes, "output_bytes": limits.output_bytes}}
+    job = {
+        "mode": "stdin",
+        "inputs": [""],
+        "code": code,
+        "id": None,
+        "limits": {
+            "test_timeout": limits.test_timeout,
+            "total_timeout": limits.total_for(1),
+            "memory_mb": limits.memory_mb,
+            "file_size_mb": limits.file_size_mb,
+            "max_processes": limits.max_processes,
+            "output_bytes": limits.output_bytes,
+        },
+    }
     try:
         raw = pool.run(job)
     except SandboxError as exc:
@@ -149,8 +160,9 @@ class ToolEnvironment:
 
     stop_strings = (PROGRAM_CLOSE,)
 
-    def __init__(self, pool: SandboxPool, max_tool_calls: int, result_max_bytes: int,
-                 limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self, pool: SandboxPool, max_tool_calls: int, result_max_bytes: int, limits: SandboxLimits | None = None
+    ) -> None:
         self.pool, self.limits = pool, limits
         self.max_tool_calls, self.result_max_bytes = max_tool_calls, result_max_bytes
 
@@ -167,19 +179,29 @@ class ToolEnvironment:
                 steps[i] = Step(done=True, truncated=True)
             elif state.tool_calls >= self.max_tool_calls:
                 state.tool_calls += 1
-                steps[i] = Step(False, observation=format_result(
-                    f"not run: the limit of {self.max_tool_calls} programs per answer is reached; give your final "
-                    "answer now", self.result_max_bytes), info={"tool_status": "over_limit"})
+                steps[i] = Step(
+                    False,
+                    observation=format_result(
+                        f"not run: the limit of {self.max_tool_calls} programs per answer is reached; give your final "
+                        "answer now",
+                        self.result_max_bytes,
+                    ),
+                    info={"tool_status": "over_limit"},
+                )
             else:
                 state.tool_calls += 1
                 to_run.append(i)
         with ThreadPoolExecutor(max_workers=max(1, min(len(to_run), self.pool.size))) as executor:
-            outputs = list(executor.map(
-                lambda i: run_tool_program(extract_program(turns[i].text), self.pool, self.limits), to_run))
+            outputs = list(
+                executor.map(lambda i: run_tool_program(extract_program(turns[i].text), self.pool, self.limits), to_run)
+            )
         for i, (output, ok) in zip(to_run, outputs, strict=True):
             states[i].tool_successes += ok
-            steps[i] = Step(False, observation=format_result(output, self.result_max_bytes),
-                            info={"tool_status": "ok" if ok else "error"})
+            steps[i] = Step(
+                False,
+                observation=format_result(output, self.result_max_bytes),
+                info={"tool_status": "ok" if ok else "error"},
+            )
         return steps  # type: ignore[return-value]
 
 
@@ -204,6 +226,7 @@ def visible_tests(task: Task, num_visible_tests: int) -> Task | None:
     elif task.test_type == "stdin":
         shown = [t for t in task.tests if _shown(t["input"], task.problem) and _shown(t["output"], task.problem)]
     else:
+
         def literal_shown(value: Any) -> bool:
             return _shown(json.dumps(value), task.problem) or _shown(repr(value), task.problem)
 
@@ -224,9 +247,14 @@ def describe_test(task: Task, index: int) -> str:
     return f"Call: {task.fn_name}({args})\nExpected return value: {json.dumps(test['output'])}"
 
 
-_STATUS_WORDS = {"wrong_answer": "wrong answer", "runtime_error": "error", "timeout": "time limit exceeded",
-                 "memory_limit": "memory limit exceeded", "output_limit": "output limit exceeded",
-                 "syntax_error": "syntax error"}
+_STATUS_WORDS = {
+    "wrong_answer": "wrong answer",
+    "runtime_error": "error",
+    "timeout": "time limit exceeded",
+    "memory_limit": "memory limit exceeded",
+    "output_limit": "output limit exceeded",
+    "syntax_error": "syntax error",
+}
 
 
 def feedback_message(task: Task, result: Any, limit: int) -> str:
@@ -239,8 +267,9 @@ def feedback_message(task: Task, result: Any, limit: int) -> str:
         index = next(i for i, o in enumerate(result.test_outcomes) if not o.passed)
         outcome = result.test_outcomes[index]
         what = _STATUS_WORDS.get(outcome.status, outcome.status.replace("_", " "))
-        text = (f"Your code failed a test shown in the problem.\n{describe_test(task, index)}\n"
-                f"Result: {what}" + (f": {outcome.error}" if outcome.error else ""))
+        text = f"Your code failed a test shown in the problem.\n{describe_test(task, index)}\nResult: {what}" + (
+            f": {outcome.error}" if outcome.error else ""
+        )
     return trim_chars(text, limit - 60) + "\nCorrect the code and answer again in the same format."
 
 
@@ -249,10 +278,20 @@ class FeedbackEnvironment:
 
     stop_strings: tuple[str, ...] = ()
 
-    def __init__(self, pool: SandboxPool, max_turns: int, num_visible_tests: int, feedback_max_chars: int,
-                 limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self,
+        pool: SandboxPool,
+        max_turns: int,
+        num_visible_tests: int,
+        feedback_max_chars: int,
+        limits: SandboxLimits | None = None,
+    ) -> None:
         self.pool, self.limits = pool, limits
-        self.max_turns, self.num_visible_tests, self.feedback_max_chars = max_turns, num_visible_tests, feedback_max_chars
+        self.max_turns, self.num_visible_tests, self.feedback_max_chars = (
+            max_turns,
+            num_visible_tests,
+            feedback_max_chars,
+        )
 
     def start(self, task: Task) -> EpisodeState:
         return EpisodeState(task=task, visible=visible_tests(task, self.num_visible_tests))
@@ -263,17 +302,27 @@ class FeedbackEnvironment:
             ok = bool(code) and check_syntax(code)[0]
             if ok or not code:
                 return Step(done=True, info={"visible_passed": None})
-            return Step(False, observation=trim_chars(f"Your code does not compile: {check_syntax(code)[1]}\n"
-                                                      "Correct the code and answer again in the same format.",
-                                                      self.feedback_max_chars),
-                        as_user_message=True, info={"visible_passed": False})
+            return Step(
+                False,
+                observation=trim_chars(
+                    f"Your code does not compile: {check_syntax(code)[1]}\n"
+                    "Correct the code and answer again in the same format.",
+                    self.feedback_max_chars,
+                ),
+                as_user_message=True,
+                info={"visible_passed": False},
+            )
         result = execute_program(code, state.visible, self.limits, self.pool)
         if result.passed:
             return Step(done=True, info={"visible_passed": True})
         if result.status == "sandbox_error":  # the harness, not the program: no feedback to give
             return Step(done=True, info={"visible_passed": None})
-        return Step(False, observation=feedback_message(state.visible, result, self.feedback_max_chars),
-                    as_user_message=True, info={"visible_passed": False})
+        return Step(
+            False,
+            observation=feedback_message(state.visible, result, self.feedback_max_chars),
+            as_user_message=True,
+            info={"visible_passed": False},
+        )
 
     def step(self, states: Sequence[EpisodeState], turns: Sequence[Turn]) -> list[Step]:
         for state in states:
@@ -291,8 +340,9 @@ class FeedbackEnvironment:
         return step
 
 
-def make_environment(mode: str, pool: SandboxPool, multi_turn: Any, num_visible_tests: int,
-                     limits: SandboxLimits | None = None) -> ToolEnvironment | FeedbackEnvironment:
+def make_environment(
+    mode: str, pool: SandboxPool, multi_turn: Any, num_visible_tests: int, limits: SandboxLimits | None = None
+) -> ToolEnvironment | FeedbackEnvironment:
     """The environment of `multi_turn.mode` (a config.MultiTurnConfig section)."""
     if mode == "tool":
         return ToolEnvironment(pool, multi_turn.max_tool_calls, multi_turn.result_max_bytes, limits)
@@ -301,5 +351,16 @@ def make_environment(mode: str, pool: SandboxPool, multi_turn: Any, num_visible_
     raise ValueError(f"no environment for mode {mode!r} (tool or feedback)")
 
 
-__all__ = ["EpisodeState", "FeedbackEnvironment", "Step", "ToolEnvironment", "Turn", "extract_program",
-           "feedback_message", "format_result", "make_environment", "run_tool_program", "visible_tests"]
+__all__ = [
+    "EpisodeState",
+    "FeedbackEnvironment",
+    "Step",
+    "ToolEnvironment",
+    "Turn",
+    "extract_program",
+    "feedback_message",
+    "format_result",
+    "make_environment",
+    "run_tool_program",
+    "visible_tests",
+]

@@ -47,8 +47,9 @@ class Continuation:
 
 
 class ContinueBackend(Protocol):
-    def continue_sequences(self, sequences: list[list[int]], max_new_tokens: list[int],
-                           stop_strings: tuple[str, ...]) -> list[Continuation]: ...
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]: ...
 
 
 class Environment(Protocol):
@@ -75,16 +76,23 @@ def user_turn_ids(tokenizer: Any, content: str, chat_template_kwargs: dict | Non
     it is exactly what the template would write there; the template's own markup is encoded with
     its special tokens, the content as plain text.
     """
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                {"role": "assistant", "content": _SENTINEL_A}, {"role": "user", "content": _SENTINEL_U}]
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                             **(chat_template_kwargs or {}))
-    after = rendered[rendered.index(_SENTINEL_A) + len(_SENTINEL_A):]
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": _SENTINEL_A},
+        {"role": "user", "content": _SENTINEL_U},
+    ]
+    rendered = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {})
+    )
+    after = rendered[rendered.index(_SENTINEL_A) + len(_SENTINEL_A) :]
     eot = tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))
     if not after.startswith(eot):
-        raise ValueError(f"the chat template does not end an assistant turn with {eot!r}; feedback turns cannot be "
-                         "appended to it (use multi_turn.mode=single or tool)")
-    before_user, after_user = after[len(eot):].split(_SENTINEL_U)
+        raise ValueError(
+            f"the chat template does not end an assistant turn with {eot!r}; feedback turns cannot be "
+            "appended to it (use multi_turn.mode=single or tool)"
+        )
+    before_user, after_user = after[len(eot) :].split(_SENTINEL_U)
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     return encode(before_user) + encode_inserted_text(tokenizer, content) + encode(after_user)
 
@@ -147,9 +155,18 @@ def _record(episode: Episode, mode: str) -> dict:
     return record
 
 
-def run_episodes(backend: ContinueBackend, environment: Environment, tokenizer: Any, prompt_ids: Sequence[list[int]],
-                 tasks: Sequence[Task], mode: str, max_new_tokens: int, max_total_tokens: int,
-                 chat_template_kwargs: dict | None = None, progress: Any = None) -> list[dict]:
+def run_episodes(
+    backend: ContinueBackend,
+    environment: Environment,
+    tokenizer: Any,
+    prompt_ids: Sequence[list[int]],
+    tasks: Sequence[Task],
+    mode: str,
+    max_new_tokens: int,
+    max_total_tokens: int,
+    chat_template_kwargs: dict | None = None,
+    progress: Any = None,
+) -> list[dict]:
     """Run every (prompt, task) pair to the end; one record per pair, in order.
 
     `max_new_tokens` bounds one policy turn, `max_total_tokens` everything after the prompt. A
@@ -168,9 +185,11 @@ def run_episodes(backend: ContinueBackend, environment: Environment, tokenizer: 
         active = [e for e, b in zip(active, budgets, strict=True) if b > 0]
         if not active:
             break
-        outputs = backend.continue_sequences([e.prompt_ids + e.token_ids for e in active],
-                                             [min(max_new_tokens, max_total_tokens - len(e.token_ids)) for e in active],
-                                             tuple(environment.stop_strings))
+        outputs = backend.continue_sequences(
+            [e.prompt_ids + e.token_ids for e in active],
+            [min(max_new_tokens, max_total_tokens - len(e.token_ids)) for e in active],
+            tuple(environment.stop_strings),
+        )
         for e, out in zip(active, outputs, strict=True):
             e.append(list(out.token_ids), True, out.logprobs)
         steps = environment.step([e.state for e in active], [Turn(o.text, o.finish_reason) for o in outputs])
@@ -180,8 +199,11 @@ def run_episodes(backend: ContinueBackend, environment: Environment, tokenizer: 
             if step.done:
                 e.done, e.truncated = True, step.truncated
                 continue
-            ids = (user_turn_ids(tokenizer, step.observation, chat_template_kwargs) if step.as_user_message
-                   else encode_inserted_text(tokenizer, step.observation))
+            ids = (
+                user_turn_ids(tokenizer, step.observation, chat_template_kwargs)
+                if step.as_user_message
+                else encode_inserted_text(tokenizer, step.observation)
+            )
             if len(e.token_ids) + len(ids) >= max_total_tokens:  # no room left for the policy to answer it
                 e.done = e.truncated = True
                 continue

@@ -13,5 +13,7 @@ def brevity(prompts, completions, code, status, **columns):
     `code` is the extracted program (None when the answer had none) and `status` the sandbox verdict;
     returning None for the others means "does not apply": they keep the built-in reward only.
     """
-    return [max(0.0, min(1.0, (1000 - len(c)) / 800)) if s == "passed" and c else None
-            for c, s in zip(code, status, strict=True)]
+    return [
+        max(0.0, min(1.0, (1000 - len(c)) / 800)) if s == "passed" and c else None
+        for c, s in zip(code, status, strict=True)
+    ]

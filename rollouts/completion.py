@@ -17,8 +17,14 @@ def stop_ids(tokenizer: Any) -> list[int]:
     return sorted({end_of_turn_id(tokenizer), tokenizer.eos_token_id} - {None})
 
 
-def completion_record(token_ids: list[int], finish_reason: str | None, text: str, prompt_ids: list[int],
-                      end_ids: set[int], logprobs: list[float] | None = None) -> dict:
+def completion_record(
+    token_ids: list[int],
+    finish_reason: str | None,
+    text: str,
+    prompt_ids: list[int],
+    end_ids: set[int],
+    logprobs: list[float] | None = None,
+) -> dict:
     """One sample from a vLLM completion, trusting vLLM's token ids.
 
     vLLM keeps the token it stopped on (ours, or an EOS from the model's generation config) as the
@@ -28,9 +34,13 @@ def completion_record(token_ids: list[int], finish_reason: str | None, text: str
     """
     cut = next((i + 1 for i, t in enumerate(token_ids) if t in end_ids), len(token_ids))
     ids = list(token_ids[:cut])
-    record = {"text": text, "token_ids": ids, "prompt_ids": prompt_ids,
-              "finish_reason": "stop" if finish_reason == "stop" or cut < len(token_ids) else "length",
-              "num_tokens": len(ids)}
+    record = {
+        "text": text,
+        "token_ids": ids,
+        "prompt_ids": prompt_ids,
+        "finish_reason": "stop" if finish_reason == "stop" or cut < len(token_ids) else "length",
+        "num_tokens": len(ids),
+    }
     if logprobs is not None:
         record["logprobs"] = [float(x) for x in logprobs[:cut]]
     return record

@@ -30,30 +30,54 @@ def chat_template_kwargs(config: Config) -> dict[str, Any]:
     return {"enable_thinking": config.student.enable_thinking}
 
 
-def prompt_lengths(tokenizer: Any, tasks: Sequence, num_visible_tests: int, chat_template_kwargs: dict | None = None) -> list[int]:
+def prompt_lengths(
+    tokenizer: Any, tasks: Sequence, num_visible_tests: int, chat_template_kwargs: dict | None = None
+) -> list[int]:
     """Token count of each task's templated prompt (what sizes vLLM's `max_model_len`)."""
-    return [len(encode_prompt(tokenizer, get_unified_prompt(t, num_visible_tests), chat_template_kwargs=chat_template_kwargs))
-            for t in tasks]
+    return [
+        len(
+            encode_prompt(
+                tokenizer, get_unified_prompt(t, num_visible_tests), chat_template_kwargs=chat_template_kwargs
+            )
+        )
+        for t in tasks
+    ]
 
 
-def colocated_engine(config: Config, tokenizer: Any, model_name: str, tasks: Sequence, visible_tests: int,
-                     max_new_tokens: int, lora_rank: int | None, ranks: RankInfo | None = None, sleep_mode: bool = False,
-                     logprobs: bool = True) -> tuple[Any, Any]:
+def colocated_engine(
+    config: Config,
+    tokenizer: Any,
+    model_name: str,
+    tasks: Sequence,
+    visible_tests: int,
+    max_new_tokens: int,
+    lora_rank: int | None,
+    ranks: RankInfo | None = None,
+    sleep_mode: bool = False,
+    logprobs: bool = True,
+) -> tuple[Any, Any]:
     """(vllm module, a `vllm.LLM` for this process) sized for these tasks' prompts plus the budget."""
     import vllm  # lazy: the optional GPU extra
 
     ranks = ranks or RankInfo()
     lengths = prompt_lengths(tokenizer, tasks, visible_tests, chat_template_kwargs(config))
-    kwargs = engine_kwargs(resolve_model_path(model_name, config.paths.model_cache_dir),
-                           max_model_len=max_model_len(lengths, max_new_tokens),
-                           gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization, dtype=config.student.torch_dtype,
-                           seed=config.training.seed, lora_rank=lora_rank, ranks=ranks, sleep_mode=sleep_mode,
-                           logprobs=logprobs)
+    kwargs = engine_kwargs(
+        resolve_model_path(model_name, config.paths.model_cache_dir),
+        max_model_len=max_model_len(lengths, max_new_tokens),
+        gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
+        dtype=config.student.torch_dtype,
+        seed=config.training.seed,
+        lora_rank=lora_rank,
+        ranks=ranks,
+        sleep_mode=sleep_mode,
+        logprobs=logprobs,
+    )
     return vllm, build_engine(vllm, kwargs, ranks)
 
 
-def training_rollout(config: Config, tokenizer: Any, output_dir: Path, accelerator: Any = None,
-                     tasks: Sequence | None = None) -> Any:
+def training_rollout(
+    config: Config, tokenizer: Any, output_dir: Path, accelerator: Any = None, tasks: Sequence | None = None
+) -> Any:
     """The configured rollout backend for phase 3. vLLM: one colocated engine per process, on that process's GPU."""
     g = config.grpo
     template = chat_template_kwargs(config)
@@ -61,24 +85,54 @@ def training_rollout(config: Config, tokenizer: Any, output_dir: Path, accelerat
     if g.rollout_backend == "vllm_server":
         from rollouts.vllm_server import VLLMServerRollout, server_client
 
-        return VLLMServerRollout(server_client(g.vllm_server_url), tokenizer, g.max_new_tokens, sampling,
-                                 adapter_handoff(config, output_dir, accelerator), g.gen_update_steps, template,
-                                 share=share_from_main(accelerator))
+        return VLLMServerRollout(
+            server_client(g.vllm_server_url),
+            tokenizer,
+            g.max_new_tokens,
+            sampling,
+            adapter_handoff(config, output_dir, accelerator),
+            g.gen_update_steps,
+            template,
+            share=share_from_main(accelerator),
+        )
     if g.rollout_backend == "vllm":
         ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
-        vllm, llm = colocated_engine(config, tokenizer, config.student.model_name, tasks or [],
-                                     config.prompt.num_visible_tests, g.max_new_tokens, config.lora.r, ranks,
-                                     g.vllm_sleep_mode)
+        vllm, llm = colocated_engine(
+            config,
+            tokenizer,
+            config.student.model_name,
+            tasks or [],
+            config.prompt.num_visible_tests,
+            g.max_new_tokens,
+            config.lora.r,
+            ranks,
+            g.vllm_sleep_mode,
+        )
         if _has_cuda():  # vLLM's worker selected its device in this process: say which (scripts/gpu_smoke.sh checks it)
             import torch
 
-            print(f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
-                  flush=True)
-        return VLLMRollout(llm, tokenizer, g.max_new_tokens, sampling, adapter_handoff(config, output_dir, accelerator),
-                           g.gen_update_steps, template,
-                           sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
-    return HFRollout(tokenizer, g.max_new_tokens, sampling, template,
-                     batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt)
+            print(
+                f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
+                flush=True,
+            )
+        return VLLMRollout(
+            llm,
+            tokenizer,
+            g.max_new_tokens,
+            sampling,
+            adapter_handoff(config, output_dir, accelerator),
+            g.gen_update_steps,
+            template,
+            sleep_mode=g.vllm_sleep_mode,
+            vllm_module=vllm,
+        )
+    return HFRollout(
+        tokenizer,
+        g.max_new_tokens,
+        sampling,
+        template,
+        batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
+    )
 
 
 def adapter_handoff(config: Config, output_dir: Path, accelerator: Any = None) -> AdapterHandoff:
@@ -89,8 +143,12 @@ def adapter_handoff(config: Config, output_dir: Path, accelerator: Any = None) -
 
     configured = DTYPES[config.student.torch_dtype]
     dtype = configured if isinstance(configured, torch.dtype) else None  # "auto": saved as peft holds the weights
-    return AdapterHandoff(Path(output_dir) / ".vllm_adapters", lambda model, path: save_adapter(model, None, path, dtype),
-                          is_main, barrier)
+    return AdapterHandoff(
+        Path(output_dir) / ".vllm_adapters",
+        lambda model, path: save_adapter(model, None, path, dtype),
+        is_main,
+        barrier,
+    )
 
 
 def share_from_main(accelerator: Any = None) -> Callable[[Any], Any]:

@@ -52,7 +52,7 @@ def generate_completions(
     kwargs = sampling.hf_generate_kwargs()
     results: list[list[dict[str, Any]]] = []
     for start in range(0, len(user_prompts), batch_size):
-        chunk = user_prompts[start:start + batch_size]
+        chunk = user_prompts[start : start + batch_size]
         encoded = [encode_prompt(tokenizer, p, system_prompt, chat_template_kwargs) for p in chunk]
         width = max(len(ids) for ids in encoded)
         pad = tokenizer.pad_token_id
@@ -70,24 +70,32 @@ def generate_completions(
         new_tokens = output[:, width:].tolist()  # (len(chunk) * num_samples, <= max_new_tokens)
         for i, prompt_ids in enumerate(encoded):
             samples = []
-            for row in new_tokens[i * num_samples:(i + 1) * num_samples]:
+            for row in new_tokens[i * num_samples : (i + 1) * num_samples]:
                 stop_at = next((j for j, t in enumerate(row) if t in stop_ids), None)
                 ids = row[: stop_at + 1] if stop_at is not None else row
                 text_ids = ids[:-1] if stop_at is not None else ids
-                samples.append({
-                    "text": tokenizer.decode(text_ids, skip_special_tokens=True),
-                    "token_ids": ids,
-                    "prompt_ids": prompt_ids,
-                    "finish_reason": "stop" if stop_at is not None else "length",
-                    "num_tokens": len(ids),
-                })
+                samples.append(
+                    {
+                        "text": tokenizer.decode(text_ids, skip_special_tokens=True),
+                        "token_ids": ids,
+                        "prompt_ids": prompt_ids,
+                        "finish_reason": "stop" if stop_at is not None else "length",
+                        "num_tokens": len(ids),
+                    }
+                )
             results.append(samples)
     return results
 
 
 class HFRollout:
-    def __init__(self, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
-                 chat_template_kwargs: dict | None = None, batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_new_tokens: int,
+        sampling: SamplingSettings,
+        chat_template_kwargs: dict | None = None,
+        batch_size: int = 8,
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_new_tokens, self.sampling = max_new_tokens, sampling
         self.chat_template_kwargs = chat_template_kwargs
@@ -97,8 +105,15 @@ class HFRollout:
         was_training = model.training
         model.eval()  # no dropout while sampling
         try:
-            return generate_completions(model, self.tokenizer, prompts, num_samples=num_samples,
-                                        max_new_tokens=self.max_new_tokens, sampling=self.sampling,
-                                        chat_template_kwargs=self.chat_template_kwargs, batch_size=self.batch_size)
+            return generate_completions(
+                model,
+                self.tokenizer,
+                prompts,
+                num_samples=num_samples,
+                max_new_tokens=self.max_new_tokens,
+                sampling=self.sampling,
+                chat_template_kwargs=self.chat_template_kwargs,
+                batch_size=self.batch_size,
+            )
         finally:
             model.train(was_training)

@@ -74,8 +74,21 @@ class DecoderWeights:
         """Bytes of weights one decode step reads (the embedding table is only gathered from)."""
         tensors = [self.norm, self.lm_head]
         for layer in self.layers:
-            tensors += [t for t in (layer.input_norm, layer.qkv, layer.qkv_bias, layer.q_norm, layer.k_norm, layer.o,
-                                    layer.post_norm, layer.gate_up, layer.down) if t is not None]
+            tensors += [
+                t
+                for t in (
+                    layer.input_norm,
+                    layer.qkv,
+                    layer.qkv_bias,
+                    layer.q_norm,
+                    layer.k_norm,
+                    layer.o,
+                    layer.post_norm,
+                    layer.gate_up,
+                    layer.down,
+                )
+                if t is not None
+            ]
         return sum(t.numel() * t.element_size() for t in tensors)
 
     @classmethod
@@ -88,8 +101,10 @@ class DecoderWeights:
         check_supported(config)
         device = next(base.parameters()).device
         if device.type != "cpu":
-            raise UnsupportedModelError(f"the kv-cache sampler runs on CPU, the model is on {device}; sample with the "
-                                        "hf or vllm backend (grpo.rollout_backend, evaluation.backend).")
+            raise UnsupportedModelError(
+                f"the kv-cache sampler runs on CPU, the model is on {device}; sample with the "
+                "hf or vllm backend (grpo.rollout_backend, evaluation.backend)."
+            )
         inner = base.model
         rotary = inner.rotary_emb
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -109,24 +124,35 @@ class DecoderWeights:
         for layer in inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
             biases = [linear_base(p).bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
-            layers.append(LayerWeights(
-                input_norm=norm_weight(layer.input_layernorm.weight),
-                qkv=empty(attn.q_proj, attn.k_proj, attn.v_proj),
-                qkv_bias=f32(torch.cat(biases)) if all(b is not None for b in biases) else None,
-                q_norm=f32(attn.q_norm.weight) if hasattr(attn, "q_norm") else None,
-                k_norm=f32(attn.k_norm.weight) if hasattr(attn, "k_norm") else None,
-                o=empty(attn.o_proj),
-                post_norm=norm_weight(layer.post_attention_layernorm.weight),
-                gate_up=empty(mlp.gate_proj, mlp.up_proj),
-                down=empty(mlp.down_proj),
-            ))
+            layers.append(
+                LayerWeights(
+                    input_norm=norm_weight(layer.input_layernorm.weight),
+                    qkv=empty(attn.q_proj, attn.k_proj, attn.v_proj),
+                    qkv_bias=f32(torch.cat(biases)) if all(b is not None for b in biases) else None,
+                    q_norm=f32(attn.q_norm.weight) if hasattr(attn, "q_norm") else None,
+                    k_norm=f32(attn.k_norm.weight) if hasattr(attn, "k_norm") else None,
+                    o=empty(attn.o_proj),
+                    post_norm=norm_weight(layer.post_attention_layernorm.weight),
+                    gate_up=empty(mlp.gate_proj, mlp.up_proj),
+                    down=empty(mlp.down_proj),
+                )
+            )
         embed = inner.embed_tokens.weight.detach().to(dtype).clone()
         tied = linear_base(base.lm_head).weight.data_ptr() == inner.embed_tokens.weight.data_ptr()
         lm_head = embed if tied else empty(base.lm_head)  # tied: one copy
-        weights = cls(embed=embed, layers=layers, norm=norm_weight(inner.norm.weight), lm_head=lm_head,
-                      inv_freq=rotary.inv_freq.detach().float().clone(),
-                      rope_scale=float(getattr(rotary, "attention_scaling", 1.0)), num_heads=heads,
-                      num_kv_heads=kv_heads, head_dim=head_dim, eps=float(config.rms_norm_eps), dtype=dtype)
+        weights = cls(
+            embed=embed,
+            layers=layers,
+            norm=norm_weight(inner.norm.weight),
+            lm_head=lm_head,
+            inv_freq=rotary.inv_freq.detach().float().clone(),
+            rope_scale=float(getattr(rotary, "attention_scaling", 1.0)),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            eps=float(config.rms_norm_eps),
+            dtype=dtype,
+        )
         weights.refresh(model)
         weights.build_seconds = time.perf_counter() - start
         return weights
@@ -165,8 +191,10 @@ def check_supported(config: Any) -> None:
     if getattr(config, "use_sliding_window", False) or getattr(config, "sliding_window", None) and kind == "mistral":
         problems.append("sliding-window attention")
     if problems:
-        raise UnsupportedModelError(f"the kv-cache sampler does not implement {'; '.join(problems)}; sample with the "
-                                    "transformers backend instead (grpo.rollout_backend=hf / evaluation backend hf).")
+        raise UnsupportedModelError(
+            f"the kv-cache sampler does not implement {'; '.join(problems)}; sample with the "
+            "transformers backend instead (grpo.rollout_backend=hf / evaluation backend hf)."
+        )
 
 
 def linear_base(module: Any) -> Any:
@@ -180,7 +208,7 @@ def write_weights(target: torch.Tensor, modules: tuple[Any, ...]) -> None:
     for module in modules:
         weight = linear_base(module).weight
         rows = weight.shape[0]
-        out = target[row:row + rows]
+        out = target[row : row + rows]
         lora = active_lora(module)
         if not lora:
             out.copy_(weight)
@@ -203,7 +231,11 @@ def active_lora(module: Any) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
     """(A (r, in), B (out, r), scale) of each adapter a peft LoRA layer applies now (peft's merge math:
     W + B @ A * scale, `get_delta_weight`). None for a plain layer, a merged adapter (already inside W) or
     adapters switched off by `disable_adapter()`."""
-    if not hasattr(module, "base_layer") or getattr(module, "merged", False) or getattr(module, "disable_adapters", False):
+    if (
+        not hasattr(module, "base_layer")
+        or getattr(module, "merged", False)
+        or getattr(module, "disable_adapters", False)
+    ):
         return []
     found = []
     for name in module.active_adapters:
@@ -211,8 +243,9 @@ def active_lora(module: Any) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
             continue
         if getattr(module, "use_dora", {}).get(name, False):
             raise UnsupportedModelError("DoRA adapters are not supported by the kv-cache sampler; use the hf backend.")
-        found.append((module.lora_A[name].weight.detach(), module.lora_B[name].weight.detach(),
-                      float(module.scaling[name])))
+        found.append(
+            (module.lora_A[name].weight.detach(), module.lora_B[name].weight.detach(), float(module.scaling[name]))
+        )
     return found
 
 
@@ -255,7 +288,9 @@ def warp_logits(logits: torch.Tensor, knobs: SamplingSettings, seen: torch.Tenso
     return scores
 
 
-def choose_tokens(scores: torch.Tensor, knobs: SamplingSettings, generator: torch.Generator | None = None) -> torch.Tensor:
+def choose_tokens(
+    scores: torch.Tensor, knobs: SamplingSettings, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """(B,) token ids: argmax when greedy, else a draw from softmax(scores) (torch's global RNG unless given one)."""
     if knobs.temperature <= 0:
         return scores.argmax(dim=-1)
@@ -289,7 +324,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 class KVCache:
     """Keys and values of every layer for B rows and up to `length` positions, in the compute dtype."""
 
-    def __init__(self, num_layers: int, rows: int, kv_heads: int, length: int, head_dim: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, num_layers: int, rows: int, kv_heads: int, length: int, head_dim: int, dtype: torch.dtype
+    ) -> None:
         shape = (num_layers, rows, kv_heads, length, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype)
         self.values = torch.zeros(shape, dtype=dtype)
@@ -300,8 +337,15 @@ class KVCache:
         self.values = self.values.index_select(1, rows)
 
 
-def forward(weights: DecoderWeights, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, start: int,
-            key_bias: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+def forward(
+    weights: DecoderWeights,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    cache: KVCache,
+    start: int,
+    key_bias: torch.Tensor,
+    last_only: bool = True,
+) -> torch.Tensor:
     """Run `ids` (B, T) at cache columns [start, start + T); returns float32 logits (B, V) of the last column
     (or (B, T, V)).
 
@@ -326,7 +370,7 @@ def forward(weights: DecoderWeights, ids: torch.Tensor, positions: torch.Tensor,
         mask = torch.where(causal, mask, -math.inf)
         mask = torch.where(diagonal, torch.zeros((), dtype=mask.dtype), mask)
     mask = mask.to(dtype)
-    scale = dim ** -0.5
+    scale = dim**-0.5
     x = weights.embed[ids].float()  # (B, T, H): the residual stream stays float32
     for index, layer in enumerate(weights.layers):
         h = rms_norm(x, layer.input_norm, weights.eps).to(dtype)
@@ -410,14 +454,35 @@ def sample_token_ids(
     per_group = max(1, max_batch_rows // max(num_samples, 1))
     results: list[list[dict]] = []
     for start in range(0, len(prompts), per_group):
-        results.extend(_sample_group(weights, prompts[start:start + per_group], num_samples, max_new_tokens, knobs,
-                                     frozenset(stop_token_ids), pad_id, tuple(stop_strings), tokenizer, generator))
+        results.extend(
+            _sample_group(
+                weights,
+                prompts[start : start + per_group],
+                num_samples,
+                max_new_tokens,
+                knobs,
+                frozenset(stop_token_ids),
+                pad_id,
+                tuple(stop_strings),
+                tokenizer,
+                generator,
+            )
+        )
     return results
 
 
-def _sample_group(weights: DecoderWeights, prompts: list[list[int]], num_samples: int, max_new_tokens: int,
-                  knobs: SamplingSettings, stop_ids: frozenset[int], pad_id: int, stop_strings: tuple[str, ...], tokenizer: Any,
-                  generator: torch.Generator | None) -> list[list[dict]]:
+def _sample_group(
+    weights: DecoderWeights,
+    prompts: list[list[int]],
+    num_samples: int,
+    max_new_tokens: int,
+    knobs: SamplingSettings,
+    stop_ids: frozenset[int],
+    pad_id: int,
+    stop_strings: tuple[str, ...],
+    tokenizer: Any,
+    generator: torch.Generator | None,
+) -> list[list[dict]]:
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     width = max(len(p) for p in prompts)
@@ -474,8 +539,14 @@ def _sample_group(weights: DecoderWeights, prompts: list[list[int]], num_samples
         next_position = next_position + 1
     grouped: list[list[dict]] = [[] for _ in prompts]
     for row in rows:
-        grouped[row.prompt].append({"token_ids": row.tokens, "logprobs": row.logprobs,
-                                    "finish_reason": row.finish_reason, "stop_string": row.stop_string})
+        grouped[row.prompt].append(
+            {
+                "token_ids": row.tokens,
+                "logprobs": row.logprobs,
+                "finish_reason": row.finish_reason,
+                "stop_string": row.stop_string,
+            }
+        )
     return grouped
 
 
@@ -505,9 +576,16 @@ class KVCacheRollout:
     vLLM, and logs it as rollout/logp_abs_diff.
     """
 
-    def __init__(self, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
-                 chat_template_kwargs: dict | None = None, dtype: str = "bfloat16", max_batch_rows: int = 64,
-                 system_prompt: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_new_tokens: int,
+        sampling: SamplingSettings,
+        chat_template_kwargs: dict | None = None,
+        dtype: str = "bfloat16",
+        max_batch_rows: int = 64,
+        system_prompt: str | None = None,
+    ) -> None:
         from utils.prompts import SYSTEM_PROMPT_UNIFIED
 
         if dtype not in SAMPLER_DTYPES:
@@ -537,8 +615,14 @@ class KVCacheRollout:
         encoded = [encode_prompt(self.tokenizer, p, self.system_prompt, self.chat_template_kwargs) for p in prompts]
         return self.continue_ids(model, encoded, num_samples, self.max_new_tokens)
 
-    def continue_ids(self, model: Any, sequences: list[list[int]], num_samples: int = 1,
-                     max_new_tokens: int | None = None, stop_strings: tuple[str, ...] = ()) -> list[list[dict]]:
+    def continue_ids(
+        self,
+        model: Any,
+        sequences: list[list[int]],
+        num_samples: int = 1,
+        max_new_tokens: int | None = None,
+        stop_strings: tuple[str, ...] = (),
+    ) -> list[list[dict]]:
         """Continue each token-id sequence (a templated prompt, or a multi-turn conversation so far) by up to
         `max_new_tokens` tokens, `num_samples` times, stopping at a stop token or at the first of `stop_strings`
         found in the generated text (e.g. a closing tag; the token completing it is the last one kept).
@@ -549,16 +633,34 @@ class KVCacheRollout:
         weights = self.sync(model)
         stops = sampler_stop_ids(self.tokenizer, model)
         budget = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        groups = sample_token_ids(weights, sequences, num_samples, budget, self.sampling, stops,
-                                  self.tokenizer.pad_token_id, tuple(stop_strings), self.tokenizer, self.max_batch_rows)
+        groups = sample_token_ids(
+            weights,
+            sequences,
+            num_samples,
+            budget,
+            self.sampling,
+            stops,
+            self.tokenizer.pad_token_id,
+            tuple(stop_strings),
+            self.tokenizer,
+            self.max_batch_rows,
+        )
         results = []
         for prompt_ids, group in zip(sequences, groups, strict=True):
             samples = []
             for row in group:
                 ids = row["token_ids"]
                 ended_on_id = bool(ids) and ids[-1] in stops and row["finish_reason"] == "stop"
-                samples.append({"text": self.tokenizer.decode(ids[:-1] if ended_on_id else ids, skip_special_tokens=True),
-                                "token_ids": ids, "prompt_ids": list(prompt_ids), "finish_reason": row["finish_reason"],
-                                "num_tokens": len(ids), "logprobs": row["logprobs"], "stop_string": row["stop_string"]})
+                samples.append(
+                    {
+                        "text": self.tokenizer.decode(ids[:-1] if ended_on_id else ids, skip_special_tokens=True),
+                        "token_ids": ids,
+                        "prompt_ids": list(prompt_ids),
+                        "finish_reason": row["finish_reason"],
+                        "num_tokens": len(ids),
+                        "logprobs": row["logprobs"],
+                        "stop_string": row["stop_string"],
+                    }
+                )
             results.append(samples)
         return results

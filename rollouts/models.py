@@ -19,14 +19,26 @@ def default_model_path(config: Config) -> Path:
 def resolve_model(model_path: str, config: Config) -> tuple[str, Path | None]:
     """(base model name, adapter folder or None) for an adapter, a checkpoint-* folder or a base model."""
     path = Path(model_path)
-    adapter = path if (path / "adapter_config.json").is_file() else path / "adapter" if (path / "adapter" / "adapter_config.json").is_file() else None
+    adapter = (
+        path
+        if (path / "adapter_config.json").is_file()
+        else path / "adapter"
+        if (path / "adapter" / "adapter_config.json").is_file()
+        else None
+    )
     if adapter is None:
         if path.exists() and not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is neither a LoRA adapter, a checkpoint-* folder, nor a model folder.")
-        if not path.exists() and (path == default_model_path(config) or path.name == "final_model"
-                                  or path.name.startswith("checkpoint-") or path.parent.name == "outputs"):
-            raise ModelLoadError(f"no trained adapter at {path}: run phase 3 first (with the same paths.output_dir), "
-                                 "or pass --model_path <base model>.")
+        if not path.exists() and (
+            path == default_model_path(config)
+            or path.name == "final_model"
+            or path.name.startswith("checkpoint-")
+            or path.parent.name == "outputs"
+        ):
+            raise ModelLoadError(
+                f"no trained adapter at {path}: run phase 3 first (with the same paths.output_dir), "
+                "or pass --model_path <base model>."
+            )
         return model_path, None
     for saved in (adapter / "tgrpo_config.json", adapter.parent / "config.json"):
         if saved.is_file():

@@ -42,17 +42,37 @@ class SamplingSettings:
     def hf_generate_kwargs(self) -> dict[str, Any]:
         """`model.generate` keyword arguments; each one overrides the checkpoint's generation_config."""
         if self.greedy:
-            return {"do_sample": False, "temperature": None, "top_p": None, "top_k": None, "min_p": None,
-                    "repetition_penalty": self.repetition_penalty}
-        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "min_p": self.min_p if self.min_p > 0 else None, "repetition_penalty": self.repetition_penalty,
-                "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "no_repeat_ngram_size": 0}
+            return {
+                "do_sample": False,
+                "temperature": None,
+                "top_p": None,
+                "top_k": None,
+                "min_p": None,
+                "repetition_penalty": self.repetition_penalty,
+            }
+        return {
+            "do_sample": True,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p if self.min_p > 0 else None,
+            "repetition_penalty": self.repetition_penalty,
+            "typical_p": 1.0,
+            "epsilon_cutoff": 0.0,
+            "eta_cutoff": 0.0,
+            "no_repeat_ngram_size": 0,
+        }
 
     def vllm_kwargs(self) -> dict[str, Any]:
         """The same settings in vLLM's SamplingParams vocabulary (0.33.0: top_k 0 = off), also the fields of
         its OpenAI-compatible server's requests."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-                "repetition_penalty": self.repetition_penalty}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "repetition_penalty": self.repetition_penalty,
+        }
 
 
 FULL_SOFTMAX = SamplingSettings()  # temperature 1, nothing truncated: the distribution the trainer's log-probs describe

@@ -21,15 +21,26 @@ from rollouts.vllm_engine import AdapterHandoff
 from utils.sft_data import encode_prompt
 
 
-def vllm_sampling_kwargs(num_samples: int, max_new_tokens: int, sampling: SamplingSettings,
-                         stop_token_ids: list[int], seed: int | None = None, logprobs: bool = False) -> dict:
+def vllm_sampling_kwargs(
+    num_samples: int,
+    max_new_tokens: int,
+    sampling: SamplingSettings,
+    stop_token_ids: list[int],
+    seed: int | None = None,
+    logprobs: bool = False,
+) -> dict:
     """Our sampling settings in vLLM's SamplingParams vocabulary (also the server's request fields),
     every knob explicit (`SamplingSettings.vllm_kwargs`).
 
     `logprobs=0` asks for the sampled token's own log-prob only (no alternatives).
     """
-    kwargs = {"n": num_samples, "max_tokens": max_new_tokens, **sampling.vllm_kwargs(),
-              "stop_token_ids": stop_token_ids, "skip_special_tokens": True}
+    kwargs = {
+        "n": num_samples,
+        "max_tokens": max_new_tokens,
+        **sampling.vllm_kwargs(),
+        "stop_token_ids": stop_token_ids,
+        "skip_special_tokens": True,
+    }
     if seed is not None:
         kwargs["seed"] = seed
     if logprobs:
@@ -48,10 +59,19 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
 class VLLMRollout:
     """Samples from a colocated vLLM engine; `generate` keeps the engine's adapter in step with the policy."""
 
-    def __init__(self, llm: Any, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
-                 handoff: AdapterHandoff | None = None, gen_update_steps: int = 1,
-                 chat_template_kwargs: dict | None = None, sleep_mode: bool = False, logprobs: bool = True,
-                 vllm_module: Any = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        max_new_tokens: int,
+        sampling: SamplingSettings,
+        handoff: AdapterHandoff | None = None,
+        gen_update_steps: int = 1,
+        chat_template_kwargs: dict | None = None,
+        sleep_mode: bool = False,
+        logprobs: bool = True,
+        vllm_module: Any = None,
+    ) -> None:
         if vllm_module is None:
             vllm_module = importlib.import_module("vllm")  # lazy: the optional GPU extra
         self.vllm = vllm_module
@@ -86,13 +106,20 @@ class VLLMRollout:
     def sample(self, prompts: list[str], num_samples: int, lora_request: Any) -> list[list[dict]]:
         """n completions per prompt with the given adapter request (None: the base model)."""
         end = set(stop_ids(self.tokenizer))
-        params = self.vllm.SamplingParams(**vllm_sampling_kwargs(num_samples, self.max_new_tokens, self.sampling,
-                                                                 sorted(end), logprobs=self.logprobs))
+        params = self.vllm.SamplingParams(
+            **vllm_sampling_kwargs(num_samples, self.max_new_tokens, self.sampling, sorted(end), logprobs=self.logprobs)
+        )
         encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, lora_request=lora_request,
-                                    use_tqdm=False)
-        return [[completion_record(list(c.token_ids), c.finish_reason, c.text, ids, end, sampled_logprobs(c))
-                 for c in output.outputs] for ids, output in zip(encoded, outputs, strict=True)]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=lora_request, use_tqdm=False
+        )
+        return [
+            [
+                completion_record(list(c.token_ids), c.finish_reason, c.text, ids, end, sampled_logprobs(c))
+                for c in output.outputs
+            ]
+            for ids, output in zip(encoded, outputs, strict=True)
+        ]
 
     def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
         if self.sleep_mode:
@@ -100,7 +127,9 @@ class VLLMRollout:
         request = self.sync_adapter(model, step)
         results = self.sample(prompts, num_samples, request)
         if self.handoff is not None:
-            self.handoff.prune(keep=Path(request.lora_path))  # every process passed `publish`'s barrier: older folders are unused
+            self.handoff.prune(
+                keep=Path(request.lora_path)
+            )  # every process passed `publish`'s barrier: older folders are unused
         if self.sleep_mode:  # the update gets the memory back
             self.llm.sleep(level=1)
         return results

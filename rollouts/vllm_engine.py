@@ -41,8 +41,10 @@ def vllm_lora_rank(r: int) -> int:
     for allowed in VLLM_LORA_RANKS:
         if allowed >= r:
             return allowed
-    raise ValueError(f"lora.r={r} is larger than vLLM's largest max_lora_rank ({VLLM_LORA_RANKS[-1]}); "
-                     f"use lora.r <= {VLLM_LORA_RANKS[-1]} or the hf rollout backend.")
+    raise ValueError(
+        f"lora.r={r} is larger than vLLM's largest max_lora_rank ({VLLM_LORA_RANKS[-1]}); "
+        f"use lora.r <= {VLLM_LORA_RANKS[-1]} or the hf rollout backend."
+    )
 
 
 def max_model_len(prompt_lengths: list[int], max_new_tokens: int) -> int | None:
@@ -64,16 +66,29 @@ class RankInfo:
         return cls(accelerator.process_index, accelerator.local_process_index, accelerator.num_processes)
 
 
-def engine_kwargs(model: str, *, max_model_len: int | None, gpu_memory_utilization: float, dtype: str, seed: int,
-                  lora_rank: int | None, ranks: RankInfo = RankInfo(), sleep_mode: bool = False,
-                  logprobs: bool = True) -> dict[str, Any]:
+def engine_kwargs(
+    model: str,
+    *,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    dtype: str,
+    seed: int,
+    lora_rank: int | None,
+    ranks: RankInfo = RankInfo(),
+    sleep_mode: bool = False,
+    logprobs: bool = True,
+) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` (see the module docstring for why each one is there).
 
     lora_rank None builds an engine without LoRA (a base model); otherwise it is the adapter's r,
     rounded up to a rank vLLM allows.
     """
-    kwargs: dict[str, Any] = {"model": model, "dtype": dtype, "gpu_memory_utilization": gpu_memory_utilization,
-                              "seed": seed + ranks.rank}
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "dtype": dtype,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "seed": seed + ranks.rank,
+    }
     if max_model_len is not None:
         kwargs["max_model_len"] = max_model_len
     if lora_rank is not None:
@@ -113,8 +128,9 @@ class AdapterHandoff:
     engine has loaded the new adapter (vLLM reads the folder only when it first sees a request).
     """
 
-    def __init__(self, root: str | Path, save: Callable[[Any, Path], Path], is_main: bool,
-                 barrier: Callable[[], None]) -> None:
+    def __init__(
+        self, root: str | Path, save: Callable[[Any, Path], Path], is_main: bool, barrier: Callable[[], None]
+    ) -> None:
         self.root = Path(root)
         self.save = save  # (model, folder) -> folder, written atomically
         self.is_main = is_main

@@ -42,12 +42,26 @@ class ServerRolloutError(RuntimeError):
     """The rollout server refused or failed a request; the message says what to check."""
 
 
-def completion_request(model: str, prompt_ids: list[int], num_samples: int, max_new_tokens: int,
-                       sampling: SamplingSettings, stop_token_ids: list[int], logprobs: bool = True) -> dict[str, Any]:
+def completion_request(
+    model: str,
+    prompt_ids: list[int],
+    num_samples: int,
+    max_new_tokens: int,
+    sampling: SamplingSettings,
+    stop_token_ids: list[int],
+    logprobs: bool = True,
+) -> dict[str, Any]:
     """The body of one `POST /v1/completions` (vLLM 0.33.0's CompletionRequest fields), every knob explicit."""
-    body: dict[str, Any] = {"model": model, "prompt": list(prompt_ids), "n": num_samples, "max_tokens": max_new_tokens,
-                            **sampling.vllm_kwargs(), "stop_token_ids": list(stop_token_ids),
-                            "skip_special_tokens": True, "return_token_ids": True}
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": list(prompt_ids),
+        "n": num_samples,
+        "max_tokens": max_new_tokens,
+        **sampling.vllm_kwargs(),
+        "stop_token_ids": list(stop_token_ids),
+        "skip_special_tokens": True,
+        "return_token_ids": True,
+    }
     if logprobs:
         body["logprobs"] = 0  # the sampled token's own log-prob only
     return body
@@ -68,17 +82,34 @@ def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids
         if returned_prompt is not None and list(returned_prompt) != list(prompt_ids):
             raise ValueError("the server continued other prompt tokens than the ones sent")
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
-        samples.append(completion_record(choice["token_ids"], choice.get("finish_reason"), choice.get("text") or "",
-                                         prompt_ids, end_ids, logprobs))
+        samples.append(
+            completion_record(
+                choice["token_ids"],
+                choice.get("finish_reason"),
+                choice.get("text") or "",
+                prompt_ids,
+                end_ids,
+                logprobs,
+            )
+        )
     return samples
 
 
 class VLLMServerRollout:
     """Samples from a `vllm serve` that loads each new adapter by name; `generate` keeps it in step with the policy."""
 
-    def __init__(self, client: TeacherClient, tokenizer: Any, max_new_tokens: int, sampling: SamplingSettings,
-                 handoff: AdapterHandoff, gen_update_steps: int = 1, chat_template_kwargs: dict | None = None,
-                 share: Callable[[str], str] = lambda value: value, logprobs: bool = True) -> None:
+    def __init__(
+        self,
+        client: TeacherClient,
+        tokenizer: Any,
+        max_new_tokens: int,
+        sampling: SamplingSettings,
+        handoff: AdapterHandoff,
+        gen_update_steps: int = 1,
+        chat_template_kwargs: dict | None = None,
+        share: Callable[[str], str] = lambda value: value,
+        logprobs: bool = True,
+    ) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.max_new_tokens, self.sampling = max_new_tokens, sampling
@@ -119,12 +150,18 @@ class VLLMServerRollout:
         except RequestFailedError as failed:
             hint = ""
             if failed.status == 404 and failed.body == {"detail": "Not Found"}:  # FastAPI: no such route
-                hint = (" The server has no runtime LoRA endpoints: start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
-                        "and --enable-lora.")
+                hint = (
+                    " The server has no runtime LoRA endpoints: start it with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
+                    "and --enable-lora."
+                )
             elif endpoint == "load_lora_adapter":
-                hint = (f" Check that the server sees {body['lora_path']} (trainer and server must share that storage "
-                        "at the same path) and that its --max-lora-rank holds lora.r.")
-            raise ServerRolloutError(f"{self.client.base_url}/{endpoint} {body['lora_name']!r} failed: {failed}.{hint}") from None
+                hint = (
+                    f" Check that the server sees {body['lora_path']} (trainer and server must share that storage "
+                    "at the same path) and that its --max-lora-rank holds lora.r."
+                )
+            raise ServerRolloutError(
+                f"{self.client.base_url}/{endpoint} {body['lora_name']!r} failed: {failed}.{hint}"
+            ) from None
 
     def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[dict]]:
         """n completions per prompt from the served model or adapter called `model_name`."""
@@ -132,13 +169,17 @@ class VLLMServerRollout:
         encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
 
         async def one(ids: list[int]) -> list[dict]:
-            body = completion_request(model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end),
-                                      self.logprobs)
+            body = completion_request(
+                model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end), self.logprobs
+            )
             try:
                 samples, _ = await self.client.post_json(
-                    "/completions", body, parse=lambda raw: parse_completions(raw, ids, num_samples, end),
+                    "/completions",
+                    body,
+                    parse=lambda raw: parse_completions(raw, ids, num_samples, end),
                     wrong_model_hint="The adapter was not loaded (or was unloaded by someone else): is another "
-                    "trainer using this server?")
+                    "trainer using this server?",
+                )
             except RequestFailedError as failed:
                 raise ServerRolloutError(f"{self.client.base_url}/completions failed: {failed}") from None
             return samples
@@ -158,5 +199,10 @@ class VLLMServerRollout:
 
 def server_client(url: str) -> TeacherClient:
     """Phase 2's HTTP client pointed at the rollout server (bounded concurrency, retries on transient errors)."""
-    return TeacherClient(url, model="", api_key=os.environ.get("TGRPO_ROLLOUT_API_KEY", "EMPTY"), request_timeout=1800.0,
-                         max_concurrency=256)
+    return TeacherClient(
+        url,
+        model="",
+        api_key=os.environ.get("TGRPO_ROLLOUT_API_KEY", "EMPTY"),
+        request_timeout=1800.0,
+        max_concurrency=256,
+    )

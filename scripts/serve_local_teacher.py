@@ -37,7 +37,9 @@ def port_is_free(port: int) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=8129, help="Port on 127.0.0.1 (default 8129, like the GPU teacher).")
+    parser.add_argument(
+        "--port", type=int, default=8129, help="Port on 127.0.0.1 (default 8129, like the GPU teacher)."
+    )
     parser.add_argument("--model", default=EMBEDDED_MODELS[0], help="Embedded name or local model folder.")
     parser.add_argument("--print_model_path", action="store_true", help="Print the served model path and exit.")
     args = parser.parse_args()
@@ -49,16 +51,29 @@ def main() -> None:
         print(path)
         return
     if not port_is_free(args.port):  # checked before "serving ...": `transformers serve` would fail after loading
-        sys.exit(f"error: port {args.port} on 127.0.0.1 is already in use (a teacher already running? try "
-                 f"`curl http://127.0.0.1:{args.port}/v1/models`). Stop it, or pick another port: --port N "
-                 "(make teacher TEACHER_PORT=N).")
+        sys.exit(
+            f"error: port {args.port} on 127.0.0.1 is already in use (a teacher already running? try "
+            f"`curl http://127.0.0.1:{args.port}/v1/models`). Stop it, or pick another port: --port N "
+            "(make teacher TEACHER_PORT=N)."
+        )
     (Path.home() / ".cache" / "huggingface" / "hub").mkdir(parents=True, exist_ok=True)
     executable = shutil.which("transformers", path=os.path.dirname(sys.executable)) or shutil.which("transformers")
     if executable is None:
         sys.exit("`transformers` command not found; install the requirements (make install).")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
-    command = [executable, "serve", path, "--host", "127.0.0.1", "--port", str(args.port), "--device", "cpu",
-               "--dtype", "float32"]
+    command = [
+        executable,
+        "serve",
+        path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(args.port),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    ]
     print(f"serving {path} at http://127.0.0.1:{args.port}/v1 (Ctrl-C to stop)", flush=True)
     os.execve(executable, command, env)
 

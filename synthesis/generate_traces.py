@@ -72,11 +72,19 @@ class TraceStats:
 
     def table(self) -> str:
         n = max(self.total, 1)
-        rows = [("total responses", self.total), ("with thinking", self.with_thinking), ("code extracted", self.code_extracted),
-                ("valid Python", self.valid_python), ("passed tests", self.passed_tests), ("API errors", self.api_errors),
-                ("truncated (length)", self.truncated)]
-        lines = [f"{name + ':':20s} {count:7d}" + (f"  ({count / n:6.1%})" if name != "total responses" else "")
-                 for name, count in rows]
+        rows = [
+            ("total responses", self.total),
+            ("with thinking", self.with_thinking),
+            ("code extracted", self.code_extracted),
+            ("valid Python", self.valid_python),
+            ("passed tests", self.passed_tests),
+            ("API errors", self.api_errors),
+            ("truncated (length)", self.truncated),
+        ]
+        lines = [
+            f"{name + ':':20s} {count:7d}" + (f"  ({count / n:6.1%})" if name != "total responses" else "")
+            for name, count in rows
+        ]
         lines.append(f"{'already present:':20s} {self.skipped_existing:7d}  (skipped, from earlier runs)")
         if self.retried:
             lines.append(f"{'retried:':20s} {self.retried:7d}  (had failed with an API error before)")
@@ -86,19 +94,57 @@ class TraceStats:
         return asdict(self)
 
 
-def build_record(task: Task, sample_idx: int, prompt: str, response: TeacherResponse, result: ExecutionResult | None,
-                 parsed: dict | None, teacher_model: str, previous_errors: Sequence[str] = ()) -> dict[str, Any]:
-    base = {"task_id": task.task_id, "sample_idx": sample_idx, "prompt": prompt, "teacher_model": teacher_model,
-            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "latency": round(response.latency, 3),
-            "finish_reason": response.finish_reason, "usage": response.usage, "previous_errors": list(previous_errors)}
+def build_record(
+    task: Task,
+    sample_idx: int,
+    prompt: str,
+    response: TeacherResponse,
+    result: ExecutionResult | None,
+    parsed: dict | None,
+    teacher_model: str,
+    previous_errors: Sequence[str] = (),
+) -> dict[str, Any]:
+    base = {
+        "task_id": task.task_id,
+        "sample_idx": sample_idx,
+        "prompt": prompt,
+        "teacher_model": teacher_model,
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "latency": round(response.latency, 3),
+        "finish_reason": response.finish_reason,
+        "usage": response.usage,
+        "previous_errors": list(previous_errors),
+    }
     if not response.ok:
-        return {**base, "thinking": "", "code": None, "response": None, "reasoning": None, "syntax_ok": False, "passed": False,
-                "pass_fraction": 0.0, "tests_passed": 0, "tests_total": 0, "status": "api_error", "error": response.error}
+        return {
+            **base,
+            "thinking": "",
+            "code": None,
+            "response": None,
+            "reasoning": None,
+            "syntax_ok": False,
+            "passed": False,
+            "pass_fraction": 0.0,
+            "tests_passed": 0,
+            "tests_total": 0,
+            "status": "api_error",
+            "error": response.error,
+        }
     assert parsed is not None and result is not None
-    return {**base, "thinking": parsed["thinking"], "code": parsed["code"], "response": response.text,
-            "reasoning": response.reasoning, "syntax_ok": parsed["syntax_ok"], "passed": result.passed,
-            "pass_fraction": result.pass_fraction, "tests_passed": result.tests_passed, "tests_total": result.tests_total,
-            "status": result.status, "error": result.error}
+    return {
+        **base,
+        "thinking": parsed["thinking"],
+        "code": parsed["code"],
+        "response": response.text,
+        "reasoning": response.reasoning,
+        "syntax_ok": parsed["syntax_ok"],
+        "passed": result.passed,
+        "pass_fraction": result.pass_fraction,
+        "tests_passed": result.tests_passed,
+        "tests_total": result.tests_total,
+        "status": result.status,
+        "error": result.error,
+    }
 
 
 def latest_records(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -113,16 +159,21 @@ def latest_records(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
         try:
             key = (str(record["task_id"]), int(record["sample_idx"]))
         except (KeyError, TypeError, ValueError):
-            raise DataFormatError(f"{path}:{line_no}: not a trace record (needs task_id and sample_idx); fix or remove "
-                                  "that line, or start a fresh file with --overwrite.") from None
+            raise DataFormatError(
+                f"{path}:{line_no}: not a trace record (needs task_id and sample_idx); fix or remove "
+                "that line, or start a fresh file with --overwrite."
+            ) from None
         latest[key] = record
     return latest
 
 
 def error_history(records: dict[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
     """For each sample whose newest record is an API error: every error it has had so far (oldest first)."""
-    return {key: [*record.get("previous_errors", []), record.get("error") or "unknown error"]
-            for key, record in records.items() if record.get("status") == "api_error"}
+    return {
+        key: [*record.get("previous_errors", []), record.get("error") or "unknown error"]
+        for key, record in records.items()
+        if record.get("status") == "api_error"
+    }
 
 
 def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tuple[str, int], dict[str, Any]]]:
@@ -135,7 +186,9 @@ def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tu
     try:
         appender = JsonlAppender(path)
     except FileBusyError:
-        raise TraceFileBusy(f"{path} is being written by another phase 2 run; wait for it or use another --output.") from None
+        raise TraceFileBusy(
+            f"{path} is being written by another phase 2 run; wait for it or use another --output."
+        ) from None
     if overwrite:
         return appender, {}
     try:
@@ -156,8 +209,15 @@ def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: boo
         if only_passed and not record.get("passed"):
             continue
         messages = trace_messages(record)
-        examples.append({"prompt": record["prompt"], "thinking": record.get("thinking") or "", "code": record["code"],
-                         "task_id": record["task_id"], **({"messages": messages} if messages else {})})
+        examples.append(
+            {
+                "prompt": record["prompt"],
+                "thinking": record.get("thinking") or "",
+                "code": record["code"],
+                "task_id": record["task_id"],
+                **({"messages": messages} if messages else {}),
+            }
+        )
     return examples
 
 
@@ -235,21 +295,39 @@ async def generate_traces(
                 while response.ok:
                     finish = "stop" if response.finish_reason in (None, "stop") else "length"
                     [step] = await asyncio.to_thread(feedback.step, [state], [Turn(response.text, finish)])
-                    turns.append({"response": response.text, "reasoning": response.reasoning,
-                                  "feedback": None if step.done else step.observation, "truncated": step.truncated})
+                    turns.append(
+                        {
+                            "response": response.text,
+                            "reasoning": response.reasoning,
+                            "feedback": None if step.done else step.observation,
+                            "truncated": step.truncated,
+                        }
+                    )
                     if step.done:
                         break
-                    messages = [*messages, {"role": "assistant", "content": response.text},
-                                {"role": "user", "content": step.observation}]
+                    messages = [
+                        *messages,
+                        {"role": "assistant", "content": response.text},
+                        {"role": "user", "content": step.observation},
+                    ]
                     response = await client.complete(messages)
             parsed = result = None
             if response.ok:
                 parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
-                result = await asyncio.to_thread(execute_program, parsed["code"], task, limits, pool, None, False,
-                                                 plans[task.task_id])
-            record = build_record(task, sample_idx, prompt, response, result, parsed, teacher_model or client.model,
-                                  history.get((task.task_id, sample_idx), []))
+                result = await asyncio.to_thread(
+                    execute_program, parsed["code"], task, limits, pool, None, False, plans[task.task_id]
+                )
+            record = build_record(
+                task,
+                sample_idx,
+                prompt,
+                response,
+                result,
+                parsed,
+                teacher_model or client.model,
+                history.get((task.task_id, sample_idx), []),
+            )
             if feedback is not None and record["status"] != "api_error":
                 record.update(mode=mode, num_turns=len(turns), turns=turns)
             if pending is not None and record["status"] == "api_error":
@@ -266,8 +344,12 @@ async def generate_traces(
             stats.add(record)
             if bar is not None:
                 elapsed = max(time.monotonic() - start, 1e-9)
-                bar.set_postfix(req_s=f"{stats.total / elapsed:.2f}", pass_rate=f"{stats.passed_tests / max(stats.total, 1):.1%}",
-                                errors=stats.api_errors, refresh=False)
+                bar.set_postfix(
+                    req_s=f"{stats.total / elapsed:.2f}",
+                    pass_rate=f"{stats.passed_tests / max(stats.total, 1):.1%}",
+                    errors=stats.api_errors,
+                    refresh=False,
+                )
                 bar.update(1)
 
     n_workers = max(1, min(client.max_concurrency, len(jobs)))  # as many as may be in flight

@@ -48,6 +48,7 @@ class RequestFailedError(RuntimeError):
         super().__init__(message)
         self.attempts, self.status, self.body = attempts, status, body  # body: the decoded error answer, if any
 
+
 WRONG_TEACHER_HINT = "Set teacher.model_name (or --model) to one of these."
 
 
@@ -97,15 +98,30 @@ def retry_after_seconds(exc: BaseException) -> float | None:
 
 def _looks_like_wrong_model(exc: openai.APIStatusError) -> bool:
     text = str(exc).lower()
-    return exc.status_code == 404 or (exc.status_code in (400, 422) and "model" in text and
-                                      any(w in text for w in ("not found", "does not exist", "pinned", "unknown")))
+    return exc.status_code == 404 or (
+        exc.status_code in (400, 422)
+        and "model" in text
+        and any(w in text for w in ("not found", "does not exist", "pinned", "unknown"))
+    )
 
 
 class TeacherClient:
-    def __init__(self, base_url: str, model: str, api_key: str = "EMPTY", temperature: float = 0.7, top_p: float = 0.8,
-                 presence_penalty: float = 0.0, max_tokens: int = 1024, enable_thinking: bool = True,
-                 request_timeout: float = 600.0, max_retries: int = 5, max_concurrency: int = 32,
-                 backoff_base: float = 1.0, backoff_cap: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str = "EMPTY",
+        temperature: float = 0.7,
+        top_p: float = 0.8,
+        presence_penalty: float = 0.0,
+        max_tokens: int = 1024,
+        enable_thinking: bool = True,
+        request_timeout: float = 600.0,
+        max_retries: int = 5,
+        max_concurrency: int = 32,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 30.0,
+    ) -> None:
         self.base_url = normalize_api_base(base_url)
         self.model = model
         self.sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
@@ -120,7 +136,9 @@ class TeacherClient:
         # Our own retry loop replaces the client's: the client would retry a 404 for a wrong model name (and
         # hide it behind a generic error), while we fail at once listing the served models; it also knows
         # nothing of our per-sample error rows. Like the client's, ours honours Retry-After.
-        self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, timeout=request_timeout, max_retries=0)
+        self._client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=api_key, timeout=request_timeout, max_retries=0
+        )
 
     @classmethod
     def from_config(cls, teacher: Any, model: str | None = None, **overrides: Any) -> TeacherClient:
@@ -128,11 +146,17 @@ class TeacherClient:
         import os
 
         kwargs = dict(
-            base_url=teacher.api_url, model=model or teacher.model_name,
-            api_key=os.environ.get("TGRPO_TEACHER_API_KEY", teacher.api_key), temperature=teacher.temperature,
-            top_p=teacher.top_p, presence_penalty=teacher.presence_penalty, max_tokens=teacher.max_tokens,
-            enable_thinking=teacher.enable_thinking, request_timeout=teacher.request_timeout,
-            max_retries=teacher.max_retries, max_concurrency=teacher.max_concurrent_requests,
+            base_url=teacher.api_url,
+            model=model or teacher.model_name,
+            api_key=os.environ.get("TGRPO_TEACHER_API_KEY", teacher.api_key),
+            temperature=teacher.temperature,
+            top_p=teacher.top_p,
+            presence_penalty=teacher.presence_penalty,
+            max_tokens=teacher.max_tokens,
+            enable_thinking=teacher.enable_thinking,
+            request_timeout=teacher.request_timeout,
+            max_retries=teacher.max_retries,
+            max_concurrency=teacher.max_concurrent_requests,
         )
         kwargs.update(overrides)
         return cls(**kwargs)
@@ -149,8 +173,10 @@ class TeacherClient:
             ) from None
         except openai.APIStatusError as exc:
             if exc.status_code in (401, 403):
-                raise TeacherFatalError(f"{self.base_url} refused the API key ({exc.status_code}); set "
-                                        "TGRPO_TEACHER_API_KEY or teacher.api_key.") from None
+                raise TeacherFatalError(
+                    f"{self.base_url} refused the API key ({exc.status_code}); set "
+                    "TGRPO_TEACHER_API_KEY or teacher.api_key."
+                ) from None
             return []  # some servers do not implement /v1/models; requests may still work
         return [m.id for m in getattr(page, "data", []) or []]
 
@@ -160,15 +186,22 @@ class TeacherClient:
         start = time.monotonic()
         try:
             response, attempts = await self.post_json(
-                "/chat/completions", {"model": self.model, "messages": messages, **self.sampling, **self.extra_body},
-                parse=self._parse)
+                "/chat/completions",
+                {"model": self.model, "messages": messages, **self.sampling, **self.extra_body},
+                parse=self._parse,
+            )
         except RequestFailedError as failed:
             return self._failed(str(failed), start, failed.attempts)
         response.latency, response.attempts = time.monotonic() - start, attempts
         return response
 
-    async def post_json(self, path: str, body: dict[str, Any], parse: Callable[[Any], T] = lambda raw: raw,
-                        wrong_model_hint: str | None = WRONG_TEACHER_HINT) -> tuple[T, int]:
+    async def post_json(
+        self,
+        path: str,
+        body: dict[str, Any],
+        parse: Callable[[Any], T] = lambda raw: raw,
+        wrong_model_hint: str | None = WRONG_TEACHER_HINT,
+    ) -> tuple[T, int]:
         """POST `body` to `path` under the concurrency bound, retrying transient failures; returns (parse(body of
         the answer), attempts). Raises TeacherFatalError for a refused API key and, when `wrong_model_hint` is
         given, for a model the server does not serve (listing what it serves); RequestFailedError otherwise."""
@@ -192,10 +225,12 @@ class TeacherClient:
                         raise TeacherFatalError(
                             f"The server at {self.base_url} does not serve model {body.get('model')!r} "
                             f"({exc.status_code}: {str(exc)[:200]}). It serves: "
-                            f"{', '.join(served) or 'nothing it will list'}. {wrong_model_hint}") from None
+                            f"{', '.join(served) or 'nothing it will list'}. {wrong_model_hint}"
+                        ) from None
                     if not _is_retryable(exc) or attempt > self.max_retries:
-                        raise RequestFailedError(f"HTTP {exc.status_code}: {str(exc)[:300]}", attempt, exc.status_code,
-                                            exc.body) from None
+                        raise RequestFailedError(
+                            f"HTTP {exc.status_code}: {str(exc)[:300]}", attempt, exc.status_code, exc.body
+                        ) from None
                     asked = retry_after_seconds(exc)
                 except (TimeoutError, openai.APIConnectionError) as exc:
                     asked = None
@@ -203,7 +238,9 @@ class TeacherClient:
                         raise RequestFailedError(f"{type(exc).__name__}: {str(exc)[:300]}", attempt) from None
                 except (openai.APIError, ValueError, TypeError, AttributeError, KeyError) as exc:
                     # malformed or unparsable answer: a failed request, not a crash (not retried)
-                    raise RequestFailedError(f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", attempt) from None
+                    raise RequestFailedError(
+                        f"malformed response: {type(exc).__name__}: {str(exc)[:300]}", attempt
+                    ) from None
                 delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
                 wait = random.uniform(0, delay)  # full jitter: spreads retries of a burst
                 if asked is not None:  # the server said when (429/503 with Retry-After): never sooner

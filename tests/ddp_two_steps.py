@@ -28,8 +28,15 @@ def main(out_dir: str, uneven: bool = False) -> None:
     accelerator = Accelerator(cpu=True)
     overrides = {"training.max_steps": 2, "training.save_steps": 0, "sandbox.max_workers": 1}
     if uneven:
-        overrides.update({"grpo.dynamic_filtering": True, "dual_source.teacher_sft_weight": 0.0,
-                          "dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0, "training.max_grad_norm": 0.0})
+        overrides.update(
+            {
+                "grpo.dynamic_filtering": True,
+                "dual_source.teacher_sft_weight": 0.0,
+                "dual_source.self_sft_weight": 0.0,
+                "grpo.kl_coef": 0.0,
+                "training.max_grad_norm": 0.0,
+            }
+        )
     else:
         overrides.update({"training.lr_scheduler": "linear"})
     config = tiny_config(out_dir, **overrides)
@@ -39,38 +46,71 @@ def main(out_dir: str, uneven: bool = False) -> None:
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     torch.manual_seed(1234 + accelerator.process_index)
     tasks = small_tasks(16)  # more tasks than one rollout batch of both ranks: no epoch wrap
-    trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), out_dir, accelerator,
-                          rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks},
-                                                  always_wrong=uneven and accelerator.process_index == 1))
+    trainer = GRPOTrainer(
+        config,
+        model,
+        tokenizer,
+        tasks,
+        teacher_examples(tasks),
+        out_dir,
+        accelerator,
+        rollout=ScriptedRollout(
+            tokenizer, {t.problem: t for t in tasks}, always_wrong=uneven and accelerator.process_index == 1
+        ),
+    )
     first: dict = {}
     real_collect, real_step = trainer.collect_rollouts, trainer.optimizer.step
 
     def collect():
         groups, metrics = real_collect()
-        first.setdefault("samples", [[{"prompt_ids": s["prompt_ids"], "token_ids": s["token_ids"],
-                                       "correctness": s["reward"].correctness, "format": s["reward"].format}
-                                      for s in g] for g in groups])
+        first.setdefault(
+            "samples",
+            [
+                [
+                    {
+                        "prompt_ids": s["prompt_ids"],
+                        "token_ids": s["token_ids"],
+                        "correctness": s["reward"].correctness,
+                        "format": s["reward"].format,
+                    }
+                    for s in g
+                ]
+                for g in groups
+            ],
+        )
         return groups, metrics
 
     def step(*args, **kwargs):
-        first.setdefault("grads", {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+        first.setdefault(
+            "grads", {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        )
         return real_step(*args, **kwargs)
 
     trainer.collect_rollouts, trainer.optimizer.step = collect, step
     trainer.train()
     rank = accelerator.process_index
-    result = {"lora": lora_state(accelerator.unwrap_model(trainer.model)), "prompts": trainer._prompt_indices(0),
-              "world": accelerator.num_processes, **first}
+    result = {
+        "lora": lora_state(accelerator.unwrap_model(trainer.model)),
+        "prompts": trainer._prompt_indices(0),
+        "world": accelerator.num_processes,
+        **first,
+    }
     if not uneven:
-        saved = {"teacher": trainer.teacher_rng.getstate(), "torch": torch.get_rng_state(),
-                 "buffer": trainer.buffer.state()}
+        saved = {
+            "teacher": trainer.teacher_rng.getstate(),
+            "torch": torch.get_rng_state(),
+            "buffer": trainer.buffer.state(),
+        }
         trainer.teacher_rng.seed(999)  # forget this rank's state, then get it back from the checkpoint
         torch.manual_seed(999)
         trainer.buffer.load([])
         trainer.load_checkpoint(resolve_checkpoint(trainer.output_dir, "latest"))
         result["saved"] = saved
-        result["reloaded"] = {"teacher": trainer.teacher_rng.getstate(), "torch": torch.get_rng_state(),
-                              "buffer": trainer.buffer.state()}
+        result["reloaded"] = {
+            "teacher": trainer.teacher_rng.getstate(),
+            "torch": torch.get_rng_state(),
+            "buffer": trainer.buffer.state(),
+        }
         result["teacher_draw"] = trainer.teacher_rng.random()
     torch.save(result, Path(out_dir) / f"rank{rank}.pt")
 

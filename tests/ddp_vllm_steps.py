@@ -47,10 +47,18 @@ def main(out_dir: str, train_file: str, args: list[str]) -> int:
     code = phase3_train_grpo.cli(args)
     engine = fake_vllm.ENGINES[0]
     rank = int(os.environ["RANK"])
-    record = {"code": code, "engines": len(fake_vllm.ENGINES), "device": engine.device, "seed": engine.kwargs.get("seed"),
-              "kwargs": {k: v for k, v in engine.kwargs.items() if k != "model"}, "folders_after_rollout": folders,
-              "calls": [{"name": c.lora.lora_name, "path": c.lora.lora_path, "digest": c.adapter_digest} for c in engine.calls],
-              "eot": eot}
+    record = {
+        "code": code,
+        "engines": len(fake_vllm.ENGINES),
+        "device": engine.device,
+        "seed": engine.kwargs.get("seed"),
+        "kwargs": {k: v for k, v in engine.kwargs.items() if k != "model"},
+        "folders_after_rollout": folders,
+        "calls": [
+            {"name": c.lora.lora_name, "path": c.lora.lora_path, "digest": c.adapter_digest} for c in engine.calls
+        ],
+        "eot": eot,
+    }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(record))
     return code
 

@@ -64,11 +64,21 @@ class FakeTeacher:
         elif self.shape == "empty_choices":
             return {"id": "x", "object": "chat.completion", "created": 0, "model": self.model, "choices": []}
         elif self.shape == "no_message":
-            return {"id": "x", "object": "chat.completion", "created": 0, "model": self.model,
-                    "choices": [{"index": 0, "finish_reason": "stop"}]}
-        return {"id": "x", "object": "chat.completion", "created": int(time.time()), "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30}}
+            return {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": self.model,
+                "choices": [{"index": 0, "finish_reason": "stop"}],
+            }
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
+        }
 
 
 def build_app(state: FakeTeacher) -> FastAPI:
@@ -126,8 +136,15 @@ class FakeVLLMServer:
     base_model: str = "base"
     runtime_lora_updating: bool = True
     max_lora_rank: int = 16
-    generation_defaults: dict = field(default_factory=lambda: {"top_k": 20, "temperature": 0.6, "top_p": 0.95,
-                                                               "min_p": 0.0, "repetition_penalty": 1.0})
+    generation_defaults: dict = field(
+        default_factory=lambda: {
+            "top_k": 20,
+            "temperature": 0.6,
+            "top_p": 0.95,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+        }
+    )
     responder: Any = None  # (prompt_ids, index, rng) -> (text, ids without the stop token); None: a few random ids
     stop_with: Any = None  # None: the request's first stop id; "length": run to max_tokens
     logprob: float = -0.5
@@ -156,6 +173,7 @@ class FakeVLLMServer:
             return JSONResponse({"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
 
         if self.runtime_lora_updating:
+
             @app.post("/v1/load_lora_adapter")
             async def load(request: Request):
                 body = await request.json()
@@ -163,17 +181,26 @@ class FakeVLLMServer:
                 if not name or not path:
                     return error("Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput", 400)
                 if name == self.base_model:
-                    return error(f"The lora adapter '{name}' conflicts with a served base model.", "InvalidUserInput", 400)
+                    return error(
+                        f"The lora adapter '{name}' conflicts with a served base model.", "InvalidUserInput", 400
+                    )
                 if name in self.loaded and not body.get("load_inplace"):
-                    return error(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
-                                 "in place, set 'load_inplace' to True.", "InvalidUserInput", 400)
+                    return error(
+                        f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
+                        "in place, set 'load_inplace' to True.",
+                        "InvalidUserInput",
+                        400,
+                    )
                 config = Path(path) / "adapter_config.json"
                 if not config.is_file():
                     return error(f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError", 404)
                 rank = int(json.loads(config.read_text())["r"])
                 if rank > self.max_lora_rank:
-                    return error(f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.",
-                                 "InternalServerError", 500)
+                    return error(
+                        f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}.",
+                        "InternalServerError",
+                        500,
+                    )
                 weights = Path(path) / "adapter_model.safetensors"
                 digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16] if weights.is_file() else None
                 with lock:
@@ -199,17 +226,29 @@ class FakeVLLMServer:
             body = await request.json()
             model = body.get("model")
             if model != self.base_model and model not in self.loaded:
-                return error(f"The model `{model}` does not exist. Valid aliases: {self.base_model}.", "NotFoundError",
-                             404, "model")
+                return error(
+                    f"The model `{model}` does not exist. Valid aliases: {self.base_model}.",
+                    "NotFoundError",
+                    404,
+                    "model",
+                )
             prompt = body.get("prompt")
             if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
                 return error("this fake takes one prompt of token ids", "BadRequestError", 400)
-            sampling = {k: body[k] if body.get(k) is not None else self.generation_defaults.get(k)
-                        for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
+            sampling = {
+                k: body[k] if body.get(k) is not None else self.generation_defaults.get(k)
+                for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+            }
             stops = list(body.get("stop_token_ids") or [])
             with lock:
-                self.calls.append((None if model == self.base_model else model,
-                                   self.loaded[model][1] if model in self.loaded else None, body, sampling))
+                self.calls.append(
+                    (
+                        None if model == self.base_model else model,
+                        self.loaded[model][1] if model in self.loaded else None,
+                        body,
+                        sampling,
+                    )
+                )
             choices = []
             for index in range(int(body.get("n", 1))):
                 text, ids = (self.responder or _random_ids)(prompt, index, rng)
@@ -218,17 +257,33 @@ class FakeVLLMServer:
                     ids.append(stops[0])
                     finish, stop_reason = "stop", stops[0]
                 ids = ids[: body.get("max_tokens", 16)]
-                choice = {"index": index, "text": text, "finish_reason": finish, "stop_reason": stop_reason,
-                          "logprobs": None}
+                choice = {
+                    "index": index,
+                    "text": text,
+                    "finish_reason": finish,
+                    "stop_reason": stop_reason,
+                    "logprobs": None,
+                }
                 if body.get("logprobs") is not None:
-                    choice["logprobs"] = {"text_offset": list(range(len(ids))), "token_logprobs": [self.logprob] * len(ids),
-                                          "tokens": [f"token_id:{t}" for t in ids], "top_logprobs": [{}] * len(ids)}
+                    choice["logprobs"] = {
+                        "text_offset": list(range(len(ids))),
+                        "token_logprobs": [self.logprob] * len(ids),
+                        "tokens": [f"token_id:{t}" for t in ids],
+                        "top_logprobs": [{}] * len(ids),
+                    }
                 if body.get("return_token_ids"):
                     choice.update(token_ids=ids, prompt_token_ids=prompt)
                 choices.append(choice)
-            return JSONResponse({"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()),
-                                 "model": model, "choices": choices,
-                                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": 0}})
+            return JSONResponse(
+                {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": choices,
+                    "usage": {"prompt_tokens": len(prompt), "completion_tokens": 0, "total_tokens": 0},
+                }
+            )
 
         return app
 
@@ -251,8 +306,9 @@ class RunningServer:
         self.state = state
         state.port = state.port or free_port()
         app = state.app() if isinstance(state, FakeVLLMServer) else build_app(state)
-        config = uvicorn.Config(app, host="127.0.0.1", port=state.port, log_level="error",
-                                backlog=4096, limit_concurrency=10_000)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=state.port, log_level="error", backlog=4096, limit_concurrency=10_000
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

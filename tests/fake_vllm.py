@@ -30,10 +30,35 @@ from typing import Any
 
 ALLOWED_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The EngineArgs fields the project may pass (a subset of vLLM's; anything else is a TypeError here).
-ENGINE_FIELDS = {"model", "dtype", "gpu_memory_utilization", "max_model_len", "seed", "enable_lora", "max_lora_rank",
-                 "max_loras", "distributed_executor_backend", "enable_sleep_mode", "logprobs_mode", "tensor_parallel_size"}
-SAMPLING_FIELDS = {"n", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop_token_ids",
-                   "skip_special_tokens", "seed", "logprobs", "stop", "include_stop_str_in_output"}
+ENGINE_FIELDS = {
+    "model",
+    "dtype",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "seed",
+    "enable_lora",
+    "max_lora_rank",
+    "max_loras",
+    "distributed_executor_backend",
+    "enable_sleep_mode",
+    "logprobs_mode",
+    "tensor_parallel_size",
+}
+SAMPLING_FIELDS = {
+    "n",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop_token_ids",
+    "skip_special_tokens",
+    "seed",
+    "logprobs",
+    "stop",
+    "include_stop_str_in_output",
+}
 LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
 
 ENGINES: list[FakeLLM] = []  # every engine built in this process, in order
@@ -117,8 +142,10 @@ class FakeLLM:
         if unknown:
             raise TypeError(f"EngineArgs.__init__() got unexpected keyword arguments {sorted(unknown)}")
         if kwargs.get("enable_lora") and kwargs.get("max_lora_rank", 16) not in ALLOWED_RANKS:
-            raise ValueError(f"1 validation error for LoRAConfig\nmax_lora_rank\n  Input should be "
-                             f"{', '.join(map(str, ALLOWED_RANKS[:-1]))} or 512 [input_value={kwargs['max_lora_rank']}]")
+            raise ValueError(
+                f"1 validation error for LoRAConfig\nmax_lora_rank\n  Input should be "
+                f"{', '.join(map(str, ALLOWED_RANKS[:-1]))} or 512 [input_value={kwargs['max_lora_rank']}]"
+            )
         if kwargs.get("logprobs_mode", "raw_logprobs") not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode {kwargs['logprobs_mode']!r}")
         if kwargs.get("distributed_executor_backend") == "external_launcher":
@@ -143,13 +170,22 @@ class FakeLLM:
                 raise ValueError(f"Loading lora {request.lora_name} failed: No adapter found for {request.lora_path}")
             rank = json.loads(config.read_text())["r"]
             if rank > self.kwargs.get("max_lora_rank", 16):
-                raise ValueError(f"LoRA rank {rank} is greater than max_lora_rank {self.kwargs.get('max_lora_rank', 16)}.")
+                raise ValueError(
+                    f"LoRA rank {rank} is greater than max_lora_rank {self.kwargs.get('max_lora_rank', 16)}."
+                )
             weights = folder / "adapter_model.safetensors"
             self.loaded[request.lora_int_id] = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
         return self.loaded[request.lora_int_id]
 
-    def generate(self, prompts: Any, sampling_params: SamplingParams | None = None, *, use_tqdm: bool = True,
-                 lora_request: LoRARequest | None = None, **kwargs: Any) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: Any,
+        sampling_params: SamplingParams | None = None,
+        *,
+        use_tqdm: bool = True,
+        lora_request: LoRARequest | None = None,
+        **kwargs: Any,
+    ) -> list[RequestOutput]:
         if self.asleep:
             raise RuntimeError("the engine is asleep (its weights are offloaded): call wake_up() first")
         if lora_request is not None and not self.kwargs.get("enable_lora"):
@@ -163,7 +199,9 @@ class FakeLLM:
         for number, prompt in enumerate(prompts):
             ids = list(prompt["prompt_token_ids"])
             if limit is not None and len(ids) + 1 > limit:
-                raise ValueError(f"The decoder prompt (length {len(ids)}) is longer than the maximum model length of {limit}.")
+                raise ValueError(
+                    f"The decoder prompt (length {len(ids)}) is longer than the maximum model length of {limit}."
+                )
             completions = []
             for i in range(params.n):
                 text, body = type(self).responder(ids, i, self.rng)
@@ -175,9 +213,9 @@ class FakeLLM:
                     end = hit[0] + (len(hit[1]) if params.include_stop_str_in_output else 0)
                     token_ids, finish, reason, text = list(body), "stop", hit[1], text[:end]
                 elif stop == "length" or stop is None:
-                    token_ids, finish, reason = (body * params.max_tokens)[:params.max_tokens], "length", None
+                    token_ids, finish, reason = (body * params.max_tokens)[: params.max_tokens], "length", None
                 else:
-                    token_ids, finish, reason = (body[:params.max_tokens - 1] + [stop]), "stop", stop
+                    token_ids, finish, reason = (body[: params.max_tokens - 1] + [stop]), "stop", stop
                 logprobs = None
                 if params.logprobs is not None:
                     logprobs = [{t: Logprob(self.logprob_of(ids, j, t), rank=1)} for j, t in enumerate(token_ids)]
@@ -208,7 +246,11 @@ def install(monkeypatch: Any = None) -> types.SimpleNamespace:
     """Make `import vllm` and `from vllm.lora.request import LoRARequest` find the fake."""
     fake = module()
     request_module = types.SimpleNamespace(LoRARequest=LoRARequest)
-    entries = {"vllm": fake, "vllm.lora": types.SimpleNamespace(request=request_module), "vllm.lora.request": request_module}
+    entries = {
+        "vllm": fake,
+        "vllm.lora": types.SimpleNamespace(request=request_module),
+        "vllm.lora.request": request_module,
+    }
     for name, value in entries.items():
         if monkeypatch is not None:
             monkeypatch.setitem(sys.modules, name, value)

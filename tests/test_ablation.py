@@ -15,9 +15,27 @@ import bench_ablation
 
 
 def tiny(tmp_path, *extra):
-    return ["--steps", "1", "--tasks", "2", "--eval_set", "val", "--eval_tasks", "2", "--max_new_tokens", "8",
-            "--eval_max_new_tokens", "8", "--model", "embedded:tiny-random", "--output_dir", str(tmp_path / "out"),
-            "--results_dir", str(tmp_path / "results"), *extra]
+    return [
+        "--steps",
+        "1",
+        "--tasks",
+        "2",
+        "--eval_set",
+        "val",
+        "--eval_tasks",
+        "2",
+        "--max_new_tokens",
+        "8",
+        "--eval_max_new_tokens",
+        "8",
+        "--model",
+        "embedded:tiny-random",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--results_dir",
+        str(tmp_path / "results"),
+        *extra,
+    ]
 
 
 def test_variants_differ_only_in_their_loss_weights():
@@ -89,8 +107,11 @@ def test_make_lists_the_heavy_benchmark_targets():
 
     listed = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     assert "make eval-humaneval" in listed and "make ablation" in listed
-    planned = subprocess.run(["make", "-n", "eval-humaneval", "ablation"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=60).stdout
+    planned = subprocess.run(
+        ["make", "-n", "eval-humaneval", "ablation"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout
     assert "phase4_evaluate.py --preset cpu --eval_set humaneval --temperature 0 --num_samples 1" in planned
     assert "benchmarks/bench_ablation.py" in planned
-    assert "Results: outputs/humaneval_results.json" in planned and "Results: benchmarks/results/ablation.json" in planned
+    assert (
+        "Results: outputs/humaneval_results.json" in planned and "Results: benchmarks/results/ablation.json" in planned
+    )

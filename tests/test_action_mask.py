@@ -37,9 +37,13 @@ class ScriptedToolRollout(ScriptedRollout):
         for group in groups:
             for sample in group:
                 code = sample["text"].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
-                first = self.tokenizer("<think>\nplan\n<program>print(1 + 2)</program>", add_special_tokens=False)["input_ids"]
+                first = self.tokenizer("<think>\nplan\n<program>print(1 + 2)</program>", add_special_tokens=False)[
+                    "input_ids"
+                ]
                 result = self.tokenizer(RESULT, add_special_tokens=False)["input_ids"]
-                answer = self.tokenizer(f"</think>\n\n```python\n{code}\n```", add_special_tokens=False)["input_ids"] + [eot]
+                answer = self.tokenizer(f"</think>\n\n```python\n{code}\n```", add_special_tokens=False)[
+                    "input_ids"
+                ] + [eot]
                 sample["token_ids"] = first + result + answer
                 sample["action_mask"] = [1] * len(first) + [0] * len(result) + [1] * len(answer)
                 sample["num_tokens"] = len(sample["token_ids"])
@@ -59,7 +63,9 @@ def make_trainer(tmp_path, pool, rollout_class=ScriptedToolRollout, **overrides)
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     tasks = small_tasks()
     rollout = rollout_class(tokenizer, {t.problem: t for t in tasks})
-    return GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool)
+    return GRPOTrainer(
+        config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool
+    )
 
 
 def _samples(groups):
@@ -67,9 +73,11 @@ def _samples(groups):
 
 
 def test_the_padded_batch_masks_environment_tokens_and_keeps_their_width():
-    samples = [{"prompt_ids": [1, 2], "token_ids": [5, 6, 7, 8], "action_mask": [1, 0, 0, 1]},
-               {"prompt_ids": [3], "token_ids": [9, 10, 11], "action_mask": [1, 1, 0]},  # ends on environment tokens
-               {"prompt_ids": [4], "token_ids": [12, 13]}]  # no mask: all policy tokens
+    samples = [
+        {"prompt_ids": [1, 2], "token_ids": [5, 6, 7, 8], "action_mask": [1, 0, 0, 1]},
+        {"prompt_ids": [3], "token_ids": [9, 10, 11], "action_mask": [1, 1, 0]},  # ends on environment tokens
+        {"prompt_ids": [4], "token_ids": [12, 13]},
+    ]  # no mask: all policy tokens
     batch = pad_rollout_batch(samples, 0)
     assert batch["completion_mask"].tolist() == [[1, 0, 0, 1], [1, 1, 0, 0], [1, 1, 0, 0]]
     part, width = slice_rollout_batch(batch, [1])
@@ -88,12 +96,25 @@ def test_loss_and_denominators_by_hand_with_environment_tokens():
     token_mean = -(1.0 * 3 - 0.5 * 2) / 5
     seq_mean = -(1.0 - 0.5) / 2
     sum_norm = -(1.0 * 3 - 0.5 * 2) / (2 * 8)
-    for mode, expected, units in (("token-mean", token_mean, 5.0), ("micro-token-mean", token_mean, 5.0),
-                                  ("seq-mean-token-mean", seq_mean, 2.0), ("seq-mean-token-sum-norm", sum_norm, 2.0)):
+    for mode, expected, units in (
+        ("token-mean", token_mean, 5.0),
+        ("micro-token-mean", token_mean, 5.0),
+        ("seq-mean-token-mean", seq_mean, 2.0),
+        ("seq-mean-token-sum-norm", sum_norm, 2.0),
+    ):
         assert aggregation_units(mask, mode) == units
         denominator = step_denominator(units, mode, 8)
-        loss, metrics = grpo_loss(logp, logp.detach(), logp.detach() - 0.3 * (1 - mask), advantages, mask, kl_coef=0.1,
-                                  aggregation=mode, norm_length=8, denominator=denominator)
+        loss, metrics = grpo_loss(
+            logp,
+            logp.detach(),
+            logp.detach() - 0.3 * (1 - mask),
+            advantages,
+            mask,
+            kl_coef=0.1,
+            aggregation=mode,
+            norm_length=8,
+            denominator=denominator,
+        )
         assert float(loss) == pytest.approx(expected, abs=1e-6), mode
         assert metrics["kl"] == 0.0  # the reference differs only on environment tokens
 
@@ -117,16 +138,24 @@ def test_a_multi_turn_sequence_has_the_same_log_probs_in_one_forward_as_turn_by_
     turn1 = tokenizer("<think>\n<program>print(1)</program>", add_special_tokens=False)["input_ids"]
     result = tokenizer(RESULT, add_special_tokens=False)["input_ids"]
     turn2 = tokenizer("</think>\n```python\nx = 1\n```", add_special_tokens=False)["input_ids"]
-    whole = {"prompt_ids": prompt, "token_ids": turn1 + result + turn2,
-             "action_mask": [1] * len(turn1) + [0] * len(result) + [1] * len(turn2)}
-    other = {"prompt_ids": encode_prompt(tokenizer, "a longer prompt that pads the others on the left"), "token_ids": [5, 6]}
+    whole = {
+        "prompt_ids": prompt,
+        "token_ids": turn1 + result + turn2,
+        "action_mask": [1] * len(turn1) + [0] * len(result) + [1] * len(turn2),
+    }
+    other = {
+        "prompt_ids": encode_prompt(tokenizer, "a longer prompt that pads the others on the left"),
+        "token_ids": [5, 6],
+    }
     first = {"prompt_ids": prompt, "token_ids": turn1}
     second = {"prompt_ids": prompt + turn1 + result, "token_ids": turn2}  # the second turn's own sampling context
     with torch.no_grad():
         one_forward = completion_logprobs(model, pad_rollout_batch([whole, other], tokenizer.pad_token_id))[0]
         by_turn = completion_logprobs(model, pad_rollout_batch([first, second, other], tokenizer.pad_token_id))
-    assert torch.allclose(one_forward[:len(turn1)], by_turn[0, :len(turn1)], atol=1e-5)
-    assert torch.allclose(one_forward[len(turn1) + len(result):len(whole["token_ids"])], by_turn[1, :len(turn2)], atol=1e-5)
+    assert torch.allclose(one_forward[: len(turn1)], by_turn[0, : len(turn1)], atol=1e-5)
+    assert torch.allclose(
+        one_forward[len(turn1) + len(result) : len(whole["token_ids"])], by_turn[1, : len(turn2)], atol=1e-5
+    )
 
 
 def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypatch):
@@ -144,8 +173,11 @@ def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypa
         return logp
 
     monkeypatch.setattr(grpo_trainer, "completion_logprobs", keep_gradient)
-    trainer = make_trainer(tmp_path, pool, **{"grpo.num_iterations": 2, "dual_source.teacher_sft_weight": 0.0,
-                                              "dual_source.self_sft_weight": 0.0})
+    trainer = make_trainer(
+        tmp_path,
+        pool,
+        **{"grpo.num_iterations": 2, "dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0},
+    )
     groups, rollout_metrics = trainer.collect_rollouts()
     for sample in _samples(groups):  # vLLM's convention: a log-prob per token, 0.0 at environment positions
         sample["logprobs"] = [-1.0 if m else 0.0 for m in sample["action_mask"]]
@@ -154,8 +186,8 @@ def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypa
     environment, policy = [], []
     for ids, logp in seen:
         for row in range(ids.shape[0]):
-            tokens = next(t for t in masks if ids[row, :len(t)].tolist() == list(t))
-            grad = logp.grad[row, :len(tokens)]
+            tokens = next(t for t in masks if ids[row, : len(t)].tolist() == list(t))
+            grad = logp.grad[row, : len(tokens)]
             environment += [float(g) for g, m in zip(grad, masks[tokens], strict=True) if m == 0]
             policy += [float(g) for g, m in zip(grad, masks[tokens], strict=True) if m == 1]
     assert environment and all(g == 0.0 for g in environment)
@@ -176,8 +208,11 @@ def _step_gradient(trainer, groups, rollout_metrics):
 def test_the_first_step_loss_counts_only_policy_tokens(tmp_path, pool):
     """Step 1 (adapter = identity: ratio 1, KL 0): token-mean GRPO loss = -sum_i A_i n_i / sum_i n_i over
     the policy tokens n_i of each sample; importance sampling is measured over policy tokens only."""
-    trainer = make_trainer(tmp_path, pool, **{"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0,
-                                              "grpo.kl_coef": 0.0})
+    trainer = make_trainer(
+        tmp_path,
+        pool,
+        **{"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0},
+    )
     groups, rollout_metrics = trainer.collect_rollouts()
     samples = _samples(groups)
     with torch.no_grad():  # the sampler agrees with the policy on every policy token
@@ -242,24 +277,34 @@ def test_a_multi_turn_teacher_trace_trains_only_on_the_teachers_tokens(tiny_mode
     from utils.student_model import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_name)
-    turns = [{"role": "assistant", "content": f"<think>\n<program>print(1 + 2)</program>{RESULT}ok\n</think>\n\n"
-                                              "```python\ndef add(a, b):\n    return a - b\n```"},
-             {"role": "user", "content": "assert add(1, 2) == 3 failed: got -1"},
-             {"role": "assistant", "content": "```python\ndef add(a, b):\n    return a + b\n```"}]
+    turns = [
+        {
+            "role": "assistant",
+            "content": f"<think>\n<program>print(1 + 2)</program>{RESULT}ok\n</think>\n\n"
+            "```python\ndef add(a, b):\n    return a - b\n```",
+        },
+        {"role": "user", "content": "assert add(1, 2) == 3 failed: got -1"},
+        {"role": "assistant", "content": "```python\ndef add(a, b):\n    return a + b\n```"},
+    ]
     prompt_ids, ids, mask = encode_conversation(tokenizer, "write add", turns)
     # the exchange reads exactly as the chat template renders it (minus what follows the last end of turn)
     rendered = tokenizer.apply_chat_template(
-        [{"role": "system", "content": __import__("utils.prompts", fromlist=["x"]).SYSTEM_PROMPT_UNIFIED},
-         {"role": "user", "content": "write add"}, *turns], tokenize=False)
+        [
+            {"role": "system", "content": __import__("utils.prompts", fromlist=["x"]).SYSTEM_PROMPT_UNIFIED},
+            {"role": "user", "content": "write add"},
+            *turns,
+        ],
+        tokenize=False,
+    )
     assert rendered.startswith(tokenizer.decode(prompt_ids + ids))
-    assert rendered[len(tokenizer.decode(prompt_ids + ids)):].strip() == ""
+    assert rendered[len(tokenizer.decode(prompt_ids + ids)) :].strip() == ""
     trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     environment = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
     assert "<result>" not in trained and "3" not in trained.split("print(1 + 2)")[1].split("ok")[0]
     assert "failed: got -1" in environment and "<result>" in environment and "return a + b" not in environment
     assert trained.count(tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))) == 2  # each reply ends its turn
     example = build_sft_example(prompt_ids, ids, 10_000, mask)
-    labels = example["labels"][len(prompt_ids):]
+    labels = example["labels"][len(prompt_ids) :]
     assert labels == [t if m else IGNORE_INDEX for t, m in zip(ids, mask, strict=True)]
 
 
@@ -267,10 +312,16 @@ def test_teacher_sft_on_multi_turn_traces_masks_the_environment(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool)
     tasks = small_tasks()
     code = tasks[0].reference_solutions[0]
-    traces = [{**teacher_examples(tasks)[0], "messages": [
-        {"role": "assistant", "content": "```python\ndef nothing():\n    return 0\n```"},
-        {"role": "user", "content": "assert failed: NameError"},
-        {"role": "assistant", "content": f"```python\n{code}\n```"}]}]
+    traces = [
+        {
+            **teacher_examples(tasks)[0],
+            "messages": [
+                {"role": "assistant", "content": "```python\ndef nothing():\n    return 0\n```"},
+                {"role": "user", "content": "assert failed: NameError"},
+                {"role": "assistant", "content": f"```python\n{code}\n```"},
+            ],
+        }
+    ]
     from training.sft_sources import build_teacher_sft
 
     built, _ = build_teacher_sft(traces, trainer.tokenizer, trainer.config)
@@ -285,15 +336,33 @@ def test_a_feedback_mode_trace_from_phase_2_becomes_the_exchange_teacher_sft_tra
 
     from synthesis.generate_traces import load_teacher_examples
 
-    turns = [{"response": "```python\nx = 0\n```", "reasoning": None, "feedback": "assert f() == 1 failed: got 0",
-              "truncated": False},
-             {"response": "```python\nx = 1\n```", "reasoning": None, "feedback": None, "truncated": False}]
+    turns = [
+        {
+            "response": "```python\nx = 0\n```",
+            "reasoning": None,
+            "feedback": "assert f() == 1 failed: got 0",
+            "truncated": False,
+        },
+        {"response": "```python\nx = 1\n```", "reasoning": None, "feedback": None, "truncated": False},
+    ]
     path = tmp_path / "traces.jsonl"
-    row = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "thinking": "", "code": "x = 1", "passed": True,
-           "status": "passed", "mode": "feedback", "num_turns": 2, "turns": turns}
+    row = {
+        "task_id": "a/1",
+        "sample_idx": 0,
+        "prompt": "p",
+        "thinking": "",
+        "code": "x = 1",
+        "passed": True,
+        "status": "passed",
+        "mode": "feedback",
+        "num_turns": 2,
+        "turns": turns,
+    }
     path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "task_id": "a/2", "turns": None, "mode": None}) + "\n")
     by_task = {e["task_id"]: e for e in load_teacher_examples(path, {"a/1", "a/2"}, True)}
-    assert by_task["a/1"]["messages"] == [{"role": "assistant", "content": "```python\nx = 0\n```"},
-                                          {"role": "user", "content": "assert f() == 1 failed: got 0"},
-                                          {"role": "assistant", "content": "```python\nx = 1\n```"}]
+    assert by_task["a/1"]["messages"] == [
+        {"role": "assistant", "content": "```python\nx = 0\n```"},
+        {"role": "user", "content": "assert f() == 1 failed: got 0"},
+        {"role": "assistant", "content": "```python\nx = 1\n```"},
+    ]
     assert "messages" not in by_task["a/2"]  # single-turn: the canonical target, as before

@@ -58,7 +58,9 @@ def test_paired_interval_shrinks_when_models_agree():
     assert width["same"] == 0.0
     assert 0.0 < width["mostly"] < width["disagree"] / 2
     # resampling the two models independently ignores the pairing: as wide as total disagreement
-    unpaired = np.subtract(*(np.asarray(x)[resample_indices(20, 5000, s)].mean(1) for x, s in ((a, 1), (agree_mostly, 2))))
+    unpaired = np.subtract(
+        *(np.asarray(x)[resample_indices(20, 5000, s)].mean(1) for x, s in ((a, 1), (agree_mostly, 2)))
+    )
     assert width["mostly"] < (np.quantile(unpaired, 0.975) - np.quantile(unpaired, 0.025)) / 2
 
 

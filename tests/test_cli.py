@@ -23,8 +23,14 @@ from utils.student_model import ModelLoadError, attach_lora, load_student, resol
 
 
 def script(*args, timeout=120, env=None):
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def one_line_error(proc) -> str:
@@ -37,7 +43,9 @@ def one_line_error(proc) -> str:
 
 
 def test_phase1_without_hub_access_is_one_line(tmp_path):
-    proc = script("phase1_prepare_data.py", "--preset", "gpu", "--output_dir", str(tmp_path), env={"HF_HUB_OFFLINE": "1"})
+    proc = script(
+        "phase1_prepare_data.py", "--preset", "gpu", "--output_dir", str(tmp_path), env={"HF_HUB_OFFLINE": "1"}
+    )
     assert proc.returncode == 1
     line = one_line_error(proc)
     assert line.startswith("error: could not load google-research-datasets/mbpp (full) from the Hugging Face hub")
@@ -45,7 +53,9 @@ def test_phase1_without_hub_access_is_one_line(tmp_path):
 
 
 def test_standard_split_on_the_cpu_preset_names_the_preset_not_a_flag_never_given(tmp_path):
-    proc = script("phase1_prepare_data.py", "--preset", "cpu", "--split_mode", "standard", "--output_dir", str(tmp_path))
+    proc = script(
+        "phase1_prepare_data.py", "--preset", "cpu", "--split_mode", "standard", "--output_dir", str(tmp_path)
+    )
     assert proc.returncode == 1
     line = one_line_error(proc)
     assert "data.offline is true (the cpu preset's value" in line and "--set data.offline=false" in line
@@ -61,11 +71,23 @@ def test_ctrl_c_in_phases_3_and_4_is_one_line_and_exit_130(tmp_path, monkeypatch
     codes = []
     # Its own eval file: data/val.jsonl only exists after phase 1, never on a fresh clone.
     eval_file = tmp_path / "val.jsonl"
-    eval_file.write_text(json.dumps({"task_id": "mbpp/1", "source": "mbpp", "problem": "Add a and b.",
-                                     "test_type": "assert", "tests": ["assert add(1, 2) == 3"],
-                                     "fn_name": "add"}) + "\n")
-    for call in (lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", str(eval_file)]),
-                 lambda: phase3.cli(["--preset", "cpu", "--output_dir", str(tmp_path)])):
+    eval_file.write_text(
+        json.dumps(
+            {
+                "task_id": "mbpp/1",
+                "source": "mbpp",
+                "problem": "Add a and b.",
+                "test_type": "assert",
+                "tests": ["assert add(1, 2) == 3"],
+                "fn_name": "add",
+            }
+        )
+        + "\n"
+    )
+    for call in (
+        lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", str(eval_file)]),
+        lambda: phase3.cli(["--preset", "cpu", "--output_dir", str(tmp_path)]),
+    ):
         try:
             codes.append(call())
         except KeyboardInterrupt:
@@ -102,9 +124,21 @@ def train_file(tmp_path):
 
 
 def phase3_args(tmp_path, train_file, *extra):
-    return ["--preset", "cpu", "--output_dir", str(tmp_path / "out"), "--train_file", str(train_file),
-            "--set", "student.model_name=embedded:tiny-random", "--set", "grpo.max_new_tokens=4", "--max_steps", "1",
-            *extra]
+    return [
+        "--preset",
+        "cpu",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--train_file",
+        str(train_file),
+        "--set",
+        "student.model_name=embedded:tiny-random",
+        "--set",
+        "grpo.max_new_tokens=4",
+        "--max_steps",
+        "1",
+        *extra,
+    ]
 
 
 def test_missing_teacher_traces_are_an_error_unless_teacher_sft_is_off(tmp_path, train_file, capsys):
@@ -120,8 +154,19 @@ def test_logging_backend_without_its_package_fails_at_start(tmp_path, train_file
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     monkeypatch.setitem(sys.modules, "wandb", None)  # and `import wandb` fails, as without the package
-    assert phase3.cli(phase3_args(tmp_path, train_file, "--set", "dual_source.teacher_sft_weight=0",
-                                  "--set", "training.logging_backends=wandb")) == 1
+    assert (
+        phase3.cli(
+            phase3_args(
+                tmp_path,
+                train_file,
+                "--set",
+                "dual_source.teacher_sft_weight=0",
+                "--set",
+                "training.logging_backends=wandb",
+            )
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "the wandb package is not installed: pip install -r requirements-wandb.txt" in err
     assert not (tmp_path / "out").exists()  # nothing loaded, nothing written
@@ -139,12 +184,29 @@ def test_a_fresh_run_refuses_a_used_output_folder(tmp_path, train_file, capsys):
 
 def test_resuming_with_another_lora_rank_is_one_line(tmp_path, train_file, capsys):
     checkpoint = tmp_path / "out" / "checkpoint-2"
-    save_config(build_config("cpu", overrides=["lora.r=8", "student.model_name=embedded:tiny-random"]),
-                checkpoint / "config.json")
-    assert phase3.cli(phase3_args(tmp_path, train_file, "--set", "dual_source.teacher_sft_weight=0",
-                                  "--set", "lora.r=16", "--resume_from_checkpoint", "latest")) == 1
-    assert f"cannot resume from {checkpoint}: it was trained with other settings (lora.r=8 there, 16 here)" in \
-        capsys.readouterr().err
+    save_config(
+        build_config("cpu", overrides=["lora.r=8", "student.model_name=embedded:tiny-random"]),
+        checkpoint / "config.json",
+    )
+    assert (
+        phase3.cli(
+            phase3_args(
+                tmp_path,
+                train_file,
+                "--set",
+                "dual_source.teacher_sft_weight=0",
+                "--set",
+                "lora.r=16",
+                "--resume_from_checkpoint",
+                "latest",
+            )
+        )
+        == 1
+    )
+    assert (
+        f"cannot resume from {checkpoint}: it was trained with other settings (lora.r=8 there, 16 here)"
+        in capsys.readouterr().err
+    )
 
 
 def test_lora_target_module_typos_are_errors_and_all_linear_works(tiny_model_name):
@@ -182,6 +244,8 @@ def test_help_shows_the_resolved_presets_defaults(capsys):
 def test_phases_print_a_one_line_config_summary_not_the_whole_config(tmp_path, capsys):
     assert phase1.cli(["--preset", "cpu", "--output_dir", str(tmp_path), "--seed", "7"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == (f"Config: preset cpu; changed: paths.data_dir='{tmp_path}', data.seed=7 "
-                                   "(all keys: python config.py --preset cpu ...)")
+    assert out.splitlines()[0] == (
+        f"Config: preset cpu; changed: paths.data_dir='{tmp_path}', data.seed=7 "
+        "(all keys: python config.py --preset cpu ...)"
+    )
     assert "Resolved config" not in out and "lora.r" not in out

@@ -42,8 +42,16 @@ def test_every_fixture_reference_passes(pool, fixtures):
     assert all(r.tests_passed == r.tests_total > 0 for r in results)
 
 
-WRONG_VARIANTS = [("+", "-"), ("return a + b", "return a * b"), ("max(", "min("), ("print(a + b)", "print(a - b)"),
-                  ("[::-1]", ""), ("% 2 == 0", "% 2 == 1"), ("sorted(", "list("), ("best = max(best, cur)", "best = cur")]
+WRONG_VARIANTS = [
+    ("+", "-"),
+    ("return a + b", "return a * b"),
+    ("max(", "min("),
+    ("print(a + b)", "print(a - b)"),
+    ("[::-1]", ""),
+    ("% 2 == 0", "% 2 == 1"),
+    ("sorted(", "list("),
+    ("best = max(best, cur)", "best = cur"),
+]
 
 
 def test_small_wrong_variants_fail(pool, fixtures):
@@ -70,8 +78,14 @@ def test_results_keep_input_order_and_ids(pool, fixtures):
 
 
 def test_partial_credit_and_statuses(pool):
-    task = Task(task_id="t/1", source="t", problem="p", test_type="assert", fn_name="f",
-                tests=("assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9"))
+    task = Task(
+        task_id="t/1",
+        source="t",
+        problem="p",
+        test_type="assert",
+        fn_name="f",
+        tests=("assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9"),
+    )
     half = execute_program("def f(x):\n    return x * x if x < 3 else 0\n", task, LIMITS, pool)
     assert (half.passed, half.tests_passed, half.status) == (False, 2, "wrong_answer")
     assert half.pass_fraction == pytest.approx(2 / 3)
@@ -81,36 +95,60 @@ def test_partial_credit_and_statuses(pool):
 
 
 def test_mbpp_setup_code_runs_after_the_program(pool):
-    task = Task(task_id="t/2", source="t", problem="p", test_type="assert", fn_name="size",
-                tests=("assert size(s) == 2",), test_setup_code="s = Box()\ns.add(1)\ns.add(2)",
-                test_imports=("import math",))
-    code = "class Box:\n    def __init__(self):\n        self.items = []\n    def add(self, x):\n        self.items.append(x)\n" \
-           "def size(b):\n    return len(b.items) if math.pi > 3 else 0\n"
+    task = Task(
+        task_id="t/2",
+        source="t",
+        problem="p",
+        test_type="assert",
+        fn_name="size",
+        tests=("assert size(s) == 2",),
+        test_setup_code="s = Box()\ns.add(1)\ns.add(2)",
+        test_imports=("import math",),
+    )
+    code = (
+        "class Box:\n    def __init__(self):\n        self.items = []\n    def add(self, x):\n        self.items.append(x)\n"
+        "def size(b):\n    return len(b.items) if math.pi > 3 else 0\n"
+    )
     assert execute_program(code, task, LIMITS, pool).passed
 
 
 def test_call_based_solution_class_and_typing_names(pool):
-    task = Task(task_id="t/3", source="t", problem="p", test_type="call", fn_name="twice",
-                tests=({"input": [[1, 2]], "output": [2, 4]}, {"input": [[]], "output": [[]]}))
+    task = Task(
+        task_id="t/3",
+        source="t",
+        problem="p",
+        test_type="call",
+        fn_name="twice",
+        tests=({"input": [[1, 2]], "output": [2, 4]}, {"input": [[]], "output": [[]]}),
+    )
     code = "class Solution:\n    def twice(self, xs: List[int]) -> Tuple[int, ...]:\n        return tuple(2 * x for x in xs)\n"
     assert execute_program(code, task, LIMITS, pool).passed
 
 
 def test_stdin_reads_all_input_forms(pool):
-    task = Task(task_id="t/4", source="t", problem="p", test_type="stdin",
-                tests=({"input": "3\n1 2 3\n", "output": "6\n"},))
-    for code in ("import sys\nprint(sum(map(int, sys.stdin.read().split()[1:])))",
-                 "n = int(input())\nprint(sum(map(int, input().split())))",
-                 "data = open(0).read().split()\nprint(sum(map(int, data[1:])))",
-                 "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split()[1:])))",
-                 "def main():\n    input()\n    print(sum(map(int, input().split())))\nif __name__ == '__main__':\n    main()"):
+    task = Task(
+        task_id="t/4", source="t", problem="p", test_type="stdin", tests=({"input": "3\n1 2 3\n", "output": "6\n"},)
+    )
+    for code in (
+        "import sys\nprint(sum(map(int, sys.stdin.read().split()[1:])))",
+        "n = int(input())\nprint(sum(map(int, input().split())))",
+        "data = open(0).read().split()\nprint(sum(map(int, data[1:])))",
+        "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split()[1:])))",
+        "def main():\n    input()\n    print(sum(map(int, input().split())))\nif __name__ == '__main__':\n    main()",
+    ):
         result = execute_program(code, task, LIMITS, pool)
         assert result.passed, (code, result)
 
 
 def test_timeout_then_later_tests_still_run(pool):
-    task = Task(task_id="t/5", source="t", problem="p", test_type="assert", fn_name="f",
-                tests=("assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2"))
+    task = Task(
+        task_id="t/5",
+        source="t",
+        problem="p",
+        test_type="assert",
+        fn_name="f",
+        tests=("assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2"),
+    )
     code = "def f(x):\n    while x == 1:\n        pass\n    return x\n"
     result = execute_program(code, task, SandboxLimits(test_timeout=0.5), pool)
     assert [o.status for o in result.test_outcomes] == ["passed", "timeout", "passed"]
@@ -119,7 +157,9 @@ def test_timeout_then_later_tests_still_run(pool):
 
 def test_sandbox_error_is_distinct_and_the_pool_recovers():
     with SandboxPool(workers=1, limits=LIMITS) as single:
-        task = Task(task_id="t/6", source="t", problem="p", test_type="call", fn_name="f", tests=({"input": [], "output": 1},))
+        task = Task(
+            task_id="t/6", source="t", problem="p", test_type="call", fn_name="f", tests=({"input": [], "output": 1},)
+        )
         single._all[0].process.kill()  # the harness dies, not the program
         single._all[0].process.wait()
         broken = execute_program("def f():\n    return 1\n", task, LIMITS, single)
@@ -129,7 +169,9 @@ def test_sandbox_error_is_distinct_and_the_pool_recovers():
 
 def test_basic_isolation_mode_still_judges_correctly():
     with SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic:
-        task = Task(task_id="t/7", source="t", problem="p", test_type="stdin", tests=({"input": "2\n", "output": "4\n"},))
+        task = Task(
+            task_id="t/7", source="t", problem="p", test_type="stdin", tests=({"input": "2\n", "output": "4\n"},)
+        )
         assert basic.isolation == "basic"
         assert execute_program("print(int(input()) * 2)", task, LIMITS, basic).passed
         assert execute_program("print(int(input()) * 3)", task, LIMITS, basic).status == "wrong_answer"
@@ -141,22 +183,68 @@ def test_command_line_rescoring(tmp_path, fixtures):
     tasks = tmp_path / "tasks.jsonl"
     write_tasks(tasks, fixtures[:2])
     samples = tmp_path / "samples.jsonl"
-    rows = [{"task_id": fixtures[0].task_id, "completion": f"<think>easy</think>\n```python\n{fixtures[0].reference_solutions[0]}\n```"},
-            {"task_id": fixtures[1].task_id, "code": "def nothing():\n    pass\n"},
-            {"task_id": fixtures[0].task_id, "completion": "<think>cut off"}]
+    rows = [
+        {
+            "task_id": fixtures[0].task_id,
+            "completion": f"<think>easy</think>\n```python\n{fixtures[0].reference_solutions[0]}\n```",
+        },
+        {"task_id": fixtures[1].task_id, "code": "def nothing():\n    pass\n"},
+        {"task_id": fixtures[0].task_id, "completion": "<think>cut off"},
+    ]
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "results.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "evaluation.code_executor", "--tasks", str(tasks), "--samples", str(samples),
-                           "--output", str(out), "--workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evaluation.code_executor",
+            "--tasks",
+            str(tasks),
+            "--samples",
+            str(samples),
+            "--output",
+            str(out),
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["status"] for x in lines] == ["passed", "runtime_error", "no_code"]
-    assert {"passed", "tests_passed", "tests_total", "pass_fraction", "status", "error", "wall_time", "test_outcomes"} <= set(lines[0])
+    assert {
+        "passed",
+        "tests_passed",
+        "tests_total",
+        "pass_fraction",
+        "status",
+        "error",
+        "wall_time",
+        "test_outcomes",
+    } <= set(lines[0])
     assert "3 samples" in proc.stdout and "1 passed" in proc.stdout
     unknown = tmp_path / "unknown.jsonl"
     unknown.write_text(json.dumps({"task_id": "mbpp/does-not-exist", "code": "pass"}) + "\n")
-    bad = subprocess.run([sys.executable, "-m", "evaluation.code_executor", "--tasks", str(tasks), "--samples", str(unknown),
-                          "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evaluation.code_executor",
+            "--tasks",
+            str(tasks),
+            "--samples",
+            str(unknown),
+            "--output",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 1 and "is not in" in bad.stderr
 
 
@@ -181,6 +269,8 @@ def test_real_mbpp_and_apps_references():
 
 def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
     # numpy is not preloaded (it doubles fork cost) but importable; the working directory is writable
-    task = Task(task_id="t/8", source="t", problem="p", test_type="stdin", tests=({"input": "1 2 3\n", "output": "6\n"},))
+    task = Task(
+        task_id="t/8", source="t", problem="p", test_type="stdin", tests=({"input": "1 2 3\n", "output": "6\n"},)
+    )
     code = "import numpy as np\nopen('scratch.txt', 'w').write('x')\nprint(int(np.array(input().split(), dtype=int).sum()))"
     assert execute_program(code, task, LIMITS, pool).passed

@@ -14,7 +14,10 @@ def test_find_code_blocks_languages_and_closure():
     text = "```python\na = 1\n```\n```\nb\n```\n```bash\nls\n```\n```py\nc = 3"
     blocks = find_code_blocks(text)
     assert [(b.language, b.code, b.closed) for b in blocks] == [
-        ("python", "a = 1", True), ("", "b", True), ("bash", "ls", True), ("python", "c = 3", False),
+        ("python", "a = 1", True),
+        ("", "b", True),
+        ("bash", "ls", True),
+        ("python", "c = 3", False),
     ]
 
 

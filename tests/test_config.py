@@ -19,7 +19,11 @@ def test_gpu_preset_has_the_product_defaults():
     assert (c.lora.r, c.lora.lora_alpha) == (64, 128)
     assert c.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     assert (c.grpo.kl_coef, c.grpo.clip_range, c.grpo.num_samples_per_prompt) == (0.05, 0.2, 4)
-    assert (c.dual_source.grpo_weight, c.dual_source.teacher_sft_weight, c.dual_source.self_sft_weight) == (1.0, 0.3, 0.2)
+    assert (c.dual_source.grpo_weight, c.dual_source.teacher_sft_weight, c.dual_source.self_sft_weight) == (
+        1.0,
+        0.3,
+        0.2,
+    )
     assert c.training.num_train_epochs == 3 and c.training.per_device_train_batch_size == 2
     assert c.training.gradient_accumulation_steps == 8 and c.training.learning_rate == 5e-5
 
@@ -167,14 +171,19 @@ def test_teacher_base_url_accepts_a_full_chat_completions_url(url):
 
 def test_open_r1_style_flat_keys_are_accepted_in_config_files(tmp_path):
     path = tmp_path / "r1.yaml"
-    path.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nlearning_rate: 1.0e-5\nnum_generations: 8\nbeta: 0.0\n"
-                    "max_completion_length: 512\nloss_type: dr_grpo\nuse_vllm: true\nreport_to: [wandb]\n"
-                    "lora_target_modules: all-linear\nreward_funcs: [my_rewards:brevity]\nreward_weights: [0.5]\n"
-                    "kl_coef_is_not_needed_here: null\n")
+    path.write_text(
+        "model_name_or_path: Qwen/Qwen3-0.6B\nlearning_rate: 1.0e-5\nnum_generations: 8\nbeta: 0.0\n"
+        "max_completion_length: 512\nloss_type: dr_grpo\nuse_vllm: true\nreport_to: [wandb]\n"
+        "lora_target_modules: all-linear\nreward_funcs: [my_rewards:brevity]\nreward_weights: [0.5]\n"
+        "kl_coef_is_not_needed_here: null\n"
+    )
     with pytest.raises(cfg.ConfigError, match="unknown key 'kl_coef_is_not_needed_here'"):
         build_config("gpu", config_file=path)
-    path.write_text(path.read_text().replace("kl_coef_is_not_needed_here: null\n", "grpo.clip_range: 0.1\n"
-                                             "training:\n  save_steps: 7\n"))
+    path.write_text(
+        path.read_text().replace(
+            "kl_coef_is_not_needed_here: null\n", "grpo.clip_range: 0.1\ntraining:\n  save_steps: 7\n"
+        )
+    )
     c = build_config("gpu", config_file=path)
     assert c.student.model_name == "Qwen/Qwen3-0.6B" and c.training.learning_rate == 1e-5
     assert (c.grpo.num_samples_per_prompt, c.grpo.kl_coef, c.grpo.max_new_tokens) == (8, 0.0, 512)
@@ -233,10 +242,18 @@ def test_choice_lists_equal_the_library_constants():
         ("multi_turn", "mode"): MODES,
     }
     config = cfg.Config()
-    declared = {(section, f.name): f.metadata["choices"] for section in cfg.SECTION_NAMES
-                for f in dataclasses.fields(getattr(config, section)) if f.metadata.get("choices")}
+    declared = {
+        (section, f.name): f.metadata["choices"]
+        for section in cfg.SECTION_NAMES
+        for f in dataclasses.fields(getattr(config, section))
+        if f.metadata.get("choices")
+    }
     for key, constant in library.items():
         assert tuple(declared[key]) == tuple(constant), key
     # the closed sets without a library constant: the loaders' and the samplers' own literals
-    assert set(declared) - set(library) == {("data", "mbpp_config"), ("data", "split_mode"),
-                                           ("student", "torch_dtype"), ("grpo", "rollout_backend")}
+    assert set(declared) - set(library) == {
+        ("data", "mbpp_config"),
+        ("data", "split_mode"),
+        ("student", "torch_dtype"),
+        ("grpo", "rollout_backend"),
+    }

@@ -18,17 +18,39 @@ from utils.dataset_loader import (
     write_tasks,
 )
 
-FULL_ROW = {"text": "Write a function to add.", "code": "def add(a, b):\r\n\treturn a + b", "task_id": 7,
-            "test_setup_code": "", "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(2, 2) == 4"],
-            "challenge_test_list": ["assert add(10, 10) == 20"]}
-SANITIZED_ROW = {"prompt": "Write a function to add.", "code": "import math\ndef add(a, b):\n    return a + b", "task_id": 8,
-                 "test_imports": ["import math"], "test_list": ["assert math.isclose(add(1, 2), 3)"]}
-STDIN_ROW = {"problem_id": 5, "question": "Echo", "solutions": json.dumps(["print(input())"]),
-             "input_output": json.dumps({"inputs": ["a\n", ["b", "c"]], "outputs": ["a\n", ["b"]]}),
-             "difficulty": "introductory", "url": "u", "starter_code": ""}
-CALL_ROW = {"problem_id": 6, "question": "Pattern", "solutions": json.dumps(["class Solution:\n    def f(self, a):\n        return a"]),
-            "input_output": json.dumps({"fn_name": "f", "inputs": [["\"abba\""], [[1, 2]]], "outputs": [True, [[1, 2]]]}),
-            "difficulty": "interview", "url": "", "starter_code": "\nclass Solution:\n    def f(self, a: List[int]) -> bool:\n        "}
+FULL_ROW = {
+    "text": "Write a function to add.",
+    "code": "def add(a, b):\r\n\treturn a + b",
+    "task_id": 7,
+    "test_setup_code": "",
+    "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0", "assert add(2, 2) == 4"],
+    "challenge_test_list": ["assert add(10, 10) == 20"],
+}
+SANITIZED_ROW = {
+    "prompt": "Write a function to add.",
+    "code": "import math\ndef add(a, b):\n    return a + b",
+    "task_id": 8,
+    "test_imports": ["import math"],
+    "test_list": ["assert math.isclose(add(1, 2), 3)"],
+}
+STDIN_ROW = {
+    "problem_id": 5,
+    "question": "Echo",
+    "solutions": json.dumps(["print(input())"]),
+    "input_output": json.dumps({"inputs": ["a\n", ["b", "c"]], "outputs": ["a\n", ["b"]]}),
+    "difficulty": "introductory",
+    "url": "u",
+    "starter_code": "",
+}
+CALL_ROW = {
+    "problem_id": 6,
+    "question": "Pattern",
+    "solutions": json.dumps(["class Solution:\n    def f(self, a):\n        return a"]),
+    "input_output": json.dumps({"fn_name": "f", "inputs": [['"abba"'], [[1, 2]]], "outputs": [True, [[1, 2]]]}),
+    "difficulty": "interview",
+    "url": "",
+    "starter_code": "\nclass Solution:\n    def f(self, a: List[int]) -> bool:\n        ",
+}
 
 
 def write_jsonl(path, rows):
@@ -75,7 +97,7 @@ def test_apps_call_based_with_class_solution_starter(tmp_path):
     (t,), _ = load_apps(write_jsonl(tmp_path / "a.jsonl", [CALL_ROW]))
     assert t.test_type == "call" and t.fn_name == "f" and t.starter_code.startswith("\nclass Solution:")
     # arguments stay argument lists; expected values are kept as stored (wrapping handled by the sandbox)
-    assert t.tests[0] == {"input": ["\"abba\""], "output": True}
+    assert t.tests[0] == {"input": ['"abba"'], "output": True}
     assert t.tests[1] == {"input": [[1, 2]], "output": [[1, 2]]}
 
 
@@ -90,8 +112,12 @@ def test_apps_rows_without_usable_tests_are_skipped_and_counted(tmp_path):
     ]
     tasks, report = load_apps(write_jsonl(tmp_path / "a.jsonl", bad), difficulty="introductory")
     assert [t.task_id for t in tasks] == ["apps/5"]
-    assert report.skipped == {"no tests": 2, "input_output is not valid JSON": 1,
-                              "inputs and outputs differ in length": 1, "difficulty is not introductory": 1}
+    assert report.skipped == {
+        "no tests": 2,
+        "input_output is not valid JSON": 1,
+        "inputs and outputs differ in length": 1,
+        "difficulty is not introductory": 1,
+    }
     assert report.rows == 6 and report.kept == 1
 
 
@@ -100,8 +126,12 @@ def test_apps_rows_without_usable_tests_are_skipped_and_counted(tmp_path):
     [
         (None, ".jsonl", r"missing\.jsonl: file not found"),
         ("a,b\n1,2\n", ".csv", r"unsupported file type '\.csv'. Use one of: \.jsonl, \.json, \.parquet"),
-        (json.dumps(FULL_ROW) + "\n{\"text\": oops}\n", ".jsonl", r"bad\.jsonl:2: malformed JSON"),
-        (json.dumps({"code": "x", "task_id": 1}) + "\n", ".jsonl", r"bad\.jsonl:1: missing required field\(s\) test_list, text for the MBPP full schema"),
+        (json.dumps(FULL_ROW) + '\n{"text": oops}\n', ".jsonl", r"bad\.jsonl:2: malformed JSON"),
+        (
+            json.dumps({"code": "x", "task_id": 1}) + "\n",
+            ".jsonl",
+            r"bad\.jsonl:1: missing required field\(s\) test_list, text for the MBPP full schema",
+        ),
         ("not parquet", ".parquet", r"unreadable parquet file"),
     ],
 )
@@ -123,7 +153,9 @@ def test_task_record_round_trip_and_validation(tmp_path):
     tasks = load_mbpp(EMBEDDED_MBPP)[0] + load_apps(EMBEDDED_APPS)[0]
     write_tasks(tmp_path / "t.jsonl", tasks)
     assert read_tasks(tmp_path / "t.jsonl") == tasks
-    (tmp_path / "bad.jsonl").write_text(json.dumps({"task_id": "x", "source": "s", "problem": "p", "test_type": "exec", "tests": []}) + "\n")
+    (tmp_path / "bad.jsonl").write_text(
+        json.dumps({"task_id": "x", "source": "s", "problem": "p", "test_type": "exec", "tests": []}) + "\n"
+    )
     with pytest.raises(DataFormatError, match=r"bad\.jsonl:1: not a valid task record: test_type must be one of"):
         read_tasks(tmp_path / "bad.jsonl")
     with pytest.raises(ValueError, match="call-style task needs fn_name"):
@@ -138,13 +170,17 @@ def test_embedded_fixtures_meet_the_spec():
     assert len(apps) >= 20 and all(len(t.tests) >= 3 and t.reference_solutions for t in apps)
     kinds = {(t.test_type, "class Solution" in t.starter_code) for t in apps}
     assert {("stdin", False), ("call", True), ("call", False)} <= kinds
-    assert any(isinstance(t.tests[0]["output"], list) and len(t.tests[0]["output"]) == 1 for t in apps if t.test_type == "call")
+    assert any(
+        isinstance(t.tests[0]["output"], list) and len(t.tests[0]["output"]) == 1 for t in apps if t.test_type == "call"
+    )
     assert {t.difficulty for t in apps} == {"introductory", "interview", "competition"}
 
 
 def test_entry_point_from_asserts():
     assert entry_point_from_asserts(["assert set(similar(a, b)) == set((4, 5))"]) == "similar"
-    assert entry_point_from_asserts(["assert math.isclose(area(2), 12.56, rel_tol=0.01)"], "def area(r): pass") == "area"
+    assert (
+        entry_point_from_asserts(["assert math.isclose(area(2), 12.56, rel_tol=0.01)"], "def area(r): pass") == "area"
+    )
     assert entry_point_from_asserts(["assert sorted(x) == [1]"]) is None
 
 
@@ -162,8 +198,17 @@ def test_split_is_deterministic_disjoint_stratified_and_order_independent():
 
 @pytest.mark.parametrize("n, ratio", [(2, 0.2), (5, 0.2), (10, 0.5), (974, 0.2), (153, 0.2)])
 def test_split_sizes_within_one(n, ratio):
-    tasks = [Task(task_id=f"x/{i}", source="x", problem="p", test_type="assert", tests=("assert f(1) == 1",),
-                  difficulty=("a", "b", "c")[i % 3]) for i in range(n)]
+    tasks = [
+        Task(
+            task_id=f"x/{i}",
+            source="x",
+            problem="p",
+            test_type="assert",
+            tests=("assert f(1) == 1",),
+            difficulty=("a", "b", "c")[i % 3],
+        )
+        for i in range(n)
+    ]
     train, val = split_tasks(tasks, ratio, seed=1)
     assert abs(len(val) - n * ratio) <= 1 and len(train) >= 1 and len(val) >= 1
 
@@ -180,7 +225,9 @@ def test_hub_paths_use_the_right_ids(monkeypatch):
 
     def fake_load_dataset(name, config):
         calls.append(("load_dataset", name, config))
-        return FakeDatasetDict(test=datasets.Dataset.from_list([FULL_ROW]), train=datasets.Dataset.from_list([dict(FULL_ROW, task_id=700)]))
+        return FakeDatasetDict(
+            test=datasets.Dataset.from_list([FULL_ROW]), train=datasets.Dataset.from_list([dict(FULL_ROW, task_id=700)])
+        )
 
     def fake_download(repo_id, filename, repo_type):
         calls.append(("hf_hub_download", repo_id, filename, repo_type))
@@ -192,8 +239,10 @@ def test_hub_paths_use_the_right_ids(monkeypatch):
     assert {t.task_id for t in mbpp} == {"mbpp/7", "mbpp/700"} and "google-research-datasets/mbpp" in report.origin
     apps, _ = load_apps(None, "test")
     assert apps[0].task_id.startswith("apps/test-")
-    assert calls == [("load_dataset", "google-research-datasets/mbpp", "sanitized"),
-                     ("hf_hub_download", "codeparrot/apps", "test.jsonl", "dataset")]
+    assert calls == [
+        ("load_dataset", "google-research-datasets/mbpp", "sanitized"),
+        ("hf_hub_download", "codeparrot/apps", "test.jsonl", "dataset"),
+    ]
 
 
 real = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
@@ -227,22 +276,31 @@ def test_real_apps_sample_loads_with_its_quirks():
     assert all(isinstance(tc["input"], str) for t in tasks if t.test_type == "stdin" for tc in t.tests)
 
 
-VALID = {"task_id": "u/1", "source": "user", "problem": "Add two numbers.", "test_type": "assert",
-         "tests": ["assert add(1, 2) == 3"], "fn_name": "add"}
+VALID = {
+    "task_id": "u/1",
+    "source": "user",
+    "problem": "Add two numbers.",
+    "test_type": "assert",
+    "tests": ["assert add(1, 2) == 3"],
+    "fn_name": "add",
+}
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"tests": ["add(1, 2) == 4"]}, r"tests\[0\] 'add\(1, 2\) == 4' is not an assert statement.*write 'assert add"),
-    ({"tests": []}, "tests is empty"),
-    ({"tests": "assert add(1, 2) == 3"}, "tests must be a list, got str"),
-    ({"tests": ["assert True"]}, "asserts a constant"),
-    ({"tests": ["assert add(1, 2) =="]}, "is not valid Python"),
-    ({"test_type": "stdin", "tests": [{"stdin": "1 2", "output": "3"}]}, "exactly the keys 'input' and 'output'"),
-    ({"test_type": "stdin", "tests": [{"input": ["1", "2"], "output": "3"}]}, "must be strings"),
-    ({"test_type": "call", "tests": [{"input": 1, "output": 3}]}, "must be the list of arguments"),
-    ({"fn_name": "add numbers"}, "fn_name must be a Python identifier"),
-    ({"task_id": ""}, "task_id must not be empty"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tests": ["add(1, 2) == 4"]}, r"tests\[0\] 'add\(1, 2\) == 4' is not an assert statement.*write 'assert add"),
+        ({"tests": []}, "tests is empty"),
+        ({"tests": "assert add(1, 2) == 3"}, "tests must be a list, got str"),
+        ({"tests": ["assert True"]}, "asserts a constant"),
+        ({"tests": ["assert add(1, 2) =="]}, "is not valid Python"),
+        ({"test_type": "stdin", "tests": [{"stdin": "1 2", "output": "3"}]}, "exactly the keys 'input' and 'output'"),
+        ({"test_type": "stdin", "tests": [{"input": ["1", "2"], "output": "3"}]}, "must be strings"),
+        ({"test_type": "call", "tests": [{"input": 1, "output": 3}]}, "must be the list of arguments"),
+        ({"fn_name": "add numbers"}, "fn_name must be a Python identifier"),
+        ({"task_id": ""}, "task_id must not be empty"),
+    ],
+)
 def test_user_task_files_are_validated_with_file_and_line(tmp_path, change, message):
     """A task whose tests cannot fail (no assert, no tests, one 'test' per character) is an error, never a pass."""
     path = write_jsonl(tmp_path / "mine.jsonl", [VALID, {**VALID, "task_id": "u/2", **change}])
@@ -257,7 +315,9 @@ def test_duplicate_task_ids_in_a_task_file_are_an_error(tmp_path):
 
 
 def test_mbpp_rows_with_malformed_tests_name_their_line(tmp_path):
-    path = write_jsonl(tmp_path / "m.jsonl", [FULL_ROW, {**FULL_ROW, "task_id": 9, "test_list": "assert add(1, 2) == 3"}])
+    path = write_jsonl(
+        tmp_path / "m.jsonl", [FULL_ROW, {**FULL_ROW, "task_id": 9, "test_list": "assert add(1, 2) == 3"}]
+    )
     with pytest.raises(DataFormatError, match=r"m\.jsonl:2: test_list must be a list of strings, got str"):
         load_mbpp(path)
     path = write_jsonl(tmp_path / "m.jsonl", [FULL_ROW, {**FULL_ROW, "task_id": 9, "test_list": ["add(1, 2) == 3"]}])

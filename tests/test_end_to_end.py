@@ -27,8 +27,16 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_four_phases_end_to_end(tmp_path):
     data, out = tmp_path / "data", tmp_path / "outputs"
-    common = ["--preset", "cpu", "--set", f"paths.data_dir={data}", "--set", f"paths.output_dir={out}",
-              "--set", "student.model_name=embedded:tiny-random"]
+    common = [
+        "--preset",
+        "cpu",
+        "--set",
+        f"paths.data_dir={data}",
+        "--set",
+        f"paths.output_dir={out}",
+        "--set",
+        "student.model_name=embedded:tiny-random",
+    ]
 
     run("phase1_prepare_data.py", *common)
     manifest = json.loads((data / "split_manifest.json").read_text())
@@ -38,8 +46,18 @@ def test_four_phases_end_to_end(tmp_path):
 
     answers = {t.problem.strip(): t.reference_solutions[0] for t in train}
     with RunningServer(FakeTeacher(answers=answers, shape="reasoning")) as server:
-        run("phase2_generate_teacher_traces.py", *common, "--api_url", server.url, "--model", "fake-teacher",
-            "--max_tasks", "4", "--num_samples", "1")
+        run(
+            "phase2_generate_teacher_traces.py",
+            *common,
+            "--api_url",
+            server.url,
+            "--model",
+            "fake-teacher",
+            "--max_tasks",
+            "4",
+            "--num_samples",
+            "1",
+        )
     traces = [json.loads(line) for line in (data / "teacher_traces.jsonl").read_text().splitlines()]
     assert len(traces) == 4 and all(t["passed"] for t in traces)
     stats = json.loads((data / "teacher_traces.stats.json").read_text())
@@ -51,8 +69,22 @@ def test_four_phases_end_to_end(tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and all("loss/teacher_sft" in r for r in rows)
     assert (out / "final_model" / "adapter_config.json").is_file() and (out / "training_curves.png").is_file()
 
-    evaluated = run("phase4_evaluate.py", *common, "--model_path", str(out / "final_model"), "--baseline",
-                    "--max_tasks", "3", "--num_samples", "2", "--k", "1", "2", "--max_new_tokens", "8")
+    evaluated = run(
+        "phase4_evaluate.py",
+        *common,
+        "--model_path",
+        str(out / "final_model"),
+        "--baseline",
+        "--max_tasks",
+        "3",
+        "--num_samples",
+        "2",
+        "--k",
+        "1",
+        "2",
+        "--max_new_tokens",
+        "8",
+    )
     assert "Pass@k Results" in evaluated.stdout and "Delta (trained - baseline)" in evaluated.stdout
     result = json.loads((out / "evaluation_results.json").read_text())
     assert result["num_tasks"] == 3 and result["num_samples"] == 6 and set(result["pass_at_k"]) == {"1", "2"}

@@ -58,16 +58,20 @@ def test_helper_function_problem_keeps_the_prompts_helper(humaneval):
     assert decode.test_setup_code.startswith("def encode_cyclic(s: str):")
     assert len(decode.tests) == 1 and "encode_cyclic(str)" in decode.tests[0]
     # a solution that only defines decode_cyclic passes: the helper comes from the problem
-    only_decoder = "def decode_cyclic(s):\n    groups = [s[3*i:min(3*i+3, len(s))] for i in range((len(s)+2)//3)]\n" \
-                   "    return ''.join(g[-1] + g[:-1] if len(g) == 3 else g for g in groups)\n"
+    only_decoder = (
+        "def decode_cyclic(s):\n    groups = [s[3*i:min(3*i+3, len(s))] for i in range((len(s)+2)//3)]\n"
+        "    return ''.join(g[-1] + g[:-1] if len(g) == 3 else g for g in groups)\n"
+    )
     assert execute_program(only_decoder, decode).passed
     # redefining the helper as the identity cannot make decode(encode(s)) == s trivially true
     cheat = "def encode_cyclic(s):\n    return s\n\ndef decode_cyclic(s):\n    return s\n"
     assert not execute_program(cheat, decode).passed
     palindrome = tasks["humaneval/10"]  # make_palindrome, after the prompt's is_palindrome
     assert palindrome.fn_name == "make_palindrome" and "def is_palindrome" in palindrome.test_setup_code
-    uses_helper = ("def make_palindrome(string):\n    for i in range(len(string) + 1):\n"
-                   "        if is_palindrome(string[i:]):\n            return string + string[:i][::-1]\n")
+    uses_helper = (
+        "def make_palindrome(string):\n    for i in range(len(string) + 1):\n"
+        "        if is_palindrome(string[i:]):\n            return string + string[:i][::-1]\n"
+    )
     assert execute_program(uses_helper, palindrome).passed
 
 
@@ -90,13 +94,18 @@ def test_loop_checks_run_whole(humaneval):
     assert whole == ["humaneval/32", "humaneval/38", "humaneval/44", "humaneval/50", "humaneval/53", "humaneval/151"]
     assert tasks["humaneval/44"].tests[0].endswith("    return True\nassert _humaneval_check(change_base)")
     # a solution's own helper named `check` is not overwritten by the test's function
-    solution = ("def check(n):\n    return n\n\ndef add(x, y):\n    return check(x) + check(y)\n")
+    solution = "def check(n):\n    return n\n\ndef add(x, y):\n    return check(x) + check(y)\n"
     assert execute_program(solution, tasks["humaneval/53"]).passed
 
 
 def test_bad_rows_name_the_problem():
-    row = {"task_id": "HumanEval/0", "prompt": "def f(x):\n    \"\"\"doc\"\"\"\n", "entry_point": "g",
-           "canonical_solution": "    return x\n", "test": "def check(candidate):\n    assert candidate(1) == 1\n"}
+    row = {
+        "task_id": "HumanEval/0",
+        "prompt": 'def f(x):\n    """doc"""\n',
+        "entry_point": "g",
+        "canonical_solution": "    return x\n",
+        "test": "def check(candidate):\n    assert candidate(1) == 1\n",
+    }
     with pytest.raises(DataFormatError, match="here:3: the prompt does not define the entry point 'g'"):
         humaneval_row_to_task(row, "here:3")
     with pytest.raises(DataFormatError, match=r"one `def check\(candidate\)`"):
@@ -110,8 +119,12 @@ def test_eval_set_selection_and_labels(tmp_path):
     assert humaneval.label()["num_tasks"] == 164
     # MBPP's published test split: ids 11-510 only
     mbpp_file = tmp_path / "mbpp.jsonl"
-    mbpp_file.write_text("".join(json.dumps({"task_id": i, "text": "t", "code": "def f(): pass",
-                                             "test_list": ["assert f() is None"]}) + "\n" for i in (10, 11, 510, 511, 700)))
+    mbpp_file.write_text(
+        "".join(
+            json.dumps({"task_id": i, "text": "t", "code": "def f(): pass", "test_list": ["assert f() is None"]}) + "\n"
+            for i in (10, 11, 510, 511, 700)
+        )
+    )
     mbpp = load_eval_set("mbpp_test", mbpp_path=mbpp_file, visible_tests=1)
     assert [t.task_id for t in mbpp.tasks] == ["mbpp/11", "mbpp/510"] and mbpp.visible_tests == 1
     assert mbpp.version.startswith("MBPP task ids 11-510 (2 tasks), sha256:") and mbpp.origin == str(mbpp_file)
@@ -128,9 +141,18 @@ def test_eval_set_selection_and_labels(tmp_path):
 
 
 def test_apps_test_set_by_difficulty(tmp_path):
-    rows = [{"problem_id": i, "question": f"q{i}", "solutions": json.dumps(["print(input())"]), "difficulty": level,
-             "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}), "url": "", "starter_code": ""}
-            for i, level in ((4000, "introductory"), (4001, "interview"), (4002, "introductory"))]
+    rows = [
+        {
+            "problem_id": i,
+            "question": f"q{i}",
+            "solutions": json.dumps(["print(input())"]),
+            "difficulty": level,
+            "input_output": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}),
+            "url": "",
+            "starter_code": "",
+        }
+        for i, level in ((4000, "introductory"), (4001, "interview"), (4002, "introductory"))
+    ]
     path = tmp_path / "apps_test.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     intro = load_eval_set("apps_test", apps_path=path, apps_difficulty="introductory", visible_tests=1)

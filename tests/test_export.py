@@ -25,8 +25,18 @@ def test_export_merges_into_a_standalone_model_and_prints_serve_lines(tmp_path, 
         if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.2)  # a real (non-identity) update
     adapter = save_adapter(model, tokenizer, tmp_path / "run" / "final_model")
-    code = main(["--preset", "cpu", "--set", "student.model_name=embedded:tiny-random", "--set",
-                 f"paths.output_dir={tmp_path / 'run'}", "--dtype", "float32"])
+    code = main(
+        [
+            "--preset",
+            "cpu",
+            "--set",
+            "student.model_name=embedded:tiny-random",
+            "--set",
+            f"paths.output_dir={tmp_path / 'run'}",
+            "--dtype",
+            "float32",
+        ]
+    )
     assert code == 0
     merged_dir = tmp_path / "run" / "merged_model"
     out = capsys.readouterr().out
@@ -40,4 +50,3 @@ def test_export_merges_into_a_standalone_model_and_prints_serve_lines(tmp_path, 
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, with_adapter(ids).logits, rtol=1e-4, atol=1e-4)
     assert (merged_dir / "tokenizer_config.json").is_file()
-

@@ -89,14 +89,18 @@ def test_atomic_writes_leave_no_temporary_files(tmp_path):
 def test_every_project_reader_rejects_a_bad_middle_line(tmp_path):
     """The trainer's trace reader, the phase-4 cache and task files: no silent skip of a damaged line."""
     traces = tmp_path / "traces.jsonl"
-    rows = [{"task_id": "a/1", "sample_idx": i, "prompt": "p", "thinking": "", "code": "x = 1", "passed": True}
-            for i in range(3)]
+    rows = [
+        {"task_id": "a/1", "sample_idx": i, "prompt": "p", "thinking": "", "code": "x = 1", "passed": True}
+        for i in range(3)
+    ]
     traces.write_text(lines(rows[:1]) + '{"task_id": "a/1", "sample_idx": 1, "pro\n' + lines(rows[2:]))
     with pytest.raises(DataFormatError, match=r"traces\.jsonl:2:"):
         load_teacher_examples(traces, {"a/1"}, True)
     cache = tmp_path / "cache.jsonl"
-    cache.write_text('{"task_id": "a/1", "sample_idx": 0, "completion": "x"}\n{bad\n'
-                     '{"task_id": "a/1", "sample_idx": 1, "completion": "y"}\n')
+    cache.write_text(
+        '{"task_id": "a/1", "sample_idx": 0, "completion": "x"}\n{bad\n'
+        '{"task_id": "a/1", "sample_idx": 1, "completion": "y"}\n'
+    )
     with pytest.raises(DataFormatError, match=r"cache\.jsonl:2:"):
         read_cache(cache)
     tasks = tmp_path / "tasks.jsonl"
@@ -107,11 +111,27 @@ def test_every_project_reader_rejects_a_bad_middle_line(tmp_path):
 
 def test_trace_reader_takes_the_newest_record_of_a_retried_sample(tmp_path):
     traces = tmp_path / "traces.jsonl"
-    error = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "code": None, "passed": False, "status": "api_error",
-             "error": "HTTP 500"}
-    answer = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True,
-              "status": "passed", "previous_errors": ["HTTP 500"]}
+    error = {
+        "task_id": "a/1",
+        "sample_idx": 0,
+        "prompt": "p",
+        "code": None,
+        "passed": False,
+        "status": "api_error",
+        "error": "HTTP 500",
+    }
+    answer = {
+        "task_id": "a/1",
+        "sample_idx": 0,
+        "prompt": "p",
+        "thinking": "t",
+        "code": "x = 1",
+        "passed": True,
+        "status": "passed",
+        "previous_errors": ["HTTP 500"],
+    }
     traces.write_text(lines([error, answer]))
-    assert load_teacher_examples(traces, {"a/1"}, True) == [{"prompt": "p", "thinking": "t", "code": "x = 1",
-                                                               "task_id": "a/1"}]
+    assert load_teacher_examples(traces, {"a/1"}, True) == [
+        {"prompt": "p", "thinking": "t", "code": "x = 1", "task_id": "a/1"}
+    ]
     assert [n for n, _ in iter_jsonl(traces)] == [1, 2]

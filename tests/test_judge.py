@@ -14,19 +14,35 @@ from tests.conftest import ROOT
 from utils.dataset_loader import Task
 
 
-@pytest.mark.parametrize("actual, expected", [
-    ("3\n", "3"), ("3", "3\n\n"), ("1 2 \n3  \n", "1 2\n3"), ("1 2\r\n3\r\n", "1 2\n3\n"),
-    ("0.3333333", "0.333333333"), ("1e3", "1000"), ("YES\n", "YES"), ("4 5 2 3 1\n", "4 5 2 3 1 "),
-])
+@pytest.mark.parametrize(
+    "actual, expected",
+    [
+        ("3\n", "3"),
+        ("3", "3\n\n"),
+        ("1 2 \n3  \n", "1 2\n3"),
+        ("1 2\r\n3\r\n", "1 2\n3\n"),
+        ("0.3333333", "0.333333333"),
+        ("1e3", "1000"),
+        ("YES\n", "YES"),
+        ("4 5 2 3 1\n", "4 5 2 3 1 "),
+    ],
+)
 def test_stdout_accepted(actual, expected):
     assert stdout_matches(actual, expected)
 
 
-@pytest.mark.parametrize("actual, expected", [
-    ("2 1", "1 2"),  # order matters (the APPS harness's token-set fallback would accept this)
-    ("1 1 2", "1 2"),  # multiplicity matters
-    ("3.001", "3"), ("yes", "YES"), ("", "0"), ("12", "1 2"), ("nan", "0"),
-])
+@pytest.mark.parametrize(
+    "actual, expected",
+    [
+        ("2 1", "1 2"),  # order matters (the APPS harness's token-set fallback would accept this)
+        ("1 1 2", "1 2"),  # multiplicity matters
+        ("3.001", "3"),
+        ("yes", "YES"),
+        ("", "0"),
+        ("12", "1 2"),
+        ("nan", "0"),
+    ],
+)
 def test_stdout_rejected(actual, expected):
     assert not stdout_matches(actual, expected)
 
@@ -42,22 +58,25 @@ def test_call_output_normalization():
     assert not call_output_matches(Opaque("X"), [1])
 
 
-@pytest.mark.parametrize("source, check, expected, trusted", [
-    ("assert f(1) == 3", "eq", 3, True),
-    ("assert f(1)==(4, 5)", "eq", (4, 5), True),
-    ("assert set(f(1)) == set((4, 5))", "eq", {4, 5}, True),
-    ("assert 3 == f(1)", "eq", 3, True),
-    ("assert f(1) != 2", "ne", 2, True),
-    ("assert f(1) in [1, 2]", "in", [1, 2], True),
-    ("assert f(1) is None", "is", None, True),
-    ("assert not f(1)", "falsy", None, True),
-    ("assert f(1)", "truthy", None, True),
-    ("assert math.isclose(f(2), 12.56, rel_tol=0.001)", "isclose", 12.56, True),
-    ("assert f(1) == 1,0", "eq", 1, True),  # MBPP 362: parses as an assert with a message
-    ("assert f(x) == sys.getsizeof(x)", "exec_ok", None, False),  # MBPP 596
-    ("assert f(root) == Node(1)", "exec_ok", None, False),
-    ("x = 1", "exec_ok", None, False),
-])
+@pytest.mark.parametrize(
+    "source, check, expected, trusted",
+    [
+        ("assert f(1) == 3", "eq", 3, True),
+        ("assert f(1)==(4, 5)", "eq", (4, 5), True),
+        ("assert set(f(1)) == set((4, 5))", "eq", {4, 5}, True),
+        ("assert 3 == f(1)", "eq", 3, True),
+        ("assert f(1) != 2", "ne", 2, True),
+        ("assert f(1) in [1, 2]", "in", [1, 2], True),
+        ("assert f(1) is None", "is", None, True),
+        ("assert not f(1)", "falsy", None, True),
+        ("assert f(1)", "truthy", None, True),
+        ("assert math.isclose(f(2), 12.56, rel_tol=0.001)", "isclose", 12.56, True),
+        ("assert f(1) == 1,0", "eq", 1, True),  # MBPP 362: parses as an assert with a message
+        ("assert f(x) == sys.getsizeof(x)", "exec_ok", None, False),  # MBPP 596
+        ("assert f(root) == Node(1)", "exec_ok", None, False),
+        ("x = 1", "exec_ok", None, False),
+    ],
+)
 def test_plan_assert(source, check, expected, trusted):
     plan = plan_assert(source)
     assert (plan.check, plan.trusted) == (check, trusted)
@@ -79,14 +98,22 @@ def test_check_value_is_plain_python_equality_on_decoded_data():
 
 
 def test_judge_a_canned_reply_without_any_process():
-    task = Task(task_id="t/j", source="t", problem="p", test_type="assert", fn_name="f",
-                tests=("assert f(1) == 2", "assert f(2) == 4 and f(3) == 6", "assert f(0) == 0"))
+    task = Task(
+        task_id="t/j",
+        source="t",
+        problem="p",
+        test_type="assert",
+        fn_name="f",
+        tests=("assert f(1) == 2", "assert f(2) == 4 and f(3) == 6", "assert f(0) == 0"),
+    )
     planned = plan_tests(task)
     # the job carries only what the program must evaluate: no expected value appears in it
     assert "2" not in json.dumps(planned.job["tests"][0]) and "== 4" not in json.dumps(planned.job)
-    reply = [{"status": "ok", "value": encode_value(2), "time": 0.01},
-             {"status": "ok", "value": encode_value((4, 7)), "time": 0.01},
-             {"status": "timeout", "error": "time limit exceeded", "time": 1.0}]
+    reply = [
+        {"status": "ok", "value": encode_value(2), "time": 0.01},
+        {"status": "ok", "value": encode_value((4, 7)), "time": 0.01},
+        {"status": "timeout", "error": "time limit exceeded", "time": 1.0},
+    ]
     outcomes = judge(planned, reply, mode_is_call=False)
     assert [(o.passed, o.status) for o in outcomes] == [(True, "passed"), (False, "wrong_answer"), (False, "timeout")]
 
@@ -97,4 +124,3 @@ def test_the_judging_side_never_imports_the_worker():
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
-

@@ -58,19 +58,25 @@ def fixture_texts(count: int) -> list[str]:
 
 
 def fixture_prompts(tokenizer, count: int = 3) -> list[list[int]]:
-    return [encode_prompt(tokenizer, text, chat_template_kwargs={"enable_thinking": True}) for text in fixture_texts(count)]
+    return [
+        encode_prompt(tokenizer, text, chat_template_kwargs={"enable_thinking": True}) for text in fixture_texts(count)
+    ]
 
 
 # ------------------------------------------------------------------ sampling knobs vs transformers' processors
 
-@pytest.mark.parametrize("settings", [
-    SamplingSettings(temperature=0.7),
-    SamplingSettings(temperature=1.3, top_k=7),
-    SamplingSettings(temperature=0.9, top_p=0.6),
-    SamplingSettings(temperature=1.0, min_p=0.05),
-    SamplingSettings(temperature=0.8, top_p=0.9, top_k=20, min_p=0.02, repetition_penalty=1.3),
-    SamplingSettings(temperature=0.0, repetition_penalty=1.2),
-])
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplingSettings(temperature=0.7),
+        SamplingSettings(temperature=1.3, top_k=7),
+        SamplingSettings(temperature=0.9, top_p=0.6),
+        SamplingSettings(temperature=1.0, min_p=0.05),
+        SamplingSettings(temperature=0.8, top_p=0.9, top_k=20, min_p=0.02, repetition_penalty=1.3),
+        SamplingSettings(temperature=0.0, repetition_penalty=1.2),
+    ],
+)
 def test_knobs_equal_the_transformers_processors(settings):
     from transformers import (
         MinPLogitsWarper,
@@ -88,10 +94,12 @@ def test_knobs_equal_the_transformers_processors(settings):
     if settings.repetition_penalty != 1.0:
         expected = RepetitionPenaltyLogitsProcessor(settings.repetition_penalty)(history, expected)
     if not settings.greedy:  # generate's order: temperature, top-k, top-p, min-p
-        for warper, on in ((TemperatureLogitsWarper(settings.temperature), settings.temperature != 1.0),
-                           (TopKLogitsWarper(max(settings.top_k, 1)), settings.top_k > 0),
-                           (TopPLogitsWarper(settings.top_p), settings.top_p < 1.0),
-                           (MinPLogitsWarper(settings.min_p if settings.min_p > 0 else 0.1), settings.min_p > 0)):
+        for warper, on in (
+            (TemperatureLogitsWarper(settings.temperature), settings.temperature != 1.0),
+            (TopKLogitsWarper(max(settings.top_k, 1)), settings.top_k > 0),
+            (TopPLogitsWarper(settings.top_p), settings.top_p < 1.0),
+            (MinPLogitsWarper(settings.min_p if settings.min_p > 0 else 0.1), settings.min_p > 0),
+        ):
             if on:
                 expected = warper(history, expected)
     got = warp_logits(logits, settings, seen)
@@ -113,6 +121,7 @@ def test_draws_follow_the_warped_softmax():
 
 
 # ------------------------------------------------------------------ the forward pass and the adapter copy
+
 
 def test_prefill_logits_equal_the_model_with_and_without_the_adapter(tiny):
     model, tokenizer = tiny
@@ -164,6 +173,7 @@ def test_refresh_follows_each_adapter_update(tiny):
 
 # ------------------------------------------------------------------ the distribution test
 
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_sampled_logprobs_agree_with_the_trainers(smollm2, dtype):
     """The sampler's per-token log-probs of its own samples vs the trainer's chunked log-prob path on the
@@ -189,6 +199,7 @@ def test_sampled_logprobs_agree_with_the_trainers(smollm2, dtype):
 
 
 # ------------------------------------------------------------------ stopping, as the generate path stops
+
 
 def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     model, tokenizer = smollm2
@@ -219,13 +230,13 @@ def test_continuation_stops_at_a_stop_string_in_new_text_only(smollm2):
     sequence = fixture_prompts(tokenizer, 1)[0]
     free = rollout.continue_ids(model, [sequence])[0][0]
     text = tokenizer.decode(free["token_ids"], skip_special_tokens=False)
-    stop = text[len(text) // 2:len(text) // 2 + 3]
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
     in_prompt = tokenizer.decode(sequence[-30:])[:6]  # only in the prompt: must not stop anything
     assert stop and in_prompt not in text
     cut = rollout.continue_ids(model, [sequence], stop_strings=(in_prompt, stop))[0][0]
     kept = cut["token_ids"]
     assert cut["finish_reason"] == "stop" and cut["stop_string"] == stop
-    assert kept == free["token_ids"][:len(kept)]  # the same sequence, cut
+    assert kept == free["token_ids"][: len(kept)]  # the same sequence, cut
     assert stop in tokenizer.decode(kept) and stop not in tokenizer.decode(kept[:-1])  # the last token completes it
     assert len(cut["logprobs"]) == len(kept)
 
@@ -235,8 +246,16 @@ def test_samples_are_independent_and_finished_rows_leave_the_batch(tiny):
     weights = DecoderWeights.from_model(model, torch.float32)
     torch.manual_seed(4)
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12]]
-    groups = sample_token_ids(weights, prompts, 4, 30, SamplingSettings(), {17, 21, 33, 40, 41, 42, 50},
-                              tokenizer.pad_token_id, max_batch_rows=3)
+    groups = sample_token_ids(
+        weights,
+        prompts,
+        4,
+        30,
+        SamplingSettings(),
+        {17, 21, 33, 40, 41, 42, 50},
+        tokenizer.pad_token_id,
+        max_batch_rows=3,
+    )
     assert [len(g) for g in groups] == [4, 4]
     rows = [s for g in groups for s in g]
     assert len({tuple(s["token_ids"]) for s in rows}) > 1  # the copies of a prompt's cache sample on their own

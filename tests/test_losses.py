@@ -23,8 +23,9 @@ NAN = float("nan")
 
 def sft_loss_via_log_softmax(logits, labels):
     """Reference: plain cross-entropy with the same shift and ignore index."""
-    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                                             labels[:, 1:].reshape(-1), ignore_index=-100)
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
 
 
 def test_advantages_z_score_by_hand():
@@ -48,7 +49,9 @@ def test_unscorable_rewards_get_zero_advantage_and_leave_the_statistics():
     # valid [1, 0] (NaNs excluded): mean 0.5, Bessel std = sqrt(0.5) = 0.7071; eps 0
     adv, m = group_advantages(torch.tensor([[1.0, NAN, 0.0, NAN]]), eps=0.0)
     assert adv[0, 1] == 0 and adv[0, 3] == 0
-    assert adv[0, 0].item() == pytest.approx(0.5 / math.sqrt(0.5)) and adv[0, 2].item() == pytest.approx(-0.5 / math.sqrt(0.5))
+    assert adv[0, 0].item() == pytest.approx(0.5 / math.sqrt(0.5)) and adv[0, 2].item() == pytest.approx(
+        -0.5 / math.sqrt(0.5)
+    )
     assert m["frac_unscorable"] == 0.5
     alone, m2 = group_advantages(torch.tensor([[1.0, NAN, NAN, NAN]]))
     assert alone.tolist() == [[0.0] * 4] and m2["frac_reward_zero_std"] == 1.0  # one valid sample: no comparison
@@ -186,7 +189,9 @@ def test_the_format_bonus_is_centred_but_not_z_scored():
     assert m["frac_reward_zero_std"] == 0.0 and m["frac_format_only_spread"] == 1.0
     assert m["reward/mean"] == pytest.approx(0.0625)
     # mixed group: z-score of correctness (+-0.866025) plus the centred bonus (mean 0.0875)
-    adv, m = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), bonus=torch.tensor([[0.1, 0.1, 0.05, 0.1]]), eps=0.0)
+    adv, m = group_advantages(
+        torch.tensor([[1.0, 0.0, 0.0, 1.0]]), bonus=torch.tensor([[0.1, 0.1, 0.05, 0.1]]), eps=0.0
+    )
     a = 0.5 / math.sqrt(1 / 3)
     assert adv[0].tolist() == pytest.approx([a + 0.0125, -a + 0.0125, -a - 0.0375, a + 0.0125], abs=1e-6)
     assert m["frac_format_only_spread"] == 0.0

@@ -13,7 +13,9 @@ from utils.dataset_loader import DataFormatError, read_tasks
 
 
 def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "phase1_prepare_data.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "phase1_prepare_data.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_offline_cli_writes_all_outputs_and_prints_the_table(tmp_path):
@@ -53,8 +55,17 @@ def test_manifest_hashes_match_the_files(tmp_path):
 
 
 def test_flags_filter_and_cap(tmp_path):
-    manifest = phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path}", "data.apps_difficulty=introductory",
-                                                          "data.max_apps=10", "data.val_ratio=0.3"]))
+    manifest = phase1.main(
+        build_config(
+            "cpu",
+            overrides=[
+                f"paths.data_dir={tmp_path}",
+                "data.apps_difficulty=introductory",
+                "data.max_apps=10",
+                "data.val_ratio=0.3",
+            ],
+        )
+    )
     apps = manifest["counts"]["apps"]
     assert set(apps["train"]) | set(apps["val"]) == {"introductory"}
     assert sum(apps["train"].values()) + sum(apps["val"].values()) == 10 and sum(apps["val"].values()) == 3
@@ -68,9 +79,18 @@ def test_flags_filter_and_cap(tmp_path):
     "make_input, message",
     [
         (lambda d: ["--mbpp_path", str(d / "nope.jsonl")], "nope.jsonl: file not found"),
-        (lambda d: ["--mbpp_path", str(d.joinpath("x.csv").write_text("a") and d / "x.csv")], "unsupported file type '.csv'"),
-        (lambda d: ["--mbpp_path", str(d.joinpath("m.jsonl").write_text('{"a": 1}\n') and d / "m.jsonl")], "m.jsonl:1: missing required"),
-        (lambda d: ["--mbpp_path", str(d.joinpath("e.jsonl").write_text("") or d / "e.jsonl"), "--skip_apps"], "no tasks left after filtering"),
+        (
+            lambda d: ["--mbpp_path", str(d.joinpath("x.csv").write_text("a") and d / "x.csv")],
+            "unsupported file type '.csv'",
+        ),
+        (
+            lambda d: ["--mbpp_path", str(d.joinpath("m.jsonl").write_text('{"a": 1}\n') and d / "m.jsonl")],
+            "m.jsonl:1: missing required",
+        ),
+        (
+            lambda d: ["--mbpp_path", str(d.joinpath("e.jsonl").write_text("") or d / "e.jsonl"), "--skip_apps"],
+            "no tasks left after filtering",
+        ),
     ],
 )
 def test_bad_input_is_one_line_error_and_leaves_old_outputs_untouched(tmp_path, make_input, message):
@@ -95,18 +115,45 @@ def test_malformed_line_number_is_reported(tmp_path):
 
 def test_help_explains_every_flag():
     proc = run_cli("--help")
-    for flag in ("--apps_difficulty", "--skip_apps", "--mbpp_path", "--apps_path", "--max_apps", "--val_ratio",
-                 "--seed", "--output_dir", "--offline", "--split_mode", "--preset", "--config", "--set"):
+    for flag in (
+        "--apps_difficulty",
+        "--skip_apps",
+        "--mbpp_path",
+        "--apps_path",
+        "--max_apps",
+        "--val_ratio",
+        "--seed",
+        "--output_dir",
+        "--offline",
+        "--split_mode",
+        "--preset",
+        "--config",
+        "--set",
+    ):
         assert flag in proc.stdout
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
 def test_real_data_random_and_standard_splits(tmp_path):
-    base = [f"data.mbpp_path={SHARED_DATA / 'mbpp.jsonl'}", f"data.apps_path={SHARED_DATA / 'apps_sample.jsonl'}", "data.offline=false"]
+    base = [
+        f"data.mbpp_path={SHARED_DATA / 'mbpp.jsonl'}",
+        f"data.apps_path={SHARED_DATA / 'apps_sample.jsonl'}",
+        "data.offline=false",
+    ]
     manifest = phase1.main(build_config("cpu", overrides=[*base, f"paths.data_dir={tmp_path / 'r'}"]))
     assert manifest["totals"] == {"train": 779 + 122, "val": 195 + 31}
-    standard = phase1.main(build_config("cpu", overrides=[*base[:1], "data.offline=false", "data.skip_apps=true",
-                                                          "data.split_mode=standard", f"paths.data_dir={tmp_path / 's'}"]))
+    standard = phase1.main(
+        build_config(
+            "cpu",
+            overrides=[
+                *base[:1],
+                "data.offline=false",
+                "data.skip_apps=true",
+                "data.split_mode=standard",
+                f"paths.data_dir={tmp_path / 's'}",
+            ],
+        )
+    )
     assert standard["totals"] == {"train": 474, "val": 500}
     val_ids = {t.metadata["original_id"] for t in read_tasks(tmp_path / "s" / "val.jsonl")}
     assert val_ids == set(range(11, 511))
@@ -124,8 +171,9 @@ def test_verify_references_reports_and_drops_failures(tmp_path):
     check = kept["reference_check"]["mbpp"]
     assert check["checked"] == 10 and check["passed"] == 9 and list(check["failing"]) == [f"mbpp/{rows[3]['task_id']}"]
     assert kept["totals"]["train"] + kept["totals"]["val"] == 10
-    dropped = phase1.main(build_config("cpu", overrides=[*base, "data.drop_failing_references=true",
-                                                         f"paths.data_dir={tmp_path / 'b'}"]))
+    dropped = phase1.main(
+        build_config("cpu", overrides=[*base, "data.drop_failing_references=true", f"paths.data_dir={tmp_path / 'b'}"])
+    )
     assert dropped["totals"]["train"] + dropped["totals"]["val"] == 9
     ids = {t.task_id for t in read_tasks(tmp_path / "b" / "train.jsonl") + read_tasks(tmp_path / "b" / "val.jsonl")}
     assert f"mbpp/{rows[3]['task_id']}" not in ids
@@ -135,12 +183,32 @@ def test_own_dataset_through_load_dataset_and_a_field_map(tmp_path, capsys):
     """--dataset_name (a hub name or, here offline, a local folder) + --field_map -> validated task records."""
     folder = tmp_path / "my-tasks"
     folder.mkdir()
-    rows = [{"id": i, "question": f"Return {i} times two.", "checks": json.dumps([f"assert f({i}) == {2 * i}"]),
-             "entry": "f", "solution": "def f(x):\n    return 2 * x"} for i in range(1, 11)]
+    rows = [
+        {
+            "id": i,
+            "question": f"Return {i} times two.",
+            "checks": json.dumps([f"assert f({i}) == {2 * i}"]),
+            "entry": "f",
+            "solution": "def f(x):\n    return 2 * x",
+        }
+        for i in range(1, 11)
+    ]
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    args = ["--preset", "cpu", "--dataset_name", str(folder), "--field_map", "task_id=id", "problem=question",
-            "tests=checks", "fn_name=entry", "reference_solutions=solution", "--output_dir", str(out)]
+    args = [
+        "--preset",
+        "cpu",
+        "--dataset_name",
+        str(folder),
+        "--field_map",
+        "task_id=id",
+        "problem=question",
+        "tests=checks",
+        "fn_name=entry",
+        "reference_solutions=solution",
+        "--output_dir",
+        str(out),
+    ]
     assert phase1.cli(args) == 0
     tasks = read_tasks(out / "train.jsonl") + read_tasks(out / "val.jsonl")
     assert sorted(t.task_id for t in tasks) == sorted(f"my-tasks/{i}" for i in range(1, 11))

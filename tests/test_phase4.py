@@ -17,9 +17,29 @@ from tests.conftest import ROOT
 from tests.trainer_helpers import small_tasks, tiny_config
 from utils.student_model import ModelLoadError
 
-RESULT_KEYS = {"model", "timestamp", "eval_file", "config", "num_tasks", "num_samples", "pass_at_k", "not_computable_k",
-               "pass_at_k_by_source", "pass_at_k_by_difficulty", "mean_pass_fraction", "format", "mean_completion_tokens",
-               "status_counts", "baseline", "delta", "eval_set", "decoding", "pass_at_k_ci95", "delta_ci95", "multi_turn"}
+RESULT_KEYS = {
+    "model",
+    "timestamp",
+    "eval_file",
+    "config",
+    "num_tasks",
+    "num_samples",
+    "pass_at_k",
+    "not_computable_k",
+    "pass_at_k_by_source",
+    "pass_at_k_by_difficulty",
+    "mean_pass_fraction",
+    "format",
+    "mean_completion_tokens",
+    "status_counts",
+    "baseline",
+    "delta",
+    "eval_set",
+    "decoding",
+    "pass_at_k_ci95",
+    "delta_ci95",
+    "multi_turn",
+}
 
 
 def scripted(tasks, correct_per_task):
@@ -34,10 +54,17 @@ def scripted(tasks, correct_per_task):
             for _ in range(n):
                 i = counters.get(task.task_id, 0)
                 counters[task.task_id] = i + 1
-                code = task.reference_solutions[0] if i < correct_per_task[task.task_id] else "def nothing():\n    return 0"
-                out.append({"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"})
+                code = (
+                    task.reference_solutions[0]
+                    if i < correct_per_task[task.task_id]
+                    else "def nothing():\n    return 0"
+                )
+                out.append(
+                    {"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"}
+                )
             results.append(out)
         return results
+
     return generate
 
 
@@ -53,7 +80,10 @@ def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path):
     assert summary["pass_at_k"]["2"] == pytest.approx((0 + (1 - math.comb(3, 2) / math.comb(5, 2)) + 1) / 3)
     assert summary["pass_at_k"]["5"] == pytest.approx((0 + 1 + 1) / 3)
     assert summary["pass_at_k"]["10"] is None and summary["not_computable_k"] == [10]  # k > n: reported, not dropped
-    assert summary["status_counts"] == {"runtime_error": 8, "passed": 7}  # 0 + 2 + 5 correct of 15; the rest call a missing function
+    assert summary["status_counts"] == {
+        "runtime_error": 8,
+        "passed": 7,
+    }  # 0 + 2 + 5 correct of 15; the rest call a missing function
     assert summary["pass_at_k_by_source"]["mbpp"] == summary["pass_at_k"]
     assert summary["format"]["closed_thinking"] == 1.0 and summary["num_tasks"] == 3
 
@@ -75,8 +105,9 @@ def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
     done = read_cache(path)
     assert len(done) == 4  # task 0: 4 samples in two chunks; nothing of the interrupted chunk
     calls.clear()
-    cache = generate_cached(tasks, lambda p, n: (calls.append(n * len(p)), inner(p, n))[1], 4, path, chunk=2,
-                            progress=False)
+    cache = generate_cached(
+        tasks, lambda p, n: (calls.append(n * len(p)), inner(p, n))[1], 4, path, chunk=2, progress=False
+    )
     assert len(cache) == 12 and sum(calls) == 8  # only the 8 missing samples were generated
     assert len(calls) == 1  # in one batched call: 4 units of 2 samples, 8 sequences <= 16
     assert len(path.read_text().splitlines()) == 12  # and none twice
@@ -106,21 +137,67 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     from config import build_config
 
     phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
-    train = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
-                            "--set", "grpo.max_new_tokens=8", "--max_steps", "1", "--output_dir", str(tmp_path / "out"),
-                            "--set", f"paths.data_dir={tmp_path / 'data'}", "--set", "dual_source.teacher_sft_weight=0"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    train = subprocess.run(
+        [
+            sys.executable,
+            "phase3_train_grpo.py",
+            "--preset",
+            "cpu",
+            "--set",
+            "student.model_name=embedded:tiny-random",
+            "--set",
+            "grpo.max_new_tokens=8",
+            "--max_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--set",
+            f"paths.data_dir={tmp_path / 'data'}",
+            "--set",
+            "dual_source.teacher_sft_weight=0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert train.returncode == 0, train.stderr[-2000:]
-    command = [sys.executable, "phase4_evaluate.py", "--preset", "cpu", "--model_path", str(tmp_path / "out" / "final_model"),
-               "--max_tasks", "2", "--num_samples", "2", "--k", "1", "2", "5", "--max_new_tokens", "8", "--baseline",
-               "--set", f"paths.output_dir={tmp_path / 'out'}", "--set", f"paths.data_dir={tmp_path / 'data'}"]
+    command = [
+        sys.executable,
+        "phase4_evaluate.py",
+        "--preset",
+        "cpu",
+        "--model_path",
+        str(tmp_path / "out" / "final_model"),
+        "--max_tasks",
+        "2",
+        "--num_samples",
+        "2",
+        "--k",
+        "1",
+        "2",
+        "5",
+        "--max_new_tokens",
+        "8",
+        "--baseline",
+        "--set",
+        f"paths.output_dir={tmp_path / 'out'}",
+        "--set",
+        f"paths.data_dir={tmp_path / 'data'}",
+    ]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "pass@  1:" in proc.stdout and "Baseline (adapter disabled)" in proc.stdout and "Delta (trained - baseline)" in proc.stdout
+    assert (
+        "pass@  1:" in proc.stdout
+        and "Baseline (adapter disabled)" in proc.stdout
+        and "Delta (trained - baseline)" in proc.stdout
+    )
     assert "pass@  5: not computable" in proc.stdout
     result = json.loads((tmp_path / "out" / "evaluation_results.json").read_text())
     assert set(result) == RESULT_KEYS
-    assert result["model"]["adapter"].endswith("final_model") and result["model"]["base_model"] == "embedded:tiny-random"
+    assert (
+        result["model"]["adapter"].endswith("final_model") and result["model"]["base_model"] == "embedded:tiny-random"
+    )
     assert result["num_tasks"] == 2 and result["num_samples"] == 4 and result["not_computable_k"] == [5]
     assert set(result["baseline"]) >= {"pass_at_k", "format", "status_counts"}
     assert result["delta"]["1"] == pytest.approx(result["pass_at_k"]["1"] - result["baseline"]["pass_at_k"]["1"])
@@ -140,8 +217,23 @@ def _evaluate(tmp_path, *flags):
     from utils.dataset_loader import write_tasks
 
     eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(1))
-    return phase4.run(["--preset", "cpu", "--eval_file", str(eval_file), "--num_samples", "1", "--k", "1",
-                       "--max_new_tokens", "4", "--set", "student.model_name=embedded:tiny-random", *flags])
+    return phase4.run(
+        [
+            "--preset",
+            "cpu",
+            "--eval_file",
+            str(eval_file),
+            "--num_samples",
+            "1",
+            "--k",
+            "1",
+            "--max_new_tokens",
+            "4",
+            "--set",
+            "student.model_name=embedded:tiny-random",
+            *flags,
+        ]
+    )
 
 
 def _save_adapter(tiny_model_name, path, seed):
@@ -185,12 +277,35 @@ def test_phase4_samples_with_the_evaluation_sampling_settings(tmp_path):
 
     eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(2))
     out = tmp_path / "out"
-    common = ["--preset", "cpu", "--eval_file", str(eval_file), "--k", "1", "--max_new_tokens", "6",
-              "--model_path", "embedded:tiny-random", "--set", f"paths.output_dir={out}"]
+    common = [
+        "--preset",
+        "cpu",
+        "--eval_file",
+        str(eval_file),
+        "--k",
+        "1",
+        "--max_new_tokens",
+        "6",
+        "--model_path",
+        "embedded:tiny-random",
+        "--set",
+        f"paths.output_dir={out}",
+    ]
 
     def run(name, *flags):
-        assert phase4.run([*common, "--output", str(tmp_path / f"{name}.json"), "--samples_output",
-                           str(tmp_path / f"{name}.jsonl"), *flags]) == 0
+        assert (
+            phase4.run(
+                [
+                    *common,
+                    "--output",
+                    str(tmp_path / f"{name}.json"),
+                    "--samples_output",
+                    str(tmp_path / f"{name}.jsonl"),
+                    *flags,
+                ]
+            )
+            == 0
+        )
         return [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
 
     greedy = {r["task_id"]: r["completion"] for r in run("greedy", "--num_samples", "1", "--temperature", "0")}
@@ -198,6 +313,7 @@ def test_phase4_samples_with_the_evaluation_sampling_settings(tmp_path):
     assert len(top1) == 6 and all(r["completion"] == greedy[r["task_id"]] for r in top1)  # top-1 sampling is greedy
     run("full", "--num_samples", "3", "--temperature", "1.0")
     assert len(list((out / "eval_cache").glob("*.jsonl"))) == 3  # the knob is in the cache key: nothing reused
+
 
 def test_a_changed_task_text_is_generated_again(tmp_path):
     import dataclasses
@@ -232,17 +348,47 @@ def test_default_model_path_follows_the_output_folder(tmp_path, monkeypatch, tin
 def test_solve_rejects_a_test_that_cannot_fail(capsys):
     from evaluation import solve
 
-    code = solve.main(["Write add(a, b).", "--assert", "add(1, 2) == 4", "--model_path", "embedded:tiny-random",
-                       "--preset", "cpu", "--max_new_tokens", "4"])
+    code = solve.main(
+        [
+            "Write add(a, b).",
+            "--assert",
+            "add(1, 2) == 4",
+            "--model_path",
+            "embedded:tiny-random",
+            "--preset",
+            "cpu",
+            "--max_new_tokens",
+            "4",
+        ]
+    )
     err = capsys.readouterr()
     assert code == 2 and "verdict" not in err.out
     assert "error: --assert: tests[0] 'add(1, 2) == 4' is not an assert statement" in err.err
 
 
 def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
-    command = [sys.executable, "phase4_evaluate.py", "--preset", "cpu", "--model_path", "embedded:tiny-random",
-               "--eval_set", "humaneval", "--max_tasks", "3", "--temperature", "0", "--num_samples", "1", "--k", "1",
-               "--max_new_tokens", "4", "--set", f"paths.output_dir={tmp_path}"]
+    command = [
+        sys.executable,
+        "phase4_evaluate.py",
+        "--preset",
+        "cpu",
+        "--model_path",
+        "embedded:tiny-random",
+        "--eval_set",
+        "humaneval",
+        "--max_tasks",
+        "3",
+        "--temperature",
+        "0",
+        "--num_samples",
+        "1",
+        "--k",
+        "1",
+        "--max_new_tokens",
+        "4",
+        "--set",
+        f"paths.output_dir={tmp_path}",
+    ]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Pass@k Results (humaneval, 3 tasks, greedy, 1 sample per task)" in proc.stdout
@@ -256,6 +402,11 @@ def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
     samples = [json.loads(line) for line in (tmp_path / "eval_samples.jsonl").read_text().splitlines()]
     assert [s["task_id"] for s in samples] == ["humaneval/0", "humaneval/1", "humaneval/2"]
     # greedy with several samples would repeat one completion: refused with a clear message
-    refused = subprocess.run(command[:-4] + ["--num_samples", "3", "--set", f"paths.output_dir={tmp_path}"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        command[:-4] + ["--num_samples", "3", "--set", f"paths.output_dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 2 and "greedy decoding" in refused.stderr

@@ -47,15 +47,21 @@ def test_a_leaking_label_mask_makes_the_preflight_fail(monkeypatch, smollm2_toke
 
 
 def test_bad_config_exits_2_with_the_key_named():
-    proc = subprocess.run([sys.executable, "test_all.py", "--set", "grpo.kl_cof=1"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "test_all.py", "--set", "grpo.kl_cof=1"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and "grpo.kl_coef" in proc.stderr
 
 
 @pytest.mark.slow
 def test_full_preflight_on_the_embedded_student():
-    proc = subprocess.run([sys.executable, "test_all.py", "--preset", "cpu", "--teacher_url", "http://127.0.0.1:9/v1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "test_all.py", "--preset", "cpu", "--teacher_url", "http://127.0.0.1:9/v1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "✓ PASS model loaded" in proc.stdout
     assert "✓ PASS labels: prompt and padding masked" in proc.stdout
@@ -65,8 +71,9 @@ def test_preflight_checks_a_running_teacher_through_the_client(capsys):
     from tests.fake_openai_server import FakeTeacher, RunningServer
 
     with RunningServer(FakeTeacher(shape="reasoning", default_code="def add(a, b):\n    return a + b")) as server:
-        code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", server.url,
-                              "--set", "teacher.model_name=fake-teacher"])
+        code = test_all.main(
+            ["--preset", "cpu", "--skip_model", "--teacher_url", server.url, "--set", "teacher.model_name=fake-teacher"]
+        )
         assert server.state.requests and server.state.requests[0]["chat_template_kwargs"] == {"enable_thinking": True}
     out = capsys.readouterr().out
     assert code == 0
@@ -86,7 +93,9 @@ def test_multi_turn_checks_pass_and_a_leaking_action_mask_fails(monkeypatch, smo
     assert report.count("FAIL") == 0 and report.count("PASS") >= 4, capsys.readouterr().out
     real = loop.Episode.append
     # the classic bug: environment tokens marked as the policy's, so training would learn the results
-    monkeypatch.setattr(loop.Episode, "append", lambda self, ids, policy, logprobs=None: real(self, ids, True, logprobs))
+    monkeypatch.setattr(
+        loop.Episode, "append", lambda self, ids, policy, logprobs=None: real(self, ids, True, logprobs)
+    )
     report = test_all.Report()
     test_all.check_multi_turn(report, config, smollm2_tokenizer)
     assert report.count("FAIL") >= 1

@@ -21,11 +21,16 @@ from utils.prompts import (
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 MBPP = Task(
-    task_id="mbpp/2", source="mbpp", problem="Write a function to find the shared elements from the given two lists.",
-    test_type="assert", fn_name="similar_elements",
-    tests=("assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
-           "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
-           "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))"),
+    task_id="mbpp/2",
+    source="mbpp",
+    problem="Write a function to find the shared elements from the given two lists.",
+    test_type="assert",
+    fn_name="similar_elements",
+    tests=(
+        "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
+        "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
+        "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))",
+    ),
 )
 
 
@@ -40,25 +45,42 @@ def test_mbpp_prompt_shows_problem_function_name_and_only_the_visible_asserts():
 
 def test_prompt_shows_the_answer_format_with_the_shared_constants():
     prompt = get_unified_prompt(MBPP)
-    fmt = prompt[prompt.index("Format:"):]
+    fmt = prompt[prompt.index("Format:") :]
     assert fmt.index(THINK_OPEN) < fmt.index(THINK_CLOSE) < fmt.index(PYTHON_FENCE) < fmt.rindex(CODE_FENCE)
     # the example in the prompt is itself parsed as well-formed by the project's own parser
-    example = fmt[len("Format:\n"):]
+    example = fmt[len("Format:\n") :]
     assert extract_thinking_and_code_unified(example)["well_formed"]
 
 
 def test_stdin_and_call_prompts():
-    stdin = Task(task_id="apps/1", source="apps", problem="Print the sum of two integers.", test_type="stdin",
-                 tests=({"input": "1 2\n", "output": "3\n"},))
+    stdin = Task(
+        task_id="apps/1",
+        source="apps",
+        problem="Print the sum of two integers.",
+        test_type="stdin",
+        tests=({"input": "1 2\n", "output": "3\n"},),
+    )
     p = get_unified_prompt(stdin)
     assert "standard input" in p and "standard output" in p and "1 2" not in p.split("Format:")[0].split("integers.")[1]
-    call = Task(task_id="apps/2", source="apps", problem="Reverse the words.", test_type="call", fn_name="reverseWords",
-                starter_code="\nclass Solution:\n    def reverseWords(self, s: str) -> str:\n        ",
-                tests=({"input": ["a b"], "output": "b a"},))
+    call = Task(
+        task_id="apps/2",
+        source="apps",
+        problem="Reverse the words.",
+        test_type="call",
+        fn_name="reverseWords",
+        starter_code="\nclass Solution:\n    def reverseWords(self, s: str) -> str:\n        ",
+        tests=({"input": ["a b"], "output": "b a"},),
+    )
     p = get_unified_prompt(call)
     assert "class Solution:\n    def reverseWords(self, s: str) -> str:" in p
     assert "method of class `Solution` named `reverseWords`" in p
-    plain = {"problem": "Check primes.", "test_type": "call", "fn_name": "is_prime", "starter_code": "def is_prime(n):\n\t", "tests": []}
+    plain = {
+        "problem": "Check primes.",
+        "test_type": "call",
+        "fn_name": "is_prime",
+        "starter_code": "def is_prime(n):\n\t",
+        "tests": [],
+    }
     assert "a function named `is_prime`" in get_unified_prompt(plain)
 
 
@@ -82,7 +104,9 @@ def _golden_tasks() -> dict:
     from utils.dataset_loader import load_apps, load_humaneval, load_mbpp
 
     root = Path(__file__).resolve().parent.parent / "data" / "embedded"
-    tasks = load_mbpp(root / "mbpp_fixtures.jsonl")[0] + load_apps(root / "apps_fixtures.jsonl")[0] + load_humaneval()[0]
+    tasks = (
+        load_mbpp(root / "mbpp_fixtures.jsonl")[0] + load_apps(root / "apps_fixtures.jsonl")[0] + load_humaneval()[0]
+    )
     return {t.task_id: t for t in tasks}
 
 
@@ -102,7 +126,7 @@ def test_each_mode_appends_its_instructions_to_the_single_turn_prompt():
     tool = get_unified_prompt(MBPP, mode="tool")
     feedback = get_unified_prompt(MBPP, mode="feedback")
     assert tool.startswith(single + "\n\n") and feedback.startswith(single + "\n\n")
-    extra = tool[len(single):]
+    extra = tool[len(single) :]
     for tag in (PROGRAM_OPEN, PROGRAM_CLOSE, RESULT_OPEN, RESULT_CLOSE):
         assert tag in extra
     assert TOOL_EXAMPLE in extra and PROGRAM_OPEN not in feedback and "tests shown" in feedback

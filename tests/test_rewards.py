@@ -67,14 +67,31 @@ def test_user_reward_functions_from_a_file_are_weighted_into_the_total(user_file
     from training.rewards import load_reward_functions, reward_columns
 
     user = load_reward_functions([f"{user_file}:brevity", f"{user_file}:only_mbpp"], [0.5, 2.0])
-    tasks = [SimpleNamespace(task_id="mbpp/1", source="mbpp", problem="p", test_type="assert", tests=("assert f()",),
-                             difficulty="basic", fn_name="f"),
-             SimpleNamespace(task_id="apps/2", source="apps", problem="q", test_type="stdin",
-                             tests=({"input": "", "output": "1"},), difficulty="interview", fn_name=None)]
+    tasks = [
+        SimpleNamespace(
+            task_id="mbpp/1",
+            source="mbpp",
+            problem="p",
+            test_type="assert",
+            tests=("assert f()",),
+            difficulty="basic",
+            fn_name="f",
+        ),
+        SimpleNamespace(
+            task_id="apps/2",
+            source="apps",
+            problem="q",
+            test_type="stdin",
+            tests=({"input": "", "output": "1"},),
+            difficulty="interview",
+            fn_name=None,
+        ),
+    ]
     results, parsed = [result(1, 1), result(0, 2)], [PARSED_GOOD, PARSED_NONE]
     completions = ["x" * 50, "y" * 10]
-    rewards = compute_rewards(results, parsed, "binary", 0.1, user, ["P1", "P2"], completions,
-                              reward_columns(tasks, parsed, results))
+    rewards = compute_rewards(
+        results, parsed, "binary", 0.1, user, ["P1", "P2"], completions, reward_columns(tasks, parsed, results)
+    )
     # by hand: 1 + 0.1*1 + 0.5*(-0.5) + 2*1 = 2.85; 0 + 0.1*0 + 0.5*(-0.1) + (None: nothing) = -0.05
     assert [r.total for r in rewards] == pytest.approx([2.85, -0.05])
     assert rewards[1].user == {f"{user_file}:brevity": pytest.approx(-0.1), f"{user_file}:only_mbpp": None}
@@ -102,10 +119,12 @@ def test_the_trainer_adds_user_rewards_and_logs_them(tmp_path, user_file):
     from tests.test_trainer import make_trainer
 
     with SandboxPool(workers=2) as pool:
-        trainer = make_trainer(tmp_path, pool, **{"grpo.reward_funcs": f"{user_file}:only_mbpp",
-                                                  "grpo.reward_weights": "3.0"})
+        trainer = make_trainer(
+            tmp_path, pool, **{"grpo.reward_funcs": f"{user_file}:only_mbpp", "grpo.reward_weights": "3.0"}
+        )
         groups, metrics = trainer.collect_rollouts()
     samples = [s for g in groups for s in g]
-    assert all(s["reward"].total == pytest.approx(s["reward"].correctness + 0.1 * s["reward"].format + 3.0)
-               for s in samples)  # every small task is MBPP: +3 each
+    assert all(
+        s["reward"].total == pytest.approx(s["reward"].correctness + 0.1 * s["reward"].format + 3.0) for s in samples
+    )  # every small task is MBPP: +3 each
     assert metrics["reward/only_mbpp_mean"] == 1.0

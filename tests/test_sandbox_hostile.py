@@ -23,13 +23,33 @@ from utils.dataset_loader import Task
 
 LIMITS = SandboxLimits(test_timeout=1.0, memory_mb=256, file_size_mb=4, output_bytes=1 << 20)
 
-ASSERT_TASK = Task(task_id="t/assert", source="t", problem="add", test_type="assert", fn_name="add",
-                   tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"))
-STDIN_TASK = Task(task_id="t/stdin", source="t", problem="add", test_type="stdin",
-                  tests=({"input": "1 2\n", "output": "3\n"}, {"input": "2 2\n", "output": "4\n"},
-                         {"input": "0 5\n", "output": "5\n"}))
-CALL_TASK = Task(task_id="t/call", source="t", problem="add", test_type="call", fn_name="add",
-                 tests=({"input": [1, 2], "output": 3}, {"input": [2, 2], "output": 4}, {"input": [0, 5], "output": 5}))
+ASSERT_TASK = Task(
+    task_id="t/assert",
+    source="t",
+    problem="add",
+    test_type="assert",
+    fn_name="add",
+    tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"),
+)
+STDIN_TASK = Task(
+    task_id="t/stdin",
+    source="t",
+    problem="add",
+    test_type="stdin",
+    tests=(
+        {"input": "1 2\n", "output": "3\n"},
+        {"input": "2 2\n", "output": "4\n"},
+        {"input": "0 5\n", "output": "5\n"},
+    ),
+)
+CALL_TASK = Task(
+    task_id="t/call",
+    source="t",
+    problem="add",
+    test_type="call",
+    fn_name="add",
+    tests=({"input": [1, 2], "output": 3}, {"input": [2, 2], "output": 4}, {"input": [0, 5], "output": 5}),
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +132,13 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
         # the uid, checked below, and cannot become root)
         helpers = set(worker.info.get("helper_pids", []))
         uid = worker.info.get("uid")
+
         def leftovers(worker=worker, helpers=helpers, uid=uid):
-            return [p for p in _descendants(worker.process.pid)
-                    if p not in helpers and not (uid is not None and _owner(p) == 0)]
+            return [
+                p
+                for p in _descendants(worker.process.pid)
+                if p not in helpers and not (uid is not None and _owner(p) == 0)
+            ]
 
         # an ended program is reaped by its zygote asynchronously: under load the zygote (nice 19 here)
         # can wait seconds for a CPU, and a program whose other threads are still exiting cannot be
@@ -166,57 +190,130 @@ HOSTILE = {
     # --- objects that claim equality
     "always_equal_object_assert": (ALWAYS_EQ, ASSERT_TASK, "wrong_answer"),
     "always_equal_object_call": (ALWAYS_EQ, CALL_TASK, "wrong_answer"),
-    "int_subclass_lying_eq": ("class I(int):\n    def __eq__(s, o): return True\n    __hash__ = int.__hash__\n"
-                              "def add(a, b):\n    return I(-1)\n", ASSERT_TASK, "wrong_answer"),
-    "list_subclass_lying_eq": ("class L(list):\n    def __eq__(s, o): return True\ndef add(a, b):\n    return L()\n",
-                               CALL_TASK, "wrong_answer"),
+    "int_subclass_lying_eq": (
+        "class I(int):\n    def __eq__(s, o): return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return I(-1)\n",
+        ASSERT_TASK,
+        "wrong_answer",
+    ),
+    "list_subclass_lying_eq": (
+        "class L(list):\n    def __eq__(s, o): return True\ndef add(a, b):\n    return L()\n",
+        CALL_TASK,
+        "wrong_answer",
+    ),
     # --- patching the harness or the language
-    "patch_builtins": ("import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.type = lambda *a: int\n"
-                       "builtins.AssertionError = StopIteration\ndef add(a, b):\n    return -1\n", ASSERT_TASK, "runtime_error"),
-    "patch_encoder_via_gc": ("import gc\nfor f in gc.get_objects():\n    if callable(f) and getattr(f, '__name__', '') in "
-                             "('encode_value', 'write_message', 'check_value'):\n        f.__code__ = (lambda *a, **k: True).__code__\n"
-                             "def add(a, b):\n    return -1\n", ASSERT_TASK, None),
-    "forge_result_messages": ("import json, os, struct\ndef forge(i, v):\n    d = json.dumps({'k': 'val', 'i': i, 'v': v}).encode()\n"
-                              "    os.write(3, struct.pack('>I', len(d)) + d)\nfor i in range(3):\n    forge(i, True)\n"
-                              "    forge(i, {'__t': 'object'})\nos._exit(0)\n", ASSERT_TASK, None),
-    "fake_success_markers": ("print('ALL TESTS PASSED')\nprint('True')\nprint('{\"passed\": true}')\n", STDIN_TASK, "wrong_answer"),
-    "read_caller_frame_constants": ("import sys\ndef add(a, b):\n    f = sys._getframe(1)\n"
-                                    "    consts = [c for c in f.f_code.co_consts if isinstance(c, int)]\n"
-                                    "    return consts[-1] if consts else -1\n", ASSERT_TASK, "wrong_answer"),
+    "patch_builtins": (
+        "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.type = lambda *a: int\n"
+        "builtins.AssertionError = StopIteration\ndef add(a, b):\n    return -1\n",
+        ASSERT_TASK,
+        "runtime_error",
+    ),
+    "patch_encoder_via_gc": (
+        "import gc\nfor f in gc.get_objects():\n    if callable(f) and getattr(f, '__name__', '') in "
+        "('encode_value', 'write_message', 'check_value'):\n        f.__code__ = (lambda *a, **k: True).__code__\n"
+        "def add(a, b):\n    return -1\n",
+        ASSERT_TASK,
+        None,
+    ),
+    "forge_result_messages": (
+        "import json, os, struct\ndef forge(i, v):\n    d = json.dumps({'k': 'val', 'i': i, 'v': v}).encode()\n"
+        "    os.write(3, struct.pack('>I', len(d)) + d)\nfor i in range(3):\n    forge(i, True)\n"
+        "    forge(i, {'__t': 'object'})\nos._exit(0)\n",
+        ASSERT_TASK,
+        None,
+    ),
+    "fake_success_markers": (
+        "print('ALL TESTS PASSED')\nprint('True')\nprint('{\"passed\": true}')\n",
+        STDIN_TASK,
+        "wrong_answer",
+    ),
+    "read_caller_frame_constants": (
+        "import sys\ndef add(a, b):\n    f = sys._getframe(1)\n"
+        "    consts = [c for c in f.f_code.co_consts if isinstance(c, int)]\n"
+        "    return consts[-1] if consts else -1\n",
+        ASSERT_TASK,
+        "wrong_answer",
+    ),
     # --- attacking processes and file descriptors
-    "kill_parent": ("import os, ctypes\nctypes.CDLL(None).kill(os.getppid(), 9)\ndef add(a, b):\n    return -1\n", CALL_TASK, None),
+    "kill_parent": (
+        "import os, ctypes\nctypes.CDLL(None).kill(os.getppid(), 9)\ndef add(a, b):\n    return -1\n",
+        CALL_TASK,
+        None,
+    ),
     "close_all_fds": ("import os\nos.closerange(0, 1024)\ndef add(a, b):\n    return a + b\n", CALL_TASK, None),
-    "redirect_result_fd": ("import os\nfd = os.open(os.devnull, os.O_WRONLY)\nos.dup2(fd, 3)\ndef add(a, b):\n    return a + b\n",
-                           ASSERT_TASK, None),
+    "redirect_result_fd": (
+        "import os\nfd = os.open(os.devnull, os.O_WRONLY)\nos.dup2(fd, 3)\ndef add(a, b):\n    return a + b\n",
+        ASSERT_TASK,
+        None,
+    ),
     # --- resource exhaustion
     "infinite_loop": ("while True:\n    pass\n", STDIN_TASK, "timeout"),
     "infinite_loop_in_function": ("def add(a, b):\n    while True:\n        pass\n", CALL_TASK, "timeout"),
     "fork_bomb_os": ("import os\nwhile True:\n    os.fork()\n", STDIN_TASK, "runtime_error"),
     "fork_bomb_ctypes": ("import ctypes\nlibc = ctypes.CDLL(None)\nwhile True:\n    libc.fork()\n", STDIN_TASK, None),
-    "thread_bomb": ("import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n",
-                    STDIN_TASK, None),
+    "thread_bomb": (
+        "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n",
+        STDIN_TASK,
+        None,
+    ),
     "allocate_20_gb": ("x = bytearray(20 * 1024 ** 3)\n", STDIN_TASK, "memory_limit"),
-    "print_1_gb": ("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)\n", STDIN_TASK,
-                   "output_limit"),
-    "stderr_flood": ("import sys\nchunk = 'e' * (1 << 20)\nwhile True:\n    sys.stderr.write(chunk)\n", STDIN_TASK, "output_limit"),
-    "huge_file": ("with open('big.bin', 'wb') as f:\n    while True:\n        f.write(b'0' * (1 << 20))\n", STDIN_TASK, None),
-    "deep_recursion": ("import sys\nsys.setrecursionlimit(10 ** 7)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n", STDIN_TASK, None),
+    "print_1_gb": (
+        "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)\n",
+        STDIN_TASK,
+        "output_limit",
+    ),
+    "stderr_flood": (
+        "import sys\nchunk = 'e' * (1 << 20)\nwhile True:\n    sys.stderr.write(chunk)\n",
+        STDIN_TASK,
+        "output_limit",
+    ),
+    "huge_file": (
+        "with open('big.bin', 'wb') as f:\n    while True:\n        f.write(b'0' * (1 << 20))\n",
+        STDIN_TASK,
+        None,
+    ),
+    "deep_recursion": (
+        "import sys\nsys.setrecursionlimit(10 ** 7)\ndef f(n):\n    return f(n + 1) + 1\nf(0)\n",
+        STDIN_TASK,
+        None,
+    ),
     "segfault_ctypes": ("import ctypes\nctypes.string_at(0)\n", STDIN_TASK, "runtime_error"),
-    "ignore_sigterm": ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass\n", STDIN_TASK, "timeout"),
-    "child_outlives_timeout": ("import ctypes, time\nlibc = ctypes.CDLL(None)\nif libc.fork() == 0:\n    libc.setsid()\n"
-                               "    while True:\n        time.sleep(1)\nwhile True:\n    pass\n", STDIN_TASK, "timeout"),
-    "daemon_child_after_exit": ("import ctypes, time\nlibc = ctypes.CDLL(None)\nif libc.fork() == 0:\n    libc.setsid()\n"
-                                "    if libc.fork() == 0:\n        time.sleep(60)\n    libc._exit(0)\nprint(0)\n", STDIN_TASK,
-                                "wrong_answer"),
+    "ignore_sigterm": (
+        "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    pass\n",
+        STDIN_TASK,
+        "timeout",
+    ),
+    "child_outlives_timeout": (
+        "import ctypes, time\nlibc = ctypes.CDLL(None)\nif libc.fork() == 0:\n    libc.setsid()\n"
+        "    while True:\n        time.sleep(1)\nwhile True:\n    pass\n",
+        STDIN_TASK,
+        "timeout",
+    ),
+    "daemon_child_after_exit": (
+        "import ctypes, time\nlibc = ctypes.CDLL(None)\nif libc.fork() == 0:\n    libc.setsid()\n"
+        "    if libc.fork() == 0:\n        time.sleep(60)\n    libc._exit(0)\nprint(0)\n",
+        STDIN_TASK,
+        "wrong_answer",
+    ),
     # --- the file system outside the working directory
     "delete_sentinel_os": ("import os\nos.remove('SENTINEL_DIR/sentinel.txt')\n", STDIN_TASK, None),
-    "delete_sentinel_ctypes": ("import ctypes\nctypes.CDLL(None).unlink(b'SENTINEL_DIR/sentinel.txt')\nprint(0)\n", STDIN_TASK, None),
+    "delete_sentinel_ctypes": (
+        "import ctypes\nctypes.CDLL(None).unlink(b'SENTINEL_DIR/sentinel.txt')\nprint(0)\n",
+        STDIN_TASK,
+        None,
+    ),
     "overwrite_sentinel": ("open('SENTINEL_DIR/sentinel.txt', 'w').write('pwned')\n", STDIN_TASK, None),
-    "create_files_outside": ("for p in ('SENTINEL_DIR/new.txt', '/tmp/tgrpo-evil.txt', '" + str(ROOT) + "/evil.txt'):\n"
-                             "    try:\n        open(p, 'w').write('x')\n    except OSError:\n        pass\nprint(0)\n",
-                             STDIN_TASK, "wrong_answer"),
-    "delete_project_file_ctypes": ("import ctypes\nctypes.CDLL(None).unlink(b'" + str(ROOT) + "/README.md')\nprint(0)\n",
-                                   STDIN_TASK, "wrong_answer"),
+    "create_files_outside": (
+        "for p in ('SENTINEL_DIR/new.txt', '/tmp/tgrpo-evil.txt', '" + str(ROOT) + "/evil.txt'):\n"
+        "    try:\n        open(p, 'w').write('x')\n    except OSError:\n        pass\nprint(0)\n",
+        STDIN_TASK,
+        "wrong_answer",
+    ),
+    "delete_project_file_ctypes": (
+        "import ctypes\nctypes.CDLL(None).unlink(b'" + str(ROOT) + "/README.md')\nprint(0)\n",
+        STDIN_TASK,
+        "wrong_answer",
+    ),
 }
 
 
@@ -230,7 +327,9 @@ def test_hostile_program_never_passes(pool, sentinel_dir, name):
 
 def _secret_task(secret: str) -> Task:
     # passing requires printing the secret: possible only if the attack works
-    return Task(task_id="t/secret", source="t", problem="leak", test_type="stdin", tests=({"input": "", "output": secret},))
+    return Task(
+        task_id="t/secret", source="t", problem="leak", test_type="stdin", tests=({"input": "", "output": secret},)
+    )
 
 
 def test_cannot_read_files_outside(pool, sentinel_dir):
@@ -273,8 +372,10 @@ def test_no_network_not_even_the_hosts_loopback(pool, sentinel_dir):
 
     thread = threading.Thread(target=accept)
     thread.start()
-    code = ("import socket\ns = socket.create_connection(('127.0.0.1', PORT), timeout=1)\ns.sendall(b'stolen')\n"
-            "print(s.recv(10).decode())\n").replace("PORT", str(port))
+    code = (
+        "import socket\ns = socket.create_connection(('127.0.0.1', PORT), timeout=1)\ns.sendall(b'stolen')\n"
+        "print(s.recv(10).decode())\n"
+    ).replace("PORT", str(port))
     result = run_hostile(pool, code, _secret_task("pong"), sentinel_dir)
     outside = "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)\nprint('pong')\n"
     result_outside = run_hostile(pool, outside, _secret_task("pong"), sentinel_dir)

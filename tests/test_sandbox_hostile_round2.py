@@ -264,8 +264,14 @@ def test_c2_sibling_code_in_the_worker_heap(pool):
     victim = f"def add(a, b):\n    return '{secret}'\n"
     run(pool, victim, CALL_TASK)
     thief = HEAP_SEARCH + "def add(a, b):\n    return found\n"
-    task = Task(task_id="t/heap2", source="t", problem="p", test_type="call", fn_name="add",
-                tests=({"input": [1, 2], "output": secret},))
+    task = Task(
+        task_id="t/heap2",
+        source="t",
+        problem="p",
+        test_type="call",
+        fn_name="add",
+        tests=({"input": [1, 2], "output": secret},),
+    )
     result = run(pool, thief, task)
     assert result.status == "wrong_answer", result
 
@@ -285,8 +291,14 @@ def test_c2_scratch_space_is_fresh_for_every_program(pool, folder):
 # ------------------------------------------------------------------------------------------
 
 
-SLOW_TASK = Task(task_id="t/slow", source="t", problem="p", test_type="assert", fn_name="add",
-                 tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"))
+SLOW_TASK = Task(
+    task_id="t/slow",
+    source="t",
+    problem="p",
+    test_type="assert",
+    fn_name="add",
+    tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"),
+)
 
 
 def test_c3_background_thread_pools_time_across_tests(pool):
@@ -402,10 +414,14 @@ def test_c4_deeply_nested_value(pool):
 
 
 def test_c4_one_bad_program_does_not_lose_the_batch(pool):
-    code = "class HashDict(dict):\n    def __hash__(self):\n        return 1\ndef add(a, b):\n    return {HashDict(x=1)}\n"
+    code = (
+        "class HashDict(dict):\n    def __hash__(self):\n        return 1\ndef add(a, b):\n    return {HashDict(x=1)}\n"
+    )
     good, task = CONTROL["call"]
     with ThreadPoolExecutor(1) as executor:
-        results = executor.submit(execute_many, [(good, task), (code, CALL_TASK), (good, task)], pool).result(timeout=60)
+        results = executor.submit(execute_many, [(good, task), (code, CALL_TASK), (good, task)], pool).result(
+            timeout=60
+        )
     assert [r.status for r in results] == ["passed", "wrong_answer", "passed"]
 
 
@@ -442,8 +458,14 @@ def test_c5_too_deep_result_frame(pool):
 
 
 def test_c5_huge_values_are_an_output_limit(pool):
-    many = Task(task_id="t/many", source="t", problem="p", test_type="call", fn_name="add",
-                tests=tuple({"input": [i, 1], "output": i + 1} for i in range(40)))
+    many = Task(
+        task_id="t/many",
+        source="t",
+        problem="p",
+        test_type="call",
+        fn_name="add",
+        tests=tuple({"input": [i, 1], "output": i + 1} for i in range(40)),
+    )
     code = "def add(a, b):\n    return 'x' * (15 << 20)\n"
     result = run(pool, code, many, limit_s=120)
     assert result.status == "output_limit", result
@@ -580,11 +602,14 @@ def add(a, b):
 """
 
 
-@pytest.mark.parametrize("asserts", [
-    ("assert add(1, 2) == 3 and add(2, 2) == 4", "assert add(0, 5) == 5 and True"),
-    ("assert (add(1, 2) == 3) is True", "assert (add(0, 5) == 5) == True"),
-    ("assert not (add(1, 2) != 3)", "assert add(1, 2) == 3 or add(2, 2) == 4"),
-])
+@pytest.mark.parametrize(
+    "asserts",
+    [
+        ("assert add(1, 2) == 3 and add(2, 2) == 4", "assert add(0, 5) == 5 and True"),
+        ("assert (add(1, 2) == 3) is True", "assert (add(0, 5) == 5) == True"),
+        ("assert not (add(1, 2) != 3)", "assert add(1, 2) == 3 or add(2, 2) == 4"),
+    ],
+)
 def test_c7_compound_asserts_are_judged_in_the_parent(pool, asserts):
     task = Task(task_id="t/compound", source="t", problem="p", test_type="assert", fn_name="add", tests=asserts)
     result = run(pool, ALWAYS_TRUE, task)
@@ -621,7 +646,9 @@ def test_c7_trainer_pool_hides_the_task_files(tmp_path, monkeypatch):
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     tasks = small_tasks()
     rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
-    grpo_trainer.GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout)
+    grpo_trainer.GRPOTrainer(
+        config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout
+    )
     hidden = {str(p) for p in created.get("secret_paths", ())}
     assert {str(config.paths.train_file), str(config.paths.val_file), str(config.paths.data_dir)} <= hidden
 
@@ -666,7 +693,12 @@ def test_programs_run_when_the_python_environment_lives_below_tmp(tmp_path):
         "            tests=('assert add(1, 2) == 3',), fn_name='add')\n"
         "print(execute_program('def add(a, b):\\n    return a + b\\n', task).status)\n"
     )
-    proc = subprocess.run([str(venv / "bin" / "python"), "-c", script], cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", script],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "passed", proc.stderr[-2000:]

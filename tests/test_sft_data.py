@@ -16,7 +16,11 @@ from utils.sft_data import (
     prepare_teacher_sft_batch,
 )
 
-SHORT = {"prompt": get_unified_prompt("Add two numbers."), "thinking": "Use +.", "code": "def add(a, b):\n    return a + b"}
+SHORT = {
+    "prompt": get_unified_prompt("Add two numbers."),
+    "thinking": "Use +.",
+    "code": "def add(a, b):\n    return a + b",
+}
 LONG = {
     "prompt": get_unified_prompt("Return the largest element of a non-empty list, without using max()."),
     "thinking": "Walk the list once and keep the largest value seen so far. " * 3,
@@ -40,7 +44,9 @@ def test_build_sft_example_hand_counted():
 
 
 def test_collate_pads_right_with_ignored_labels():
-    batch = collate_sft([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}], pad_token_id=0)
+    batch = collate_sft(
+        [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}], pad_token_id=0
+    )
     assert batch["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]
     assert batch["labels"].tolist() == [[-100, 6, 7], [5, -100, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
@@ -53,8 +59,14 @@ def test_prompt_tokens_are_exactly_what_generation_sees(smollm2_tokenizer):
     assert text.endswith("<|im_start|>assistant\n")
     assert "You are an expert Python programmer" in text  # our system prompt, not SmolLM's default
     assert ids == tok.apply_chat_template(
-        [{"role": "system", "content": text.split("<|im_start|>system\n")[1].split("<|im_end|>")[0]},
-         {"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True, return_dict=False)
+        [
+            {"role": "system", "content": text.split("<|im_start|>system\n")[1].split("<|im_end|>")[0]},
+            {"role": "user", "content": "hi"},
+        ],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
 
 
 def test_teacher_batch_masks_prompt_and_padding(smollm2_tokenizer):
@@ -74,7 +86,7 @@ def test_teacher_batch_masks_prompt_and_padding(smollm2_tokenizer):
         assert (labels[row, n:] == IGNORE_INDEX).all() and (mask[row, n:] == 0).all()
         assert batch["num_response_tokens"][row] == len(response)
         assert ids[row, n - 1].item() == eot
-        assert tok.decode(ids[row, prompt_len:n - 1].tolist()) == build_sft_target(ex["thinking"], ex["code"])
+        assert tok.decode(ids[row, prompt_len : n - 1].tolist()) == build_sft_target(ex["thinking"], ex["code"])
     # the short row is padded: its pad positions exist and are ignored
     assert int(mask[0].sum()) < ids.shape[1]
     assert batch["num_dropped"] == 0

@@ -73,8 +73,9 @@ def test_generation_shapes_and_finish_reasons(tiny):
     model, tok = tiny
     prompts = [get_unified_prompt("Add."), get_unified_prompt("A longer problem statement about sorting lists.")]
     torch.manual_seed(0)
-    out = generate_completions(model, tok, prompts, num_samples=3, max_new_tokens=12, sampling=SamplingSettings(1.0),
-                                  batch_size=1)
+    out = generate_completions(
+        model, tok, prompts, num_samples=3, max_new_tokens=12, sampling=SamplingSettings(1.0), batch_size=1
+    )
     assert [len(s) for s in out] == [3, 3]
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     for samples in out:
@@ -143,10 +144,17 @@ def test_one_sampling_definition_for_both_backends():
     hf = full.hf_generate_kwargs()
     assert hf["top_k"] == 0 and hf["min_p"] is None and hf["repetition_penalty"] == 1.0 and hf["do_sample"]
     cut = SamplingSettings(0.7, 0.95, 20, 0.05, 1.1)
-    assert cut.vllm_kwargs() == {"temperature": 0.7, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1}
+    assert cut.vllm_kwargs() == {
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "top_k": 20,
+        "min_p": 0.05,
+        "repetition_penalty": 1.1,
+    }
     assert {k: cut.hf_generate_kwargs()[k] for k in cut.vllm_kwargs()} == cut.vllm_kwargs()
-    section = type("Section", (), {"temperature": 0.7, "top_p": 0.95, "top_k": 20, "min_p": 0.05,
-                                   "repetition_penalty": 1.1})()
+    section = type(
+        "Section", (), {"temperature": 0.7, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1}
+    )()
     assert SamplingSettings.from_section(section) == cut
     assert not SamplingSettings(1.0).hf_generate_kwargs().get("top_k")  # 0: transformers applies no top-k
 
@@ -154,7 +162,10 @@ def test_one_sampling_definition_for_both_backends():
 def test_batched_greedy_generation_matches_one_by_one(tiny):
     # left padding must not change what a prompt generates
     model, tok = tiny
-    prompts = [get_unified_prompt("Short."), get_unified_prompt("A much longer problem statement with more words in it.")]
+    prompts = [
+        get_unified_prompt("Short."),
+        get_unified_prompt("A much longer problem statement with more words in it."),
+    ]
     greedy = SamplingSettings(temperature=0.0)
     batched = generate_completions(model, tok, prompts, max_new_tokens=8, sampling=greedy, batch_size=2)
     single = [generate_completions(model, tok, [p], max_new_tokens=8, sampling=greedy)[0] for p in prompts]
@@ -202,6 +213,11 @@ def test_embedded_smollm2_loads_offline_and_writes_code():
     model, tok = sm.load_student(sm.EMBEDDED_MODELS[0], "float32", device="cpu")
     assert model.config.architectures == ["LlamaForCausalLM"] or model.config.model_type == "llama"
     assert sum(p.numel() for p in model.parameters()) > 100_000_000
-    out = generate_completions(model, tok, [get_unified_prompt("Write a Python function add(a, b) that returns a + b.")],
-                                  max_new_tokens=64, sampling=SamplingSettings(temperature=0.0))[0][0]
+    out = generate_completions(
+        model,
+        tok,
+        [get_unified_prompt("Write a Python function add(a, b) that returns a + b.")],
+        max_new_tokens=64,
+        sampling=SamplingSettings(temperature=0.0),
+    )[0][0]
     assert "def " in out["text"]  # the real model, greedy, writes a function for this trivial task

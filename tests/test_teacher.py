@@ -24,15 +24,35 @@ from utils.dataset_loader import read_tasks
 from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
-RECORD_KEYS = {"task_id", "sample_idx", "prompt", "thinking", "code", "response", "reasoning", "finish_reason", "usage",
-               "syntax_ok", "passed", "pass_fraction", "tests_passed", "tests_total", "status", "error", "teacher_model",
-               "timestamp", "latency", "previous_errors"}
+RECORD_KEYS = {
+    "task_id",
+    "sample_idx",
+    "prompt",
+    "thinking",
+    "code",
+    "response",
+    "reasoning",
+    "finish_reason",
+    "usage",
+    "syntax_ok",
+    "passed",
+    "pass_fraction",
+    "tests_passed",
+    "tests_total",
+    "status",
+    "error",
+    "teacher_model",
+    "timestamp",
+    "latency",
+    "previous_errors",
+}
 
 
 def ask(url: str, model: str = "fake-teacher", **kwargs):
     async def go():
         async with TeacherClient(url, model, backoff_base=0.01, **kwargs) as client:
             return await client.complete(build_chat_messages("Write add."))
+
     return asyncio.run(go())
 
 
@@ -66,8 +86,14 @@ def test_every_response_shape_parses(shape):
 
 def test_request_carries_the_sampling_parameters():
     with RunningServer(FakeTeacher()) as server:
-        ask(server.url + "/chat/completions", temperature=0.7, top_p=0.8, presence_penalty=1.5, max_tokens=99,
-            enable_thinking=False)
+        ask(
+            server.url + "/chat/completions",
+            temperature=0.7,
+            top_p=0.8,
+            presence_penalty=1.5,
+            max_tokens=99,
+            enable_thinking=False,
+        )
         payload = server.state.requests[0]
     assert payload["model"] == "fake-teacher" and payload["max_tokens"] == 99
     assert (payload["temperature"], payload["top_p"], payload["presence_penalty"]) == (0.7, 0.8, 1.5)
@@ -109,8 +135,20 @@ def test_malformed_answers_are_failed_samples_not_crashes(shape):
 
 def test_no_server_is_a_clear_error_within_10_seconds(train_file, tmp_path, capsys):
     start = time.monotonic()
-    code = phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--model", "x",
-                        "--input", str(train_file), "--output", str(tmp_path / "t.jsonl")])
+    code = phase2.main(
+        [
+            "--preset",
+            "cpu",
+            "--api_url",
+            f"http://127.0.0.1:{free_port()}/v1",
+            "--model",
+            "x",
+            "--input",
+            str(train_file),
+            "--output",
+            str(tmp_path / "t.jsonl"),
+        ]
+    )
     assert code == 1 and time.monotonic() - start < 10
     err = capsys.readouterr().err
     assert "No teacher server answers at" in err and "make teacher" in err and "Traceback" not in err
@@ -120,8 +158,21 @@ def test_no_server_is_a_clear_error_within_10_seconds(train_file, tmp_path, caps
 
 
 def run_phase2(train_file, out, url, *extra):
-    return phase2.main(["--preset", "cpu", "--api_url", url, "--model", "fake-teacher", "--input", str(train_file),
-                        "--output", str(out), *extra])
+    return phase2.main(
+        [
+            "--preset",
+            "cpu",
+            "--api_url",
+            url,
+            "--model",
+            "fake-teacher",
+            "--input",
+            str(train_file),
+            "--output",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def read_records(path: Path) -> list[dict]:
@@ -136,7 +187,9 @@ def test_end_to_end_records_are_verified_and_a_rerun_adds_nothing(train_file, tm
         records = read_records(out)
         assert len(records) == 12 and all(set(r) == RECORD_KEYS for r in records)
         assert {(r["task_id"], r["sample_idx"]) for r in records} == {(t.task_id, i) for t in tasks for i in range(2)}
-        assert all(r["passed"] and r["syntax_ok"] and r["status"] == "passed" and r["pass_fraction"] == 1.0 for r in records)
+        assert all(
+            r["passed"] and r["syntax_ok"] and r["status"] == "passed" and r["pass_fraction"] == 1.0 for r in records
+        )
         assert all(r["reasoning"] and r["thinking"] == "I will solve it step by step." for r in records)
         assert records[0]["prompt"] == get_unified_prompt(next(t for t in tasks if t.task_id == records[0]["task_id"]))
         stats = json.loads(out.with_suffix(".stats.json").read_text())
@@ -165,11 +218,24 @@ def test_stats_count_verified_traces_too_long_for_teacher_sft(train_file, tmp_pa
         fit = json.loads(out.with_suffix(".stats.json").read_text())["teacher_sft_fit"]
         assert fit == {"usable": 3, "too_long": 0, "sft_max_length": build_config("cpu").dual_source.sft_max_length}
         capsys.readouterr()
-        assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1",
-                          "--set", "dual_source.sft_max_length=64") == 0
+        assert (
+            run_phase2(
+                train_file,
+                out,
+                server.url,
+                "--max_tasks",
+                "3",
+                "--num_samples",
+                "1",
+                "--set",
+                "dual_source.sft_max_length=64",
+            )
+            == 0
+        )
     fit = json.loads(out.with_suffix(".stats.json").read_text())["teacher_sft_fit"]
     assert fit == {"usable": 3, "too_long": 3, "sft_max_length": 64}  # the whole file counts, not only this run
     assert "3 of 3 usable traces in the file do not fit dual_source.sft_max_length=64" in capsys.readouterr().out
+
 
 def test_wrong_code_truncation_and_api_errors_are_recorded(train_file, tmp_path):
     out = tmp_path / "traces.jsonl"
@@ -194,7 +260,10 @@ def test_all_requests_failing_exits_nonzero_with_stats(train_file, tmp_path, cap
 
 def test_test_connection(tmp_path, capsys):
     with RunningServer(FakeTeacher(shape="reasoning")) as server:
-        assert phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacher", "--test_connection"]) == 0
+        assert (
+            phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacher", "--test_connection"])
+            == 0
+        )
     out = capsys.readouterr().out
     assert "Served models: fake-teacher" in out and "thinking came back: True (separate reasoning field)" in out
     assert phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--test_connection"]) == 1
@@ -223,11 +292,33 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
     out = tmp_path / "traces.jsonl"
     tasks = read_tasks(train_file)[:8]
     with RunningServer(solving_teacher(tasks, delay=0.3)) as server:
-        command = [sys.executable, "phase2_generate_teacher_traces.py", "--preset", "cpu", "--api_url", server.url,
-                   "--model", "fake-teacher", "--input", str(train_file), "--output", str(out), "--max_tasks", "8",
-                   "--num_samples", "2", "--concurrency", "2"]
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        command = [
+            sys.executable,
+            "phase2_generate_teacher_traces.py",
+            "--preset",
+            "cpu",
+            "--api_url",
+            server.url,
+            "--model",
+            "fake-teacher",
+            "--input",
+            str(train_file),
+            "--output",
+            str(out),
+            "--max_tasks",
+            "8",
+            "--num_samples",
+            "2",
+            "--concurrency",
+            "2",
+        ]
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 4):
             time.sleep(0.05)
@@ -253,8 +344,13 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
 def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
     """`transformers serve` with the embedded model, started the way `make teacher` starts it."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "scripts/serve_local_teacher.py", "--port", str(port)], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "scripts/serve_local_teacher.py", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         import urllib.request
 
@@ -266,8 +362,24 @@ def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
             except OSError:
                 time.sleep(1)
         out = tmp_path / "traces.jsonl"
-        code = phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{port}/v1", "--input", str(train_file),
-                            "--output", str(out), "--max_tasks", "2", "--num_samples", "1", "--max_tokens", "48"])
+        code = phase2.main(
+            [
+                "--preset",
+                "cpu",
+                "--api_url",
+                f"http://127.0.0.1:{port}/v1",
+                "--input",
+                str(train_file),
+                "--output",
+                str(out),
+                "--max_tasks",
+                "2",
+                "--num_samples",
+                "1",
+                "--max_tokens",
+                "48",
+            ]
+        )
         assert code == 0
         records = read_records(out)
         assert len(records) == 2 and all(set(r) == RECORD_KEYS for r in records)
@@ -285,8 +397,19 @@ def test_failed_requests_are_retried_by_a_rerun_and_keep_their_history(train_fil
     tasks = read_tasks(train_file)[:4]
     out = tmp_path / "traces.jsonl"
     with RunningServer(solving_teacher(tasks, fail_first=3)) as server:  # the teacher "dies" for 3 requests
-        code = run_phase2(train_file, out, server.url, "--max_tasks", "4", "--num_samples", "1", "--concurrency", "1",
-                          "--set", "teacher.max_retries=0")
+        code = run_phase2(
+            train_file,
+            out,
+            server.url,
+            "--max_tasks",
+            "4",
+            "--num_samples",
+            "1",
+            "--concurrency",
+            "1",
+            "--set",
+            "teacher.max_retries=0",
+        )
         assert code == 3  # not "done": some samples are missing
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: 3 of 4 requests failed")
         assert sum(r["status"] == "api_error" for r in read_records(out)) == 3
@@ -325,9 +448,28 @@ def test_overwrite_keeps_the_old_traces_until_a_good_answer_arrives(train_file, 
         good = out.read_text()
         config_text = out.with_suffix(".config.json").read_text()
         # a typo'd model name: fatal at the first request
-        assert phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacherr", "--input",
-                            str(train_file), "--output", str(out), "--max_tasks", "3", "--num_samples", "1",
-                            "--overwrite"]) == 1
+        assert (
+            phase2.main(
+                [
+                    "--preset",
+                    "cpu",
+                    "--api_url",
+                    server.url,
+                    "--model",
+                    "fake-teacherr",
+                    "--input",
+                    str(train_file),
+                    "--output",
+                    str(out),
+                    "--max_tasks",
+                    "3",
+                    "--num_samples",
+                    "1",
+                    "--overwrite",
+                ]
+            )
+            == 1
+        )
         assert out.read_text() == good and out.with_suffix(".config.json").read_text() == config_text
     with RunningServer(FakeTeacher(shape="empty_choices")) as server:  # every answer malformed
         assert run_phase2(train_file, out, server.url, "--max_tasks", "3", "--num_samples", "1", "--overwrite") == 1
@@ -345,8 +487,20 @@ def test_resuming_with_other_sampling_settings_is_refused(train_file, tmp_path, 
         assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "1") == 0
         saved = out.with_suffix(".config.json").read_text()
         sent = len(server.state.requests)
-        assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "2",
-                          "--set", "teacher.temperature=0.2") == 1
+        assert (
+            run_phase2(
+                train_file,
+                out,
+                server.url,
+                "--max_tasks",
+                "2",
+                "--num_samples",
+                "2",
+                "--set",
+                "teacher.temperature=0.2",
+            )
+            == 1
+        )
         assert len(server.state.requests) == sent and out.with_suffix(".config.json").read_text() == saved
         assert "teacher.temperature 0.7 -> 0.2" in capsys.readouterr().err
         # more samples with the same settings is a normal resume

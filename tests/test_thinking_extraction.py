@@ -5,7 +5,7 @@ import pytest
 from utils.thinking_extraction import extract_function_from_code, split_thinking
 from utils.thinking_extraction import extract_thinking_and_code_unified as extract
 
-IS_PRIME = '''import math
+IS_PRIME = """import math
 
 def is_prime(n):
     if n <= 1:
@@ -13,7 +13,7 @@ def is_prime(n):
     for d in range(2, math.isqrt(n) + 1):
         if n % d == 0:
             return False
-    return True'''
+    return True"""
 
 # A typical Qwen3 thinking-mode answer: long thinking with a draft, prose, the final block, notes.
 QWEN3_INLINE = f"""<think>
@@ -71,7 +71,9 @@ def test_template_opened_thinking_only_closing_tag():
     assert r["code"] == IS_PRIME
 
 
-@pytest.mark.parametrize("cut", ["<think>\nLet me think. n <= 1 is not prime", "<think>\nDraft:\n```python\ndef f(n):\n    return n"])
+@pytest.mark.parametrize(
+    "cut", ["<think>\nLet me think. n <= 1 is not prime", "<think>\nDraft:\n```python\ndef f(n):\n    return n"]
+)
 def test_unclosed_think_truncated_yields_no_code(cut):
     r = extract(cut)
     assert r["code"] is None and not r["has_code"]

@@ -42,7 +42,9 @@ def make_trainer(tmp_path, pool, dropout=0.0, **overrides):
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, dropout, config.lora.target_modules)
     tasks = small_tasks()
     rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
-    return GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool)
+    return GRPOTrainer(
+        config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool
+    )
 
 
 def test_first_step_kl_is_zero_and_only_lora_moves(tmp_path, pool):
@@ -112,13 +114,17 @@ def test_checkpoint_retention(tmp_path, pool):
         trainer.save_checkpoint()
     assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
     saved = tmp_path / "out" / "checkpoint-3"
-    assert {"adapter", "optimizer.pt", "scheduler.pt", "rank-0.pt", "trainer_state.json", "config.json"} <= {p.name for p in saved.iterdir()}
+    assert {"adapter", "optimizer.pt", "scheduler.pt", "rank-0.pt", "trainer_state.json", "config.json"} <= {
+        p.name for p in saved.iterdir()
+    }
 
 
 def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
     model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
-    samples = [{"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7]},
-               {"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]}]
+    samples = [
+        {"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7]},
+        {"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]},
+    ]
     batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
     assert batch["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     with torch.no_grad():
@@ -127,15 +133,21 @@ def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
             ids = torch.tensor([s["prompt_ids"] + s["token_ids"]])
             logits = model(ids).logits[0]  # no padding at all
             p = len(s["prompt_ids"])
-            slow = torch.log_softmax(logits[p - 1:-1], -1).gather(-1, torch.tensor(s["token_ids"]).unsqueeze(-1)).squeeze(-1)
-            assert torch.allclose(fast[row, :len(s["token_ids"])], slow, atol=1e-5)
+            slow = (
+                torch.log_softmax(logits[p - 1 : -1], -1)
+                .gather(-1, torch.tensor(s["token_ids"]).unsqueeze(-1))
+                .squeeze(-1)
+            )
+            assert torch.allclose(fast[row, : len(s["token_ids"])], slow, atol=1e-5)
 
 
 def test_chunked_logprobs_trim_padding_and_match_the_whole_batch(tiny_model_name):
     model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
-    samples = [{"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]},
-               {"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7, 11]},
-               {"prompt_ids": encode_prompt(tokenizer, "mid size prompt"), "token_ids": [4]}]
+    samples = [
+        {"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]},
+        {"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7, 11]},
+        {"prompt_ids": encode_prompt(tokenizer, "mid size prompt"), "token_ids": [4]},
+    ]
     batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
     part, width = slice_rollout_batch(batch, [0, 2])
     assert width == 2 and part["completion_mask"].tolist() == [[1, 1], [1, 0]]
@@ -145,7 +157,9 @@ def test_chunked_logprobs_trim_padding_and_match_the_whole_batch(tiny_model_name
         whole = completion_logprobs(model, batch)
         for chunk in (1, 2, 0):
             chunked = chunked_completion_logprobs(model, batch, chunk)
-            assert torch.allclose(chunked * batch["completion_mask"], whole * batch["completion_mask"], atol=1e-5), chunk
+            assert torch.allclose(chunked * batch["completion_mask"], whole * batch["completion_mask"], atol=1e-5), (
+                chunk
+            )
     assert row_chunks(5, 2) == [[0, 1], [2, 3], [4]] and row_chunks(3, 0) == [[0, 1, 2]] and row_chunks(0, 2) == []
 
 
@@ -153,9 +167,15 @@ def test_chunked_logprobs_trim_padding_and_match_the_whole_batch(tiny_model_name
 def test_forward_chunking_leaves_the_gradient_unchanged(tmp_path, pool, aggregation):
     grads = {}
     for chunk in (0, 1, 3):
-        trainer = make_trainer(tmp_path / str(chunk), pool, **{"training.forward_chunk_size": chunk,
-                                                                "grpo.loss_aggregation": aggregation,
-                                                                "dual_source.self_sft_weight": 0.5})
+        trainer = make_trainer(
+            tmp_path / str(chunk),
+            pool,
+            **{
+                "training.forward_chunk_size": chunk,
+                "grpo.loss_aggregation": aggregation,
+                "dual_source.self_sft_weight": 0.5,
+            },
+        )
         captured = {}
 
         def record(*args, _trainer=trainer, _captured=captured, **kwargs):
@@ -186,7 +206,9 @@ def test_a_step_whose_groups_are_all_filtered_still_learns_from_teacher_sft(tmp_
     assert [m["frac_reward_zero_std"] for m in lines] == [1.0, 1.0]
     assert all("loss/grpo" not in m and m["loss/teacher_sft"] > 0 for m in lines)
     # the total is the optimized objective: teacher weight x its loss averaged over the 2 accumulation slots
-    assert all(m["loss/total"] == pytest.approx(m["weight/teacher_sft"] * m["loss/teacher_sft"], rel=1e-6) for m in lines)
+    assert all(
+        m["loss/total"] == pytest.approx(m["weight/teacher_sft"] * m["loss/teacher_sft"], rel=1e-6) for m in lines
+    )
     assert any(not torch.equal(lora_before[k], v) for k, v in lora_state(trainer.model).items())
 
 
@@ -211,8 +233,16 @@ def _grads_at_step(trainer):
 
 def test_self_sft_is_one_full_weight_token_mean_whatever_the_number_of_successes(tmp_path, pool):
     # GRPO and teacher-SFT off: the step's gradient is w_self x the self-SFT term alone
-    trainer = make_trainer(tmp_path, pool, **{"dual_source.grpo_weight": 0.0, "dual_source.teacher_sft_weight": 0.0,
-                                              "dual_source.self_sft_weight": 0.5, "training.max_grad_norm": 0.0})
+    trainer = make_trainer(
+        tmp_path,
+        pool,
+        **{
+            "dual_source.grpo_weight": 0.0,
+            "dual_source.teacher_sft_weight": 0.0,
+            "dual_source.self_sft_weight": 0.5,
+            "training.max_grad_norm": 0.0,
+        },
+    )
     groups = _one_success(trainer.collect_rollouts()[0])
     example = build_sft_example(groups[0][0]["prompt_ids"], groups[0][0]["token_ids"], 10_000)
     batch = collate_sft([example], trainer.tokenizer.pad_token_id)
@@ -243,8 +273,10 @@ def test_the_success_buffer_is_deduplicated_and_replays_are_bounded(tmp_path, po
 
 def test_a_length_cut_pass_is_not_imitated():
     ok = types.SimpleNamespace(passed=True)
-    group = [{"result": ok, "token_ids": [1, 2], "finish_reason": "length"},
-             {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"}]
+    group = [
+        {"result": ok, "token_ids": [1, 2], "finish_reason": "length"},
+        {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"},
+    ]
     assert best_passing_sample(group)["token_ids"] == [1, 2, 3]
     assert best_passing_sample(group[:1]) is None
 
@@ -252,8 +284,12 @@ def test_a_length_cut_pass_is_not_imitated():
 def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool):
     """Uneven micro-batches (different completion lengths): the step's gradient is that of one token-mean
     over all of its tokens; micro-token-mean (TRL's bnpo) averages the micro-batch means instead."""
-    settings = {"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0,
-                "training.max_grad_norm": 0.0}
+    settings = {
+        "dual_source.teacher_sft_weight": 0.0,
+        "dual_source.self_sft_weight": 0.0,
+        "grpo.kl_coef": 0.0,
+        "training.max_grad_norm": 0.0,
+    }
     for mode in ("token-mean", "micro-token-mean"):
         trainer = make_trainer(tmp_path / mode, pool, **settings, **{"grpo.loss_aggregation": mode})
         groups, rollout_metrics = trainer.collect_rollouts()
@@ -284,18 +320,22 @@ def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool
 def test_best_passing_sample_prefers_the_shortest():
     ok = types.SimpleNamespace(passed=True)
     bad = types.SimpleNamespace(passed=False)
-    group = [{"result": bad, "token_ids": [1], "finish_reason": "stop"},
-             {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"},
-             {"result": ok, "token_ids": [1, 2], "finish_reason": "stop"}]
+    group = [
+        {"result": bad, "token_ids": [1], "finish_reason": "stop"},
+        {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"},
+        {"result": ok, "token_ids": [1, 2], "finish_reason": "stop"},
+    ]
     assert best_passing_sample(group)["token_ids"] == [1, 2]
     assert best_passing_sample([{"result": bad, "token_ids": [1], "finish_reason": "stop"}]) is None
 
 
 def test_teacher_examples_are_filtered(tmp_path):
-    rows = [{"task_id": "a/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
-            {"task_id": "a/2", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": False},
-            {"task_id": "val/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
-            {"task_id": "a/3", "prompt": "p", "thinking": "", "code": None, "passed": False}]
+    rows = [
+        {"task_id": "a/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
+        {"task_id": "a/2", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": False},
+        {"task_id": "val/1", "prompt": "p", "thinking": "t", "code": "x = 1", "passed": True},
+        {"task_id": "a/3", "prompt": "p", "thinking": "", "code": None, "passed": False},
+    ]
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps({**r, "sample_idx": 0}) + "\n" for r in rows) + '{"torn')
     assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, True)] == ["a/1"]
@@ -309,24 +349,70 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
 
     phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--set", "student.model_name=embedded:tiny-random",
-                           "--set", "grpo.max_new_tokens=8", "--max_steps", "2", "--output_dir", str(out),
-                           "--train_file", str(tmp_path / "data" / "train.jsonl"),
-                           "--teacher_traces", str(tmp_path / "none.jsonl"), "--set", "dual_source.teacher_sft_weight=0"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "phase3_train_grpo.py",
+            "--preset",
+            "cpu",
+            "--set",
+            "student.model_name=embedded:tiny-random",
+            "--set",
+            "grpo.max_new_tokens=8",
+            "--max_steps",
+            "2",
+            "--output_dir",
+            str(out),
+            "--train_file",
+            str(tmp_path / "data" / "train.jsonl"),
+            "--teacher_traces",
+            str(tmp_path / "none.jsonl"),
+            "--set",
+            "dual_source.teacher_sft_weight=0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher-SFT term off" in proc.stdout
-    for name in ("final_model/adapter_config.json", "final_model/tgrpo_config.json", "metrics.jsonl", "config.json",
-                 "training_curves.png"):
+    for name in (
+        "final_model/adapter_config.json",
+        "final_model/tgrpo_config.json",
+        "metrics.jsonl",
+        "config.json",
+        "training_curves.png",
+    ):
         assert (out / name).is_file(), name
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    needed = {"reward/mean", "reward/std", "pass_rate", "loss/grpo", "loss/total", "weight/grpo", "kl", "clip_ratio/low_mean",
-              "frac_reward_zero_std", "completion/mean_length", "self_sft/samples", "time/rollout_s", "time/reward_s",
-              "time/update_s", "tokens_per_s", "lr"}
+    needed = {
+        "reward/mean",
+        "reward/std",
+        "pass_rate",
+        "loss/grpo",
+        "loss/total",
+        "weight/grpo",
+        "kl",
+        "clip_ratio/low_mean",
+        "frac_reward_zero_std",
+        "completion/mean_length",
+        "self_sft/samples",
+        "time/rollout_s",
+        "time/reward_s",
+        "time/update_s",
+        "tokens_per_s",
+        "lr",
+    }
     assert needed <= set(rows[0])
-    bad = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--train_file", str(tmp_path / "x.jsonl")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--train_file", str(tmp_path / "x.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1 and "x.jsonl: file not found" in bad.stderr
 
 
@@ -372,9 +458,17 @@ def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     tasks = small_tasks()
-    trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out",
-                          accelerator=Accelerator(cpu=True, log_with=[recorder]),
-                          rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}), pool=pool)
+    trainer = GRPOTrainer(
+        config,
+        model,
+        tokenizer,
+        tasks,
+        teacher_examples(tasks),
+        tmp_path / "out",
+        accelerator=Accelerator(cpu=True, log_with=[recorder]),
+        rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}),
+        pool=pool,
+    )
     trainer.train()
     assert [step for step, _ in recorder.logged] == [1, 2] and "reward/mean" in recorder.logged[0][1]
     assert recorder.config["lora.r"] == config.lora.r and recorder.finished
@@ -395,8 +489,9 @@ def test_a_finished_run_can_be_extended(tmp_path, pool):
 
 def test_reused_rollouts_start_at_ratio_one_with_lora_dropout_and_then_clip(tmp_path, pool):
     """mu = 2 with LoRA dropout 0.5: the RL forwards must see the policy without dropout."""
-    trainer = make_trainer(tmp_path, pool, dropout=0.5, **{"grpo.num_iterations": 2, "grpo.clip_range": 0.02,
-                                                          "training.max_steps": 4})
+    trainer = make_trainer(
+        tmp_path, pool, dropout=0.5, **{"grpo.num_iterations": 2, "grpo.clip_range": 0.02, "training.max_steps": 4}
+    )
     assert any(isinstance(m, torch.nn.Dropout) and m.p == 0.5 for m in trainer.model.modules())
     # the first batch moves LoRA B away from 0 (before that, dropout on the adapter input changes nothing)
     warm, _ = trainer.train_on_rollouts(*trainer.collect_rollouts())
@@ -417,11 +512,19 @@ def test_logprobs_divide_by_the_temperature_in_float32():
         def __call__(self, input_ids, attention_mask, position_ids, logits_to_keep):
             return types.SimpleNamespace(logits=logits[:, -logits_to_keep:])
 
-    batch = {"input_ids": torch.zeros(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long),
-             "position_ids": torch.arange(5).repeat(2, 1), "completion_ids": torch.tensor([[1, 2, 3], [4, 5, 6]]),
-             "completion_mask": torch.ones(2, 3, dtype=torch.long)}
+    batch = {
+        "input_ids": torch.zeros(2, 5, dtype=torch.long),
+        "attention_mask": torch.ones(2, 5, dtype=torch.long),
+        "position_ids": torch.arange(5).repeat(2, 1),
+        "completion_ids": torch.tensor([[1, 2, 3], [4, 5, 6]]),
+        "completion_mask": torch.ones(2, 3, dtype=torch.long),
+    }
     got = completion_logprobs(BF16Model(), batch, temperature=0.7)
-    exact = torch.log_softmax(logits[:, 1:-1].float() / 0.7, -1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    exact = (
+        torch.log_softmax(logits[:, 1:-1].float() / 0.7, -1)
+        .gather(-1, batch["completion_ids"].unsqueeze(-1))
+        .squeeze(-1)
+    )
     assert torch.allclose(got, exact, atol=1e-5)
 
 
@@ -453,8 +556,10 @@ def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, p
         results = real(jobs, *args, **kwargs)
         calls.append(len(jobs))
         broken = [0, 1] if len(calls) == 1 else [0]  # sample 0 breaks it twice, sample 1 only the first time
-        return [dataclasses.replace(r, status="sandbox_error", passed=False, tests_passed=0) if i in broken else r
-                for i, r in enumerate(results)]
+        return [
+            dataclasses.replace(r, status="sandbox_error", passed=False, tests_passed=0) if i in broken else r
+            for i, r in enumerate(results)
+        ]
 
     monkeypatch.setattr(trainer_module, "execute_many", flaky)
     trainer = make_trainer(tmp_path, pool)
@@ -464,4 +569,6 @@ def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, p
     assert first["result"].status == "sandbox_error" and first["reward"].correctness == 0.0  # a failure, not unscorable
     assert second["result"].status != "sandbox_error" and second["reward"].correctness is not None
     n = sum(len(g) for g in groups)
-    assert metrics["sandbox/error_retried"] == pytest.approx(2 / n) and metrics["sandbox/error_confirmed"] == pytest.approx(1 / n)
+    assert metrics["sandbox/error_retried"] == pytest.approx(2 / n) and metrics[
+        "sandbox/error_confirmed"
+    ] == pytest.approx(1 / n)

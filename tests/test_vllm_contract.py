@@ -56,8 +56,14 @@ def test_engine_arguments_are_fields_vllm_accepts(case, tiny_model_name):
     from utils.student_model import resolve_model_path
 
     # a local folder: EngineArgs resolves hub names at construction, and tests never use the network
-    kwargs = engine_kwargs(resolve_model_path(tiny_model_name), max_model_len=2048, gpu_memory_utilization=0.3, dtype="bfloat16", seed=42,
-                           **ENGINE_CASES[case])
+    kwargs = engine_kwargs(
+        resolve_model_path(tiny_model_name),
+        max_model_len=2048,
+        gpu_memory_utilization=0.3,
+        dtype="bfloat16",
+        seed=42,
+        **ENGINE_CASES[case],
+    )
     llm_params = inspect.signature(LLM.__init__).parameters
     fields = {f.name for f in dataclasses.fields(EngineArgs)}
     for key in kwargs:
@@ -66,9 +72,11 @@ def test_engine_arguments_are_fields_vllm_accepts(case, tiny_model_name):
     from vllm.config.model import LogprobsMode
     from vllm.config.parallel import DistributedExecutorBackend
 
-    choices = {"distributed_executor_backend": typing.get_args(DistributedExecutorBackend),
-               "logprobs_mode": typing.get_args(LogprobsMode),
-               "dtype": typing.get_args(inspect.signature(LLM.__init__).parameters["dtype"].annotation)}
+    choices = {
+        "distributed_executor_backend": typing.get_args(DistributedExecutorBackend),
+        "logprobs_mode": typing.get_args(LogprobsMode),
+        "dtype": typing.get_args(inspect.signature(LLM.__init__).parameters["dtype"].annotation),
+    }
     for key, allowed in choices.items():
         if key in kwargs:
             assert kwargs[key] in allowed, (key, kwargs[key], allowed)
@@ -93,7 +101,13 @@ def test_every_sampling_knob_means_in_vllm_what_it_means_in_the_hf_sampler():
     cut = SamplingSettings(0.7, 0.95, 20, 0.05, 1.1)
     params = SamplingParams(**cut.vllm_kwargs())
     assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (
-        0.7, 0.95, 20, 0.05, 1.1)
+        0.7,
+        0.95,
+        20,
+        0.05,
+        1.1,
+    )
+
 
 def test_lora_requests_are_built_as_vllm_defines_them():
     rollout = VLLMRollout(None, None, 16, SamplingSettings(), vllm_module=vllm)
@@ -142,11 +156,18 @@ def test_server_request_bodies_are_what_vllms_openai_server_accepts():
     served_defaults = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1}
     params = request.to_sampling_params(1024, served_defaults)
     assert (params.temperature, params.top_p, params.top_k, params.min_p, params.repetition_penalty) == (
-        0.9, 1.0, 0, 0.0, 1.0)
+        0.9,
+        1.0,
+        0,
+        0.0,
+        1.0,
+    )
     assert (params.n, params.max_tokens, params.logprobs, params.skip_special_tokens) == (4, 1024, 0, True)
     assert params.stop_token_ids == [151645, 151643]
-    for cls, sent in ((LoadLoRAAdapterRequest, {"lora_name": "tgrpo-ab12-step3", "lora_path": "/shared/out/step-3"}),
-                      (UnloadLoRAAdapterRequest, {"lora_name": "tgrpo-ab12-step2"})):
+    for cls, sent in (
+        (LoadLoRAAdapterRequest, {"lora_name": "tgrpo-ab12-step3", "lora_path": "/shared/out/step-3"}),
+        (UnloadLoRAAdapterRequest, {"lora_name": "tgrpo-ab12-step2"}),
+    ):
         assert not cls.model_validate(sent).model_extra
 
 

@@ -15,14 +15,53 @@ def test_two_ranks_each_get_an_engine_on_their_own_gpu_and_share_one_adapter_fol
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in small_tasks(16)))
     accelerate = shutil.which("accelerate", path=str(ROOT / ".venv" / "bin")) or shutil.which("accelerate")
-    phase3 = ["--preset", "cpu", "--max_steps", "3", "--train_file", str(train), "--output_dir", str(tmp_path / "out"),
-              "--set", "student.model_name=embedded:tiny-random", "--set", "grpo.rollout_backend=vllm",
-              "--set", "student.torch_dtype=float32", "--set", "grpo.max_new_tokens=64", "--set", "lora.r=4",
-              "--set", "training.save_steps=0", "--set", "sandbox.max_workers=1",
-              "--set", "dual_source.teacher_sft_weight=0", "--set", "training.learning_rate=0.01"]
-    command = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", "--main_process_port", "29519", str(ROOT / "tests" / "ddp_vllm_steps.py"),
-               str(tmp_path), str(train), *phase3]
+    phase3 = [
+        "--preset",
+        "cpu",
+        "--max_steps",
+        "3",
+        "--train_file",
+        str(train),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--set",
+        "student.model_name=embedded:tiny-random",
+        "--set",
+        "grpo.rollout_backend=vllm",
+        "--set",
+        "student.torch_dtype=float32",
+        "--set",
+        "grpo.max_new_tokens=64",
+        "--set",
+        "lora.r=4",
+        "--set",
+        "training.save_steps=0",
+        "--set",
+        "sandbox.max_workers=1",
+        "--set",
+        "dual_source.teacher_sft_weight=0",
+        "--set",
+        "training.learning_rate=0.01",
+    ]
+    command = [
+        accelerate,
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "29519",
+        str(ROOT / "tests" / "ddp_vllm_steps.py"),
+        str(tmp_path),
+        str(train),
+        *phase3,
+    ]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

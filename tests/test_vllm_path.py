@@ -62,8 +62,11 @@ def test_engine_context_is_the_longest_prompt_plus_the_budget(tmp_path, vllm):
     model, tokenizer = tiny_policy(config)
     tasks = small_tasks(6)
     training_rollout(config, tokenizer, tmp_path, None, tasks)
-    longest = max(prompt_lengths(tokenizer, tasks, config.prompt.num_visible_tests,
-                                 {"enable_thinking": config.student.enable_thinking}))
+    longest = max(
+        prompt_lengths(
+            tokenizer, tasks, config.prompt.num_visible_tests, {"enable_thinking": config.student.enable_thinking}
+        )
+    )
     assert longest > 50
     assert fake_vllm.ENGINES[-1].kwargs["max_model_len"] == longest + config.grpo.max_new_tokens
 
@@ -75,8 +78,13 @@ def test_each_rank_builds_its_engine_on_its_own_gpu_with_its_own_seed(tmp_path, 
         monkeypatch.setenv(name, "unset")
     engines = []
     for rank in (0, 1):
-        accelerator = types.SimpleNamespace(process_index=rank, local_process_index=rank, num_processes=2,
-                                            is_main_process=rank == 0, wait_for_everyone=lambda: None)
+        accelerator = types.SimpleNamespace(
+            process_index=rank,
+            local_process_index=rank,
+            num_processes=2,
+            is_main_process=rank == 0,
+            wait_for_everyone=lambda: None,
+        )
         training_rollout(config, tokenizer, tmp_path, accelerator, small_tasks(2))
         engines.append(fake_vllm.ENGINES[-1])
     assert [e.device for e in engines] == ["cuda:0", "cuda:1"]
@@ -122,11 +130,17 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
     training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
-        "temperature": config.grpo.temperature, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+        "temperature": config.grpo.temperature,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+    }
     config = vllm_config(tmp_path, **{"grpo.top_k": 20, "grpo.min_p": 0.05, "grpo.repetition_penalty": 1.1})
     training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (20, 0.05, 1.1)
+
 
 def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm):
     config = vllm_config(tmp_path, **{"grpo.vllm_sleep_mode": True})
@@ -153,15 +167,36 @@ def test_deepspeed_and_fsdp_launches_are_refused_in_one_line(tmp_path, variable,
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in small_tasks(4)))
     env = {**os.environ, variable: "true"}
-    proc = subprocess.run([sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--max_steps", "1",
-                           "--set", "student.model_name=embedded:tiny-random", "--set", "grpo.max_new_tokens=8",
-                           "--set", "dual_source.teacher_sft_weight=0", "--train_file", str(train),
-                           "--output_dir", str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "phase3_train_grpo.py",
+            "--preset",
+            "cpu",
+            "--max_steps",
+            "1",
+            "--set",
+            "student.model_name=embedded:tiny-random",
+            "--set",
+            "grpo.max_new_tokens=8",
+            "--set",
+            "dual_source.teacher_sft_weight=0",
+            "--train_file",
+            str(train),
+            "--output_dir",
+            str(tmp_path / "out"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"error: {kind} launches are not supported (a LoRA trains correctly only under plain DDP here); "
-        "run `accelerate launch --multi_gpu --num_processes N phase3_train_grpo.py` instead."]
+        "run `accelerate launch --multi_gpu --num_processes N phase3_train_grpo.py` instead."
+    ]
 
 
 def test_each_process_takes_its_share_of_the_sandbox_cores(tmp_path, monkeypatch):
@@ -204,8 +239,15 @@ def eval_setup(tmp_path, adapter_r=16, config_r=4):
 def run_phase4(config, model_path, tmp_path, eval_file, baseline):
     from evaluation.eval_sets import load_eval_set
 
-    return phase4.main(config, str(model_path), baseline, tmp_path / "results.json", tmp_path / "samples.jsonl",
-                       load_eval_set("file", eval_file=eval_file), None)
+    return phase4.main(
+        config,
+        str(model_path),
+        baseline,
+        tmp_path / "results.json",
+        tmp_path / "samples.jsonl",
+        load_eval_set("file", eval_file=eval_file),
+        None,
+    )
 
 
 def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkeypatch):
@@ -225,13 +267,27 @@ def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkey
 
 def test_phase4_vllm_samples_with_the_evaluation_sampling_settings(tmp_path, vllm):
     config, adapter, eval_file = eval_setup(tmp_path)
-    config = vllm_config(tmp_path, **{"lora.r": 4, "evaluation.num_samples": 4, "evaluation.top_k": 7,
-                                      "evaluation.min_p": 0.02, "evaluation.repetition_penalty": 1.05})
+    config = vllm_config(
+        tmp_path,
+        **{
+            "lora.r": 4,
+            "evaluation.num_samples": 4,
+            "evaluation.top_k": 7,
+            "evaluation.min_p": 0.02,
+            "evaluation.repetition_penalty": 1.05,
+        },
+    )
     run_phase4(config, adapter, tmp_path, eval_file, baseline=False)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     ev = config.evaluation
     assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
-        "temperature": ev.temperature, "top_p": ev.top_p, "top_k": 7, "min_p": 0.02, "repetition_penalty": 1.05}
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+        "top_k": 7,
+        "min_p": 0.02,
+        "repetition_penalty": 1.05,
+    }
+
 
 def test_phase4_vllm_evaluates_a_base_model_without_any_lora_request(tmp_path, vllm):
     config, _, eval_file = eval_setup(tmp_path, config_r=8)
@@ -263,8 +319,9 @@ def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     rollout = training_rollout(config, tokenizer, tmp_path)
     out = rollout.generate(model, ["p1", "p2"], 3, 0)
     template = {"enable_thinking": config.student.enable_thinking}
-    assert [s[0]["prompt_ids"] for s in out] == [encode_prompt(tokenizer, p, chat_template_kwargs=template)
-                                                 for p in ("p1", "p2")]
+    assert [s[0]["prompt_ids"] for s in out] == [
+        encode_prompt(tokenizer, p, chat_template_kwargs=template) for p in ("p1", "p2")
+    ]
     assert [len(s) for s in out] == [3, 3]
 
 
@@ -282,7 +339,9 @@ def test_truncated_importance_weights_by_hand():
     assert metrics["rollout/logp_abs_diff"] == pytest.approx((0.1 + 0.2 + math.log(5.0)) / 3)
     assert metrics["rollout/is_truncated_frac"] == pytest.approx(1 / 3)
     assert metrics["rollout/seq_ratio_mean"] == pytest.approx(5.0 * math.exp(-0.1))
-    weights, _ = truncated_importance_weights(old, sampling, mask, "sequence", 3.0)  # 5 e^-0.1 = 4.52 -> 3 on each token
+    weights, _ = truncated_importance_weights(
+        old, sampling, mask, "sequence", 3.0
+    )  # 5 e^-0.1 = 4.52 -> 3 on each token
     assert weights.tolist()[0] == pytest.approx([3.0, 3.0, 3.0, 0.0])
     weights, _ = truncated_importance_weights(old, sampling, mask, "sequence", 10.0)
     assert weights.tolist()[0] == pytest.approx([5.0 * math.exp(-0.1)] * 3 + [0.0])
@@ -297,19 +356,29 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     from training.batching import completion_logprobs, pad_rollout_batch
     from training.grpo_trainer import GRPOTrainer
 
-    config = tiny_config(tmp_path, **{"grpo.kl_coef": 0.0, "dual_source.teacher_sft_weight": 0.0,
-                                      "dual_source.self_sft_weight": 0.0, "training.max_grad_norm": 0.0})
+    config = tiny_config(
+        tmp_path,
+        **{
+            "grpo.kl_coef": 0.0,
+            "dual_source.teacher_sft_weight": 0.0,
+            "dual_source.self_sft_weight": 0.0,
+            "training.max_grad_norm": 0.0,
+        },
+    )
     model, tokenizer = tiny_policy(config)
     tasks = small_tasks(4)
     torch.manual_seed(3)
-    trainer = GRPOTrainer(config, model, tokenizer, tasks, [], tmp_path,
-                          rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}))
+    trainer = GRPOTrainer(
+        config, model, tokenizer, tasks, [], tmp_path, rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
+    )
     groups, rollout_metrics = trainer.collect_rollouts()
     with torch.no_grad():
         for sample in (s for g in groups for s in g):
             batch = pad_rollout_batch([sample], tokenizer.pad_token_id)
             logp = completion_logprobs(model, batch, config.grpo.temperature)[0]
-            sample["logprobs"] = (logp - math.log(2.0)).tolist()  # what vLLM would report for a sampler at half the probability
+            sample["logprobs"] = (
+                logp - math.log(2.0)
+            ).tolist()  # what vLLM would report for a sampler at half the probability
     plain = copy.deepcopy(groups)
     for sample in (s for g in plain for s in g):
         del sample["logprobs"]

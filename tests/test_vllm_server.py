@@ -58,21 +58,36 @@ def post_json(url: str, body: dict) -> Answer:
 def test_the_fake_server_refuses_what_vllm_refuses(tmp_path, tiny_model_name):
     model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
     adapter = save_adapter(attach_lora(model, 4, 8, 0.0, ("q_proj",)), None, tmp_path / "a")
-    wide = save_adapter(attach_lora(load_student(tiny_model_name, "float32", device="cpu")[0], 32, 64, 0.0, ("q_proj",)),
-                        None, tmp_path / "wide")
+    wide = save_adapter(
+        attach_lora(load_student(tiny_model_name, "float32", device="cpu")[0], 32, 64, 0.0, ("q_proj",)),
+        None,
+        tmp_path / "wide",
+    )
     state = FakeVLLMServer(base_model="base", max_lora_rank=16)
     with RunningServer(state) as server:
         post = lambda path, body: post_json(f"{server.url}/{path}", body)  # noqa: E731
         unknown = post("completions", {"model": "policy-0", "prompt": [1, 2], "max_tokens": 4})
-        assert unknown.status_code == 404 and unknown.json()["error"]["message"].startswith("The model `policy-0` does not exist")
+        assert unknown.status_code == 404 and unknown.json()["error"]["message"].startswith(
+            "The model `policy-0` does not exist"
+        )
         assert post("load_lora_adapter", {"lora_name": "policy-0", "lora_path": str(adapter)}).status_code == 200
         again = post("load_lora_adapter", {"lora_name": "policy-0", "lora_path": str(adapter)})
         assert again.status_code == 400 and "has already been loaded" in again.json()["error"]["message"]
         assert post("load_lora_adapter", {"lora_name": "base", "lora_path": str(adapter)}).status_code == 400
         assert post("load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path / "none")}).status_code == 404
         assert post("load_lora_adapter", {"lora_name": "w", "lora_path": str(wide)}).status_code == 500  # r 32 > 16
-        sampled = post("completions", {"model": "policy-0", "prompt": [1, 2], "max_tokens": 8, "n": 2,
-                                       "stop_token_ids": [7], "logprobs": 0, "return_token_ids": True}).json()
+        sampled = post(
+            "completions",
+            {
+                "model": "policy-0",
+                "prompt": [1, 2],
+                "max_tokens": 8,
+                "n": 2,
+                "stop_token_ids": [7],
+                "logprobs": 0,
+                "return_token_ids": True,
+            },
+        ).json()
         assert [c["token_ids"][-1] for c in sampled["choices"]] == [7, 7]  # the stop token is kept
         assert all(len(c["logprobs"]["token_logprobs"]) == len(c["token_ids"]) for c in sampled["choices"])
         assert state.calls[-1][3]["top_k"] == 20  # a knob left out takes the model's generation-config default
@@ -86,7 +101,9 @@ def test_the_fake_server_refuses_what_vllm_refuses(tmp_path, tiny_model_name):
 def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path):
     state = FakeVLLMServer(base_model="embedded:tiny-random")
     with RunningServer(state) as server:
-        config = server_config(tmp_path, server.url, **{"grpo.gen_update_steps": 2, "grpo.top_k": 5, "grpo.min_p": 0.01})
+        config = server_config(
+            tmp_path, server.url, **{"grpo.gen_update_steps": 2, "grpo.top_k": 5, "grpo.min_p": 0.01}
+        )
         model, tokenizer = tiny_policy(config)
         rollout = training_rollout(config, tokenizer, tmp_path)
         digests = []
@@ -97,26 +114,40 @@ def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path
         rollout.close()
     names = [name for kind, name in state.events if kind == "load"]
     assert len(names) == len(set(names)) == 3 and [n.rsplit("-", 1)[1] for n in names] == ["step0", "step2", "step4"]
-    assert state.events == [("load", names[0]), ("load", names[1]), ("unload", names[0]), ("load", names[2]),
-                            ("unload", names[1])]
+    assert state.events == [
+        ("load", names[0]),
+        ("load", names[1]),
+        ("unload", names[0]),
+        ("load", names[2]),
+        ("unload", names[1]),
+    ]
     assert [call[0] for call in state.calls] == [names[0]] * 4 + [names[1]] * 4 + [names[2]] * 2  # 2 prompts a step
     assert digests[0] == digests[1] != digests[2] == digests[3] != digests[4]  # the weights loaded at each sync
     assert sorted(p.name for p in (tmp_path / ".vllm_adapters").iterdir()) == ["step-4"]  # older folders removed
     template = {"enable_thinking": config.student.enable_thinking}
     eot = end_of_turn_id(tokenizer)
     for _, _, body, sampling in state.calls:
-        assert body["prompt"] in (encode_prompt(tokenizer, "p1", chat_template_kwargs=template),
-                                  encode_prompt(tokenizer, "p2", chat_template_kwargs=template))
-        assert {k: body[k] for k in KNOBS} == {"temperature": config.grpo.temperature, "top_p": 1.0, "top_k": 5,
-                                               "min_p": 0.01, "repetition_penalty": 1.0}  # sent, never defaulted
+        assert body["prompt"] in (
+            encode_prompt(tokenizer, "p1", chat_template_kwargs=template),
+            encode_prompt(tokenizer, "p2", chat_template_kwargs=template),
+        )
+        assert {k: body[k] for k in KNOBS} == {
+            "temperature": config.grpo.temperature,
+            "top_p": 1.0,
+            "top_k": 5,
+            "min_p": 0.01,
+            "repetition_penalty": 1.0,
+        }  # sent, never defaulted
         assert sampling == {k: body[k] for k in KNOBS}  # what the server sampled with
         assert body["return_token_ids"] is True and body["logprobs"] == 0 and eot in body["stop_token_ids"]
     assert [len(group) for group in out] == [3, 3]
     for sample in (s for group in out for s in group):
         assert sample["token_ids"][-1] == eot and sample["finish_reason"] == "stop"
         assert sample["logprobs"] == [state.logprob] * sample["num_tokens"]
-        assert sample["prompt_ids"] in (encode_prompt(tokenizer, "p1", chat_template_kwargs=template),
-                                        encode_prompt(tokenizer, "p2", chat_template_kwargs=template))
+        assert sample["prompt_ids"] in (
+            encode_prompt(tokenizer, "p1", chat_template_kwargs=template),
+            encode_prompt(tokenizer, "p2", chat_template_kwargs=template),
+        )
 
 
 def test_server_errors_say_what_to_do(tmp_path):
@@ -147,13 +178,17 @@ def test_a_short_phase3_run_against_the_server(tmp_path):
 
     state.responder = responder
     with RunningServer(state) as server:
-        config = server_config(tmp_path / "out", server.url, **{"training.max_steps": 2,
-                                                                "dual_source.teacher_sft_weight": 0.0,
-                                                                "grpo.max_new_tokens": 256})
+        config = server_config(
+            tmp_path / "out",
+            server.url,
+            **{"training.max_steps": 2, "dual_source.teacher_sft_weight": 0.0, "grpo.max_new_tokens": 256},
+        )
         phase3.main(config, train_file=train)
     metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
-    assert all(m["pass_rate"] == 0.5 and "rollout/logp_abs_diff" in m for m in metrics)  # the sampler's log-probs arrived
+    assert all(
+        m["pass_rate"] == 0.5 and "rollout/logp_abs_diff" in m for m in metrics
+    )  # the sampler's log-probs arrived
     assert [kind for kind, _ in state.events] == ["load", "load", "unload"]
     assert sorted(p.name for p in (tmp_path / "out" / ".vllm_adapters").iterdir()) == ["step-1"]
     assert (tmp_path / "out" / "final_model" / "adapter_config.json").is_file()

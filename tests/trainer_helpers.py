@@ -32,18 +32,34 @@ class ScriptedRollout:
                 code = task.reference_solutions[0] if ok else "def nothing():\n    return 0"
                 text = f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
                 token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eot]
-                samples.append({"text": text, "token_ids": token_ids, "prompt_ids": ids, "finish_reason": "stop",
-                                "num_tokens": len(token_ids)})
+                samples.append(
+                    {
+                        "text": text,
+                        "token_ids": token_ids,
+                        "prompt_ids": ids,
+                        "finish_reason": "stop",
+                        "num_tokens": len(token_ids),
+                    }
+                )
             out.append(samples)
         return out
 
 
 def tiny_config(output_dir, **overrides):
-    sets = [f"paths.output_dir={output_dir}", "student.model_name=embedded:tiny-random", "grpo.max_new_tokens=64",
-            "grpo.num_samples_per_prompt=4", "training.per_device_train_batch_size=2",
-            "training.gradient_accumulation_steps=2", "training.learning_rate=0.01", "training.save_steps=2",
-            "training.warmup_steps=0", "training.lr_scheduler=constant", "grpo.kl_coef=0.05",
-            "dual_source.teacher_sft_batch_size=1"]
+    sets = [
+        f"paths.output_dir={output_dir}",
+        "student.model_name=embedded:tiny-random",
+        "grpo.max_new_tokens=64",
+        "grpo.num_samples_per_prompt=4",
+        "training.per_device_train_batch_size=2",
+        "training.gradient_accumulation_steps=2",
+        "training.learning_rate=0.01",
+        "training.save_steps=2",
+        "training.warmup_steps=0",
+        "training.lr_scheduler=constant",
+        "grpo.kl_coef=0.05",
+        "dual_source.teacher_sft_batch_size=1",
+    ]
     sets += [f"{k}={v}" for k, v in overrides.items()]
     return build_config("cpu", overrides=sets)
 
@@ -55,8 +71,15 @@ def small_tasks(n: int = 6):
 def teacher_examples(tasks):
     from utils.prompts import get_unified_prompt
 
-    return [{"prompt": get_unified_prompt(t), "thinking": "Add them.", "code": t.reference_solutions[0], "task_id": t.task_id}
-            for t in tasks]
+    return [
+        {
+            "prompt": get_unified_prompt(t),
+            "thinking": "Add them.",
+            "code": t.reference_solutions[0],
+            "task_id": t.task_id,
+        }
+        for t in tasks
+    ]
 
 
 def lora_state(model) -> dict[str, torch.Tensor]:

@@ -42,12 +42,17 @@ def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tenso
         comp.append(c + [pad_id] * (length - len(c)))
         comp_mask.append((list(action) if action is not None else [1] * len(c)) + [0] * (length - len(c)))
     attention = torch.tensor(masks)
-    batch = {"input_ids": torch.tensor(rows), "attention_mask": attention,
-             "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "completion_ids": torch.tensor(comp),
-             "completion_mask": torch.tensor(comp_mask)}
+    batch = {
+        "input_ids": torch.tensor(rows),
+        "attention_mask": attention,
+        "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+        "completion_ids": torch.tensor(comp),
+        "completion_mask": torch.tensor(comp_mask),
+    }
     if all(s.get("logprobs") is not None for s in samples):  # the sampler's own log-probs (vLLM backends)
-        batch["sampling_logps"] = torch.tensor([list(s["logprobs"]) + [0.0] * (length - len(s["logprobs"]))
-                                                for s in samples], dtype=torch.float32)
+        batch["sampling_logps"] = torch.tensor(
+            [list(s["logprobs"]) + [0.0] * (length - len(s["logprobs"])) for s in samples], dtype=torch.float32
+        )
     return batch
 
 
@@ -59,8 +64,12 @@ def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature:
     log-probs are those of the distribution the completions were drawn from.
     """
     length = batch["completion_ids"].shape[1]
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
-                logits_to_keep=length + 1)
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        logits_to_keep=length + 1,
+    )
     logits = out.logits[:, :-1]  # (B, T, V), in the model's dtype: divided by T only after the float32 cast
     return selective_log_softmax(logits, batch["completion_ids"], temperature=temperature)
 
@@ -92,8 +101,9 @@ def slice_rollout_batch(batch: dict[str, torch.Tensor], rows: list[int]) -> tupl
     return out, width
 
 
-def chunked_completion_logprobs(model: Any, batch: dict[str, torch.Tensor], chunk_size: int,
-                                temperature: float = 1.0) -> torch.Tensor:
+def chunked_completion_logprobs(
+    model: Any, batch: dict[str, torch.Tensor], chunk_size: int, temperature: float = 1.0
+) -> torch.Tensor:
     """`completion_logprobs` (B, T) computed `chunk_size` rows at a time (for no-grad passes)."""
     out = torch.zeros(batch["completion_ids"].shape, dtype=torch.float32, device=batch["completion_ids"].device)
     for rows in row_chunks(batch["completion_ids"].shape[0], chunk_size):

@@ -42,9 +42,12 @@ class TrainerState:
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:
     """The `checkpoint-N` folders of `output_dir`, oldest (smallest N) first."""
-    found = [p for p in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
-             if p.is_dir() and p.name[len(CHECKPOINT_PREFIX):].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+    found = [
+        p
+        for p in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
+        if p.is_dir() and p.name[len(CHECKPOINT_PREFIX) :].isdigit()
+    ]
+    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX) :]))
 
 
 def resolve_checkpoint(output_dir: str | Path, spec: str) -> Path:
@@ -59,7 +62,8 @@ def resolve_checkpoint(output_dir: str | Path, spec: str) -> Path:
         raise FileNotFoundError(
             f"no {CHECKPOINT_PREFIX}* folder in {output_dir} to resume from. Start a new run without "
             f"--resume_from_checkpoint, pass the --output_dir of the run to continue, or name a checkpoint "
-            f"folder: --resume_from_checkpoint {output_dir}/{CHECKPOINT_PREFIX}N.")
+            f"folder: --resume_from_checkpoint {output_dir}/{CHECKPOINT_PREFIX}N."
+        )
     return found[-1]
 
 
@@ -73,8 +77,17 @@ def rank_state_name(process_index: int) -> str:
     return f"rank-{process_index}.pt"
 
 
-def save_checkpoint(output_dir: Path, accelerator: Any, model: Any, optimizer: Any, scheduler: Any, config: Config,
-                    state: TrainerState, total_steps: int, rank_state: dict) -> Path:
+def save_checkpoint(
+    output_dir: Path,
+    accelerator: Any,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    config: Config,
+    state: TrainerState,
+    total_steps: int,
+    rank_state: dict,
+) -> Path:
     """Write `checkpoint-<global_step>` (see the module docstring); every process must call it."""
     accelerator.wait_for_everyone()
     final = output_dir / f"{CHECKPOINT_PREFIX}{state.global_step}"
@@ -83,16 +96,27 @@ def save_checkpoint(output_dir: Path, accelerator: Any, model: Any, optimizer: A
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                **rank_state, "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-               tmp / rank_state_name(accelerator.process_index))
+    torch.save(
+        {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+            **rank_state,
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        },
+        tmp / rank_state_name(accelerator.process_index),
+    )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         accelerator.unwrap_model(model).save_pretrained(tmp / "adapter")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        trainer_state = {"global_step": state.global_step, "rollout_batches": state.rollout_batches,
-                         "total_steps": total_steps, "num_processes": accelerator.num_processes}
+        trainer_state = {
+            "global_step": state.global_step,
+            "rollout_batches": state.rollout_batches,
+            "total_steps": total_steps,
+            "num_processes": accelerator.num_processes,
+        }
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
         save_config(config, tmp / "config.json")
         if final.exists():
@@ -103,15 +127,17 @@ def save_checkpoint(output_dir: Path, accelerator: Any, model: Any, optimizer: A
     return final
 
 
-def load_checkpoint(path: Path, accelerator: Any, model: Any, optimizer: Any, scheduler: Any,
-                    state: TrainerState) -> dict:
+def load_checkpoint(
+    path: Path, accelerator: Any, model: Any, optimizer: Any, scheduler: Any, state: TrainerState
+) -> dict:
     """Restore a checkpoint into the given objects and this process's RNG states; returns this process's
     `rank_state` as it was saved (the caller restores its own parts of it)."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    set_peft_model_state_dict(accelerator.unwrap_model(model),
-                              load_file(str(path / "adapter" / "adapter_model.safetensors")))
+    set_peft_model_state_dict(
+        accelerator.unwrap_model(model), load_file(str(path / "adapter" / "adapter_model.safetensors"))
+    )
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     saved = json.loads((path / "trainer_state.json").read_text())
@@ -119,7 +145,8 @@ def load_checkpoint(path: Path, accelerator: Any, model: Any, optimizer: Any, sc
     if not rank_file.is_file():
         raise FileNotFoundError(
             f"{rank_file} is missing: {path} was saved by {saved.get('num_processes', '?')} process(es); resume "
-            f"with the same number (accelerate launch --num_processes N).")
+            f"with the same number (accelerate launch --num_processes N)."
+        )
     rank_state = torch.load(rank_file, weights_only=False)
     torch.set_rng_state(rank_state["torch"])
     np.random.set_state(rank_state["numpy"])

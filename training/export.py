@@ -27,8 +27,10 @@ def vllm_max_lora_rank(rank: int) -> int:
     try:
         return vllm_lora_rank(rank)
     except ValueError:
-        raise ValueError(f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]}); serve the "
-                         "merged model instead.") from None
+        raise ValueError(
+            f"LoRA rank {rank} is above vLLM's largest --max-lora-rank ({VLLM_LORA_RANKS[-1]}); serve the "
+            "merged model instead."
+        ) from None
 
 
 def serve_commands(base_model: str, adapter: Path | None, merged: Path | None, name: str = "tgrpo") -> list[str]:
@@ -37,13 +39,16 @@ def serve_commands(base_model: str, adapter: Path | None, merged: Path | None, n
     if merged is not None:
         lines.append(f"vllm serve {merged} --served-model-name {name}")
     if adapter is not None:
-        lines.append(f"vllm serve {base_model} --enable-lora --lora-modules {name}={adapter} "
-                     f"--max-lora-rank {vllm_max_lora_rank(adapter_rank(adapter))}")
+        lines.append(
+            f"vllm serve {base_model} --enable-lora --lora-modules {name}={adapter} "
+            f"--max-lora-rank {vllm_max_lora_rank(adapter_rank(adapter))}"
+        )
     return lines
 
 
-def merge_adapter(base_model: str, adapter: Path, output_dir: Path, torch_dtype: str = "bfloat16",
-                  cache_dir: str = "") -> Path:
+def merge_adapter(
+    base_model: str, adapter: Path, output_dir: Path, torch_dtype: str = "bfloat16", cache_dir: str = ""
+) -> Path:
     """Fold the adapter into the base weights and save a standalone model folder (atomically: temp, then rename)."""
     import shutil
 
@@ -66,15 +71,26 @@ def merge_adapter(base_model: str, adapter: Path, output_dir: Path, torch_dtype:
 def main(argv: list[str] | None = None) -> int:
     from config import ConfigError, add_config_arguments, config_from_args, config_summary, exit_on_config_error
 
-    parser = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_path", help="Adapter or checkpoint-* folder (default: final_model in paths.output_dir).")
+    parser = argparse.ArgumentParser(
+        prog="python -m training.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model_path", help="Adapter or checkpoint-* folder (default: final_model in paths.output_dir)."
+    )
     parser.add_argument("--output_dir", help="Where the merged model goes (default: merged_model in paths.output_dir).")
-    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
-                        help="dtype of the merged weights (default: student.torch_dtype).")
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="dtype of the merged weights (default: student.torch_dtype).",
+    )
     parser.add_argument("--no_merge", action="store_true", help="Only print the `vllm serve` line for base + adapter.")
-    parser.add_argument("--push_to_hub", metavar="REPO_ID", help="Also upload the merged folder to this hub repository "
-                        "(needs a token: `huggingface-cli login` or HF_TOKEN).")
+    parser.add_argument(
+        "--push_to_hub",
+        metavar="REPO_ID",
+        help="Also upload the merged folder to this hub repository "
+        "(needs a token: `huggingface-cli login` or HF_TOKEN).",
+    )
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -95,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         merged = None
         if not args.no_merge:
             target = Path(args.output_dir) if args.output_dir else Path(config.paths.output_dir) / "merged_model"
-            merged = merge_adapter(base, adapter, target, args.dtype or config.student.torch_dtype,
-                                   config.paths.model_cache_dir)
+            merged = merge_adapter(
+                base, adapter, target, args.dtype or config.student.torch_dtype, config.paths.model_cache_dir
+            )
             print(f"merged {adapter} (LoRA r={rank}) into {base}: {merged}")
     except (ModelLoadError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -109,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             HfApi().upload_folder(folder_path=str(merged), repo_id=args.push_to_hub)
         except Exception as error:  # noqa: BLE001 - network, auth, offline mode: many unrelated types
             first = (str(error).strip().splitlines() or [""])[0][:200]
-            print(f"error: could not push {merged} to {args.push_to_hub} ({type(error).__name__}: {first}); the merged "
-                  "folder is complete, retry the push later.", file=sys.stderr)
+            print(
+                f"error: could not push {merged} to {args.push_to_hub} ({type(error).__name__}: {first}); the merged "
+                "folder is complete, retry the push later.",
+                file=sys.stderr,
+            )
             return 1
         print(f"pushed to https://huggingface.co/{args.push_to_hub}")
     print("serve it with one of:")

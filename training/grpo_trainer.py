@@ -58,8 +58,18 @@ def _mean(values: list[float | None]) -> float:
 
 
 class GRPOTrainer:
-    def __init__(self, config: Config, model: Any, tokenizer: Any, tasks: list[Task], teacher_examples: list[dict],
-                 output_dir: str | Path, accelerator: Any = None, rollout: Any = None, pool: SandboxPool | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        model: Any,
+        tokenizer: Any,
+        tasks: list[Task],
+        teacher_examples: list[dict],
+        output_dir: str | Path,
+        accelerator: Any = None,
+        rollout: Any = None,
+        pool: SandboxPool | None = None,
+    ) -> None:
         self.config = config
         self.accelerator = accelerator or make_accelerator(config, output_dir)
         check_accelerator(self.accelerator)  # DeepSpeed/FSDP: refused (training.launch says why)
@@ -69,17 +79,22 @@ class GRPOTrainer:
         self.teacher_examples = teacher_examples
         self.teacher_sft, self.teacher_stats = build_teacher_sft(teacher_examples, tokenizer, config)
         if self.accelerator.is_main_process and self.teacher_stats["teacher_sft/dropped_too_long"] > 0:
-            print(f"teacher-SFT: {len(teacher_examples) - len(self.teacher_sft)} of {len(teacher_examples)} traces do "
-                  f"not fit dual_source.sft_max_length={config.dual_source.sft_max_length} and are left out (never cut)",
-                  flush=True)
+            print(
+                f"teacher-SFT: {len(teacher_examples) - len(self.teacher_sft)} of {len(teacher_examples)} traces do "
+                f"not fit dual_source.sft_max_length={config.dual_source.sft_max_length} and are left out (never cut)",
+                flush=True,
+            )
         self.output_dir = Path(output_dir)
         self.group_size = config.grpo.num_samples_per_prompt
         training = config.training
         self.micro_batches = training.gradient_accumulation_steps  # micro-batch slots per optimizer step
         self.prompts_per_rollout = training.per_device_train_batch_size * self.micro_batches  # per process
         batches_per_epoch = max(1, len(tasks) // (self.prompts_per_rollout * self.accelerator.num_processes))
-        self.total_steps = training.max_steps if training.max_steps > 0 else \
-            max(1, training.num_train_epochs * batches_per_epoch * config.grpo.num_iterations)
+        self.total_steps = (
+            training.max_steps
+            if training.max_steps > 0
+            else max(1, training.num_train_epochs * batches_per_epoch * config.grpo.num_iterations)
+        )
         if training.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
@@ -94,8 +109,9 @@ class GRPOTrainer:
         self._own_pool = pool is None
         # each process on this machine takes its share of the cores (see training.launch)
         workers = sandbox_workers(config.sandbox.max_workers, local_world_size(self.accelerator))
-        self.pool = pool or SandboxPool(workers, self.limits, config.sandbox.isolate,
-                                        secret_paths=task_secret_paths(config))
+        self.pool = pool or SandboxPool(
+            workers, self.limits, config.sandbox.isolate, secret_paths=task_secret_paths(config)
+        )
         self.rollout = rollout
         self.state = TrainerState()
         self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
@@ -125,13 +141,15 @@ class GRPOTrainer:
             epoch, offset = divmod(position, len(self.tasks))
             order = np.random.default_rng([self.config.training.seed, epoch]).permutation(len(self.tasks))
             indices.append(int(order[offset]))
-        return indices[rank * self.prompts_per_rollout:(rank + 1) * self.prompts_per_rollout]
+        return indices[rank * self.prompts_per_rollout : (rank + 1) * self.prompts_per_rollout]
 
     def sft_weights(self, step: int) -> tuple[float, float]:
         d = self.config.dual_source
         decay = d.sft_decay_steps or self.total_steps
-        return (scheduled_weight(step, d.teacher_sft_weight, d.teacher_sft_final_weight, decay, d.sft_weight_schedule),
-                scheduled_weight(step, d.self_sft_weight, d.self_sft_final_weight, decay, d.sft_weight_schedule))
+        return (
+            scheduled_weight(step, d.teacher_sft_weight, d.teacher_sft_final_weight, decay, d.sft_weight_schedule),
+            scheduled_weight(step, d.self_sft_weight, d.self_sft_final_weight, decay, d.sft_weight_schedule),
+        )
 
     # ---------------------------------------------------------------- one rollout batch
 
@@ -153,32 +171,50 @@ class GRPOTrainer:
         # a harness failure gets one more try; twice on the same program, and it counts as a failure
         retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
         if retry:
-            again = execute_many([jobs[i] for i in retry], self.pool, self.limits,
-                                 include_challenge=cfg.sandbox.include_challenge_tests)
+            again = execute_many(
+                [jobs[i] for i in retry], self.pool, self.limits, include_challenge=cfg.sandbox.include_challenge_tests
+            )
             for i, result in zip(retry, again, strict=True):
                 results[i] = result
         confirmed = {i for i in retry if results[i].status == "sandbox_error"}
-        rewards = compute_rewards(results, parsed, cfg.grpo.correctness_reward, cfg.grpo.format_reward_weight,
-                                  self.user_rewards, [prompts[k // self.group_size] for k in range(len(flat))],
-                                  [s["text"] for _, s in flat], reward_columns([t for t, _ in flat], parsed, results),
-                                  confirmed_failures=confirmed)
+        rewards = compute_rewards(
+            results,
+            parsed,
+            cfg.grpo.correctness_reward,
+            cfg.grpo.format_reward_weight,
+            self.user_rewards,
+            [prompts[k // self.group_size] for k in range(len(flat))],
+            [s["text"] for _, s in flat],
+            reward_columns([t for t, _ in flat], parsed, results),
+            confirmed_failures=confirmed,
+        )
         reward_time = time.monotonic() - start
-        groups = [[{**flat[k][1], "task": task, "parsed": parsed[k], "result": results[k], "reward": rewards[k]}
-                   for k in range(i * self.group_size, (i + 1) * self.group_size)] for i, task in enumerate(tasks)]
+        groups = [
+            [
+                {**flat[k][1], "task": task, "parsed": parsed[k], "result": results[k], "reward": rewards[k]}
+                for k in range(i * self.group_size, (i + 1) * self.group_size)
+            ]
+            for i, task in enumerate(tasks)
+        ]
         generated = sum(s["num_tokens"] for _, s in flat)
         count = max(len(flat), 1)
-        metrics = {"time/rollout_s": rollout_time, "time/reward_s": reward_time,
-                   "tokens_per_s": generated / max(rollout_time, 1e-9),
-                   "completion/mean_length": generated / count,
-                   "completion/clipped_ratio": sum(s["finish_reason"] == "length" for _, s in flat) / count,
-                   "pass_rate": sum(r.passed for r in results) / count,
-                   "pass_fraction/mean": sum(r.pass_fraction for r in results) / count,
-                   "reward/format_mean": sum(r.format for r in rewards) / count,
-                   **{f"reward/{r.name.rpartition(':')[2]}_mean": _mean([rw.user[r.name] for rw in rewards])
-                      for r in self.user_rewards},
-                   "sandbox/error_retried": len(retry) / count,
-                   "sandbox/error_confirmed": len(confirmed) / count,
-                   "format/closed_think": sum(p["think_closed"] for p in parsed) / count}
+        metrics = {
+            "time/rollout_s": rollout_time,
+            "time/reward_s": reward_time,
+            "tokens_per_s": generated / max(rollout_time, 1e-9),
+            "completion/mean_length": generated / count,
+            "completion/clipped_ratio": sum(s["finish_reason"] == "length" for _, s in flat) / count,
+            "pass_rate": sum(r.passed for r in results) / count,
+            "pass_fraction/mean": sum(r.pass_fraction for r in results) / count,
+            "reward/format_mean": sum(r.format for r in rewards) / count,
+            **{
+                f"reward/{r.name.rpartition(':')[2]}_mean": _mean([rw.user[r.name] for rw in rewards])
+                for r in self.user_rewards
+            },
+            "sandbox/error_retried": len(retry) / count,
+            "sandbox/error_confirmed": len(confirmed) / count,
+            "format/closed_think": sum(p["think_closed"] for p in parsed) / count,
+        }
         return groups, metrics
 
     def _self_sft_examples(self, groups: list[list[dict]]) -> list[dict]:
@@ -194,8 +230,17 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------- applying a planned update
 
-    def _grpo_pass(self, batch: dict, rows: list[int], old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None,
-                   advantages: torch.Tensor, scale: float, denominator: float, metric_tokens: float) -> dict[str, float]:
+    def _grpo_pass(
+        self,
+        batch: dict,
+        rows: list[int],
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        advantages: torch.Tensor,
+        scale: float,
+        denominator: float,
+        metric_tokens: float,
+    ) -> dict[str, float]:
         """Forward + backward of the GRPO term for `rows` of one micro-batch.
 
         The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
@@ -212,11 +257,27 @@ class GRPOTrainer:
             ref = ref_logp[index, :width] if ref_logp is not None else None
             weights, is_metrics = None, {}
             if "sampling_logps" in part and grpo.importance_sampling != "off":  # sampled by vLLM, trained here
-                weights, is_metrics = truncated_importance_weights(old, part["sampling_logps"], part["completion_mask"],
-                                                                   grpo.importance_sampling, grpo.importance_sampling_cap)
-            loss, metrics = grpo_loss(logp, old, ref, advantages[index], part["completion_mask"], grpo.clip_range,
-                                      grpo.clip_range_high if grpo.clip_range_high >= 0 else None, grpo.kl_coef,
-                                      grpo.loss_aggregation, grpo.max_new_tokens, denominator, token_weights=weights)
+                weights, is_metrics = truncated_importance_weights(
+                    old,
+                    part["sampling_logps"],
+                    part["completion_mask"],
+                    grpo.importance_sampling,
+                    grpo.importance_sampling_cap,
+                )
+            loss, metrics = grpo_loss(
+                logp,
+                old,
+                ref,
+                advantages[index],
+                part["completion_mask"],
+                grpo.clip_range,
+                grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
+                grpo.kl_coef,
+                grpo.loss_aggregation,
+                grpo.max_new_tokens,
+                denominator,
+                token_weights=weights,
+            )
             metrics.update(is_metrics)
             self.accelerator.backward(self.config.dual_source.grpo_weight * scale * loss)
         share = float(part["completion_mask"].sum()) / metric_tokens
@@ -257,8 +318,9 @@ class GRPOTrainer:
         """`values` summed over all processes (one all-reduce; itself when there is one process)."""
         if self.accelerator.num_processes == 1:
             return list(values)
-        reduced = self.accelerator.reduce(torch.tensor(values, dtype=torch.float64, device=self.accelerator.device),
-                                          reduction="sum")
+        reduced = self.accelerator.reduce(
+            torch.tensor(values, dtype=torch.float64, device=self.accelerator.device), reduction="sum"
+        )
         return [float(v) for v in reduced.cpu()]
 
     def _passes(self, plan: UpdatePlan, step: StepPlan, w_teacher: float, w_self: float) -> list:
@@ -272,13 +334,33 @@ class GRPOTrainer:
                 ref = plan.ref_logps[slot] if plan.ref_logps else None
                 advantages = plan.advantages[plan.micro_batches[slot]].to(self.accelerator.device)
                 for rows in row_chunks(len(plan.micro_batches[slot]), self.config.training.forward_chunk_size):
-                    passes.append(functools.partial(self._grpo_pass, plan.batches[slot], rows, old, ref, advantages,
-                                                    step.grpo_scale, step.denominators[slot], step.metric_tokens))
+                    passes.append(
+                        functools.partial(
+                            self._grpo_pass,
+                            plan.batches[slot],
+                            rows,
+                            old,
+                            ref,
+                            advantages,
+                            step.grpo_scale,
+                            step.denominators[slot],
+                            step.metric_tokens,
+                        )
+                    )
             if slot < len(step.teacher_batches) and step.teacher_batches[slot] is not None:
-                passes.append(functools.partial(self._sft_pass, step.teacher_batches[slot], w_teacher, "teacher_sft",
-                                                step.teacher_tokens / world))
+                passes.append(
+                    functools.partial(
+                        self._sft_pass,
+                        step.teacher_batches[slot],
+                        w_teacher,
+                        "teacher_sft",
+                        step.teacher_tokens / world,
+                    )
+                )
         if plan.self_batch is not None and w_self > 0:
-            passes.append(functools.partial(self._sft_pass, plan.self_batch, w_self, "self_sft", step.self_tokens / world))
+            passes.append(
+                functools.partial(self._sft_pass, plan.self_batch, w_self, "self_sft", step.self_tokens / world)
+            )
         return passes
 
     def _optimizer_step(self, plan: UpdatePlan, rollout_metrics: dict) -> dict:
@@ -298,29 +380,54 @@ class GRPOTrainer:
         if step.grpo_tokens > 0:  # a rank without GRPO samples contributes zeros to the step's means
             for key in ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean"):
                 sums.setdefault(key, 0.0)
-        present = {"grpo": step.grpo_tokens > 0, "teacher_sft": step.teacher_tokens > 0, "self_sft": step.self_tokens > 0}
+        present = {
+            "grpo": step.grpo_tokens > 0,
+            "teacher_sft": step.teacher_tokens > 0,
+            "self_sft": step.self_tokens > 0,
+        }
         totals = step_loss_metrics(sums, present, self.config.dual_source.grpo_weight, w_teacher, w_self)
         grad_norm = 0.0
         if self.config.training.max_grad_norm > 0:
-            grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm))
+            grad_norm = float(
+                self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm)
+            )
         self.optimizer.step()
         if not getattr(self.optimizer, "step_was_skipped", False):  # fp16 overflow: no step, no schedule step
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.global_step += 1
         epoch = self.state.rollout_batches * self.prompts_per_rollout * world / max(len(self.tasks), 1)
-        return {"step": self.state.global_step, "epoch": epoch, "lr": self.scheduler.get_last_lr()[0],
-                "grad_norm": grad_norm, **rollout_metrics, **plan.advantage_metrics, **totals,
-                "weight/teacher_sft": w_teacher, "weight/self_sft": w_self, "self_sft/samples": plan.num_self_examples,
-                "teacher_sft/pool": len(self.teacher_sft), **self.teacher_stats, "time/update_s": time.monotonic() - start}
+        return {
+            "step": self.state.global_step,
+            "epoch": epoch,
+            "lr": self.scheduler.get_last_lr()[0],
+            "grad_norm": grad_norm,
+            **rollout_metrics,
+            **plan.advantage_metrics,
+            **totals,
+            "weight/teacher_sft": w_teacher,
+            "weight/self_sft": w_self,
+            "self_sft/samples": plan.num_self_examples,
+            "teacher_sft/pool": len(self.teacher_sft),
+            **self.teacher_stats,
+            "time/update_s": time.monotonic() - start,
+        }
 
     def train_on_rollouts(self, groups: list[list[dict]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, self.tokenizer.pad_token_id) if self_examples else None
-        plan = plan_update(groups, self.accelerator.unwrap_model(self.model), self.tokenizer.pad_token_id,
-                           self.accelerator.device, self.config.grpo, self.micro_batches,
-                           self.config.training.forward_chunk_size, self_batch, len(self_examples))
+        plan = plan_update(
+            groups,
+            self.accelerator.unwrap_model(self.model),
+            self.tokenizer.pad_token_id,
+            self.accelerator.device,
+            self.config.grpo,
+            self.micro_batches,
+            self.config.training.forward_chunk_size,
+            self_batch,
+            len(self_examples),
+        )
         self.model.train()
         step_metrics = []
         for _ in range(self.config.grpo.num_iterations):
@@ -341,8 +448,14 @@ class GRPOTrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(self.config, self.output_dir / "config.json")
             self.sinks.open(self.state.global_step)
-        bar = tqdm(total=self.total_steps, initial=self.state.global_step, desc="GRPO", unit="step", disable=not main,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.state.global_step,
+            desc="GRPO",
+            unit="step",
+            disable=not main,
+            dynamic_ncols=True,
+        )
         last: dict = {}
         while self.state.global_step < self.total_steps:
             groups, rollout_metrics = self.collect_rollouts()
@@ -350,8 +463,12 @@ class GRPOTrainer:
                 last = metrics = reduce_over_processes(metrics, self.accelerator)
                 if main:
                     self.sinks.write(metrics)
-                    bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", loss=f"{metrics.get('loss/total', float('nan')):.3f}",
-                                    pass_rate=f"{metrics['pass_rate']:.2f}", refresh=False)
+                    bar.set_postfix(
+                        reward=f"{metrics['reward/mean']:.3f}",
+                        loss=f"{metrics.get('loss/total', float('nan')):.3f}",
+                        pass_rate=f"{metrics['pass_rate']:.2f}",
+                        refresh=False,
+                    )
                     bar.update(1)
             self.state.rollout_batches += 1
             save_every = self.config.training.save_steps
@@ -371,11 +488,20 @@ class GRPOTrainer:
         """`training.checkpointing.save_checkpoint`, with this rank's teacher-sampling RNG and self-SFT buffer
         (each rank samples and succeeds on its own prompts)."""
         return checkpointing.save_checkpoint(
-            self.output_dir, self.accelerator, self.model, self.optimizer, self.scheduler, self.config, self.state,
-            self.total_steps, {"teacher": self.teacher_rng.getstate(), "self_sft_buffer": self.buffer.state()})
+            self.output_dir,
+            self.accelerator,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.config,
+            self.state,
+            self.total_steps,
+            {"teacher": self.teacher_rng.getstate(), "self_sft_buffer": self.buffer.state()},
+        )
 
     def load_checkpoint(self, path: Path) -> None:
-        rank_state = checkpointing.load_checkpoint(path, self.accelerator, self.model, self.optimizer, self.scheduler,
-                                                   self.state)
+        rank_state = checkpointing.load_checkpoint(
+            path, self.accelerator, self.model, self.optimizer, self.scheduler, self.state
+        )
         self.teacher_rng.setstate(rank_state["teacher"])
         self.buffer.load(rank_state["self_sft_buffer"])

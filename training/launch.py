@@ -24,8 +24,10 @@ class LaunchError(RuntimeError):
 
 
 def _refusal(kind: str) -> LaunchError:
-    return LaunchError(f"{kind} launches are not supported (a LoRA trains correctly only under plain DDP here); "
-                       "run `accelerate launch --multi_gpu --num_processes N phase3_train_grpo.py` instead.")
+    return LaunchError(
+        f"{kind} launches are not supported (a LoRA trains correctly only under plain DDP here); "
+        "run `accelerate launch --multi_gpu --num_processes N phase3_train_grpo.py` instead."
+    )
 
 
 def check_launch_environment(environ: dict[str, str] | None = None) -> None:

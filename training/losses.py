@@ -45,12 +45,13 @@ def _centered_and_std(values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.
     count = valid.sum(dim=1, keepdim=True).clamp(min=1)  # (P, 1)
     mean = v.sum(dim=1, keepdim=True) / count
     centered = torch.where(valid, v - mean, torch.zeros_like(v))
-    var = (centered ** 2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)  # Bessel
+    var = (centered**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)  # Bessel
     return centered, var.sqrt()
 
 
-def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4,
-                     bonus: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+def group_advantages(
+    rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4, bonus: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict]:
     """rewards: (P, G) correctness rewards, NaN = unscorable; bonus: (P, G) weighted shaping rewards
     (the format bonus) or None. Returns advantages (P, G) and metrics.
 
@@ -77,8 +78,9 @@ def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-
     if bonus is not None:
         bonus_centered, bonus_std = _centered_and_std(bonus, valid)
         bonus_flat = (bonus_std.squeeze(1) < ZERO_SPREAD_TOL) | too_few
-        advantages = advantages + torch.where(valid & ~bonus_flat.unsqueeze(1), bonus_centered,
-                                              torch.zeros_like(bonus_centered))
+        advantages = advantages + torch.where(
+            valid & ~bonus_flat.unsqueeze(1), bonus_centered, torch.zeros_like(bonus_centered)
+        )
         total = rewards + bonus
     no_signal = flat & bonus_flat
     valid_rewards = total[valid]
@@ -93,8 +95,9 @@ def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-
     return advantages, metrics
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1,
-                          temperature: float = 1.0) -> torch.Tensor:
+def selective_log_softmax(
+    logits: torch.Tensor, index: torch.Tensor, chunk_rows: int = 1, temperature: float = 1.0
+) -> torch.Tensor:
     """log softmax(logits / temperature)[..., index] for logits (B, T, V) and index (B, T) -> (B, T), in float32.
 
     Processes `chunk_rows` sequences at a time, so the float32 temporaries are (chunk, T, V) rather
@@ -104,16 +107,22 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, chunk_rows:
     """
     out = []
     for start in range(0, logits.shape[0], chunk_rows):
-        rows = logits[start:start + chunk_rows].float()  # (c, T, V)
+        rows = logits[start : start + chunk_rows].float()  # (c, T, V)
         if temperature != 1.0:
             rows = rows / temperature
-        picked = rows.gather(-1, index[start:start + chunk_rows].unsqueeze(-1)).squeeze(-1)  # (c, T)
+        picked = rows.gather(-1, index[start : start + chunk_rows].unsqueeze(-1)).squeeze(-1)  # (c, T)
         out.append(picked - torch.logsumexp(rows, dim=-1))
     return torch.cat(out, dim=0) if out else logits.new_zeros(index.shape, dtype=torch.float32)
 
 
-def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                      clip_low: float = 0.2, clip_high: float | None = None) -> tuple[torch.Tensor, dict]:
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+) -> tuple[torch.Tensor, dict]:
     """Per-token PPO loss (B, T) from logp/old_logp (B, T), advantages (B,), mask (B, T) in {0, 1}.
 
     metrics: clip_ratio/low_mean (share of tokens where the lower clip was active, A < 0),
@@ -129,16 +138,20 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, advantages: to
     n = m.sum().clamp(min=1.0)
     low = ((ratio < 1.0 - clip_low) & (adv < 0)).float()
     high = ((ratio > 1.0 + clip_high) & (adv > 0)).float()
-    metrics = {"clip_ratio/low_mean": float((low * m).sum() / n), "clip_ratio/high_mean": float((high * m).sum() / n),
-               "ratio/mean": float((ratio.detach() * m).sum() / n)}
+    metrics = {
+        "clip_ratio/low_mean": float((low * m).sum() / n),
+        "clip_ratio/high_mean": float((high * m).sum() / n),
+        "ratio/mean": float((ratio.detach() * m).sum() / n),
+    }
     return per_token, metrics
 
 
 IMPORTANCE_LEVELS = ("token", "sequence", "off")
 
 
-def truncated_importance_weights(old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor,
-                                 level: str = "token", cap: float = 3.0) -> tuple[torch.Tensor, dict]:
+def truncated_importance_weights(
+    old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor, level: str = "token", cap: float = 3.0
+) -> tuple[torch.Tensor, dict]:
     """Truncated importance sampling for samples drawn by another sampler (vLLM) than the policy trained.
 
     old_logp: the trainer's log-probs of the sampled tokens under the policy that was meant to sample
@@ -165,11 +178,14 @@ def truncated_importance_weights(old_logp: torch.Tensor, sampling_logp: torch.Te
     weights = raw.clamp(max=cap)
     n = m.sum().clamp(min=1.0)
     rows = (m.sum(dim=1) > 0).float()
-    metrics = {"rollout/logp_abs_diff": float((diff.abs() * m).sum() / n),
-               "rollout/seq_ratio_mean": float((torch.exp(seq_log_ratio.squeeze(1).clamp(max=20.0)) * rows).sum()
-                                               / rows.sum().clamp(min=1.0)),
-               "rollout/is_weight_mean": float((weights * m).sum() / n),
-               "rollout/is_truncated_frac": float(((raw > cap).float() * m).sum() / n)}
+    metrics = {
+        "rollout/logp_abs_diff": float((diff.abs() * m).sum() / n),
+        "rollout/seq_ratio_mean": float(
+            (torch.exp(seq_log_ratio.squeeze(1).clamp(max=20.0)) * rows).sum() / rows.sum().clamp(min=1.0)
+        ),
+        "rollout/is_weight_mean": float((weights * m).sum() / n),
+        "rollout/is_truncated_frac": float(((raw > cap).float() * m).sum() / n),
+    }
     return weights * m, metrics
 
 
@@ -229,8 +245,13 @@ def step_denominator(units: float, mode: str = "token-mean", norm_length: int | 
     return total / world
 
 
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None,
-                   denominator: float | None = None) -> torch.Tensor:
+def aggregate_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token-mean",
+    norm_length: int | None = None,
+    denominator: float | None = None,
+) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar over the masked tokens.
 
     token-mean:               sum(l * m) / sum(m)               every token weighs the same (DAPO)
@@ -253,10 +274,20 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str = "tok
     return sums.sum() / denominator
 
 
-def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None, advantages: torch.Tensor,
-              mask: torch.Tensor, clip_low: float = 0.2, clip_high: float | None = None, kl_coef: float = 0.05,
-              aggregation: str = "token-mean", norm_length: int | None = None,
-              denominator: float | None = None, token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+    kl_coef: float = 0.05,
+    aggregation: str = "token-mean",
+    norm_length: int | None = None,
+    denominator: float | None = None,
+    token_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict]:
     """The GRPO objective for one mini-batch: surrogate + kl_coef * k3 KL, aggregated once.
 
     logp/old_logp/ref_logp/mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef == 0.
@@ -289,7 +320,9 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor
     return loss, metrics
 
 
-def masked_sft_nll(logits: torch.Tensor, labels: torch.Tensor, num_tokens: int | None = None) -> tuple[torch.Tensor, dict]:
+def masked_sft_nll(
+    logits: torch.Tensor, labels: torch.Tensor, num_tokens: int | None = None
+) -> tuple[torch.Tensor, dict]:
     """Causal-LM negative log-likelihood. logits (B, L, V) for input ids (B, L); labels (B, L) with
     IGNORE_INDEX on prompt and padding. Position i's logits predict label i + 1 (the usual shift).
 
@@ -322,10 +355,20 @@ def scheduled_weight(step: int, initial: float, final: float, decay_steps: int, 
     raise ValueError(f"unknown schedule {kind!r}; valid: {', '.join(SCHEDULES)}")
 
 
-def combine_losses(grpo: torch.Tensor | None, teacher_sft: torch.Tensor | None, self_sft: torch.Tensor | None,
-                   grpo_weight: float, teacher_weight: float, self_weight: float) -> tuple[torch.Tensor, dict]:
+def combine_losses(
+    grpo: torch.Tensor | None,
+    teacher_sft: torch.Tensor | None,
+    self_sft: torch.Tensor | None,
+    grpo_weight: float,
+    teacher_weight: float,
+    self_weight: float,
+) -> tuple[torch.Tensor, dict]:
     """w_grpo * L_grpo + w_teacher * L_teacher + w_self * L_self; a missing term (None) counts as 0."""
-    terms = [(grpo, grpo_weight, "grpo"), (teacher_sft, teacher_weight, "teacher_sft"), (self_sft, self_weight, "self_sft")]
+    terms = [
+        (grpo, grpo_weight, "grpo"),
+        (teacher_sft, teacher_weight, "teacher_sft"),
+        (self_sft, self_weight, "self_sft"),
+    ]
     present = [(t, w) for t, w, _ in terms if t is not None and w != 0]
     if not present:
         raise ValueError("combine_losses needs at least one loss term with a nonzero weight")
@@ -334,4 +377,3 @@ def combine_losses(grpo: torch.Tensor | None, teacher_sft: torch.Tensor | None, 
     metrics.update({f"loss/{name}": float(t.detach()) for t, _, name in terms if t is not None})
     metrics["loss/total"] = float(total.detach())
     return total, metrics
-

@@ -31,10 +31,14 @@ def make_accelerator(config: Config, output_dir: str | Path, cpu: bool | None = 
     from accelerate.utils import ProjectConfiguration
 
     output_dir = Path(output_dir)
-    project = ProjectConfiguration(project_dir=str(output_dir),
-                                   logging_dir=str(output_dir / "tensorboard" / tracker_run_name(config, output_dir)))
-    return Accelerator(cpu=not torch.cuda.is_available() if cpu is None else cpu,
-                       log_with=list(config.training.logging_backends) or None, project_config=project)
+    project = ProjectConfiguration(
+        project_dir=str(output_dir), logging_dir=str(output_dir / "tensorboard" / tracker_run_name(config, output_dir))
+    )
+    return Accelerator(
+        cpu=not torch.cuda.is_available() if cpu is None else cpu,
+        log_with=list(config.training.logging_backends) or None,
+        project_config=project,
+    )
 
 
 def reduce_over_processes(metrics: dict, accelerator: Any) -> dict:
@@ -68,22 +72,36 @@ class MetricSinks:
         """Trim metrics.jsonl to `global_step` (a fresh run, step 0, starts a new file; a resumed one keeps its
         lines up to its step) and start the trackers."""
         if self.metrics_path.exists():
-            kept = [] if global_step == 0 else [
-                row for row in read_jsonl(self.metrics_path, tolerate_torn_tail=True)
-                if row.get("step", global_step + 1) <= global_step]
+            kept = (
+                []
+                if global_step == 0
+                else [
+                    row
+                    for row in read_jsonl(self.metrics_path, tolerate_torn_tail=True)
+                    if row.get("step", global_step + 1) <= global_step
+                ]
+            )
             write_jsonl_atomic(self.metrics_path, kept)
         if not self.accelerator.log_with:
             return
-        flat = {f"{section}.{key}": value if isinstance(value, (int, float, str, bool)) else str(value)
-                for section, values in config_to_dict(self.config).items() if isinstance(values, dict)
-                for key, value in values.items()}
-        self.accelerator.init_trackers(self.config.training.tracker_project, config=flat,
-                                       init_kwargs={"wandb": {"name": tracker_run_name(self.config, self.output_dir)}})
+        flat = {
+            f"{section}.{key}": value if isinstance(value, (int, float, str, bool)) else str(value)
+            for section, values in config_to_dict(self.config).items()
+            if isinstance(values, dict)
+            for key, value in values.items()
+        }
+        self.accelerator.init_trackers(
+            self.config.training.tracker_project,
+            config=flat,
+            init_kwargs={"wandb": {"name": tracker_run_name(self.config, self.output_dir)}},
+        )
         self._trackers = list(self.accelerator.trackers)
 
     def write(self, metrics: dict) -> None:
         with self.metrics_path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}) + "\n")
+            handle.write(
+                json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}) + "\n"
+            )
         if self._trackers:
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
             self.accelerator.log(scalars, step=metrics["step"])

@@ -11,8 +11,16 @@ PANELS = (
     ("reward", ("reward/mean", "pass_rate", "pass_fraction/mean")),
     ("losses", ("loss/total", "loss/grpo", "loss/teacher_sft", "loss/self_sft")),
     ("policy drift", ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean")),
-    ("signal", ("frac_reward_zero_std", "frac_format_only_spread", "frac_unscorable", "completion/clipped_ratio",
-                "format/closed_think")),
+    (
+        "signal",
+        (
+            "frac_reward_zero_std",
+            "frac_format_only_spread",
+            "frac_unscorable",
+            "completion/clipped_ratio",
+            "format/closed_think",
+        ),
+    ),
 )
 
 

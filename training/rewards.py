@@ -96,8 +96,9 @@ def load_reward_function(spec: str) -> UserRewardFunction:
     except RewardFunctionError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises while importing
-        raise RewardFunctionError(f"grpo.reward_funcs: cannot import {module_name!r} for {spec!r} "
-                                  f"({type(exc).__name__}: {exc}).") from None
+        raise RewardFunctionError(
+            f"grpo.reward_funcs: cannot import {module_name!r} for {spec!r} ({type(exc).__name__}: {exc})."
+        ) from None
     function = getattr(module, attr, None)
     if not callable(function):
         raise RewardFunctionError(f"grpo.reward_funcs: {module_name!r} has no function {attr!r}.")
@@ -107,30 +108,44 @@ def load_reward_function(spec: str) -> UserRewardFunction:
 def load_reward_functions(specs: Sequence[str], weights: Sequence[float] = ()) -> list[UserReward]:
     if weights and len(weights) != len(specs):
         raise RewardFunctionError(f"grpo.reward_weights has {len(weights)} values for {len(specs)} grpo.reward_funcs.")
-    return [UserReward(spec, load_reward_function(spec), float(weights[i]) if weights else 1.0)
-            for i, spec in enumerate(specs)]
+    return [
+        UserReward(spec, load_reward_function(spec), float(weights[i]) if weights else 1.0)
+        for i, spec in enumerate(specs)
+    ]
 
 
 def reward_columns(tasks: Sequence[Any], parsed: Sequence[dict], results: Sequence[Any]) -> dict[str, list]:
     """The keyword columns a user reward function receives, one entry per completion."""
-    return {"task_id": [t.task_id for t in tasks], "source": [t.source for t in tasks],
-            "problem": [t.problem for t in tasks], "test_type": [t.test_type for t in tasks],
-            "tests": [list(t.tests) for t in tasks], "difficulty": [t.difficulty for t in tasks],
-            "fn_name": [t.fn_name for t in tasks], "code": [p.get("code") for p in parsed],
-            "status": [r.status for r in results], "pass_fraction": [r.pass_fraction for r in results]}
+    return {
+        "task_id": [t.task_id for t in tasks],
+        "source": [t.source for t in tasks],
+        "problem": [t.problem for t in tasks],
+        "test_type": [t.test_type for t in tasks],
+        "tests": [list(t.tests) for t in tasks],
+        "difficulty": [t.difficulty for t in tasks],
+        "fn_name": [t.fn_name for t in tasks],
+        "code": [p.get("code") for p in parsed],
+        "status": [r.status for r in results],
+        "pass_fraction": [r.pass_fraction for r in results],
+    }
 
 
-def _call_user_reward(reward: UserReward, prompts: Sequence[str], completions: Sequence[str],
-                      columns: dict[str, list]) -> list[float | None]:
+def _call_user_reward(
+    reward: UserReward, prompts: Sequence[str], completions: Sequence[str], columns: dict[str, list]
+) -> list[float | None]:
     values = reward.function(prompts=list(prompts), completions=list(completions), **columns)
     if not isinstance(values, (list, tuple)) or len(values) != len(completions):
         got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
-        raise RewardFunctionError(f"reward function {reward.name} returned {got} for {len(completions)} completions; "
-                                  "it must return one float (or None) per completion.")
+        raise RewardFunctionError(
+            f"reward function {reward.name} returned {got} for {len(completions)} completions; "
+            "it must return one float (or None) per completion."
+        )
     out = []
     for v in values:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
-            raise RewardFunctionError(f"reward function {reward.name} returned {v!r}; rewards are finite numbers or None.")
+            raise RewardFunctionError(
+                f"reward function {reward.name} returned {v!r}; rewards are finite numbers or None."
+            )
         out.append(None if v is None else float(v))
     return out
 
@@ -143,10 +158,17 @@ class Reward:
     user: dict[str, float | None] = field(default_factory=dict)  # each user reward function's raw value
 
 
-def compute_rewards(results: Sequence[Any], parsed: Sequence[dict], correctness: str = "binary",
-                    format_weight: float = 0.1, user_rewards: Sequence[UserReward] = (),
-                    prompts: Sequence[str] = (), completions: Sequence[str] = (),
-                    columns: dict[str, list] | None = None, confirmed_failures: Collection[int] = ()) -> list[Reward]:
+def compute_rewards(
+    results: Sequence[Any],
+    parsed: Sequence[dict],
+    correctness: str = "binary",
+    format_weight: float = 0.1,
+    user_rewards: Sequence[UserReward] = (),
+    prompts: Sequence[str] = (),
+    completions: Sequence[str] = (),
+    columns: dict[str, list] | None = None,
+    confirmed_failures: Collection[int] = (),
+) -> list[Reward]:
     """total = correctness + format_weight * format + sum(weight * user value), or None when correctness is None.
 
     A user function's None adds nothing to that sample (TRL's convention: the function does not apply).

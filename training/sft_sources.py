@@ -63,11 +63,14 @@ class SuccessBuffer:
 
     def state(self) -> list:
         """[prompt, completion, replays left] per entry, plus the action mask where the completion has one."""
-        return [[list(p), list(c), left] + ([list(m)] if m is not None else []) for (p, c, m), left in self.entries.items()]
+        return [
+            [list(p), list(c), left] + ([list(m)] if m is not None else []) for (p, c, m), left in self.entries.items()
+        ]
 
     def load(self, state: list) -> None:
-        self.entries = OrderedDict(((tuple(p), tuple(c), tuple(rest[0]) if rest else None), left)
-                                   for p, c, left, *rest in state)
+        self.entries = OrderedDict(
+            ((tuple(p), tuple(c), tuple(rest[0]) if rest else None), left) for p, c, left, *rest in state
+        )
 
 
 def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_length: int) -> list[dict]:
@@ -100,14 +103,17 @@ def build_teacher_sft(examples: list[dict], tokenizer: Any, config: Config) -> t
     built, over_budget = [], 0
     for example in examples:
         if example.get("messages"):  # a multi-turn trace: the teacher's turns as sent, environment turns masked
-            prompt_ids, response_ids, mask = encode_conversation(tokenizer, example["prompt"], example["messages"],
-                                                                 template)
+            prompt_ids, response_ids, mask = encode_conversation(
+                tokenizer, example["prompt"], example["messages"], template
+            )
         else:
             (prompt_ids, response_ids), mask = teacher_sft_ids(tokenizer, example, d.include_thinking, template), None
         sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length, mask)
         if sft is not None:
             built.append(sft)
             over_budget += len(response_ids) > config.grpo.max_new_tokens
-    stats = {"teacher_sft/dropped_too_long": 1.0 - len(built) / len(examples),
-             "teacher_sft/over_rollout_budget": over_budget / max(len(built), 1)}
+    stats = {
+        "teacher_sft/dropped_too_long": 1.0 - len(built) / len(examples),
+        "teacher_sft/over_rollout_budget": over_budget / max(len(built), 1),
+    }
     return built, stats

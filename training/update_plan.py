@@ -62,10 +62,20 @@ class StepPlan:
 def rollout_advantages(groups: list[list[dict]], scale: bool) -> tuple[torch.Tensor, dict]:
     """(P, G) advantages of scored groups: correctness normalized within the group (NaN = unscorable),
     plus the shaping part of the reward (weighted format bonus + weighted user rewards) centred, not z-scored."""
-    correctness = torch.tensor([[s["reward"].correctness if s["reward"].correctness is not None else float("nan")
-                                 for s in group] for group in groups], dtype=torch.float32)  # (P, G)
-    bonus = torch.tensor([[s["reward"].total - s["reward"].correctness if s["reward"].total is not None else 0.0
-                           for s in group] for group in groups], dtype=torch.float32)  # (P, G)
+    correctness = torch.tensor(
+        [
+            [s["reward"].correctness if s["reward"].correctness is not None else float("nan") for s in group]
+            for group in groups
+        ],
+        dtype=torch.float32,
+    )  # (P, G)
+    bonus = torch.tensor(
+        [
+            [s["reward"].total - s["reward"].correctness if s["reward"].total is not None else 0.0 for s in group]
+            for group in groups
+        ],
+        dtype=torch.float32,
+    )  # (P, G)
     return group_advantages(correctness, scale=scale, bonus=bonus)
 
 
@@ -81,8 +91,17 @@ def split_micro_batches(advantages: torch.Tensor, num_slots: int, dynamic_filter
     return [m for m in micro if m]
 
 
-def plan_update(groups: list[list[dict]], policy: Any, pad_id: int, device: Any, grpo: GRPOConfig, num_slots: int,
-                forward_chunk_size: int, self_batch: dict | None, num_self_examples: int) -> UpdatePlan:
+def plan_update(
+    groups: list[list[dict]],
+    policy: Any,
+    pad_id: int,
+    device: Any,
+    grpo: GRPOConfig,
+    num_slots: int,
+    forward_chunk_size: int,
+    self_batch: dict | None,
+    num_self_examples: int,
+) -> UpdatePlan:
     """Advantages, filtering, micro-batches and the no-grad log-probs of one rollout batch (see the module
     docstring). `policy` is the unwrapped peft model (its adapter is disabled for the reference)."""
     advantages, adv_metrics = rollout_advantages(groups, grpo.scale_rewards)
@@ -97,12 +116,27 @@ def plan_update(groups: list[list[dict]], policy: Any, pad_id: int, device: Any,
                     ref_logps.append(chunked_completion_logprobs(policy, batch, forward_chunk_size, grpo.temperature))
             if grpo.num_iterations > 1:
                 old_logps.append(chunked_completion_logprobs(policy, batch, forward_chunk_size, grpo.temperature))
-    return UpdatePlan(samples, micro, batches, advantages.reshape(-1), adv_metrics, ref_logps, old_logps, self_batch,
-                      num_self_examples)
+    return UpdatePlan(
+        samples,
+        micro,
+        batches,
+        advantages.reshape(-1),
+        adv_metrics,
+        ref_logps,
+        old_logps,
+        self_batch,
+        num_self_examples,
+    )
 
 
-def plan_step(plan: UpdatePlan, teacher_batches: list[dict | None], use_self_sft: bool, grpo: GRPOConfig,
-              world: int, global_sums: Callable[[list[float]], list[float]]) -> StepPlan:
+def plan_step(
+    plan: UpdatePlan,
+    teacher_batches: list[dict | None],
+    use_self_sft: bool,
+    grpo: GRPOConfig,
+    world: int,
+    global_sums: Callable[[list[float]], list[float]],
+) -> StepPlan:
     """One optimizer step's normalizers: one per term for the whole step, summed over micro-batches and
     ranks with one all-reduce (`global_sums`), so every token (or sequence) of the step weighs the same.
     Only micro-token-mean divides each micro-batch by its own `aggregation_denominator`."""
@@ -110,29 +144,43 @@ def plan_step(plan: UpdatePlan, teacher_batches: list[dict | None], use_self_sft
     teacher_batches = [b if b is not None and sft_tokens(b) > 0 else None for b in teacher_batches]
     masks = [b["completion_mask"] for b in plan.batches]
     grpo_units = sum(aggregation_units(m, mode) for m in masks) if mode in STEP_AGGREGATIONS else 0.0
-    grpo_tokens, grpo_units, teacher_tokens, self_tokens = global_sums([
-        sum(float(m.sum()) for m in masks), grpo_units,
-        sum(sft_tokens(b) for b in teacher_batches if b is not None),
-        sft_tokens(plan.self_batch) if plan.self_batch is not None and use_self_sft else 0.0])
+    grpo_tokens, grpo_units, teacher_tokens, self_tokens = global_sums(
+        [
+            sum(float(m.sum()) for m in masks),
+            grpo_units,
+            sum(sft_tokens(b) for b in teacher_batches if b is not None),
+            sft_tokens(plan.self_batch) if plan.self_batch is not None and use_self_sft else 0.0,
+        ]
+    )
     if mode in STEP_AGGREGATIONS:
         denominators = [step_denominator(grpo_units, mode, grpo.max_new_tokens, world)] * len(masks)
         grpo_scale = 1.0
     else:  # micro-token-mean: each micro-batch its own token mean, micro-batches averaged
         denominators = [aggregation_denominator(m, mode) for m in masks]
         grpo_scale = 1.0 / max(len(masks), 1)
-    return StepPlan(teacher_batches, grpo_tokens, teacher_tokens, self_tokens, denominators, grpo_scale,
-                    max(grpo_tokens, 1.0) / world)
+    return StepPlan(
+        teacher_batches,
+        grpo_tokens,
+        teacher_tokens,
+        self_tokens,
+        denominators,
+        grpo_scale,
+        max(grpo_tokens, 1.0) / world,
+    )
 
 
-def step_loss_metrics(sums: dict[str, float], present: dict[str, bool], grpo_weight: float, w_teacher: float,
-                      w_self: float) -> dict:
+def step_loss_metrics(
+    sums: dict[str, float], present: dict[str, bool], grpo_weight: float, w_teacher: float, w_self: float
+) -> dict:
     """Per-step loss metrics from the passes' sums. Every pass already divided by the step's global
     normalizer, so the sums are this rank's shares: averaged over ranks they are the step's values. A
     term that has data on some rank is reported by every rank (0 where it had none), so that the
     average is right; `loss/total` is the objective actually optimized."""
     out = {k: v for k, v in sums.items() if not k.startswith(("loss/teacher_sft", "loss/self_sft", "loss/grpo"))}
-    terms = {name: torch.tensor(sums.get(f"loss/{name}", 0.0)) if present[name] else None
-             for name in ("grpo", "teacher_sft", "self_sft")}
+    terms = {
+        name: torch.tensor(sums.get(f"loss/{name}", 0.0)) if present[name] else None
+        for name in ("grpo", "teacher_sft", "self_sft")
+    }
     if all(v is None for v in terms.values()):
         return out
     _, combined = combine_losses(terms["grpo"], terms["teacher_sft"], terms["self_sft"], grpo_weight, w_teacher, w_self)

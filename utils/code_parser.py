@@ -59,7 +59,7 @@ def find_code_blocks(text: str) -> list[CodeBlock]:
         stripped = line.strip()
         if language is None:
             if stripped.startswith(CODE_FENCE):
-                language = normalize_language(stripped[len(CODE_FENCE):].strip("`"))
+                language = normalize_language(stripped[len(CODE_FENCE) :].strip("`"))
                 body = []
             continue
         if stripped.startswith(CODE_FENCE):
@@ -106,8 +106,20 @@ def is_valid_python(code: str | None) -> bool:
 
 
 _PROGRAM_NODES = (
-    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Assign,
-    ast.AugAssign, ast.AnnAssign, ast.For, ast.While, ast.If, ast.With, ast.Try, ast.Return,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Import,
+    ast.ImportFrom,
+    ast.Assign,
+    ast.AugAssign,
+    ast.AnnAssign,
+    ast.For,
+    ast.While,
+    ast.If,
+    ast.With,
+    ast.Try,
+    ast.Return,
 )
 
 

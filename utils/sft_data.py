@@ -72,19 +72,25 @@ def encode_response(tokenizer: Any, response: str, add_end_of_turn: bool = True)
     return list(ids) + ([end_of_turn_id(tokenizer)] if add_end_of_turn else [])
 
 
-def teacher_sft_ids(tokenizer: Any, trace: dict[str, Any], include_thinking: bool,
-                    chat_template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[int]]:
+def teacher_sft_ids(
+    tokenizer: Any, trace: dict[str, Any], include_thinking: bool, chat_template_kwargs: dict[str, Any] | None = None
+) -> tuple[list[int], list[int]]:
     """(prompt ids, target ids) of one teacher trace {'prompt', 'thinking', 'code'} as teacher-SFT trains on it
     (a multi-turn trace with `messages`: the whole exchange, `encode_conversation`)."""
     if trace.get("messages"):
-        prompt_ids, response_ids, _ = encode_conversation(tokenizer, trace["prompt"], trace["messages"], chat_template_kwargs)
+        prompt_ids, response_ids, _ = encode_conversation(
+            tokenizer, trace["prompt"], trace["messages"], chat_template_kwargs
+        )
         return prompt_ids, response_ids
     target = build_sft_target(trace.get("thinking"), trace["code"], include_thinking)
-    return encode_prompt(tokenizer, trace["prompt"], chat_template_kwargs=chat_template_kwargs), encode_response(tokenizer, target)
+    return encode_prompt(tokenizer, trace["prompt"], chat_template_kwargs=chat_template_kwargs), encode_response(
+        tokenizer, target
+    )
 
 
-def build_sft_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int,
-                      response_mask: Sequence[int] | None = None) -> dict[str, list[int]] | None:
+def build_sft_example(
+    prompt_ids: Sequence[int], response_ids: Sequence[int], max_length: int, response_mask: Sequence[int] | None = None
+) -> dict[str, list[int]] | None:
     """The masking function. Returns {'input_ids', 'labels'}, or None when there is no response or
     the whole example does not fit `max_length` (dropped, never cut).
 
@@ -137,31 +143,45 @@ def encode_inserted_text(tokenizer: Any, text: str) -> list[int]:
 _REPLY, _MESSAGE = "\u2063A\u2063", "\u2063U\u2063"  # placeholders no template or tokenizer rewrites
 
 
-def environment_turn_ids(tokenizer: Any, message: dict[str, str], chat_template_kwargs: dict[str, Any] | None = None,
-                         system_prompt: str | None = SYSTEM_PROMPT_UNIFIED) -> list[int]:
+def environment_turn_ids(
+    tokenizer: Any,
+    message: dict[str, str],
+    chat_template_kwargs: dict[str, Any] | None = None,
+    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+) -> list[int]:
     """Token ids the chat template puts after an assistant's end-of-turn token when `message` (a user or
     tool turn, e.g. test feedback) follows: the framing, the message's content, and the next assistant
     header. Rendered around placeholder texts (a reply without a think block, so templates that rewrite
     earlier replies do not change it); the template's markup is encoded with its special tokens, the
     content as inserted text (`encode_inserted_text`) -- the same ids the multi-turn rollout loop appends."""
-    history = [*build_chat_messages("u", system_prompt), {"role": "assistant", "content": _REPLY},
-               {"role": message["role"], "content": _MESSAGE}]
-    rendered = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True,
-                                             **(chat_template_kwargs or {}))
+    history = [
+        *build_chat_messages("u", system_prompt),
+        {"role": "assistant", "content": _REPLY},
+        {"role": message["role"], "content": _MESSAGE},
+    ]
+    rendered = tokenizer.apply_chat_template(
+        history, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
     eot = tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))
-    after = rendered[rendered.index(_REPLY) + len(_REPLY):]
+    after = rendered[rendered.index(_REPLY) + len(_REPLY) :]
     if not after.startswith(eot) or _MESSAGE not in after:
-        raise ValueError(f"this chat template does not end an assistant reply with {eot!r} and then render a "
-                         f"{message['role']!r} turn; multi-turn SFT and feedback turns need one that does")
-    before, _, rest = after[len(eot):].partition(_MESSAGE)
+        raise ValueError(
+            f"this chat template does not end an assistant reply with {eot!r} and then render a "
+            f"{message['role']!r} turn; multi-turn SFT and feedback turns need one that does"
+        )
+    before, _, rest = after[len(eot) :].partition(_MESSAGE)
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     return encode(before) + encode_inserted_text(tokenizer, message["content"]) + encode(rest)
 
 
-def encode_conversation(tokenizer: Any, user_prompt: str, turns: Sequence[dict[str, str]],
-                        chat_template_kwargs: dict[str, Any] | None = None,
-                        system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
-                        environment_span: tuple[str, str] | None = RESULT_SPAN) -> tuple[list[int], list[int], list[int]]:
+def encode_conversation(
+    tokenizer: Any,
+    user_prompt: str,
+    turns: Sequence[dict[str, str]],
+    chat_template_kwargs: dict[str, Any] | None = None,
+    system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
+    environment_span: tuple[str, str] | None = RESULT_SPAN,
+) -> tuple[list[int], list[int], list[int]]:
     """A multi-turn exchange as the student would have produced it: (prompt_ids, response_ids, response_mask).
 
     `turns` follow the prompt, as chat messages: `assistant` turns are the policy's (mask 1, each ended by
@@ -179,7 +199,11 @@ def encode_conversation(tokenizer: Any, user_prompt: str, turns: Sequence[dict[s
             mask += [0] * len(piece)
             continue
         for text, policy in _response_segments(turn["content"], environment_span):
-            piece = tokenizer(text, add_special_tokens=False)["input_ids"] if policy else encode_inserted_text(tokenizer, text)
+            piece = (
+                tokenizer(text, add_special_tokens=False)["input_ids"]
+                if policy
+                else encode_inserted_text(tokenizer, text)
+            )
             ids += piece
             mask += [policy] * len(piece)
         ids.append(end_of_turn_id(tokenizer))
@@ -201,7 +225,8 @@ def check_thinking_targets(tokenizer: Any, include_thinking: bool, chat_template
             "student.enable_thinking=false with dual_source.include_thinking=true: this chat template already "
             "closes an empty <think></think> block in the prompt, so teacher-SFT targets would teach a second "
             "think block. Set --set dual_source.include_thinking=false (code-only targets) or "
-            "--set student.enable_thinking=true.")
+            "--set student.enable_thinking=true."
+        )
 
 
 def collate_sft(examples: Sequence[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:

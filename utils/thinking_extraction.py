@@ -43,14 +43,14 @@ def split_thinking(response: str | None, reasoning: str | None = None) -> dict[s
     last_close = text.rfind(THINK_CLOSE)
     first_open = text.find(THINK_OPEN)
     if last_close != -1:
-        head, answer = text[:last_close], text[last_close + len(THINK_CLOSE):]
+        head, answer = text[:last_close], text[last_close + len(THINK_CLOSE) :]
         if first_open != -1 and first_open < last_close:
-            thinking, source = _strip_tags(head[first_open + len(THINK_OPEN):]), "inline"
+            thinking, source = _strip_tags(head[first_open + len(THINK_OPEN) :]), "inline"
         else:
             thinking, source = _strip_tags(head), "template_opened"
         closed = True
     elif first_open != -1:
-        thinking, answer, closed, source = _strip_tags(text[first_open + len(THINK_OPEN):]), "", False, "inline"
+        thinking, answer, closed, source = _strip_tags(text[first_open + len(THINK_OPEN) :]), "", False, "inline"
     else:
         thinking, answer, closed, source = "", text, False, None
 
