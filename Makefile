@@ -78,7 +78,8 @@ ablation: install ## Train and evaluate the five loss-term variants (resumable; 
 	$(PY) benchmarks/bench_ablation.py $(ABLATION_ARGS)
 	@echo "Results: benchmarks/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
 
-lint: install ## ruff check (with RUF100) and mypy, configured in pyproject.toml
+lint: install ## ruff format --check, ruff check (with RUF100) and mypy, configured in pyproject.toml
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
