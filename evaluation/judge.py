@@ -211,18 +211,9 @@ def _compares(node: ast.AST) -> bool:
     )
 
 
+# the tree evaluator works on decoded plain data, so it may also aggregate (len, sum, min, ...)
 _TREE_CALLS: dict[str, Callable[..., Any]] = {
-    "set": set,
-    "frozenset": frozenset,
-    "tuple": tuple,
-    "list": list,
-    "dict": dict,
-    "float": float,
-    "int": int,
-    "str": str,
-    "sorted": sorted,
-    "abs": abs,
-    "bool": bool,
+    **_SAFE_CALLS,
     "len": len,
     "round": round,
     "sum": sum,
