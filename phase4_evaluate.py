@@ -49,8 +49,7 @@ from evaluation.evaluate import (
 from multiturn.backends import HFContinuer, VLLMContinuer
 from multiturn.environments import make_environment
 from multiturn.sampler import MultiTurnSampler
-from rollouts.from_config import prompt_lengths
-from rollouts.hf import HFRollout
+from rollouts.from_config import evaluation_rollout, prompt_lengths
 from rollouts.models import adapter_rank, default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
@@ -92,14 +91,15 @@ def multi_turn_sampler(config: Config, backend_for, tokenizer, template: dict) -
 
 
 def hf_generators(config: Config, base_name: str, adapter: Path | None, template: dict) -> dict:
-    """transformers sampling: the base model with the adapter attached; the baseline switches it off."""
+    """Sampling from a transformers model (evaluation backend kv or hf): the base model with the adapter
+    attached; the baseline switches it off."""
     ev = config.evaluation
     model, tokenizer = load_student(
         base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
     )
     if adapter is not None:
         model = load_adapter(model, adapter)
-    rollout = HFRollout(tokenizer, ev.max_new_tokens, SamplingSettings.from_section(ev), template, batch_size=8)
+    rollout = evaluation_rollout(config, tokenizer, template)
     if config.multi_turn.mode != "single":  # the environment is attached in main, once the sandbox pool runs
         sampler = multi_turn_sampler(
             config, lambda m: HFContinuer(m, tokenizer, SamplingSettings.from_section(ev)), tokenizer, template
@@ -220,7 +220,7 @@ def main(
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
     # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
     memo = cache_dir / "file_hashes.json"
-    if config.grpo.rollout_backend == "vllm":
+    if config.evaluation_backend == "vllm":
         generators = vllm_generators(
             config,
             base_name,
@@ -241,7 +241,8 @@ def main(
         "max_new_tokens": ev.max_new_tokens,
         "visible_tests": eval_set.visible_tests,
         "thinking": config.student.enable_thinking,
-        "backend": config.grpo.rollout_backend,
+        "backend": config.evaluation_backend,
+        **({"sampler_dtype": config.grpo.sampler_dtype} if config.evaluation_backend == "kv" else {}),
         "dtype": config.student.torch_dtype,
         "load_in_8bit": config.student.load_in_8bit,
     }

@@ -324,6 +324,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
 
     import torch
 
+    from rollouts.from_config import chat_template_kwargs, training_rollout
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
     from training.grpo_trainer import GRPOTrainer
@@ -360,14 +361,13 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     teacher = [
         {"prompt": get_unified_prompt(task), "thinking": "Return the sum.", "code": ADD, "task_id": task.task_id}
     ]
-    rollout = HFRollout(
-        tokenizer,
-        48,
-        SamplingSettings.from_section(small.grpo),
-        {"enable_thinking": config.student.enable_thinking},
-        batch_size=2,
-    )
     with tempfile.TemporaryDirectory() as out:
+        if small.grpo.rollout_backend in ("hf", "kv"):  # the configured sampler; vLLM's own checks are below
+            rollout = training_rollout(small, tokenizer, Path(out))
+        else:
+            rollout = HFRollout(
+                tokenizer, 48, SamplingSettings.from_section(small.grpo), chat_template_kwargs(config), batch_size=2
+            )
         try:
             trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
             metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]

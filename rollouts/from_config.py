@@ -2,6 +2,7 @@
 and the preflight.
 
 - `training_rollout`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
+- `evaluation_rollout`: phase 4's transformers-side sampler (`evaluation.backend`: kv or hf).
 - `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts (phase 3; phase 4
   builds its own, its multi-turn prompts are longer).
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from config import Config
 from rollouts.hf import HFRollout
+from rollouts.kv_sampler import KVCacheRollout
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, max_model_len
@@ -126,6 +128,8 @@ def training_rollout(
             sleep_mode=g.vllm_sleep_mode,
             vllm_module=vllm,
         )
+    if g.rollout_backend == "kv":
+        return KVCacheRollout(tokenizer, g.max_new_tokens, sampling, template, g.sampler_dtype)
     return HFRollout(
         tokenizer,
         g.max_new_tokens,
@@ -133,6 +137,16 @@ def training_rollout(
         template,
         batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
     )
+
+
+def evaluation_rollout(config: Config, tokenizer: Any, template: dict[str, Any]) -> Any:
+    """Phase 4's single-turn sampler over a loaded transformers model (`config.evaluation_backend` kv or hf;
+    phase 4 builds its vLLM engine itself), sampling with `evaluation`'s settings."""
+    ev = config.evaluation
+    sampling = SamplingSettings.from_section(ev)
+    if config.evaluation_backend == "kv":
+        return KVCacheRollout(tokenizer, ev.max_new_tokens, sampling, template, config.grpo.sampler_dtype)
+    return HFRollout(tokenizer, ev.max_new_tokens, sampling, template, batch_size=8)
 
 
 def adapter_handoff(config: Config, output_dir: Path, accelerator: Any = None) -> AdapterHandoff:

@@ -226,6 +226,7 @@ def test_choice_lists_equal_the_library_constants():
     # written twice; this keeps the two copies equal
     import dataclasses
 
+    from rollouts.kv_sampler import SAMPLER_DTYPES
     from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
     from training.rewards import CORRECTNESS_REWARDS
     from utils.dataset_loader import APPS_DIFFICULTIES, TEST_TYPES
@@ -240,6 +241,7 @@ def test_choice_lists_equal_the_library_constants():
         ("dual_source", "sft_weight_schedule"): SCHEDULES,
         ("training", "lr_scheduler"): SCHEDULES,
         ("multi_turn", "mode"): MODES,
+        ("grpo", "sampler_dtype"): tuple(SAMPLER_DTYPES),
     }
     config = cfg.Config()
     declared = {
@@ -256,4 +258,5 @@ def test_choice_lists_equal_the_library_constants():
         ("data", "split_mode"),
         ("student", "torch_dtype"),
         ("grpo", "rollout_backend"),
+        ("evaluation", "backend"),
     }
