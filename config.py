@@ -671,6 +671,9 @@ SECTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config
 # with ~24-80 GB and a vLLM-served Qwen3-32B teacher). The `cpu` preset is the embedded default:
 # the SmolLM2-135M-Instruct student shipped on PyPI, the project's own task fixtures, a local
 # stand-in teacher serving the same small model, and sizes that finish in minutes on 2 cores.
+# Since rollouts and phase 4 sample with the kv sampler (~3x generate), `make run` spends the time
+# saved on 12 steps instead of 6, at 5e-4 (1e-4 barely moves a 135M LoRA in tens of steps:
+# benchmarks/bench_learning.py), and 8 evaluation samples per task instead of 4.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gpu": {},
     "cpu": {
@@ -694,16 +697,16 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "training": {
             "num_train_epochs": 1,
-            "max_steps": 6,
+            "max_steps": 12,
             "per_device_train_batch_size": 2,
             "gradient_accumulation_steps": 1,
-            "learning_rate": 1e-4,
+            "learning_rate": 5e-4,
             "save_steps": 3,
             "forward_chunk_size": 2,
         },
         "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
-        "evaluation": {"num_samples": 4, "k_values": (1, 2, 4), "max_new_tokens": 128},
+        "evaluation": {"num_samples": 8, "k_values": (1, 2, 4, 8), "max_new_tokens": 128},
         "multi_turn": {"max_total_tokens": 512},
     },
 }

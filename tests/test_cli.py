@@ -234,7 +234,7 @@ def test_help_shows_the_resolved_presets_defaults(capsys):
     assert "[teacher.max_concurrent_requests; default: 2]" in text
     _help(phase4, ["--preset", "cpu", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "[evaluation.k_values; default: 1 2 4]" in text and "[evaluation.num_samples; default: 4]" in text
+    assert "[evaluation.k_values; default: 1 2 4 8]" in text and "[evaluation.num_samples; default: 8]" in text
     _help(phase4, ["--preset", "gpu", "--set", "evaluation.num_samples=7", "--help"])
     assert "[evaluation.num_samples; default: 7]" in " ".join(capsys.readouterr().out.split())
     _help(phase1, ["--preset", "cpu", "--help"])
