@@ -68,13 +68,13 @@ async def test_connection(config: Config) -> int:
             return 1
         parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
         where = (
-            "separate reasoning field" if response.reasoning else "inline <think>" if parsed["has_thinking"] else "none"
+            "separate reasoning field" if response.reasoning else "inline <think>" if parsed.has_thinking else "none"
         )
         print(
             f"✓ answered in {response.latency:.2f} s, {response.usage.get('completion_tokens', '?')} tokens, "
             f"finish_reason={response.finish_reason}"
         )
-        print(f"  thinking came back: {parsed['has_thinking']} ({where}); code extracted: {parsed['has_code']}")
+        print(f"  thinking came back: {parsed.has_thinking} ({where}); code extracted: {parsed.has_code}")
         return 0
 
 

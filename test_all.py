@@ -187,14 +187,14 @@ def check_extraction(report: Report) -> None:
     section("Thinking and code extraction (canned responses)")
     for name, response, reasoning, expected_code, expected_thinking in CANNED_RESPONSES:
         parsed = extract_thinking_and_code_unified(response, reasoning)
-        good = parsed["code"] == expected_code and parsed["has_thinking"] == expected_thinking
-        code_len = "none" if parsed["code"] is None else f"{len(parsed['code'])} chars"
-        detail = f"code: {code_len}, thinking: {len(parsed['thinking'])} chars"
+        good = parsed.code == expected_code and parsed.has_thinking == expected_thinking
+        code_len = "none" if parsed.code is None else f"{len(parsed.code)} chars"
+        detail = f"code: {code_len}, thinking: {len(parsed.thinking)} chars"
         report.expect(
             good,
             f"{name} ({detail})",
-            f"expected code={expected_code!r}, has_thinking={expected_thinking}; got {parsed['code']!r}, "
-            f"{parsed['has_thinking']}. See the rules in utils/thinking_extraction.py",
+            f"expected code={expected_code!r}, has_thinking={expected_thinking}; got {parsed.code!r}, "
+            f"{parsed.has_thinking}. See the rules in utils/thinking_extraction.py",
         )
 
 
@@ -202,9 +202,9 @@ def check_extraction_agreement(report: Report) -> None:
     section("Extraction consistency")
     disagreements = []
     for name, response, reasoning, _, _ in CANNED_RESPONSES:
-        unified = extract_thinking_and_code_unified(response, reasoning)["code"]
+        unified = extract_thinking_and_code_unified(response, reasoning).code
         executor = extract_function_from_code(response, reasoning)
-        answer = split_thinking(response, reasoning)["answer"]
+        answer = split_thinking(response, reasoning).answer
         stepwise = select_code(answer)[0] if answer else None
         if not (unified == executor == stepwise):
             disagreements.append(name)
@@ -216,7 +216,7 @@ def check_extraction_agreement(report: Report) -> None:
     invalid = [
         n
         for n, r, rs, _, _ in CANNED_RESPONSES
-        if (c := extract_thinking_and_code_unified(r, rs)["code"]) is not None and not check_syntax(c)[0]
+        if (c := extract_thinking_and_code_unified(r, rs).code) is not None and not check_syntax(c)[0]
     ]
     report.expect(not invalid, "every extracted program is valid Python", f"invalid code from: {', '.join(invalid)}")
 
@@ -303,15 +303,15 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
     )
     parsed = extract_thinking_and_code_unified(sample["text"])
     small = "expected for a small untrained student; teacher-SFT teaches the format"
-    report.ok_or_warn(parsed["has_thinking"], "output contains a <think> block", "output has no <think> block", small)
+    report.ok_or_warn(parsed.has_thinking, "output contains a <think> block", "output has no <think> block", small)
     report.ok_or_warn(
-        parsed["has_code"], "code extracted from the output", "no code could be extracted from the output", small
+        parsed.has_code, "code extracted from the output", "no code could be extracted from the output", small
     )
-    if parsed["has_code"]:
+    if parsed.has_code:
         report.ok_or_warn(
-            parsed["syntax_ok"],
+            parsed.syntax_ok,
             "student code is valid Python",
-            f"student code does not compile ({parsed['syntax_error']})",
+            f"student code does not compile ({parsed.syntax_error})",
             small,
         )
     return model, tokenizer
@@ -327,6 +327,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     from rollouts.from_config import chat_template_kwargs, training_rollout
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
+    from synthesis.generate_traces import TeacherTrace
     from training.grpo_trainer import GRPOTrainer
     from utils.dataset_loader import Task
     from utils.student_model import attach_lora
@@ -359,7 +360,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     base = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" not in k}
     adapter = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
     teacher = [
-        {"prompt": get_unified_prompt(task), "thinking": "Return the sum.", "code": ADD, "task_id": task.task_id}
+        TeacherTrace(task.task_id, 0, get_unified_prompt(task), thinking="Return the sum.", code=ADD, passed=True)
     ]
     with tempfile.TemporaryDirectory() as out:
         if small.grpo.rollout_backend in ("hf", "kv"):  # the configured sampler; vLLM's own checks are below
@@ -413,9 +414,7 @@ def check_code_execution(report: Report, config: Config) -> None:
         with SandboxPool(
             workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate
         ) as pool:
-            results = dict(
-                zip(responses, execute_many([(parsed[n]["code"], task) for n in responses], pool), strict=True)
-            )
+            results = dict(zip(responses, execute_many([(parsed[n].code, task) for n in responses], pool), strict=True))
             isolation = pool.isolation
     except (SandboxError, OSError) as exc:
         report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
@@ -551,7 +550,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
             bad = run([f"<think>\n<program>\n{hostile}</program>", final], ToolEnvironment(pool, 2, 400), "tool")
             inserted_ids = [t for t, m in zip(bad["token_ids"], bad["action_mask"], strict=True) if not m]
             seen = tokenizer.decode(inserted_ids)
-            verdict = execute_program(extract_thinking_and_code_unified(bad["text"])["code"], task, pool=pool)
+            verdict = execute_program(extract_thinking_and_code_unified(bad["text"]).code, task, pool=pool)
             report.expect(
                 "SECRET-PREFLIGHT" not in seen and eot not in inserted_ids and not verdict.passed,
                 f"a hostile program inside <program> reads nothing outside, inserts no markup, scores nothing "
@@ -610,13 +609,13 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
         return
     parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
     report.ok_or_warn(
-        parsed["has_thinking"],
+        parsed.has_thinking,
         "teacher returned thinking",
         "teacher returned no thinking",
         "set teacher.enable_thinking=true; a small stand-in teacher may simply not think",
     )
     report.ok_or_warn(
-        parsed["has_code"],
+        parsed.has_code,
         "teacher returned extractable code",
         "no code in the teacher's answer",
         "check teacher.max_tokens: a truncated answer has no code",

@@ -118,7 +118,7 @@ def run_trl(steps: int, max_new_tokens: int) -> dict:
 
     def sandbox_reward(completions, task_id, **kwargs):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        codes = [extract_thinking_and_code_unified(t)["code"] for t in texts]
+        codes = [extract_thinking_and_code_unified(t).code for t in texts]
         tokens.append(sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts))
         return [r.pass_fraction for r in execute_many(list(zip(codes, [by_id[i] for i in task_id], strict=True)), pool)]
 

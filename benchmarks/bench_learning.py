@@ -68,7 +68,7 @@ def main() -> None:
     from evaluation.evaluate import execute_samples, generate_cached
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
-    from synthesis.generate_traces import load_teacher_examples
+    from synthesis.generate_traces import TeacherTrace, load_teacher_examples
     from training.grpo_trainer import GRPOTrainer
     from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
     from utils.prompts import get_unified_prompt
@@ -90,8 +90,7 @@ def main() -> None:
     tasks = load_mbpp(EMBEDDED_MBPP)[0][: args.tasks]
     if args.teacher == "references":
         teacher = [
-            {"prompt": get_unified_prompt(t), "thinking": "", "code": t.reference_solutions[0], "task_id": t.task_id}
-            for t in tasks
+            TeacherTrace(t.task_id, 0, get_unified_prompt(t), code=t.reference_solutions[0], passed=True) for t in tasks
         ]
     elif args.teacher == "traces":
         teacher = load_teacher_examples(config.paths.teacher_traces_file, {t.task_id for t in tasks}, True)

@@ -204,14 +204,14 @@ def execute_samples(
                     "completion": cached["completion"],
                     "num_tokens": cached["num_tokens"],
                     "finish_reason": cached["finish_reason"],
-                    "thinking": parsed["thinking"],
-                    "code": parsed["code"],
-                    "think_closed": parsed["think_closed"],
-                    "has_code": parsed["has_code"],
-                    "syntax_ok": parsed["syntax_ok"],
+                    "thinking": parsed.thinking,
+                    "code": parsed.code,
+                    "think_closed": parsed.think_closed,
+                    "has_code": parsed.has_code,
+                    "syntax_ok": parsed.syntax_ok,
                 }
             )
-            items.append((parsed["code"], task))
+            items.append((parsed.code, task))
     results = execute_many(items, pool, limits, progress=True, include_challenge=include_challenge)
     for row, result in zip(rows, results, strict=True):
         row.update(
@@ -247,7 +247,7 @@ def _score_earlier_answers(
         )
         answers = cached.get("answers") or [cached["completion"]]
         row["answers_passed"] = [False] * (len(answers) - 1) + [row["passed"]]
-        earlier += [(row, i, extract_thinking_and_code_unified(a)["code"]) for i, a in enumerate(answers[:-1])]
+        earlier += [(row, i, extract_thinking_and_code_unified(a).code) for i, a in enumerate(answers[:-1])]
     if earlier:
         results = execute_many(
             [(code, by_task[row["task_id"]]) for row, _, code in earlier],

@@ -119,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                 + (", truncated by a limit" if sample["truncated"] else "")
                 + " ---"
             )
-        print("--- thinking ---\n" + (parsed["thinking"] or "(none)"))
-        print("--- code ---\n" + (parsed["code"] or "(no code found)"))
+        print("--- thinking ---\n" + (parsed.thinking or "(none)"))
+        print("--- code ---\n" + (parsed.code or "(no code found)"))
         if task is not None:
-            result = execute_program(parsed["code"], task)
+            result = execute_program(parsed.code, task)
             print(
                 f"--- verdict: {result.status} ({result.tests_passed}/{result.tests_total} tests)"
                 + (f": {result.error}" if result.error else "")

@@ -297,7 +297,7 @@ class FeedbackEnvironment:
         return EpisodeState(task=task, visible=visible_tests(task, self.num_visible_tests))
 
     def _check(self, state: EpisodeState, turn: Turn) -> Step:
-        code = extract_thinking_and_code_unified(turn.text)["code"]
+        code = extract_thinking_and_code_unified(turn.text).code
         if state.visible is None:  # nothing shown to test against: only a program that does not compile is told
             ok = bool(code) and check_syntax(code)[0]
             if ok or not code:

@@ -13,18 +13,17 @@ readers take the newest record per sample (`latest_records`). An exclusive `floc
 stops two runs from writing it at once. `--overwrite` empties the file only when the first good
 answer arrives, so a run whose every request fails leaves the old traces as they were.
 
-Record fields: task_id, sample_idx, prompt, thinking, code, response (the raw content), reasoning
-(the server's separate reasoning field, if any), finish_reason, usage, latency, syntax_ok, passed,
-pass_fraction, tests_passed, tests_total, status (a sandbox status, or "api_error"), error,
-previous_errors (the API errors of earlier attempts at this sample), teacher_model, timestamp.
+Record: `TeacherTrace` (one line each, `TeacherTrace.to_row`). This module is the format's one owner:
+`latest_records` and `load_teacher_examples` are its readers, so phase 3 receives `TeacherTrace`s and
+never parses the file itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,100 @@ from synthesis.teacher_query import TeacherClient, TeacherFatalError, TeacherRes
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
 from utils.prompts import build_chat_messages, get_unified_prompt
-from utils.thinking_extraction import extract_thinking_and_code_unified
+from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
+
+
+@dataclass(frozen=True)
+class TraceTurn:
+    """One answer of a feedback-mode exchange and what it heard back."""
+
+    response: str | None
+    reasoning: str | None
+    feedback: str | None  # the user message it got; None for the last answer
+    truncated: bool = False
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> TraceTurn:
+        return cls(row.get("response"), row.get("reasoning"), row.get("feedback"), bool(row.get("truncated")))
+
+
+@dataclass(frozen=True)
+class TeacherTrace:
+    """One line of the trace file: one teacher answer, or one failed request, for one sample of a task.
+
+    Field order is the file's key order. A row written before a field existed reads as its default;
+    keys this version does not know are ignored. The multi-turn fields are written only when set, so a
+    single-turn row is what it always was.
+    """
+
+    task_id: str
+    sample_idx: int
+    prompt: str  # the unified user prompt
+    teacher_model: str = ""
+    timestamp: str = ""
+    latency: float = 0.0
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    previous_errors: tuple[str, ...] = ()  # the API errors of earlier attempts at this sample
+    thinking: str = ""
+    code: str | None = None
+    response: str | None = None  # the raw content
+    reasoning: str | None = None  # the server's separate reasoning field, if any
+    syntax_ok: bool = False
+    passed: bool = False
+    pass_fraction: float = 0.0
+    tests_passed: int = 0
+    tests_total: int = 0
+    status: str = ""  # a sandbox status, or "api_error"
+    error: str | None = None
+    # feedback mode (phase 2 --mode feedback): each answer and the feedback it got
+    mode: str | None = None
+    num_turns: int | None = None
+    turns: tuple[TraceTurn, ...] | None = None
+    # a trace that carries its exchange after the prompt as chat messages (written by other tools)
+    messages: tuple[dict[str, str], ...] | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> TeacherTrace:
+        """A row as read from the file; KeyError/TypeError/ValueError when task_id or sample_idx is missing or bad."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in row.items() if k in known}
+        values["task_id"], values["sample_idx"] = str(row["task_id"]), int(row["sample_idx"])
+        values["prompt"] = values.get("prompt") or ""
+        values["thinking"] = values.get("thinking") or ""
+        values["previous_errors"] = tuple(values.get("previous_errors") or ())
+        if values.get("turns") is not None:
+            values["turns"] = tuple(TraceTurn.from_row(t) for t in values["turns"])
+        if values.get("messages") is not None:
+            values["messages"] = tuple(values["messages"])
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        """The row as written: every single-turn field in order, then the multi-turn ones that are set."""
+        row = asdict(self)
+        row["previous_errors"] = list(self.previous_errors)
+        for name in ("mode", "num_turns", "turns", "messages"):
+            if row[name] is None:
+                del row[name]
+        if self.turns is not None:
+            row["turns"] = [asdict(turn) for turn in self.turns]
+        if self.messages is not None:
+            row["messages"] = list(self.messages)
+        return row
+
+    def conversation(self) -> list[dict[str, str]] | None:
+        """The exchange after the prompt as chat messages (each answer, then the feedback it got as a user
+        turn): what teacher-SFT trains on for a multi-turn trace. None for a single-turn trace."""
+        if self.messages:
+            return list(self.messages)
+        if not self.turns:
+            return None
+        messages = []
+        for turn in self.turns:
+            messages.append({"role": "assistant", "content": turn.response or ""})
+            if turn.feedback:
+                messages.append({"role": "user", "content": turn.feedback})
+        return messages
 
 
 class TraceFileBusy(RuntimeError):  # noqa: N818 - a busy file, named for the situation
@@ -57,18 +149,19 @@ class TraceStats:
     elapsed_s: float = 0.0
     errors: dict = field(default_factory=dict)  # first few API error messages, by message
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: TeacherTrace) -> None:
         self.total += 1
-        if record["status"] == "api_error":
+        if record.status == "api_error":
             self.api_errors += 1
+            message = (record.error or "")[:120]
             if len(self.errors) < 5:
-                self.errors[record["error"][:120]] = self.errors.get(record["error"][:120], 0) + 1
+                self.errors[message] = self.errors.get(message, 0) + 1
             return
-        self.with_thinking += bool(record["thinking"])
-        self.code_extracted += record["code"] is not None
-        self.valid_python += bool(record["syntax_ok"])
-        self.passed_tests += bool(record["passed"])
-        self.truncated += record["finish_reason"] == "length"
+        self.with_thinking += bool(record.thinking)
+        self.code_extracted += record.code is not None
+        self.valid_python += bool(record.syntax_ok)
+        self.passed_tests += bool(record.passed)
+        self.truncated += record.finish_reason == "length"
 
     def table(self) -> str:
         n = max(self.total, 1)
@@ -100,83 +193,70 @@ def build_record(
     prompt: str,
     response: TeacherResponse,
     result: ExecutionResult | None,
-    parsed: dict | None,
+    parsed: ParsedResponse | None,
     teacher_model: str,
     previous_errors: Sequence[str] = (),
-) -> dict[str, Any]:
-    base = {
-        "task_id": task.task_id,
-        "sample_idx": sample_idx,
-        "prompt": prompt,
-        "teacher_model": teacher_model,
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "latency": round(response.latency, 3),
-        "finish_reason": response.finish_reason,
-        "usage": response.usage,
-        "previous_errors": list(previous_errors),
-    }
+) -> TeacherTrace:
+    base = TeacherTrace(
+        task_id=task.task_id,
+        sample_idx=sample_idx,
+        prompt=prompt,
+        teacher_model=teacher_model,
+        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+        latency=round(response.latency, 3),
+        finish_reason=response.finish_reason,
+        usage=response.usage,
+        previous_errors=tuple(previous_errors),
+    )
     if not response.ok:
-        return {
-            **base,
-            "thinking": "",
-            "code": None,
-            "response": None,
-            "reasoning": None,
-            "syntax_ok": False,
-            "passed": False,
-            "pass_fraction": 0.0,
-            "tests_passed": 0,
-            "tests_total": 0,
-            "status": "api_error",
-            "error": response.error,
-        }
+        return replace(base, status="api_error", error=response.error)
     assert parsed is not None and result is not None
-    return {
-        **base,
-        "thinking": parsed["thinking"],
-        "code": parsed["code"],
-        "response": response.text,
-        "reasoning": response.reasoning,
-        "syntax_ok": parsed["syntax_ok"],
-        "passed": result.passed,
-        "pass_fraction": result.pass_fraction,
-        "tests_passed": result.tests_passed,
-        "tests_total": result.tests_total,
-        "status": result.status,
-        "error": result.error,
-    }
+    return replace(
+        base,
+        thinking=parsed.thinking,
+        code=parsed.code,
+        response=response.text,
+        reasoning=response.reasoning,
+        syntax_ok=parsed.syntax_ok,
+        passed=result.passed,
+        pass_fraction=result.pass_fraction,
+        tests_passed=result.tests_passed,
+        tests_total=result.tests_total,
+        status=result.status,
+        error=result.error,
+    )
 
 
-def latest_records(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+def latest_records(path: Path) -> dict[tuple[str, int], TeacherTrace]:
     """The newest record of each (task_id, sample_idx) in a trace file (a retried sample has an older api_error row).
 
     The one reader of the trace format: phase 2 resumes from it and phase 3's teacher-SFT reads it (through
     `load_teacher_examples`). Torn-line policy of `utils.jsonl`: a torn last line is skipped, a bad middle line
     is an error naming file and line.
     """
-    latest: dict[tuple[str, int], dict[str, Any]] = {}
-    for line_no, record in iter_jsonl(path, tolerate_torn_tail=True):
+    latest: dict[tuple[str, int], TeacherTrace] = {}
+    for line_no, row in iter_jsonl(path, tolerate_torn_tail=True):
         try:
-            key = (str(record["task_id"]), int(record["sample_idx"]))
+            record = TeacherTrace.from_row(row)
         except (KeyError, TypeError, ValueError):
             raise DataFormatError(
                 f"{path}:{line_no}: not a trace record (needs task_id and sample_idx); fix or remove "
                 "that line, or start a fresh file with --overwrite."
             ) from None
-        latest[key] = record
+        latest[(record.task_id, record.sample_idx)] = record
     return latest
 
 
-def error_history(records: dict[tuple[str, int], dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
+def error_history(records: dict[tuple[str, int], TeacherTrace]) -> dict[tuple[str, int], list[str]]:
     """For each sample whose newest record is an API error: every error it has had so far (oldest first)."""
     return {
-        key: [*record.get("previous_errors", []), record.get("error") or "unknown error"]
+        key: [*record.previous_errors, record.error or "unknown error"]
         for key, record in records.items()
-        if record.get("status") == "api_error"
+        if record.status == "api_error"
     }
 
 
-def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tuple[str, int], dict[str, Any]]]:
+def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tuple[str, int], TeacherTrace]]:
     """Open (and lock) the trace file for appending; return it with the newest record of each sample already there.
 
     A torn last line (the process was killed while writing it) is cut off so appends stay valid. With
@@ -198,42 +278,15 @@ def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tu
         raise
 
 
-def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[dict]:
+def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[TeacherTrace]:
     """Teacher traces usable for SFT: the newest record per sample, with code, for training tasks only, passed if asked."""
     if not path.is_file():
         return []  # whether that is acceptable (teacher-SFT off) is the caller's decision
-    examples = []
-    for record in latest_records(path).values():
-        if record.get("task_id") not in train_task_ids or not record.get("code"):
-            continue
-        if only_passed and not record.get("passed"):
-            continue
-        messages = trace_messages(record)
-        examples.append(
-            {
-                "prompt": record["prompt"],
-                "thinking": record.get("thinking") or "",
-                "code": record["code"],
-                "task_id": record["task_id"],
-                **({"messages": messages} if messages else {}),
-            }
-        )
-    return examples
-
-
-def trace_messages(record: dict[str, Any]) -> list[dict[str, str]] | None:
-    """A feedback-mode trace as the chat exchange after its prompt (each answer, then the feedback it got
-    as a user turn), what teacher-SFT trains on; None for a single-turn trace."""
-    if record.get("messages"):
-        return list(record["messages"])
-    if not record.get("turns"):
-        return None
-    messages = []
-    for turn in record["turns"]:
-        messages.append({"role": "assistant", "content": turn.get("response") or ""})
-        if turn.get("feedback"):
-            messages.append({"role": "user", "content": turn["feedback"]})
-    return messages
+    return [
+        record
+        for record in latest_records(path).values()
+        if record.task_id in train_task_ids and record.code and (record.passed or not only_passed)
+    ]
 
 
 async def generate_traces(
@@ -267,7 +320,7 @@ async def generate_traces(
     stats.skipped_existing = sum(1 for task in tasks for i in range(num_samples) if (task.task_id, i) in done)
     stats.retried = sum(1 for task, i in jobs if (task.task_id, i) in history)
     # --overwrite: the old file is cut only when the first good answer arrives; error rows wait in memory until then
-    pending: list[dict[str, Any]] | None = [] if overwrite else None
+    pending: list[TeacherTrace] | None = [] if overwrite else None
     plans = {task.task_id: plan_tests(task) for task in tasks}
     bar = None
     if progress:
@@ -287,21 +340,21 @@ async def generate_traces(
             except asyncio.QueueEmpty:
                 return
             prompt = get_unified_prompt(task, num_visible_tests, mode=mode)
-            messages = build_chat_messages(prompt)
+            messages: Sequence[Mapping[str, str | None]] = build_chat_messages(prompt)
             response = await client.complete(messages)
-            turns: list[dict[str, Any]] = []
+            turns: list[TraceTurn] = []
             if feedback is not None:
                 state = feedback.start(task)
                 while response.ok:
                     finish = "stop" if response.finish_reason in (None, "stop") else "length"
-                    [step] = await asyncio.to_thread(feedback.step, [state], [Turn(response.text, finish)])
+                    [step] = await asyncio.to_thread(feedback.step, [state], [Turn(response.text or "", finish)])
                     turns.append(
-                        {
-                            "response": response.text,
-                            "reasoning": response.reasoning,
-                            "feedback": None if step.done else step.observation,
-                            "truncated": step.truncated,
-                        }
+                        TraceTurn(
+                            response=response.text,
+                            reasoning=response.reasoning,
+                            feedback=None if step.done else step.observation,
+                            truncated=step.truncated,
+                        )
                     )
                     if step.done:
                         break
@@ -316,7 +369,7 @@ async def generate_traces(
                 parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(
-                    execute_program, parsed["code"], task, limits, pool, None, False, plans[task.task_id]
+                    execute_program, parsed.code, task, limits, pool, None, False, plans[task.task_id]
                 )
             record = build_record(
                 task,
@@ -328,9 +381,9 @@ async def generate_traces(
                 teacher_model or client.model,
                 history.get((task.task_id, sample_idx), []),
             )
-            if feedback is not None and record["status"] != "api_error":
-                record.update(mode=mode, num_turns=len(turns), turns=turns)
-            if pending is not None and record["status"] == "api_error":
+            if feedback is not None and record.status != "api_error":
+                record = replace(record, mode=mode, num_turns=len(turns), turns=tuple(turns))
+            if pending is not None and record.status == "api_error":
                 pending.append(record)
             else:
                 if pending is not None:  # the first good answer of an --overwrite run: now the old file goes
@@ -338,9 +391,9 @@ async def generate_traces(
                     if on_fresh_start is not None:
                         on_fresh_start()
                     for held in pending:
-                        out.write(held)
+                        out.write(held.to_row())
                     pending = None
-                out.write(record)  # flushed: survives a kill of this process
+                out.write(record.to_row())  # flushed: survives a kill of this process
             stats.add(record)
             if bar is not None:
                 elapsed = max(time.monotonic() - start, 1e-9)

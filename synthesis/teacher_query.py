@@ -24,7 +24,7 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -180,7 +180,7 @@ class TeacherClient:
             return []  # some servers do not implement /v1/models; requests may still work
         return [m.id for m in getattr(page, "data", []) or []]
 
-    async def complete(self, messages: list[dict[str, str]]) -> TeacherResponse:
+    async def complete(self, messages: Sequence[Mapping[str, str | None]]) -> TeacherResponse:
         """One chat completion with retries. Never raises for a bad sample; raises TeacherFatalError
         for mistakes that would fail every request."""
         start = time.monotonic()

@@ -9,6 +9,7 @@ correction, nor self-SFT labels. No mask means all ones, and gives exactly today
 from __future__ import annotations
 
 import copy
+import dataclasses
 import types
 
 import pytest
@@ -313,14 +314,14 @@ def test_teacher_sft_on_multi_turn_traces_masks_the_environment(tmp_path, pool):
     tasks = small_tasks()
     code = tasks[0].reference_solutions[0]
     traces = [
-        {
-            **teacher_examples(tasks)[0],
-            "messages": [
+        dataclasses.replace(
+            teacher_examples(tasks)[0],
+            messages=(
                 {"role": "assistant", "content": "```python\ndef nothing():\n    return 0\n```"},
                 {"role": "user", "content": "assert failed: NameError"},
                 {"role": "assistant", "content": f"```python\n{code}\n```"},
-            ],
-        }
+            ),
+        )
     ]
     from training.sft_sources import build_teacher_sft
 
@@ -359,10 +360,10 @@ def test_a_feedback_mode_trace_from_phase_2_becomes_the_exchange_teacher_sft_tra
         "turns": turns,
     }
     path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "task_id": "a/2", "turns": None, "mode": None}) + "\n")
-    by_task = {e["task_id"]: e for e in load_teacher_examples(path, {"a/1", "a/2"}, True)}
-    assert by_task["a/1"]["messages"] == [
+    by_task = {e.task_id: e for e in load_teacher_examples(path, {"a/1", "a/2"}, True)}
+    assert by_task["a/1"].conversation() == [
         {"role": "assistant", "content": "```python\nx = 0\n```"},
         {"role": "user", "content": "assert f() == 1 failed: got 0"},
         {"role": "assistant", "content": "```python\nx = 1\n```"},
     ]
-    assert "messages" not in by_task["a/2"]  # single-turn: the canonical target, as before
+    assert by_task["a/2"].conversation() is None  # single-turn: the canonical target, as before

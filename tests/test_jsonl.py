@@ -131,7 +131,8 @@ def test_trace_reader_takes_the_newest_record_of_a_retried_sample(tmp_path):
         "previous_errors": ["HTTP 500"],
     }
     traces.write_text(lines([error, answer]))
-    assert load_teacher_examples(traces, {"a/1"}, True) == [
-        {"prompt": "p", "thinking": "t", "code": "x = 1", "task_id": "a/1"}
-    ]
+    assert [
+        (e.task_id, e.prompt, e.thinking, e.code, e.passed, e.previous_errors)
+        for e in load_teacher_examples(traces, {"a/1"}, True)
+    ] == [("a/1", "p", "t", "x = 1", True, ("HTTP 500",))]
     assert [n for n, _ in iter_jsonl(traces)] == [1, 2]

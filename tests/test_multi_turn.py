@@ -187,7 +187,7 @@ def test_tool_mode_three_turns_mask_covers_exactly_the_policy_tokens(smollm2_tok
     assert record["num_turns"] == 3 and record["tool_calls"] == 2 and record["tool_successes"] == 2
     assert not record["truncated"] and record["finish_reason"] == "stop"
     parsed = extract_thinking_and_code_unified(record["text"])
-    assert execute_program(parsed["code"], MBPP, pool=pool).passed
+    assert execute_program(parsed.code, MBPP, pool=pool).passed
 
 
 def feedback_script(index: int, turn: int) -> str:
@@ -248,7 +248,7 @@ def test_samples_that_exhaust_turns_or_tokens_are_truncated_and_keep_their_last_
     [cut] = run_episodes(looping, tool, tok, [prompt], [MBPP], "tool", 32, 60)
     assert cut["truncated"] and cut["num_tokens"] <= 60 and cut["finish_reason"] == "length"
     assert len(cut["action_mask"]) == len(cut["token_ids"])
-    assert not extract_thinking_and_code_unified(cut["text"])["code"]
+    assert not extract_thinking_and_code_unified(cut["text"]).code
 
 
 def test_tool_call_limit_is_answered_without_running(smollm2_tokenizer, pool):
@@ -300,7 +300,7 @@ def test_a_hostile_program_inside_program_tags_learns_nothing_and_leaves_nothing
     assert "spawned" in observed  # it ran: what it read and started is what the sandbox allowed
     assert "SECRET-17" not in observed and "assert" not in observed
     assert end_of_turn_id(tok) not in env_runs[0]  # printed markup stays text
-    assert not execute_program(extract_thinking_and_code_unified(record["text"])["code"], MBPP, pool=pool).passed
+    assert not execute_program(extract_thinking_and_code_unified(record["text"]).code, MBPP, pool=pool).passed
     time.sleep(3)
     assert not marker.exists()
 

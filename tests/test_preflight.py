@@ -1,5 +1,6 @@
 """The preflight itself must be able to fail: run it for real, then break a check and see it fail."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -19,8 +20,10 @@ def test_fast_preflight_passes_and_prints_the_summary(capsys):
 
 
 def test_a_broken_extractor_makes_the_preflight_fail(monkeypatch, capsys):
+    real = test_all.extract_thinking_and_code_unified
+
     def wrong(response, reasoning=None):  # grades code drafted inside the thinking
-        return {"code": "wrong", "has_thinking": True, "thinking": ""}
+        return dataclasses.replace(real(response, reasoning), code="wrong", has_thinking=True, thinking="")
 
     monkeypatch.setattr(test_all, "extract_thinking_and_code_unified", wrong)
     code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])

@@ -49,7 +49,7 @@ def test_prompt_shows_the_answer_format_with_the_shared_constants():
     assert fmt.index(THINK_OPEN) < fmt.index(THINK_CLOSE) < fmt.index(PYTHON_FENCE) < fmt.rindex(CODE_FENCE)
     # the example in the prompt is itself parsed as well-formed by the project's own parser
     example = fmt[len("Format:\n") :]
-    assert extract_thinking_and_code_unified(example)["well_formed"]
+    assert extract_thinking_and_code_unified(example).well_formed
 
 
 def test_stdin_and_call_prompts():
@@ -136,7 +136,7 @@ def test_each_mode_appends_its_instructions_to_the_single_turn_prompt():
 
 def test_the_one_shot_tool_example_parses_like_a_real_answer():
     parsed = extract_thinking_and_code_unified(TOOL_EXAMPLE)
-    assert parsed["well_formed"] and parsed["code"].startswith("def sum_to(n):")
+    assert parsed.well_formed and parsed.code.startswith("def sum_to(n):")
     # the program sits inside the thinking, where no graded code is ever taken from
-    assert PROGRAM_OPEN in parsed["thinking"] and RESULT_CLOSE in parsed["thinking"]
+    assert PROGRAM_OPEN in parsed.thinking and RESULT_CLOSE in parsed.thinking
     assert TOOL_EXAMPLE.count(PROGRAM_OPEN) == TOOL_EXAMPLE.count(PROGRAM_CLOSE) == 1

@@ -2,15 +2,17 @@ import pytest
 
 from evaluation.code_executor import ExecutionResult
 from training.rewards import REWARD_FUNCTIONS, compute_rewards, get_reward_function
+from utils.thinking_extraction import extract_thinking_and_code_unified as extract
 
 
 def result(passed, total, status=None):
     return ExecutionResult(passed == total, passed, total, status or ("passed" if passed == total else "wrong_answer"))
 
 
-PARSED_GOOD = {"well_formed": True, "has_code": True}
-PARSED_PLAIN = {"well_formed": False, "has_code": True}
-PARSED_NONE = {"well_formed": False, "has_code": False}
+PARSED_GOOD = extract("<think>t</think>\n\n```python\nx = 1\n```")  # well formed
+PARSED_PLAIN = extract("```\nx = 1\n```")  # code, but not the format the prompt asks for
+PARSED_NONE = extract("<think>never closed")  # no code
+assert PARSED_GOOD.well_formed and PARSED_PLAIN.has_code and not PARSED_PLAIN.well_formed and not PARSED_NONE.has_code
 
 
 def test_binary_and_fraction_and_format():

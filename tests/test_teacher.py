@@ -78,10 +78,10 @@ def test_every_response_shape_parses(shape):
     assert response.ok and response.attempts == 1 and response.usage["completion_tokens"] == 20
     parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
     if shape == "truncated":
-        assert response.finish_reason == "length" and parsed["code"] is None and not parsed["think_closed"]
+        assert response.finish_reason == "length" and parsed.code is None and not parsed.think_closed
     else:
-        assert parsed["code"] == "def add(a, b):\n    return a + b"
-        assert parsed["has_thinking"] == (shape != "no_thinking")
+        assert parsed.code == "def add(a, b):\n    return a + b"
+        assert parsed.has_thinking == (shape != "no_thinking")
 
 
 def test_request_carries_the_sampling_parameters():

@@ -338,8 +338,8 @@ def test_teacher_examples_are_filtered(tmp_path):
     ]
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps({**r, "sample_idx": 0}) + "\n" for r in rows) + '{"torn')
-    assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, True)] == ["a/1"]
-    assert [e["task_id"] for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, False)] == ["a/1", "a/2"]
+    assert [e.task_id for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, True)] == ["a/1"]
+    assert [e.task_id for e in load_teacher_examples(path, {"a/1", "a/2", "a/3"}, False)] == ["a/1", "a/2"]
     assert load_teacher_examples(tmp_path / "missing.jsonl", {"a/1"}, True) == []
 
 

@@ -69,15 +69,13 @@ def small_tasks(n: int = 6):
 
 
 def teacher_examples(tasks):
+    from synthesis.generate_traces import TeacherTrace
     from utils.prompts import get_unified_prompt
 
     return [
-        {
-            "prompt": get_unified_prompt(t),
-            "thinking": "Add them.",
-            "code": t.reference_solutions[0],
-            "task_id": t.task_id,
-        }
+        TeacherTrace(
+            t.task_id, 0, get_unified_prompt(t), thinking="Add them.", code=t.reference_solutions[0], passed=True
+        )
         for t in tasks
     ]
 

@@ -29,7 +29,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -50,6 +50,9 @@ from utils.prompts import get_unified_prompt
 from utils.sft_data import collate_sft, end_of_turn_id
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
+if TYPE_CHECKING:  # the record only: phase 3 reads the trace file through synthesis.generate_traces
+    from synthesis.generate_traces import TeacherTrace
+
 
 def _mean(values: list[float | None]) -> float:
     """Mean of the values that are not None (NaN when all are)."""
@@ -64,7 +67,7 @@ class GRPOTrainer:
         model: Any,
         tokenizer: Any,
         tasks: list[Task],
-        teacher_examples: list[dict],
+        teacher_examples: list[TeacherTrace],
         output_dir: str | Path,
         accelerator: Any = None,
         rollout: Any = None,
@@ -166,7 +169,7 @@ class GRPOTrainer:
         flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
         parsed = [extract_thinking_and_code_unified(s["text"]) for _, s in flat]
         start = time.monotonic()
-        jobs = [(p["code"], t) for (t, _), p in zip(flat, parsed, strict=True)]
+        jobs = [(p.code, t) for (t, _), p in zip(flat, parsed, strict=True)]
         results = execute_many(jobs, self.pool, self.limits, include_challenge=cfg.sandbox.include_challenge_tests)
         # a harness failure gets one more try; twice on the same program, and it counts as a failure
         retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
@@ -213,7 +216,7 @@ class GRPOTrainer:
             },
             "sandbox/error_retried": len(retry) / count,
             "sandbox/error_confirmed": len(confirmed) / count,
-            "format/closed_think": sum(p["think_closed"] for p in parsed) / count,
+            "format/closed_think": sum(p.think_closed for p in parsed) / count,
         }
         return groups, metrics
 

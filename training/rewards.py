@@ -1,7 +1,7 @@
 """Rewards: from sandbox verdicts and parsed responses to one scalar per sample (pure, no I/O).
 
 A reward function has the signature ``(results, parsed) -> list[float | None]`` where ``results``
-are `evaluation.code_executor.ExecutionResult`s and ``parsed`` the dicts of
+are `evaluation.code_executor.ExecutionResult`s and ``parsed`` the `ParsedResponse`s of
 `utils.thinking_extraction.extract_thinking_and_code_unified`. ``None`` means "could not be
 verified" (the sandbox itself failed): such a sample gets no advantage at all, rather than being
 punished as wrong. The trainer re-runs such a program once; if the harness fails on it again, it
@@ -35,19 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RewardFunction = Callable[[Sequence[Any], Sequence[dict]], list[float | None]]
+from utils.thinking_extraction import ParsedResponse
+
+RewardFunction = Callable[[Sequence[Any], Sequence[ParsedResponse]], list[float | None]]
 
 
-def binary_correctness(results: Sequence[Any], parsed: Sequence[dict]) -> list[float | None]:
+def binary_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
     return [None if r.status == "sandbox_error" else float(r.passed) for r in results]
 
 
-def fraction_correctness(results: Sequence[Any], parsed: Sequence[dict]) -> list[float | None]:
+def fraction_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
     return [None if r.status == "sandbox_error" else float(r.pass_fraction) for r in results]
 
 
-def format_reward(results: Sequence[Any], parsed: Sequence[dict]) -> list[float | None]:
-    return [1.0 if p.get("well_formed") else 0.5 if p.get("has_code") else 0.0 for p in parsed]
+def format_reward(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
+    return [1.0 if p.well_formed else 0.5 if p.has_code else 0.0 for p in parsed]
 
 
 REWARD_FUNCTIONS: dict[str, RewardFunction] = {
@@ -114,7 +116,7 @@ def load_reward_functions(specs: Sequence[str], weights: Sequence[float] = ()) -
     ]
 
 
-def reward_columns(tasks: Sequence[Any], parsed: Sequence[dict], results: Sequence[Any]) -> dict[str, list]:
+def reward_columns(tasks: Sequence[Any], parsed: Sequence[ParsedResponse], results: Sequence[Any]) -> dict[str, list]:
     """The keyword columns a user reward function receives, one entry per completion."""
     return {
         "task_id": [t.task_id for t in tasks],
@@ -124,7 +126,7 @@ def reward_columns(tasks: Sequence[Any], parsed: Sequence[dict], results: Sequen
         "tests": [list(t.tests) for t in tasks],
         "difficulty": [t.difficulty for t in tasks],
         "fn_name": [t.fn_name for t in tasks],
-        "code": [p.get("code") for p in parsed],
+        "code": [p.code for p in parsed],
         "status": [r.status for r in results],
         "pass_fraction": [r.pass_fraction for r in results],
     }
@@ -160,7 +162,7 @@ class Reward:
 
 def compute_rewards(
     results: Sequence[Any],
-    parsed: Sequence[dict],
+    parsed: Sequence[ParsedResponse],
     correctness: str = "binary",
     format_weight: float = 0.1,
     user_rewards: Sequence[UserReward] = (),

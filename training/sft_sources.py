@@ -2,7 +2,7 @@
 
 Teacher-SFT: every usable trace is tokenized once at start (`build_teacher_sft`); one that does not
 fit `dual_source.sft_max_length` is dropped and counted, never cut. A single-turn trace trains on the
-canonical target (thinking + code block); a multi-turn one (`messages`: the exchange after the prompt)
+canonical target (thinking + code block); a multi-turn one (`TeacherTrace.conversation()`: the exchange after the prompt)
 on the teacher's replies as sent, with the environment's tokens (tool results, feedback turns) as
 context only (`utils.sft_data.encode_conversation`). Self-SFT: each group's best
 passing sample that ended its own turn (`best_passing_sample`), de-duplicated, or, on a step without
@@ -12,10 +12,13 @@ one, recent successes replayed from a bounded `SuccessBuffer`. Both use `utils.s
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config import Config
 from utils.sft_data import build_sft_example, check_thinking_targets, encode_conversation, teacher_sft_ids
+
+if TYPE_CHECKING:  # the record type only: phase 3 reads the trace file through synthesis.generate_traces
+    from synthesis.generate_traces import TeacherTrace
 
 # (prompt ids, completion ids, action mask or None = all policy tokens)
 SuccessKey = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
@@ -90,7 +93,7 @@ def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_lengt
     return [e for e in (build_sft_example(p, c, max_length, m) for p, c, m in chosen) if e]
 
 
-def build_teacher_sft(examples: list[dict], tokenizer: Any, config: Config) -> tuple[list[dict], dict]:
+def build_teacher_sft(examples: list[TeacherTrace], tokenizer: Any, config: Config) -> tuple[list[dict], dict]:
     """Tokenize every usable teacher trace once. A trace whose prompt + target does not fit
     `sft_max_length` is dropped and counted, never cut. Returns the examples and their statistics:
     the share dropped, and the share of kept targets longer than the rollout budget (a student
@@ -102,10 +105,9 @@ def build_teacher_sft(examples: list[dict], tokenizer: Any, config: Config) -> t
     check_thinking_targets(tokenizer, d.include_thinking, template)
     built, over_budget = [], 0
     for example in examples:
-        if example.get("messages"):  # a multi-turn trace: the teacher's turns as sent, environment turns masked
-            prompt_ids, response_ids, mask = encode_conversation(
-                tokenizer, example["prompt"], example["messages"], template
-            )
+        conversation = example.conversation()
+        if conversation:  # a multi-turn trace: the teacher's turns as sent, environment turns masked
+            prompt_ids, response_ids, mask = encode_conversation(tokenizer, example.prompt, conversation, template)
         else:
             (prompt_ids, response_ids), mask = teacher_sft_ids(tokenizer, example, d.include_thinking, template), None
         sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length, mask)

@@ -102,7 +102,7 @@ def parse_quietly(code: str) -> ast.Module:
 
 
 def is_valid_python(code: str | None) -> bool:
-    return bool(code and code.strip()) and check_syntax(code)[0]
+    return code is not None and bool(code.strip()) and check_syntax(code)[0]
 
 
 _PROGRAM_NODES = (

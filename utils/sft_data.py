@@ -19,13 +19,25 @@ This module knows tokenizers and tensors, not models or configs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from utils.prompts import CODE_FENCE, PYTHON_FENCE, SYSTEM_PROMPT_UNIFIED, THINK_CLOSE, THINK_OPEN, build_chat_messages
 
 IGNORE_INDEX = -100
+
+
+class TraceLike(Protocol):
+    """What teacher-SFT reads of a trace: `synthesis.generate_traces.TeacherTrace` (utils imports no synthesis)."""
+
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def thinking(self) -> str: ...
+    @property
+    def code(self) -> str | None: ...
+    def conversation(self) -> list[dict[str, str]] | None: ...
 
 
 def build_sft_target(thinking: str | None, code: str, include_thinking: bool = True) -> str:
@@ -73,17 +85,16 @@ def encode_response(tokenizer: Any, response: str, add_end_of_turn: bool = True)
 
 
 def teacher_sft_ids(
-    tokenizer: Any, trace: dict[str, Any], include_thinking: bool, chat_template_kwargs: dict[str, Any] | None = None
+    tokenizer: Any, trace: TraceLike, include_thinking: bool, chat_template_kwargs: dict[str, Any] | None = None
 ) -> tuple[list[int], list[int]]:
-    """(prompt ids, target ids) of one teacher trace {'prompt', 'thinking', 'code'} as teacher-SFT trains on it
-    (a multi-turn trace with `messages`: the whole exchange, `encode_conversation`)."""
-    if trace.get("messages"):
-        prompt_ids, response_ids, _ = encode_conversation(
-            tokenizer, trace["prompt"], trace["messages"], chat_template_kwargs
-        )
+    """(prompt ids, target ids) of one teacher trace as teacher-SFT trains on it (a multi-turn trace, one
+    with a `conversation()`: the whole exchange, `encode_conversation`)."""
+    conversation = trace.conversation()
+    if conversation:
+        prompt_ids, response_ids, _ = encode_conversation(tokenizer, trace.prompt, conversation, chat_template_kwargs)
         return prompt_ids, response_ids
-    target = build_sft_target(trace.get("thinking"), trace["code"], include_thinking)
-    return encode_prompt(tokenizer, trace["prompt"], chat_template_kwargs=chat_template_kwargs), encode_response(
+    target = build_sft_target(trace.thinking, trace.code or "", include_thinking)
+    return encode_prompt(tokenizer, trace.prompt, chat_template_kwargs=chat_template_kwargs), encode_response(
         tokenizer, target
     )
 

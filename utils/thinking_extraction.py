@@ -24,7 +24,7 @@ Rules, decided once (tests/test_thinking_extraction.py covers each):
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from utils.code_parser import check_syntax, normalize_newlines, select_code
 from utils.prompts import THINK_CLOSE, THINK_OPEN
@@ -34,11 +34,32 @@ def _strip_tags(text: str) -> str:
     return text.replace(THINK_OPEN, "").replace(THINK_CLOSE, "").strip()
 
 
-def split_thinking(response: str | None, reasoning: str | None = None) -> dict[str, Any]:
-    """Return {'thinking', 'answer', 'has_thinking', 'think_closed', 'thinking_source'}.
+@dataclass(frozen=True)
+class ThinkingSplit:
+    """A response split into its thinking and its answer."""
 
-    thinking_source is "inline", "template_opened", "field" or None (no thinking at all).
-    """
+    thinking: str  # tags removed; "" when there is none
+    answer: str  # the text after the thinking ("" when the thinking never closed)
+    has_thinking: bool
+    think_closed: bool
+    thinking_source: str | None  # "inline", "template_opened", "field" or None (no thinking at all)
+
+
+@dataclass(frozen=True)
+class ParsedResponse(ThinkingSplit):
+    """One parsed model response: what every phase reads from model output (`extract_thinking_and_code_unified`)."""
+
+    code: str | None  # the selected program, from the answer only
+    has_code: bool
+    code_source: str | None  # "python_block" | "plain_block" | "raw_answer" | None
+    num_code_blocks: int
+    syntax_ok: bool
+    syntax_error: str | None
+    well_formed: bool  # closed thinking followed by a python block: the format the prompt asks for
+
+
+def split_thinking(response: str | None, reasoning: str | None = None) -> ThinkingSplit:
+    """The thinking and the answer of a response (see the module docstring for the rules)."""
     text = normalize_newlines(response or "")
     last_close = text.rfind(THINK_CLOSE)
     first_open = text.find(THINK_OPEN)
@@ -65,37 +86,30 @@ def split_thinking(response: str | None, reasoning: str | None = None) -> dict[s
         source = "field"
         # The server's parser removed the tags; an answer after the reasoning means it ended.
         closed = bool(answer.strip()) and reopened == -1
-    return {
-        "thinking": thinking,
-        "answer": answer.strip("\n"),
-        "has_thinking": bool(thinking),
-        "think_closed": closed,
-        "thinking_source": source,
-    }
+    return ThinkingSplit(
+        thinking=thinking,
+        answer=answer.strip("\n"),
+        has_thinking=bool(thinking),
+        think_closed=closed,
+        thinking_source=source,
+    )
 
 
-def extract_thinking_and_code_unified(response: str | None, reasoning: str | None = None) -> dict[str, Any]:
-    """Parse one model response (see the module docstring for the rules).
-
-    Returns a dict with:
-      thinking (str), answer (str), code (str | None), has_thinking, think_closed,
-      thinking_source, has_code, code_source ("python_block" | "plain_block" | "raw_answer" | None),
-      num_code_blocks, syntax_ok, syntax_error, well_formed (closed thinking followed by a python
-      block: the format the prompt asks for).
-    """
-    parsed = split_thinking(response, reasoning)
-    code, code_source, num_blocks = select_code(parsed["answer"]) if parsed["answer"] else (None, None, 0)
+def extract_thinking_and_code_unified(response: str | None, reasoning: str | None = None) -> ParsedResponse:
+    """Parse one model response (see the module docstring for the rules)."""
+    split = split_thinking(response, reasoning)
+    code, code_source, num_blocks = select_code(split.answer) if split.answer else (None, None, 0)
     syntax_ok, syntax_error = check_syntax(code) if code else (False, None)
-    parsed.update(
+    return ParsedResponse(
+        **vars(split),
         code=code,
         has_code=code is not None,
         code_source=code_source,
         num_code_blocks=num_blocks,
         syntax_ok=syntax_ok,
         syntax_error=syntax_error,
-        well_formed=parsed["has_thinking"] and parsed["think_closed"] and code_source == "python_block",
+        well_formed=split.has_thinking and split.think_closed and code_source == "python_block",
     )
-    return parsed
 
 
 def extract_function_from_code(response: str | None, reasoning: str | None = None) -> str | None:
@@ -103,4 +117,4 @@ def extract_function_from_code(response: str | None, reasoning: str | None = Non
 
     Returns None when the response has no code outside its thinking.
     """
-    return extract_thinking_and_code_unified(response, reasoning)["code"]
+    return extract_thinking_and_code_unified(response, reasoning).code

@@ -1,0 +1,141 @@
+"""Typed records that cross modules or files (issue 16 item 1): one frozen owner each, rows unchanged on disk."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluation.code_executor import ExecutionResult
+from synthesis.generate_traces import (
+    TeacherTrace,
+    TraceTurn,
+    build_record,
+    latest_records,
+    load_teacher_examples,
+)
+from synthesis.teacher_query import TeacherResponse
+from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
+from utils.jsonl import JsonlAppender
+from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
+
+# Rows written by phase 2 before the record was typed (main at 9ede27c, build_record + the feedback fields),
+# with the timestamp fixed: an answer that failed a test after two API errors, an api_error row, a feedback
+# exchange of two turns. Non-ASCII text checks that the writer still writes UTF-8, not \u escapes.
+GOLDEN_TRACE_ROWS = Path(__file__).parent / "data" / "golden_trace_rows.jsonl"
+TIMESTAMP = "2026-11-23T14:00:00+00:00"
+
+
+def test_a_parsed_response_is_a_frozen_record_with_every_field():
+    parsed = extract_thinking_and_code_unified("<think>plan</think>\n\n```python\nx = 1\n```")
+    assert isinstance(parsed, ParsedResponse)
+    assert [f.name for f in dataclasses.fields(parsed)] == [
+        "thinking",
+        "answer",
+        "has_thinking",
+        "think_closed",
+        "thinking_source",
+        "code",
+        "has_code",
+        "code_source",
+        "num_code_blocks",
+        "syntax_ok",
+        "syntax_error",
+        "well_formed",
+    ]
+    assert (parsed.thinking, parsed.code, parsed.well_formed, parsed.code_source) == (
+        "plan",
+        "x = 1",
+        True,
+        "python_block",
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.code = "import os"
+
+
+def golden_records() -> list[TeacherTrace]:
+    """The golden rows' records, built the way phase 2 builds them (`build_record`, then the feedback fields)."""
+    task = load_mbpp(EMBEDDED_MBPP)[0][0]
+    text = f"<think>plan — ünïcode</think>\n\n```python\n{task.reference_solutions[0]}\n```"
+    usage = {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52}
+    parsed = extract_thinking_and_code_unified(text, "why")
+    answer = build_record(
+        task,
+        0,
+        "p",
+        TeacherResponse(text, "why", "stop", usage, 0.51234),
+        ExecutionResult(False, 2, 3, "wrong_answer", "assert failed"),
+        parsed,
+        "teacher-x",
+        ["HTTP 500", "timeout"],
+    )
+    failure = build_record(
+        task, 1, "p", TeacherResponse(None, error="HTTP 503", latency=1.0), None, None, "teacher-x", ["HTTP 500"]
+    )
+    turns = (
+        TraceTurn("```python\nx = 0\n```", None, "assert f() == 1 failed: got 0", False),
+        TraceTurn(text, "why", None, True),
+    )
+    feedback = build_record(
+        task,
+        2,
+        "p",
+        TeacherResponse(text, "why", "length", usage, 2.0),
+        ExecutionResult(True, 3, 3, "passed"),
+        parsed,
+        "teacher-x",
+    )
+    feedback = dataclasses.replace(feedback, mode="feedback", num_turns=2, turns=turns)
+    return [dataclasses.replace(r, timestamp=TIMESTAMP) for r in (answer, failure, feedback)]
+
+
+def test_trace_rows_are_written_byte_identically_to_the_untyped_writer(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    with JsonlAppender(path) as out:  # phase 2's writer
+        for record in golden_records():
+            out.write(record.to_row())
+    assert path.read_bytes() == GOLDEN_TRACE_ROWS.read_bytes()
+
+
+def test_a_golden_row_round_trips_through_the_record():
+    for line in GOLDEN_TRACE_ROWS.read_text(encoding="utf-8").splitlines():
+        record = TeacherTrace.from_row(json.loads(line))
+        assert json.dumps(record.to_row(), ensure_ascii=False) == line
+    assert [TeacherTrace.from_row(json.loads(line)) for line in GOLDEN_TRACE_ROWS.read_text().splitlines()] == (
+        golden_records()
+    )
+
+
+def test_the_readers_hand_phase_3_trace_records(tmp_path):
+    answer, failure, feedback = golden_records()
+    passed = dataclasses.replace(answer, passed=True, sample_idx=3)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(r.to_row()) + "\n" for r in (answer, failure, feedback, passed)))
+    assert latest_records(path) == {(answer.task_id, i): r for i, r in enumerate((answer, failure, feedback, passed))}
+    assert load_teacher_examples(path, {answer.task_id}, True) == [feedback, passed]
+    assert load_teacher_examples(path, {answer.task_id}, False) == [answer, feedback, passed]
+    assert feedback.conversation() == [
+        {"role": "assistant", "content": "```python\nx = 0\n```"},
+        {"role": "user", "content": "assert f() == 1 failed: got 0"},
+        {"role": "assistant", "content": feedback.turns[1].response},
+    ]
+    assert answer.conversation() is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        answer.code = "x"
+
+
+def test_a_trace_row_with_messages_keeps_them_and_unknown_keys_are_ignored():
+    messages = [
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "failed"},
+        {"role": "assistant", "content": "b"},
+    ]
+    row = {"task_id": "a/1", "sample_idx": 0, "prompt": "p", "code": "x = 1", "passed": True, "messages": messages}
+    trace = TeacherTrace.from_row({**row, "a_newer_field": 1})
+    assert trace.conversation() == messages and trace.to_row()["messages"] == messages
+    assert "a_newer_field" not in trace.to_row()
+    single = TeacherTrace.from_row({**row, "messages": None, "turns": None, "mode": None})
+    assert single.conversation() is None
+    assert not {"messages", "turns", "mode", "num_turns"} & set(single.to_row())
