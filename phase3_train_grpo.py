@@ -3,6 +3,7 @@
     python phase3_train_grpo.py                                   # the resolved preset's settings
     python phase3_train_grpo.py --max_steps 8 --preset cpu        # a short CPU run
     python phase3_train_grpo.py --resume_from_checkpoint latest   # continue exactly where it stopped
+    python phase3_train_grpo.py --mode feedback                   # multi-turn rollouts (tool | feedback)
     accelerate launch --num_processes 4 phase3_train_grpo.py      # data-parallel on 4 GPUs
 
 Reads data/train.jsonl and data/teacher_traces.jsonl; writes outputs/checkpoint-*/,
@@ -81,6 +82,13 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
         load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
     except RewardFunctionError as error:
         raise RunSetupError(str(error)) from None
+    mode = config.multi_turn.mode
+    if mode != "single" and config.grpo.rollout_backend == "vllm_server":
+        raise RunSetupError(
+            f"multi_turn.mode={mode} cannot train with grpo.rollout_backend=vllm_server: its client has no token-id "
+            "continuation (stop strings, log-probs) for the turns after the first. Use grpo.rollout_backend=vllm "
+            "(colocated), kv or hf, or multi_turn.mode=single."
+        )
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
         raise RunSetupError(
@@ -191,6 +199,7 @@ def _has_cuda() -> bool:
 FLAGS = (
     ConfigFlag("--max_steps", "training.max_steps"),
     ConfigFlag("--output_dir", "paths.output_dir"),
+    ConfigFlag("--mode", "multi_turn.mode"),
 )
 
 

@@ -46,7 +46,7 @@ from evaluation.evaluate import (
     generate_cached,
     summarize,
 )
-from multiturn.backends import HFContinuer, VLLMContinuer
+from multiturn.backends import continuer_for
 from multiturn.environments import make_environment
 from multiturn.sampler import MultiTurnSampler
 from rollouts.from_config import evaluation_rollout, prompt_lengths
@@ -104,9 +104,7 @@ def hf_generators(config: Config, base_name: str, adapter: Path | None, template
         model = load_adapter(model, adapter)
     rollout = evaluation_rollout(config, tokenizer, template)
     if config.multi_turn.mode != "single":  # the environment is attached in main, once the sandbox pool runs
-        sampler = multi_turn_sampler(
-            config, lambda m: HFContinuer(m, tokenizer, SamplingSettings.from_section(ev)), tokenizer, template
-        )
+        sampler = multi_turn_sampler(config, continuer_for(rollout), tokenizer, template)
 
         def baseline_turns(prompts, n, tasks):
             with model.disable_adapter():
@@ -179,12 +177,7 @@ def vllm_generators(
     if adapter is not None:  # a name and id of its own per adapter digest: vLLM's prefix cache keys LoRA blocks by name
         request = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
     if multi:  # the backend is made per LoRA request (None: the base model)
-        sampler = multi_turn_sampler(
-            config,
-            lambda lora: VLLMContinuer(rollout.llm, vllm, tokenizer, SamplingSettings.from_section(ev), lora, False),
-            tokenizer,
-            template,
-        )
+        sampler = multi_turn_sampler(config, continuer_for(rollout), tokenizer, template)
         return {
             "trained": lambda prompts, n, tasks: sampler.generate(request, prompts, n, 0, tasks),
             "model": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
         single = HFRollout(tokenizer, args.budget, sampling, template, batch_size=8)
         environment = make_environment("feedback", pool, config.multi_turn, 1, limits)
         sampler = MultiTurnSampler(
-            lambda m: HFContinuer(m, tokenizer, sampling),
+            lambda m, _step: HFContinuer(m, tokenizer, sampling),
             environment,
             tokenizer,
             "feedback",

@@ -144,7 +144,7 @@ def _multi_turn_samples(config, mode: str, model, tokenizer, prompt: str, task, 
     with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
         environment = make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
         sampler = MultiTurnSampler(
-            lambda m: HFContinuer(m, tokenizer, sampling),
+            lambda m, _step: HFContinuer(m, tokenizer, sampling),
             environment,
             tokenizer,
             mode,

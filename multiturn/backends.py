@@ -7,15 +7,21 @@ stopping at an end-of-turn id (finish "stop", the id kept as the last new id) or
 the new ids contains one of `stop_strings` (finish "stop_string": the new ids end with the token that
 completed it; nothing after that token is kept), else "length".
 
-- `HFContinuer`: transformers `generate` in left-padded batches (the CPU path).
+- `HFContinuer`: transformers `generate` in left-padded batches.
+- `KVContinuer`: the batched KV-cache CPU sampler (`rollouts.kv_sampler.KVCacheRollout.continue_ids`),
+  with its per-token log-probs (the trainer's importance weights correct its bf16 copy).
 - `VLLMContinuer`: a vLLM engine (`LLM.generate` with `prompt_token_ids`), with the sampler's
   log-probs; tested through tests/fake_vllm.py.
 - `ScriptedBackend`: a policy that says what it is told, for the tests and the preflight.
+
+`continuer_for(rollout)` picks the continuer of a single-turn rollout backend (the one place that
+maps one to the other; phases 3 and 4 both use it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -116,6 +122,12 @@ class VLLMContinuer:
     ) -> None:
         self.llm, self.vllm, self.tokenizer = llm, vllm_module, tokenizer
         self.sampling, self.lora_request, self.logprobs = sampling, lora_request, logprobs
+        self.on_close: Callable[[], None] | None = None  # set by `continuer_for`: prune, sleep
+
+    def close(self) -> None:
+        """Called once the episodes of a `generate` are over."""
+        if self.on_close is not None:
+            self.on_close()
 
     def continue_sequences(
         self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
@@ -157,6 +169,27 @@ class VLLMContinuer:
                     else None
                 )
                 results[i] = Continuation(ids, c.text, finish, logprobs)
+        return results  # type: ignore[return-value]
+
+
+class KVContinuer:
+    """`continue_sequences` with the KV-cache sampler of `rollouts.kv_sampler` (its sampling copy of
+    `model` is refreshed from the current adapter at each call), one `continue_ids` call per distinct
+    budget. Its records keep the sampler's float32 log-probs, one per new id."""
+
+    def __init__(self, rollout: Any, model: Any) -> None:
+        self.rollout, self.model = rollout, model
+
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
+        results: list[Continuation | None] = [None] * len(sequences)
+        for budget in sorted(set(max_new_tokens)):
+            rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
+            groups = self.rollout.continue_ids(self.model, [sequences[i] for i in rows], 1, budget, stop_strings)
+            for i, [record] in zip(rows, groups, strict=True):
+                finish = "stop_string" if record.get("stop_string") else record["finish_reason"]
+                results[i] = Continuation(list(record["token_ids"]), record["text"], finish, list(record["logprobs"]))
         return results  # type: ignore[return-value]
 
 
@@ -205,3 +238,58 @@ class ScriptedBackend:
             entry[0], entry[2] = tuple(sequence) + tuple(cont.token_ids), entry[2] + 1
             out.append(cont)
         return out
+
+
+BackendFor = Callable[[Any, int], Any]  # (model, step) -> a continuer (anything with continue_sequences)
+
+
+def continuer_for(rollout: Any) -> BackendFor:
+    """`(model, step) -> continuer` for a single-turn rollout backend, sampling as it does (its tokenizer,
+    `SamplingSettings`, batch size, engine and adapter hand-off), so a multi-turn run samples like the
+    single-turn run of the same config.
+
+    - `HFRollout` -> `HFContinuer`; `KVCacheRollout` -> `KVContinuer`;
+    - `VLLMRollout` -> `VLLMContinuer`: with an adapter hand-off (training) the model's adapter is
+      published every `gen_update_steps` steps as for single-turn sampling; without one (phase 4)
+      `model` is the `LoRARequest` to sample with (None: the base model). With sleep mode the engine is
+      woken for the episode (`close` puts it back to sleep);
+    - a rollout with its own `continuer(model, step)` method (tests, a scripted policy) -> that.
+    The vllm_server backend has no token-id continuation with stop strings here: config validation
+    refuses multi_turn.mode=tool|feedback with it.
+    """
+    own = getattr(rollout, "continuer", None)
+    if callable(own):
+        return own
+    from rollouts.hf import HFRollout
+    from rollouts.kv_sampler import KVCacheRollout
+    from rollouts.vllm_colocated import VLLMRollout
+
+    if isinstance(rollout, KVCacheRollout):
+        return lambda model, step: KVContinuer(rollout, model)
+    if isinstance(rollout, HFRollout):
+        return lambda model, step: HFContinuer(model, rollout.tokenizer, rollout.sampling, rollout.batch_size)
+    if isinstance(rollout, VLLMRollout):
+
+        def vllm_continuer(model: Any, step: int) -> VLLMContinuer:
+            if rollout.sleep_mode:
+                rollout.llm.wake_up()
+            handoff = rollout.handoff
+            request = rollout.sync_adapter(model, step) if handoff is not None else model
+            continuer = VLLMContinuer(
+                rollout.llm, rollout.vllm, rollout.tokenizer, rollout.sampling, request, rollout.logprobs
+            )
+
+            def after_episode() -> None:  # what the single-turn `generate` does after sampling
+                if handoff is not None:
+                    handoff.prune(keep=Path(request.lora_path))
+                if rollout.sleep_mode:
+                    rollout.llm.sleep(level=1)
+
+            continuer.on_close = after_episode
+            return continuer
+
+        return vllm_continuer
+    raise TypeError(
+        f"no multi-turn continuation for the rollout backend {type(rollout).__name__}: multi_turn.mode=tool|feedback "
+        "works with grpo.rollout_backend=hf, kv or vllm"
+    )

@@ -17,7 +17,9 @@ those ids. So the sequence the trainer scores is byte-for-byte the one the polic
 
 - tool observations are plain text inside the same assistant turn (`<result>` blocks);
 - feedback observations are a user turn of the chat template: the tokens the template puts between
-  the end of an assistant message and the next assistant header (`user_turn_ids`).
+  the end of an assistant message and the next assistant header (`utils.sft_data.environment_turn_ids`,
+  the one function teacher-SFT also frames environment turns with, so training on a multi-turn trace
+  and sampling one give the same ids).
 Text an environment inserts is encoded with `split_special_tokens=True`: a program that prints
 `<|im_end|>` produces those characters, never the end-of-turn token.
 
@@ -33,7 +35,7 @@ from typing import Any, Protocol
 
 from multiturn.environments import EpisodeState, Step, Turn
 from utils.dataset_loader import Task
-from utils.sft_data import end_of_turn_id
+from utils.sft_data import encode_inserted_text, environment_turn_ids
 
 
 @dataclass
@@ -58,43 +60,6 @@ class Environment(Protocol):
     def start(self, task: Task) -> EpisodeState: ...
 
     def step(self, states: Sequence[EpisodeState], turns: Sequence[Turn]) -> list[Step]: ...
-
-
-def encode_inserted_text(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of environment text; special-token strings in it stay plain characters."""
-    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-
-
-_SENTINEL_A, _SENTINEL_U = "\u2063A\u2063", "\u2063U\u2063"
-
-
-def user_turn_ids(tokenizer: Any, content: str, chat_template_kwargs: dict | None = None) -> list[int]:
-    """The ids the chat template puts after an assistant turn's end-of-turn token for a following
-    user message `content`, up to and including the next assistant generation header.
-
-    Rendered from the template itself (a conversation with placeholder texts, cut around them), so
-    it is exactly what the template would write there; the template's own markup is encoded with
-    its special tokens, the content as plain text.
-    """
-    messages = [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": "u"},
-        {"role": "assistant", "content": _SENTINEL_A},
-        {"role": "user", "content": _SENTINEL_U},
-    ]
-    rendered = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {})
-    )
-    after = rendered[rendered.index(_SENTINEL_A) + len(_SENTINEL_A) :]
-    eot = tokenizer.convert_ids_to_tokens(end_of_turn_id(tokenizer))
-    if not after.startswith(eot):
-        raise ValueError(
-            f"the chat template does not end an assistant turn with {eot!r}; feedback turns cannot be "
-            "appended to it (use multi_turn.mode=single or tool)"
-        )
-    before_user, after_user = after[len(eot) :].split(_SENTINEL_U)
-    encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    return encode(before_user) + encode_inserted_text(tokenizer, content) + encode(after_user)
 
 
 @dataclass
@@ -200,7 +165,7 @@ def run_episodes(
                 e.done, e.truncated = True, step.truncated
                 continue
             ids = (
-                user_turn_ids(tokenizer, step.observation, chat_template_kwargs)
+                environment_turn_ids(tokenizer, {"role": "user", "content": step.observation}, chat_template_kwargs)
                 if step.as_user_message
                 else encode_inserted_text(tokenizer, step.observation)
             )

@@ -2,8 +2,9 @@
 
 `MultiTurnSampler.generate(model, prompts, num_samples, step, tasks)` returns what a single-turn
 rollout's `generate` returns (one list of sample records per prompt), with the multi-turn fields
-of `multiturn.loop` on every record. The backend is made per call from the model
-(`backend_for(model)`), so the trainer's current weights (or the evaluated adapter) sample.
+of `multiturn.loop` on every record. The backend is made per call from the model and the step
+(`backend_for(model, step)`, see `multiturn.backends.continuer_for`), so the trainer's current
+weights (or the evaluated adapter) sample; a backend with a `close()` is closed after the episodes.
 
 Also here: the optional reward terms of `multi_turn` (tool use, turn cost) and the per-turn
 statistics phase 4 reports.
@@ -22,7 +23,7 @@ from utils.sft_data import encode_prompt
 class MultiTurnSampler:
     def __init__(
         self,
-        backend_for: Callable[[Any], ContinueBackend],
+        backend_for: Callable[[Any, int], ContinueBackend],
         environment: Environment,
         tokenizer: Any,
         mode: str,
@@ -42,18 +43,71 @@ class MultiTurnSampler:
         ids = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
         flat_ids = [i for i in ids for _ in range(num_samples)]
         flat_tasks = [t for t in tasks for _ in range(num_samples)]
-        records = run_episodes(
-            self.backend_for(model),
-            self.environment,
-            self.tokenizer,
-            flat_ids,
-            flat_tasks,
-            self.mode,
-            self.max_new_tokens,
-            self.max_total_tokens,
-            self.chat_template_kwargs,
-        )
+        backend = self.backend_for(model, step)
+        try:
+            records = run_episodes(
+                backend,
+                self.environment,
+                self.tokenizer,
+                flat_ids,
+                flat_tasks,
+                self.mode,
+                self.max_new_tokens,
+                self.max_total_tokens,
+                self.chat_template_kwargs,
+            )
+        finally:
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close()
         return [records[k * num_samples : (k + 1) * num_samples] for k in range(len(prompts))]
+
+
+def multi_turn_sampler(
+    config: Any, tokenizer: Any, rollout: Any, pool: Any, limits: Any = None, max_new_tokens: int | None = None
+) -> MultiTurnSampler | None:
+    """Phase 3's sampler of `multi_turn.mode` (None in single mode): the environment on the trainer's
+    sandbox pool, the continuer of its single-turn `rollout` (`continuer_for`), each turn bounded by
+    `grpo.max_new_tokens` and the sample by `multi_turn.max_total_tokens`."""
+    mode = config.multi_turn.mode
+    if mode == "single":
+        return None
+    from multiturn.backends import continuer_for
+    from multiturn.environments import make_environment
+    from rollouts.from_config import chat_template_kwargs
+
+    if rollout is None:
+        raise ValueError(f"multi_turn.mode={mode} needs a rollout backend to continue its samples")
+    return MultiTurnSampler(
+        continuer_for(rollout),
+        make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits),
+        tokenizer,
+        mode,
+        config.grpo.max_new_tokens if max_new_tokens is None else max_new_tokens,
+        config.multi_turn.max_total_tokens,
+        chat_template_kwargs(config),
+    )
+
+
+def multi_turn_metrics(records: Sequence[dict], passed: Sequence[bool], shaping: Sequence[float]) -> dict[str, float]:
+    """Phase 3's per-step multi-turn metrics: turns per sample, the share truncated by a limit (scored on
+    their last answer), the share of passing samples that needed more than one turn, the share of the
+    sequence the environment inserted, tool use, and the mean shaping term."""
+    n = max(len(records), 1)
+    tokens = max(sum(r["num_tokens"] for r in records), 1)
+    return {
+        "multi_turn/turns_mean": sum(r.get("num_turns", 1) for r in records) / n,
+        "multi_turn/truncated": sum(bool(r.get("truncated")) for r in records) / n,
+        "multi_turn/passed_after_first_turn": sum(
+            ok and r.get("num_turns", 1) > 1 for r, ok in zip(records, passed, strict=True)
+        )
+        / n,
+        "multi_turn/environment_token_share": 1.0 - sum(sum(r.get("action_mask", [])) for r in records) / tokens,
+        "multi_turn/tool_calls_mean": sum(r.get("tool_calls", 0) for r in records) / n,
+        "multi_turn/tool_success_share": sum(r.get("tool_successes", 0) for r in records)
+        / max(sum(r.get("tool_calls", 0) for r in records), 1),
+        "multi_turn/shaping_mean": sum(shaping) / n,
+    }
 
 
 def shaping_reward(record: dict, tool_call_reward: float, tool_reward_cap: float, turn_cost: float) -> float:

@@ -16,11 +16,11 @@ from multiturn.environments import (
     run_tool_program,
     visible_tests,
 )
-from multiturn.loop import encode_inserted_text, run_episodes, user_turn_ids
+from multiturn.loop import run_episodes
 from tests.conftest import ROOT
 from utils.dataset_loader import Task, load_apps, load_mbpp
 from utils.prompts import RESULT_CLOSE, RESULT_OPEN, TOOL_EXAMPLE, get_unified_prompt
-from utils.sft_data import encode_prompt, end_of_turn_id
+from utils.sft_data import encode_inserted_text, encode_prompt, end_of_turn_id, environment_turn_ids
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 LIMITS = SandboxLimits(test_timeout=3.0)
@@ -117,7 +117,7 @@ def test_user_turn_ids_are_the_chat_templates_own_framing(smollm2_tokenizer):
     tok = smollm2_tokenizer
     prompt = encode_prompt(tok, "Solve it.")
     answer = tok("first answer", add_special_tokens=False)["input_ids"] + [end_of_turn_id(tok)]
-    feedback = user_turn_ids(tok, "Your code failed.")
+    feedback = environment_turn_ids(tok, {"role": "user", "content": "Your code failed."})
     rendered = tok.apply_chat_template(
         [
             {"role": "system", "content": __import__("utils.prompts").prompts.SYSTEM_PROMPT_UNIFIED},
@@ -412,7 +412,7 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
     # sample 0 is right at once; sample 1 is wrong, then right; sample 2 is wrong three times
     answers = {0: ["a + b"], 1: ["a - b", "a + b"], 2: ["a - b", "b - a", "a * b"]}
     backend = ScriptedBackend(tok, lambda i, t: ANSWER.format(answers[i][t]))
-    sampler = MultiTurnSampler(lambda model: backend, env, tok, "feedback", 64, 600)
+    sampler = MultiTurnSampler(lambda model, step: backend, env, tok, "feedback", 64, 600)
     seen_prompts = []
 
     def generate(prompts, n, tasks):

@@ -36,6 +36,7 @@ import torch
 
 from config import Config, save_config
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests, task_secret_paths
+from multiturn.sampler import multi_turn_metrics, multi_turn_sampler, shaping_reward
 from training import checkpointing
 from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
 from training.checkpointing import TrainerState, resolve_checkpoint
@@ -116,6 +117,7 @@ class GRPOTrainer:
             workers, self.limits, config.sandbox.isolate, secret_paths=task_secret_paths(config)
         )
         self.rollout = rollout
+        self.multi_turn = multi_turn_sampler(config, tokenizer, rollout, self.pool, self.limits)
         self.state = TrainerState()
         self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
         self.teacher_rng = random.Random(training.seed + 1 + self.accelerator.process_index)
@@ -160,11 +162,16 @@ class GRPOTrainer:
         """Sample, execute and score G completions for each prompt of the next rollout batch."""
         cfg = self.config
         tasks = [self.tasks[i] for i in self._prompt_indices(self.state.rollout_batches)]
-        prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests) for t in tasks]
+        prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=cfg.multi_turn.mode) for t in tasks]
         start = time.monotonic()
         unwrapped = self.accelerator.unwrap_model(self.model)
         with torch.no_grad():
-            generations = self.rollout.generate(unwrapped, prompts, self.group_size, self.state.global_step)
+            if self.multi_turn is not None:  # tool / feedback: records carry the action mask (see multiturn.loop)
+                generations = self.multi_turn.generate(
+                    unwrapped, prompts, self.group_size, self.state.global_step, tasks
+                )
+            else:
+                generations = self.rollout.generate(unwrapped, prompts, self.group_size, self.state.global_step)
         rollout_time = time.monotonic() - start
         flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
         parsed = [extract_thinking_and_code_unified(s["text"]) for _, s in flat]
@@ -180,6 +187,8 @@ class GRPOTrainer:
             for i, result in zip(retry, again, strict=True):
                 results[i] = result
         confirmed = {i for i in retry if results[i].status == "sandbox_error"}
+        m = cfg.multi_turn
+        shaping = [shaping_reward(s, m.tool_call_reward, m.tool_reward_cap, m.turn_cost) for _, s in flat]
         rewards = compute_rewards(
             results,
             parsed,
@@ -190,6 +199,7 @@ class GRPOTrainer:
             [s["text"] for _, s in flat],
             reward_columns([t for t, _ in flat], parsed, results),
             confirmed_failures=confirmed,
+            shaping=shaping,
         )
         reward_time = time.monotonic() - start
         groups = [
@@ -199,7 +209,7 @@ class GRPOTrainer:
             ]
             for i, task in enumerate(tasks)
         ]
-        generated = sum(s["num_tokens"] for _, s in flat)
+        generated = sum(s.get("num_policy_tokens", s["num_tokens"]) for _, s in flat)  # sampled, not inserted
         count = max(len(flat), 1)
         metrics = {
             "time/rollout_s": rollout_time,
@@ -218,6 +228,8 @@ class GRPOTrainer:
             "sandbox/error_confirmed": len(confirmed) / count,
             "format/closed_think": sum(p.think_closed for p in parsed) / count,
         }
+        if self.multi_turn is not None:
+            metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
         return groups, metrics
 
     def _self_sft_examples(self, groups: list[list[dict]]) -> list[dict]:

@@ -158,6 +158,7 @@ class Reward:
     correctness: float | None
     format: float
     user: dict[str, float | None] = field(default_factory=dict)  # each user reward function's raw value
+    shaping: float = 0.0  # the multi-turn terms (tool use, turn cost; `multiturn.sampler.shaping_reward`)
 
 
 def compute_rewards(
@@ -170,10 +171,14 @@ def compute_rewards(
     completions: Sequence[str] = (),
     columns: dict[str, list] | None = None,
     confirmed_failures: Collection[int] = (),
+    shaping: Sequence[float] = (),
 ) -> list[Reward]:
-    """total = correctness + format_weight * format + sum(weight * user value), or None when correctness is None.
+    """total = correctness + format_weight * format + sum(weight * user value) + shaping, or None when
+    correctness is None.
 
     A user function's None adds nothing to that sample (TRL's convention: the function does not apply).
+    `shaping`: one multi-turn term per sample (empty: 0), like the format bonus part of the shaping
+    reward, which the advantage centres but does not scale.
     `confirmed_failures`: indices whose program made the harness fail again when re-run. They score as
     failures (correctness 0), not as unverifiable: an unverifiable sample gets advantage 0, which in a
     group of wrong answers is better than theirs, so a program that can break the harness would be
@@ -183,6 +188,8 @@ def compute_rewards(
         raise ValueError(f"unknown correctness reward {correctness!r}; valid: {', '.join(CORRECTNESS_REWARDS)}")
     if len(results) != len(parsed):
         raise ValueError(f"{len(results)} results but {len(parsed)} parsed responses")
+    if shaping and len(shaping) != len(results):
+        raise ValueError(f"{len(shaping)} shaping terms for {len(results)} results")
     correct = get_reward_function(correctness)(results, parsed)
     correct = [0.0 if i in confirmed_failures else c for i, c in enumerate(correct)]
     fmt = format_reward(results, parsed)
@@ -192,5 +199,6 @@ def compute_rewards(
     for i, (c, f) in enumerate(zip(correct, fmt, strict=True)):
         values = {name: column[i] for name, column in user.items()}
         extra = sum(weights[name] * v for name, v in values.items() if v is not None)
-        out.append(Reward(None if c is None else c + format_weight * f + extra, c, f, values))
+        shaped = float(shaping[i]) if shaping else 0.0
+        out.append(Reward(None if c is None else c + format_weight * f + extra + shaped, c, f, values, shaped))
     return out

@@ -131,7 +131,8 @@ RESULT_SPAN = ("<result>", "</result>")
 
 
 def _response_segments(content: str, environment_span: tuple[str, str] | None) -> list[tuple[str, int]]:
-    """An assistant message as (text, is_policy) pieces: `environment_span` blocks (tags included) are 0."""
+    """An assistant message as (text, is_policy) pieces: `environment_span` blocks (tags and the line breaks
+    just around them included) are 0."""
     if environment_span is None:
         return [(content, 1)] if content else []
     opening, closing = environment_span
@@ -139,8 +140,12 @@ def _response_segments(content: str, environment_span: tuple[str, str] | None) -
     while opening in rest:
         before, _, after = rest.partition(opening)
         inside, found, tail = after.partition(closing)
-        pieces += [(before, 1), (opening + inside + found, 0)]
-        rest = tail
+        # the line breaks around the block are the environment's too (`multiturn.environments.format_result`
+        # inserts "\n<result>\n...\n</result>\n" after the policy's `</program>`)
+        lead = "\n" if before.endswith("\n") else ""
+        trail = "\n" if found and tail.startswith("\n") else ""
+        pieces += [(before[: len(before) - len(lead)], 1), (lead + opening + inside + found + trail, 0)]
+        rest = tail[len(trail) :]
     pieces.append((rest, 1))
     return [(text, policy) for text, policy in pieces if text]
 

@@ -1,0 +1,336 @@
+"""Phase 3 in a multi-turn mode (issue 17): the trainer's rollouts go through `multiturn`, the batch
+masks environment tokens, shaping terms, truncation, no hidden test in any observation, the kv
+continuer, and one framing of environment turns for sampling and teacher-SFT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from multiturn.backends import cut_continuation, stop_token_ids
+from multiturn.environments import FeedbackEnvironment, ToolEnvironment
+from multiturn.loop import Continuation, run_episodes
+from multiturn.sampler import shaping_reward
+from tests.trainer_helpers import small_tasks, tiny_config
+from training.grpo_trainer import GRPOTrainer
+from training.update_plan import plan_update
+from utils.prompts import PROGRAM_CLOSE, get_unified_prompt
+from utils.sft_data import encode_conversation, encode_prompt, end_of_turn_id
+
+
+def answer(task, right: bool, variant: int = 0) -> str:
+    """The task's reference solution, or a wrong program marked with its variant."""
+    code = task.reference_solutions[0] if right else f"def nothing():\n    return 'wrong-{variant}'"
+    return f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
+
+
+class SequencePolicy:
+    """A scripted continuer that reads the sequence so far: `script(text, row) -> str`, where `text` is
+    the decoded sequence (prompt + turns) and `row` its position in the call. Encoded and cut as a
+    real backend's output (end-of-turn id, stop strings, budget)."""
+
+    def __init__(self, tokenizer, script) -> None:
+        self.tokenizer, self.script = tokenizer, script
+        self.calls: list[list[str]] = []
+
+    def continue_sequences(self, sequences, max_new_tokens, stop_strings) -> list[Continuation]:
+        texts = [self.tokenizer.decode(s) for s in sequences]
+        self.calls.append(texts)
+        out = []
+        for row, (text, budget) in enumerate(zip(texts, max_new_tokens, strict=True)):
+            reply = self.script(text, row)
+            hit = min((reply.index(s) + len(s) for s in stop_strings if s in reply), default=None)
+            reply = reply[:hit] if hit is not None else reply
+            ids = list(self.tokenizer(reply, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+            if hit is None:
+                ids.append(end_of_turn_id(self.tokenizer))
+            out.append(cut_continuation(self.tokenizer, ids, budget, stop_token_ids(self.tokenizer), stop_strings))
+        return out
+
+
+class ScriptedMultiTurnRollout:
+    """The trainer's rollout backend in these tests: multi-turn only (a single-turn `generate` is a bug)."""
+
+    def __init__(self, tokenizer, script) -> None:
+        self.policies: list[SequencePolicy] = []
+        self.tokenizer, self.script = tokenizer, script
+
+    def generate(self, model, prompts, num_samples, step):
+        raise AssertionError("a multi-turn run sampled single-turn rollouts")
+
+    def continuer(self, model, step):
+        policy = SequencePolicy(self.tokenizer, self.script)
+        self.policies.append(policy)
+        return policy
+
+
+def task_of(text: str, tasks):
+    return next(t for t in tasks if t.problem in text)
+
+
+def feedback_script(tasks):
+    """Per group of 4: row 0 right at once; row 1 wrong (variant 1), then right; rows 2, 3 wrong every time."""
+
+    def script(text: str, row: int) -> str:
+        task = task_of(text, tasks)
+        if text.count("<|im_start|>assistant") > 1:  # the turn after a feedback turn
+            return answer(task, "wrong-1" in text)
+        return answer(task, row % 4 == 0, variant=int(row % 4 == 1))
+
+    return script
+
+
+def tool_script(tasks):
+    """Row r calls r % 4 programs (the first prints, the second raises, then prints), then answers right."""
+    programs = ["print(2 + 2)", "raise ValueError('no')", "print('x' * 3)"]
+
+    def script(text: str, row: int) -> str:
+        task = task_of(text, tasks)
+        reply = text.split("<|im_start|>assistant")[-1]  # tool mode: one assistant turn (the prompt shows an example)
+        done = reply.count("</result>")
+        calls = row % 4 if done == 0 else int(reply.split("calls=")[1][0])
+        if done < calls:
+            prefix = f"<think>\ncalls={calls}\n" if done == 0 else "\n"
+            return f"{prefix}<program>\n{programs[done]}\n{PROGRAM_CLOSE}"
+        return ("" if done else "<think>\n") + "plan\n</think>\n\n```python\n" + task.reference_solutions[0] + "\n```"
+
+    return script
+
+
+@pytest.fixture(scope="module")
+def tiny_student(tiny_model_name):
+    from utils.student_model import attach_lora, load_student
+
+    def make():
+        torch.manual_seed(0)
+        model, tok = load_student(tiny_model_name, device="cpu")
+        return attach_lora(model, 8, 16, 0.0, ["q_proj", "v_proj"]), tok
+
+    return make
+
+
+def trainer_for(tmp_path, tiny_student, script_for, **overrides):
+    model, tok = tiny_student()
+    tasks = small_tasks(4)
+    settings = {"dual_source.teacher_sft_weight": 0, "training.max_steps": 2, "grpo.max_new_tokens": 256}
+    config = tiny_config(tmp_path, **{**settings, **overrides})
+    rollout = ScriptedMultiTurnRollout(tok, script_for(tasks))
+    return GRPOTrainer(config, model, tok, tasks, [], tmp_path, rollout=rollout), rollout
+
+
+def lora_weights(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+@pytest.mark.parametrize("mode", ["feedback", "tool"])
+def test_phase3_trains_in_a_multi_turn_mode(tmp_path, tiny_student, mode):
+    script = feedback_script if mode == "feedback" else tool_script
+    trainer, rollout = trainer_for(
+        tmp_path, tiny_student, script, **{"multi_turn.mode": mode, "multi_turn.max_turns": 2}
+    )
+    before = lora_weights(trainer.model)
+    summary = trainer.train()
+    after = lora_weights(trainer.model)
+    assert summary["step"] == 2 and len(rollout.policies) == 2  # one multi-turn rollout per step
+    assert any(not torch.equal(before[n], after[n]) for n in before)  # the GRPO term moved the adapter
+    assert summary["multi_turn/turns_mean"] > 1.0
+    # every prompt the policy saw carries the mode's instructions
+    first_turns = rollout.policies[0].calls[0]
+    assert all(text.count("<|im_start|>assistant") == 1 for text in first_turns)
+    mode_prompt = get_unified_prompt(trainer.tasks[0], trainer.config.prompt.num_visible_tests, mode=mode)
+    assert mode_prompt.split("\n")[0] in first_turns[0]
+    if mode == "feedback":  # rows 0, 1 of each group pass, rows 2, 3 run out of answers
+        assert summary["pass_rate"] == 0.5 and summary["multi_turn/truncated"] == 0.5
+    else:
+        assert summary["pass_rate"] == 1.0 and summary["multi_turn/tool_calls_mean"] == 1.5
+        assert summary["multi_turn/tool_success_share"] == pytest.approx(4 / 6)
+
+
+def test_the_training_batch_masks_exactly_the_environment_tokens(tmp_path, tiny_student):
+    trainer, _ = trainer_for(tmp_path, tiny_student, feedback_script, **{"multi_turn.mode": "feedback"})
+    groups, _ = trainer.collect_rollouts()
+    samples = [s for g in groups for s in g]
+    assert any(0 in s["action_mask"] for s in samples)  # feedback turns were inserted
+    cfg = trainer.config
+    plan = plan_update(groups, trainer.model, trainer.tokenizer.pad_token_id, "cpu", cfg.grpo, 1, 0, None, 0)
+    [rows] = plan.micro_batches
+    mask = plan.batches[0]["completion_mask"]
+    for position, k in enumerate(rows):
+        action = samples[k]["action_mask"]
+        assert mask[position, : len(action)].tolist() == action
+        assert mask[position, len(action) :].sum() == 0
+
+
+def test_shaping_terms_are_capped_and_off_by_default(tmp_path, tiny_student):
+    tool = {"multi_turn.mode": "tool", "multi_turn.max_tool_calls": 4}
+    off, _ = trainer_for(tmp_path / "off", tiny_student, tool_script, **tool)
+    groups, metrics = off.collect_rollouts()
+    assert all(s["reward"].shaping == 0.0 for g in groups for s in g) and metrics["multi_turn/shaping_mean"] == 0.0
+    shaped = {
+        **tool,
+        "multi_turn.tool_call_reward": 0.05,
+        "multi_turn.tool_reward_cap": 0.08,
+        "multi_turn.turn_cost": 0.01,
+    }
+    on, _ = trainer_for(tmp_path / "on", tiny_student, tool_script, **shaped)
+    groups, metrics = on.collect_rollouts()
+    fw = on.config.grpo.format_reward_weight
+    for group in groups:
+        for row, s in enumerate(group):
+            calls = row % 4  # tool_script: row r calls r programs; the second one raises
+            successes = calls - (calls >= 2)
+            expected = min(0.05 * successes, 0.08) - 0.01 * calls
+            r = s["reward"]
+            assert (s["tool_calls"], s["tool_successes"]) == (calls, successes)
+            assert r.shaping == pytest.approx(expected)
+            assert r.total == pytest.approx(r.correctness + fw * r.format + expected)
+    assert shaping_reward({"mode": "feedback", "num_turns": 3}, 0.05, 0.08, 0.01) == pytest.approx(-0.02)
+    assert shaping_reward({"text": "single-turn record"}, 0.05, 0.08, 0.01) == 0.0
+
+
+def test_truncated_samples_are_scored_on_their_last_answer_and_counted(tmp_path, tiny_student):
+    trainer, _ = trainer_for(
+        tmp_path, tiny_student, feedback_script, **{"multi_turn.mode": "feedback", "multi_turn.max_turns": 2}
+    )
+    groups, metrics = trainer.collect_rollouts()
+    for group in groups:
+        for row, s in enumerate(group):
+            assert s["truncated"] == (row % 4 >= 2) and s["num_turns"] == (1 if row % 4 == 0 else 2)
+            assert s["text"] == s["answers"][-1]  # the reward's text is the last answer
+            assert s["reward"].correctness == (1.0 if row % 4 < 2 else 0.0)
+    assert metrics["multi_turn/truncated"] == 0.5
+    # a token budget too small for a second answer: truncated after the feedback would not fit
+    short, _ = trainer_for(
+        tmp_path / "short",
+        tiny_student,
+        feedback_script,
+        **{"multi_turn.mode": "feedback", "multi_turn.max_total_tokens": 70},
+    )
+    groups, metrics = short.collect_rollouts()
+    wrong_first = [s for g in groups for row, s in enumerate(g) if row % 4]
+    assert all(s["truncated"] and s["num_turns"] == 1 and s["num_tokens"] <= 70 for s in wrong_first)
+    assert all(s["reward"].correctness == 0.0 for s in wrong_first)
+
+
+def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_student):
+    trainer, rollout = trainer_for(
+        tmp_path, tiny_student, feedback_script, **{"multi_turn.mode": "feedback", "multi_turn.max_turns": 3}
+    )
+    groups, _ = trainer.collect_rollouts()
+    visible = trainer.config.prompt.num_visible_tests
+    feedback_turns = 0
+    for group in groups:
+        task = group[0]["task"]
+        hidden = [t for t in task.tests[visible:] if t not in task.tests[:visible]]
+        assert hidden
+        for s in group:
+            for turn in s["turns"]:
+                if turn.get("feedback"):
+                    feedback_turns += 1
+                    assert not any(h in turn["feedback"] for h in hidden)
+                    assert any(v in turn["feedback"] for v in task.tests[:visible])
+    assert feedback_turns > 0
+    for texts in [t for p in rollout.policies for t in p.calls]:  # nor in anything the policy was shown
+        for text in texts:
+            task = task_of(text, trainer.tasks)
+            assert not any(h in text for h in task.tests[visible:] if h not in task.tests[:visible])
+
+
+def test_vllm_server_multi_turn_is_refused_before_any_model_loads(tmp_path):
+    from phase3_train_grpo import RunSetupError, check_run_setup
+
+    config = tiny_config(tmp_path, **{"multi_turn.mode": "tool", "grpo.rollout_backend": "vllm_server"})
+    with pytest.raises(RunSetupError, match="multi_turn.mode=tool.*vllm_server.*grpo.rollout_backend=vllm"):
+        check_run_setup(config, None, tmp_path / "none.jsonl", False)
+
+
+# ------------------------------------------------------------------------ continuers
+
+
+def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_logprobs(tiny_student):
+    from evaluation.code_executor import SandboxPool
+    from multiturn.backends import HFContinuer, KVContinuer, continuer_for
+    from rollouts.hf import HFRollout
+    from rollouts.kv_sampler import KVCacheRollout
+    from rollouts.sampling import FULL_SOFTMAX
+    from training.batching import completion_logprobs, pad_rollout_batch
+
+    model, tok = tiny_student()
+    task = small_tasks(1)[0]
+    prompt = encode_prompt(tok, get_unified_prompt(task, 1, mode="feedback"))
+    env = FeedbackEnvironment(pool := SandboxPool(2), 2, 1, 300)
+    try:
+        kv = continuer_for(KVCacheRollout(tok, 12, FULL_SOFTMAX, dtype="float32"))(model, 0)
+        hf = continuer_for(HFRollout(tok, 12, FULL_SOFTMAX, batch_size=4))(model, 0)
+        assert isinstance(kv, KVContinuer) and isinstance(hf, HFContinuer)
+        torch.manual_seed(1)
+        from_kv = run_episodes(kv, env, tok, [prompt] * 3, [task] * 3, "feedback", 12, 80)
+        from_hf = run_episodes(hf, env, tok, [prompt] * 3, [task] * 3, "feedback", 12, 80)
+    finally:
+        pool.close()
+    for a, b in zip(from_kv, from_hf, strict=True):
+        assert set(a) == set(b) | {"logprobs"}
+        for key in set(b):
+            assert type(a[key]) is type(b[key]), key
+        assert len(a["action_mask"]) == len(a["token_ids"]) == len(a["logprobs"]) <= 80
+        assert a["finish_reason"] in ("stop", "length")
+    # the sampler's log-prob of each policy token is the trainer's (fp32 copy), 0.0 at environment tokens
+    batch = pad_rollout_batch(from_kv, tok.pad_token_id)
+    model.eval()
+    with torch.no_grad():
+        trainer_logp = completion_logprobs(model, batch)
+    mask = batch["completion_mask"].bool()
+    assert torch.allclose(batch["sampling_logps"][mask], trainer_logp[mask], atol=1e-3)
+    assert (batch["sampling_logps"][~mask] == 0).all()
+
+
+def test_kv_continuer_stops_at_a_stop_string_and_at_each_rows_budget(tiny_student):
+    from multiturn.backends import KVContinuer
+    from rollouts.kv_sampler import KVCacheRollout
+    from rollouts.sampling import FULL_SOFTMAX
+
+    model, tok = tiny_student()
+    prompt = encode_prompt(tok, "Say something.")
+    kv = KVContinuer(KVCacheRollout(tok, 16, FULL_SOFTMAX, dtype="float32"), model)
+    torch.manual_seed(0)
+    outs = kv.continue_sequences([prompt, prompt + [330, 331], prompt[:-3]], [5, 2, 7], ("e",))
+    for out, budget in zip(outs, [5, 2, 7], strict=True):
+        assert len(out.token_ids) <= budget and len(out.logprobs) == len(out.token_ids)
+        assert out.finish_reason in ("stop", "stop_string", "length")
+        if out.finish_reason == "stop_string":
+            assert "e" in out.text and "e" not in tok.decode(out.token_ids[:-1], skip_special_tokens=True)
+        if out.finish_reason == "length":
+            assert len(out.token_ids) == budget
+
+
+# ------------------------------------------------------------------ one framing of environment turns
+
+
+def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm2_tokenizer):
+    from evaluation.code_executor import SandboxPool
+
+    tok = smollm2_tokenizer
+    task = small_tasks(1)[0]
+    replies = [answer(task, False, 0), answer(task, False, 1), answer(task, True)]
+    policy = SequencePolicy(tok, lambda text, row: replies[text.count("<|im_start|>assistant") - 1])
+    user_prompt = get_unified_prompt(task, 1, mode="feedback")
+    with SandboxPool(2) as pool:
+        env = FeedbackEnvironment(pool, max_turns=3, num_visible_tests=1, feedback_max_chars=400)
+        [record] = run_episodes(policy, env, tok, [encode_prompt(tok, user_prompt)], [task], "feedback", 200, 2000)
+    assert record["num_turns"] == 3 and record["answers"] == replies
+    messages = []
+    for turn in record["turns"]:
+        messages.append({"role": "assistant", "content": turn["text"]})
+        if turn.get("feedback"):
+            messages.append({"role": "user", "content": turn["feedback"]})
+    prompt_ids, response_ids, mask = encode_conversation(tok, user_prompt, messages)
+    assert prompt_ids == record["prompt_ids"]
+    assert response_ids == record["token_ids"] and mask == record["action_mask"]
+    # and a tool exchange: <result> blocks inside the assistant turn are the environment's
+    tool_replies = ["<think>\n<program>\nprint(6 * 7)\n</program>", "\nSo.\n</think>\n\nDone."]
+    policy = SequencePolicy(tok, lambda text, row: tool_replies[text.count("</result>")])
+    with SandboxPool(2) as pool:
+        env = ToolEnvironment(pool, max_tool_calls=2, result_max_bytes=100)
+        [tool] = run_episodes(policy, env, tok, [encode_prompt(tok, "p")], [task], "tool", 64, 400)
+    _, ids, mask = encode_conversation(tok, "p", [{"role": "assistant", "content": tool["transcript"]}])
+    assert ids == tool["token_ids"] and mask == tool["action_mask"]
