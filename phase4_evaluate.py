@@ -56,8 +56,6 @@ from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
-from utils.prompts import get_unified_prompt
-from utils.sft_data import encode_prompt
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
@@ -96,7 +94,6 @@ def multi_turn_sampler(config: Config, backend_for, tokenizer, template: dict) -
 def hf_generators(config: Config, base_name: str, adapter: Path | None, template: dict) -> dict:
     """Sampling from a transformers model (evaluation backend kv or hf): the base model with the adapter
     attached; the baseline switches it off."""
-    ev = config.evaluation
     model, tokenizer = load_student(
         base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
     )
@@ -141,20 +138,9 @@ def vllm_generators(
     ev = config.evaluation
     tokenizer = load_tokenizer(base_name, config.paths.model_cache_dir)
     multi = config.multi_turn.mode != "single"
-    if multi:  # the mode's instructions lengthen the prompt; the sequence grows to max_total_tokens after it
-        lengths = [
-            len(
-                encode_prompt(
-                    tokenizer,
-                    get_unified_prompt(t, visible_tests, mode=config.multi_turn.mode),
-                    chat_template_kwargs=template,
-                )
-            )
-            for t in tasks
-        ]
-        budget = max(ev.max_new_tokens, config.multi_turn.max_total_tokens)
-    else:
-        lengths, budget = prompt_lengths(tokenizer, tasks, visible_tests, template), ev.max_new_tokens
+    # the mode's instructions lengthen the prompt; a multi-turn sequence grows to max_total_tokens after it
+    lengths = prompt_lengths(tokenizer, tasks, visible_tests, template, config.multi_turn.mode)
+    budget = max(ev.max_new_tokens, config.multi_turn.max_total_tokens) if multi else ev.max_new_tokens
     kwargs = engine_kwargs(
         resolve_model_path(base_name, config.paths.model_cache_dir),
         max_model_len=max_model_len(lengths, budget),

@@ -158,7 +158,7 @@ def run_tool_program(code: str | None, pool: SandboxPool, limits: SandboxLimits 
 class ToolEnvironment:
     """`<program>` blocks run in the sandbox during the turn; see the module docstring."""
 
-    stop_strings = (PROGRAM_CLOSE,)
+    stop_strings: tuple[str, ...] = (PROGRAM_CLOSE,)
 
     def __init__(
         self, pool: SandboxPool, max_tool_calls: int, result_max_bytes: int, limits: SandboxLimits | None = None

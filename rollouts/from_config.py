@@ -33,13 +33,19 @@ def chat_template_kwargs(config: Config) -> dict[str, Any]:
 
 
 def prompt_lengths(
-    tokenizer: Any, tasks: Sequence, num_visible_tests: int, chat_template_kwargs: dict | None = None
+    tokenizer: Any,
+    tasks: Sequence,
+    num_visible_tests: int,
+    chat_template_kwargs: dict | None = None,
+    mode: str = "single",
 ) -> list[int]:
-    """Token count of each task's templated prompt (what sizes vLLM's `max_model_len`)."""
+    """Token count of each task's templated prompt in `mode` (what sizes vLLM's `max_model_len`)."""
     return [
         len(
             encode_prompt(
-                tokenizer, get_unified_prompt(t, num_visible_tests), chat_template_kwargs=chat_template_kwargs
+                tokenizer,
+                get_unified_prompt(t, num_visible_tests, mode=mode),
+                chat_template_kwargs=chat_template_kwargs,
             )
         )
         for t in tasks
@@ -62,7 +68,7 @@ def colocated_engine(
     import vllm  # lazy: the optional GPU extra
 
     ranks = ranks or RankInfo()
-    lengths = prompt_lengths(tokenizer, tasks, visible_tests, chat_template_kwargs(config))
+    lengths = prompt_lengths(tokenizer, tasks, visible_tests, chat_template_kwargs(config), config.multi_turn.mode)
     kwargs = engine_kwargs(
         resolve_model_path(model_name, config.paths.model_cache_dir),
         max_model_len=max_model_len(lengths, max_new_tokens),
@@ -105,7 +111,10 @@ def training_rollout(
             config.student.model_name,
             tasks or [],
             config.prompt.num_visible_tests,
-            g.max_new_tokens,
+            # multi-turn: a sample grows to max_total_tokens after its prompt (turns, results, feedback)
+            g.max_new_tokens
+            if config.multi_turn.mode == "single"
+            else max(g.max_new_tokens, config.multi_turn.max_total_tokens),
             config.lora.r,
             ranks,
             g.vllm_sleep_mode,

@@ -239,7 +239,8 @@ def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_stud
 def test_vllm_server_multi_turn_is_refused_before_any_model_loads(tmp_path):
     from phase3_train_grpo import RunSetupError, check_run_setup
 
-    config = tiny_config(tmp_path, **{"multi_turn.mode": "tool", "grpo.rollout_backend": "vllm_server"})
+    settings = {"multi_turn.mode": "tool", "grpo.rollout_backend": "vllm_server", "dual_source.teacher_sft_weight": 0}
+    config = tiny_config(tmp_path, **settings)
     with pytest.raises(RunSetupError, match="multi_turn.mode=tool.*vllm_server.*grpo.rollout_backend=vllm"):
         check_run_setup(config, None, tmp_path / "none.jsonl", False)
 
@@ -334,3 +335,40 @@ def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm
         [tool] = run_episodes(policy, env, tok, [encode_prompt(tok, "p")], [task], "tool", 64, 400)
     _, ids, mask = encode_conversation(tok, "p", [{"role": "assistant", "content": tool["transcript"]}])
     assert ids == tool["token_ids"] and mask == tool["action_mask"]
+
+
+def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_current_adapter(tmp_path, monkeypatch):
+    from rollouts.from_config import prompt_lengths, training_rollout
+    from tests import fake_vllm
+    from utils.student_model import attach_lora, load_student
+
+    fake_vllm.ENGINES.clear()
+    monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", None)
+    fake_vllm.install(monkeypatch)
+    settings = {
+        "grpo.rollout_backend": "vllm",
+        "grpo.vllm_sleep_mode": True,
+        "multi_turn.mode": "feedback",
+        "multi_turn.max_turns": 2,
+        "multi_turn.max_total_tokens": 300,
+        "dual_source.teacher_sft_weight": 0,
+    }
+    config = tiny_config(tmp_path, **settings)
+    model, tok = load_student(config.student.model_name, "float32", device="cpu")
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    tasks = small_tasks(4)
+    rollout = training_rollout(config, tok, tmp_path, None, tasks)
+    engine = fake_vllm.ENGINES[-1]
+    template = {"enable_thinking": config.student.enable_thinking}
+    longest = max(prompt_lengths(tok, tasks, config.prompt.num_visible_tests, template, "feedback"))
+    assert engine.kwargs["max_model_len"] == longest + 300  # the mode's prompt plus the whole sample
+    trainer = GRPOTrainer(config, model, tok, tasks, [], tmp_path, rollout=rollout)
+    groups, metrics = trainer.collect_rollouts()
+    # the fake policy writes no code: every sample gets a feedback turn, then runs out of answers
+    assert metrics["multi_turn/turns_mean"] == 2.0 and metrics["multi_turn/truncated"] == 1.0
+    assert {c.lora.lora_name for c in engine.calls} == {"policy-0"} and len(engine.calls) == 2
+    assert engine.events == ["sleep1", "wake_up", "generate", "generate", "sleep1"]
+    assert sorted(p.name for p in (tmp_path / ".vllm_adapters").iterdir()) == ["step-0"]
+    for s in (s for g in groups for s in g):
+        assert len(s["logprobs"]) == len(s["token_ids"]) == len(s["action_mask"]) and 0 in s["action_mask"]
+        assert all(lp == 0.0 for lp, m in zip(s["logprobs"], s["action_mask"], strict=True) if m == 0)
