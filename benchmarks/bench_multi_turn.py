@@ -14,15 +14,30 @@ Reported: the final-answer pass rate of each (share of samples passing all tests
 intervals over tasks and the paired difference, the feedback mode's pass rate after turn 1 vs after
 the last turn (how much the second answer adds), and the mean policy tokens per sample of each.
 
-This measures the untrained model. The issue's learning check (pass rate before/after N training
-steps in each mode) needs phase 3 in a multi-turn mode, which is not wired yet (the trainer must use
-`action_mask`); this script is its measurement half.
+Learning check (issue 17), `--train_steps N`:
+
+    python benchmarks/bench_multi_turn.py --train_steps 8 --tasks 12 --samples 4 --budget 256 \
+        --output benchmarks/results/multi_turn_learning.json
+
+trains the student twice from the same seed and the same LoRA initialization, on the same fixture
+tasks with the same step count, prompts per step, group size and learning rate: once single-turn
+(phase 3 `--mode single`, `grpo.max_new_tokens = --budget`) and once in feedback mode (phase 3
+`--mode feedback`, `grpo.max_new_tokens = --budget // --max_turns` per answer). So in both variants
+the policy writes at most `--budget` tokens per sample, in training and in evaluation (the feedback
+turns the environment inserts are not policy tokens and are never trained on). GRPO + self-SFT
+only (no teacher traces: `--teacher_sft` off), the rollout backend of the cpu preset (kv sampler).
+Each variant is evaluated in its own mode before (adapter off) and after training, on the same
+tasks it trained on (a learning check, not a generalization measurement), with the evaluation
+section's sampling settings: the final-answer pass rate with 95% bootstrap intervals over tasks and
+the paired after - before difference, the feedback variant's turn-1 vs final-turn pass rate, and the
+difference of the two variants' gains (paired over tasks). One thread (`--threads`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -47,7 +62,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="embedded:SmolLM2-135M-Instruct")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default=str(ROOT / "outputs" / "multi_turn_check.json"))
+    parser.add_argument(
+        "--train_steps", type=int, default=0, help="Learning check: train each variant this many optimizer steps."
+    )
+    parser.add_argument("--prompts_per_step", type=int, default=4, help="Learning check: tasks per optimizer step.")
+    parser.add_argument("--group", type=int, default=4, help="Learning check: samples per task in a GRPO group.")
+    parser.add_argument("--lr", type=float, default=5e-4, help="Learning check: learning rate.")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the measurement is sized for one).")
     args = parser.parse_args(argv)
+    if args.train_steps > 0:
+        return learning_check(args)
 
     import torch
 
@@ -147,6 +171,186 @@ def main(argv: list[str] | None = None) -> dict:
         f"[{results['feedback_minus_single_ci95'][0]:+.3f}, {results['feedback_minus_single_ci95'][1]:+.3f}])"
     )
     print(f"Wrote {args.output}")
+    return results
+
+
+def train_and_measure(
+    args: argparse.Namespace, variant: str, tasks: list, out: Path, per_turn: dict[str, int]
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """One variant of the learning check: (evaluation rows before, rows after, training metrics per step)."""
+    import torch
+
+    from config import build_config
+    from evaluation.code_executor import SandboxLimits, SandboxPool
+    from evaluation.evaluate import execute_samples, generate_cached
+    from multiturn.backends import continuer_for
+    from multiturn.environments import make_environment
+    from multiturn.sampler import MultiTurnSampler
+    from rollouts.from_config import chat_template_kwargs, evaluation_rollout, training_rollout
+    from training.grpo_trainer import GRPOTrainer
+    from utils.student_model import attach_lora, load_student
+
+    config = build_config(
+        "cpu",
+        overrides=[
+            f"paths.output_dir={out / variant}",
+            f"multi_turn.mode={variant}",
+            f"multi_turn.max_turns={args.max_turns}",
+            f"multi_turn.max_total_tokens={args.budget + 300 * (args.max_turns - 1)}",
+            f"grpo.max_new_tokens={per_turn[variant]}",
+            f"grpo.num_samples_per_prompt={args.group}",
+            f"evaluation.max_new_tokens={per_turn[variant]}",
+            f"training.max_steps={args.train_steps}",
+            "training.save_steps=0",
+            f"training.per_device_train_batch_size={args.prompts_per_step}",
+            f"training.learning_rate={args.lr}",
+            f"training.seed={args.seed}",
+            "dual_source.teacher_sft_weight=0",
+        ],
+    )
+    shutil.rmtree(out / variant, ignore_errors=True)  # no cached samples or checkpoints of an earlier run
+    torch.manual_seed(args.seed)  # the same LoRA initialization for both variants
+    model, tokenizer = load_student(args.model, "float32", device="cpu")
+    lora = config.lora
+    model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
+    template = chat_template_kwargs(config)
+    limits = SandboxLimits.from_config(config.sandbox)
+    with SandboxPool(2, limits, config.sandbox.isolate) as pool:
+        evaluator = evaluation_rollout(config, tokenizer, template)
+        sampler = None
+        if variant != "single":
+            environment = make_environment(variant, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
+            sampler = MultiTurnSampler(
+                continuer_for(evaluator),
+                environment,
+                tokenizer,
+                variant,
+                per_turn[variant],
+                config.multi_turn.max_total_tokens,
+                template,
+            )
+
+        def measure(tag: str) -> list[dict]:
+            torch.manual_seed(args.seed + 1)  # the same sampling noise before and after
+            if sampler is None:
+                generate = lambda prompts, n: evaluator.generate(model, prompts, n, 0)  # noqa: E731
+            else:
+                generate = lambda prompts, n, tasks_: sampler.generate(model, prompts, n, 0, tasks_)  # noqa: E731
+            cache = generate_cached(
+                tasks,
+                generate,
+                args.samples,
+                out / variant / f"samples_{tag}.jsonl",
+                config.prompt.num_visible_tests,
+                chunk=args.samples,
+                mode=variant,
+            )
+            rows = execute_samples(tasks, cache, args.samples, pool, limits)
+            for row in rows:
+                cached = cache[(row["task_id"], row["sample_idx"])]
+                row["policy_tokens"] = cached.get("num_policy_tokens", cached["num_tokens"])
+                row["first_passed"] = row.get("answers_passed", [row["passed"]])[0]
+                row["truncated"] = bool(cached.get("truncated"))
+            return rows
+
+        with model.disable_adapter():
+            before = measure("before")
+        trainer = GRPOTrainer(
+            config,
+            model,
+            tokenizer,
+            tasks,
+            [],
+            out / variant,
+            rollout=training_rollout(config, tokenizer, out / variant),
+            pool=pool,
+        )
+        trainer.train()
+        after = measure("after")
+    curve = [json.loads(line) for line in (out / variant / "metrics.jsonl").read_text().splitlines() if line]
+    return before, after, curve
+
+
+def learning_check(args: argparse.Namespace) -> dict:
+    import torch
+
+    from evaluation.bootstrap import bootstrap_interval, paired_bootstrap_interval
+    from utils.dataset_loader import load_apps, load_mbpp
+
+    torch.set_num_threads(args.threads)
+    mbpp = load_mbpp(ROOT / "data" / "embedded" / "mbpp_fixtures.jsonl")[0]
+    apps = load_apps(ROOT / "data" / "embedded" / "apps_fixtures.jsonl")[0]
+    tasks = (mbpp + apps)[: args.tasks]
+    out = ROOT / "outputs" / Path(args.output).stem  # samples, checkpoints and metrics of both variants
+    per_turn = {"single": args.budget, "feedback": args.budget // args.max_turns}
+    results: dict = {
+        "settings": vars(args),
+        "budget": {
+            "rule": "at most --budget policy tokens per sample in both variants: single-turn answers of --budget "
+            "tokens, feedback answers of --budget // --max_turns tokens each (environment turns not counted)",
+            "max_new_tokens_per_answer": per_turn,
+        },
+        "tasks": [t.task_id for t in tasks],
+    }
+    by_task: dict[str, dict[str, dict[str, float]]] = {}
+    for variant in ("single", "feedback"):
+        start = time.monotonic()
+        before, after, curve = train_and_measure(args, variant, tasks, out, per_turn)
+        entry: dict = {"seconds": time.monotonic() - start}
+        for tag, rows in (("before", before), ("after", after)):
+            rate = per_task_mean(rows, "passed")
+            first = per_task_mean(rows, "first_passed")
+            by_task[f"{variant}_{tag}"] = {"final": rate, "first": first}
+            entry[tag] = {
+                "pass_rate": sum(rate.values()) / len(rate),
+                "pass_rate_ci95": list(bootstrap_interval(list(rate.values()), seed=args.seed)),
+                "turn1_pass_rate": sum(first.values()) / len(first),
+                "mean_policy_tokens": sum(r["policy_tokens"] for r in rows) / len(rows),
+                "truncated": sum(r["truncated"] for r in rows) / len(rows),
+            }
+        ids = sorted(by_task[f"{variant}_before"]["final"])
+        b, a = by_task[f"{variant}_before"]["final"], by_task[f"{variant}_after"]["final"]
+        entry["gain"] = entry["after"]["pass_rate"] - entry["before"]["pass_rate"]
+        entry["gain_ci95"] = list(paired_bootstrap_interval([a[t] for t in ids], [b[t] for t in ids], seed=args.seed))
+        entry["training"] = {
+            "train_pass_rate_by_step": [m.get("pass_rate") for m in curve],
+            "reward_by_step": [m.get("reward/mean") for m in curve],
+            **{
+                k: [m.get(k) for m in curve] for k in ("multi_turn/turns_mean", "multi_turn/truncated") if k in curve[0]
+            },
+        }
+        results[variant] = entry
+        print(
+            f"{variant}: pass rate {entry['before']['pass_rate']:.3f} -> {entry['after']['pass_rate']:.3f} "
+            f"(gain {entry['gain']:+.3f}, paired 95% CI [{entry['gain_ci95'][0]:+.3f}, {entry['gain_ci95'][1]:+.3f}]; "
+            f"turn-1 {entry['before']['turn1_pass_rate']:.3f} -> {entry['after']['turn1_pass_rate']:.3f}) "
+            f"in {entry['seconds']:.0f} s",
+            flush=True,
+        )
+    ids = sorted(by_task["single_before"]["final"])
+
+    def gain(variant: str) -> list[float]:
+        a, b = by_task[f"{variant}_after"]["final"], by_task[f"{variant}_before"]["final"]
+        return [a[t] - b[t] for t in ids]
+
+    results["feedback_gain_minus_single_gain"] = results["feedback"]["gain"] - results["single"]["gain"]
+    results["feedback_gain_minus_single_gain_ci95"] = list(
+        paired_bootstrap_interval(gain("feedback"), gain("single"), seed=args.seed)
+    )
+    fa, sa = by_task["feedback_after"]["final"], by_task["single_after"]["final"]
+    results["after_feedback_minus_single"] = (
+        results["feedback"]["after"]["pass_rate"] - results["single"]["after"]["pass_rate"]
+    )
+    results["after_feedback_minus_single_ci95"] = list(
+        paired_bootstrap_interval([fa[t] for t in ids], [sa[t] for t in ids], seed=args.seed)
+    )
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
+    low, high = results["feedback_gain_minus_single_gain_ci95"]
+    print(
+        f"feedback gain - single gain: {results['feedback_gain_minus_single_gain']:+.3f} "
+        f"(paired 95% CI [{low:+.3f}, {high:+.3f}]); wrote {args.output}"
+    )
     return results
 
 
