@@ -243,6 +243,7 @@ def train_and_measure(
                 out / variant / f"samples_{tag}.jsonl",
                 config.prompt.num_visible_tests,
                 chunk=args.samples,
+                batch_samples=32,  # the kv sampler's best batch on CPU (bench_sampling)
                 mode=variant,
             )
             rows = execute_samples(tasks, cache, args.samples, pool, limits)
