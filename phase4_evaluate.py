@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from evaluation.evaluate import (
     format_table,
     generate_cached,
     summarize,
+    write_samples,
 )
 from multiturn.backends import continuer_for
 from multiturn.environments import make_environment
@@ -55,7 +57,7 @@ from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import build_engine, engine_kwargs, max_model_len
 from utils.dataset_loader import DataFormatError
-from utils.jsonl import FileBusyError, write_json_atomic, write_jsonl_atomic
+from utils.jsonl import FileBusyError, write_json_atomic
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
@@ -262,9 +264,9 @@ def main(
             )
             rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
             summaries[role] = summarize(rows, ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed)
-            all_rows += [{"model": role, **row} for row in rows]
+            all_rows += [replace(row, model=role) for row in rows]
     main_role = runs[0][0]
-    rows_of = {role: [r for r in all_rows if r["model"] == role] for role, _ in runs}
+    rows_of = {role: [r for r in all_rows if r.model == role] for role, _ in runs}
     result = {
         "model": {"path": model_path, "base_model": base_name, "adapter": str(adapter) if adapter else None},
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -282,7 +284,7 @@ def main(
         else None,
     }
     write_json_atomic(output, result)
-    write_jsonl_atomic(samples_output, all_rows)
+    write_samples(samples_output, all_rows)
     where = f"{eval_set.name}, {len(tasks)} tasks, {decoding}"
     print("\n" + format_table(summaries[main_role], f"Pass@k Results ({where})"))
     if summaries[main_role].get("multi_turn"):

@@ -239,10 +239,10 @@ def evaluate_variant(variant: Variant, config, folder: Path, eval_set, eval_task
     )
 
 
-def read_rows(folder: Path) -> list[dict]:
-    from utils.jsonl import iter_jsonl
+def read_rows(folder: Path) -> list:
+    from evaluation.evaluate import read_samples
 
-    return [row for _, row in iter_jsonl(folder / "eval_samples.jsonl")]
+    return read_samples(folder / "eval_samples.jsonl")
 
 
 def write_reports(report: dict, results_dir: Path) -> list[Path]:

@@ -116,7 +116,7 @@ def main() -> None:
                 out / f"samples_{tag}.jsonl",
                 chunk=args.samples,
             )
-            return execute_samples(tasks, cache, args.samples, pool, limits)
+            return [s.to_row() for s in execute_samples(tasks, cache, args.samples, pool, limits)]
 
         with model.disable_adapter():
             before = measure("before")

@@ -124,12 +124,15 @@ def main(argv: list[str] | None = None) -> dict:
             torch.manual_seed(args.seed)
             start = time.monotonic()
             cache = generate_cached(tasks, generate, args.samples, out_dir / f"{name}-{args.seed}.jsonl", 1, mode=mode)
-            rows = execute_samples(tasks, cache, args.samples, pool, limits)
+            samples = execute_samples(tasks, cache, args.samples, pool, limits)
+            summary = summarize(samples, [1])
+            rows = [s.to_row() for s in samples]
             for row in rows:
                 cached = cache[(row["task_id"], row["sample_idx"])]
-                row["policy_tokens"] = cached.get("num_policy_tokens", cached["num_tokens"])
+                row["policy_tokens"] = (
+                    cached.num_policy_tokens if cached.num_policy_tokens is not None else cached.num_tokens
+                )
             rows_of[name] = rows
-            summary = summarize(rows, [1])
             rate = per_task_mean(rows, "passed")
             results[name] = {
                 "pass_rate": sum(rate.values()) / len(rate),

@@ -8,6 +8,12 @@ the *contents* of the base model and adapter folders (weights, tokenizer, chat t
 `content_digest`) and the decoding settings; each record carries a digest of the chat messages it
 answered, so a task whose text changed is generated again. Execution is cheap and always redone from the cache, so verdicts follow the current
 sandbox.
+
+Records (frozen, one line each, `to_row`/`from_row`; the field order is the file's key order, and a
+multi-turn field is written only when set, so single-turn rows are what they always were):
+`CachedCompletion`, a line of the completion cache (`read_cache` reads it, `generate_cached` writes it),
+and `EvalSample`, a sample with its parse and verdict (`execute_samples` makes it, phase 4 writes
+`eval_samples.jsonl`, `read_samples` reads it back).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import hashlib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +30,147 @@ from evaluation.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, paired_b
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
 from evaluation.pass_at_k import estimate_pass_at_k, pass_at_k_table
 from utils.dataset_loader import Task
-from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic
+from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
+
+
+def _row(record: Any, optional: Sequence[str]) -> dict[str, Any]:
+    """A record's row: its fields in order, without the `optional` ones that are None; tuples as lists."""
+    row = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(record).items()}
+    for name in optional:
+        if row[name] is None:
+            del row[name]
+    return row
+
+
+@dataclass(frozen=True)
+class CachedCompletion:
+    """One line of the completion cache: one sampled completion of a task's prompt."""
+
+    task_id: str
+    sample_idx: int
+    completion: str  # the text the sample is judged on (multi-turn: what the reward scores)
+    num_tokens: int
+    finish_reason: str | None
+    prompt_sha256: str | None  # `prompt_digest` of the messages it answered (a mismatch: generated again)
+    # multi-turn modes: copied from the rollout record (`multiturn.loop`)
+    mode: str | None = None
+    num_turns: int | None = None
+    num_policy_tokens: int | None = None
+    answers: tuple[str, ...] | None = None  # each answer the sample gave, the last one is `completion`
+    tool_calls: int | None = None
+    tool_successes: int | None = None
+    truncated: bool | None = None
+    transcript: str | None = None
+    turns: tuple[dict[str, Any], ...] | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> CachedCompletion:
+        """A cache line; KeyError/TypeError/ValueError when a required field is missing or bad."""
+        values = {f.name: row.get(f.name) for f in fields(cls)}
+        values.update(task_id=str(row["task_id"]), sample_idx=int(row["sample_idx"]), completion=row["completion"])
+        values.update(num_tokens=row["num_tokens"], finish_reason=row["finish_reason"])
+        for name in ("answers", "turns"):
+            if values[name] is not None:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    @classmethod
+    def from_sample(cls, task_id: str, sample_idx: int, sample: dict[str, Any], prompt_sha256: str) -> CachedCompletion:
+        """A rollout record (`rollouts.completion`, or `multiturn.loop`'s with the multi-turn fields) as cached."""
+        extra = {k: sample[k] for k in MULTI_TURN_FIELDS if k in sample}
+        for name in ("answers", "turns"):
+            if extra.get(name) is not None:
+                extra[name] = tuple(extra[name])
+        return cls(
+            task_id,
+            sample_idx,
+            sample["text"],
+            sample["num_tokens"],
+            sample["finish_reason"],
+            prompt_sha256,
+            **extra,
+        )
+
+    def to_row(self) -> dict[str, Any]:
+        return _row(self, MULTI_TURN_FIELDS)
+
+
+# the rollout record's multi-turn fields the cache keeps, in the cache's key order
+MULTI_TURN_FIELDS = (
+    "mode",
+    "num_turns",
+    "num_policy_tokens",
+    "answers",
+    "tool_calls",
+    "tool_successes",
+    "truncated",
+    "transcript",
+    "turns",
+)
+
+
+@dataclass(frozen=True)
+class EvalSample:
+    """One judged sample: what phase 4 writes per sample (`eval_samples.jsonl`) and summarizes."""
+
+    task_id: str
+    source: str
+    difficulty: str
+    sample_idx: int
+    completion: str
+    num_tokens: int
+    finish_reason: str | None
+    thinking: str  # the `ParsedResponse` of the completion: what was graded and how it was found
+    code: str | None
+    think_closed: bool
+    has_code: bool
+    syntax_ok: bool
+    passed: bool  # the sandbox's verdict on `code`
+    status: str
+    tests_passed: int
+    tests_total: int
+    pass_fraction: float
+    error: str | None
+    # multi-turn modes
+    mode: str | None = None
+    num_turns: int | None = None
+    tool_calls: int | None = None
+    tool_successes: int | None = None
+    truncated: bool | None = None
+    answers_passed: tuple[bool, ...] | None = None  # one verdict per answer, on all tests; the last is `passed`
+    model: str | None = None  # phase 4's role ("model", "trained", "baseline"); written first
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> EvalSample:
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        if values.get("answers_passed") is not None:
+            values["answers_passed"] = tuple(values["answers_passed"])
+        return cls(**values)
+
+    def to_row(self) -> dict[str, Any]:
+        row = _row(self, (*_EVAL_MULTI_TURN, "model"))
+        return row if self.model is None else {"model": row.pop("model"), **row}
+
+
+_EVAL_MULTI_TURN = ("mode", "num_turns", "tool_calls", "tool_successes", "truncated", "answers_passed")
+
+
+def read_samples(path: str | Path) -> list[EvalSample]:
+    """Phase 4's per-sample file (strict: every line is a whole sample)."""
+    samples = []
+    for line_no, row in iter_jsonl(path):
+        try:
+            samples.append(EvalSample.from_row(row))
+        except TypeError:
+            raise DataFormatError(f"{path}:{line_no}: not a phase-4 sample row (fields missing).") from None
+    return samples
+
+
+def write_samples(path: str | Path, samples: Sequence[EvalSample]) -> None:
+    """Write phase 4's per-sample file at once (atomic: a crash leaves the old file or the new one)."""
+    write_jsonl_atomic(path, [s.to_row() for s in samples])
 
 
 def fingerprint(**parts: Any) -> str:
@@ -80,32 +225,20 @@ def prompt_digest(prompt: str) -> str:
     return hashlib.sha256(json.dumps(build_chat_messages(prompt)).encode()).hexdigest()[:16]
 
 
-def read_cache(path: Path) -> dict[tuple[str, int], dict]:
+def read_cache(path: Path) -> dict[tuple[str, int], CachedCompletion]:
     """Cached completions by (task_id, sample_idx). `utils.jsonl`'s policy: a torn last line is skipped (and
     regenerated), a bad middle line is an error naming file and line (delete the cache file to start over)."""
-    cache: dict[tuple[str, int], dict] = {}
+    cache: dict[tuple[str, int], CachedCompletion] = {}
     if path.is_file():
-        for line_no, record in iter_jsonl(path, tolerate_torn_tail=True):
+        for line_no, row in iter_jsonl(path, tolerate_torn_tail=True):
             try:
-                cache[(record["task_id"], int(record["sample_idx"]))] = record
+                record = CachedCompletion.from_row(row)
             except (KeyError, ValueError, TypeError):
                 raise DataFormatError(
                     f"{path}:{line_no}: not a completion-cache record; delete {path} to regenerate its completions."
                 ) from None
+            cache[(record.task_id, record.sample_idx)] = record
     return cache
-
-
-MULTI_TURN_FIELDS = (
-    "mode",
-    "num_turns",
-    "num_policy_tokens",
-    "answers",
-    "tool_calls",
-    "tool_successes",
-    "truncated",
-    "transcript",
-    "turns",
-)
 
 
 def generate_cached(
@@ -118,7 +251,7 @@ def generate_cached(
     batch_samples: int = 16,
     progress: bool = True,
     mode: str = "single",
-) -> dict[tuple[str, int], dict]:
+) -> dict[tuple[str, int], CachedCompletion]:
     """Make sure every (task, sample) has a cached completion; returns them all.
 
     `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model);
@@ -133,7 +266,7 @@ def generate_cached(
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     prompts = {task.task_id: get_unified_prompt(task, num_visible_tests, mode=mode) for task in tasks}
     digests = {task_id: prompt_digest(prompt) for task_id, prompt in prompts.items()}
-    for key in [k for k, record in cache.items() if record.get("prompt_sha256") != digests.get(k[0])]:
+    for key in [k for k, record in cache.items() if record.prompt_sha256 != digests.get(k[0])]:
         del cache[
             key
         ]  # the task's text (or the prompt format) changed since: its old completions answer another prompt
@@ -163,16 +296,8 @@ def generate_cached(
             )
             for (task, indices), samples in zip(call, outputs, strict=True):
                 for sample_idx, sample in zip(indices, samples, strict=True):
-                    record = {
-                        "task_id": task.task_id,
-                        "sample_idx": sample_idx,
-                        "completion": sample["text"],
-                        "num_tokens": sample["num_tokens"],
-                        "finish_reason": sample["finish_reason"],
-                        "prompt_sha256": digests[task.task_id],
-                        **{k: sample[k] for k in MULTI_TURN_FIELDS if k in sample},
-                    }
-                    handle.write(record)
+                    record = CachedCompletion.from_sample(task.task_id, sample_idx, sample, digests[task.task_id])
+                    handle.write(record.to_row())
                     cache[(task.task_id, sample_idx)] = record
             if bar is not None:
                 bar.update(sum(len(idx) for _, idx in call))
@@ -183,38 +308,36 @@ def generate_cached(
 
 def execute_samples(
     tasks: Sequence[Task],
-    cache: dict[tuple[str, int], dict],
+    cache: dict[tuple[str, int], CachedCompletion],
     num_samples: int,
     pool: SandboxPool,
     limits: SandboxLimits,
     include_challenge: bool = False,
-) -> list[dict]:
+) -> list[EvalSample]:
     """Parse and execute every sample; one record per sample with its code and verdict."""
-    rows, items = [], []
-    for task in tasks:
-        for i in range(num_samples):
-            cached = cache[(task.task_id, i)]
-            parsed = extract_thinking_and_code_unified(cached["completion"])
-            rows.append(
-                {
-                    "task_id": task.task_id,
-                    "source": task.source,
-                    "difficulty": task.difficulty,
-                    "sample_idx": i,
-                    "completion": cached["completion"],
-                    "num_tokens": cached["num_tokens"],
-                    "finish_reason": cached["finish_reason"],
-                    "thinking": parsed.thinking,
-                    "code": parsed.code,
-                    "think_closed": parsed.think_closed,
-                    "has_code": parsed.has_code,
-                    "syntax_ok": parsed.syntax_ok,
-                }
-            )
-            items.append((parsed.code, task))
-    results = execute_many(items, pool, limits, progress=True, include_challenge=include_challenge)
-    for row, result in zip(rows, results, strict=True):
-        row.update(
+    cached = [(task, cache[(task.task_id, i)]) for task in tasks for i in range(num_samples)]
+    parsed = [extract_thinking_and_code_unified(record.completion) for _, record in cached]
+    results = execute_many(
+        [(p.code, task) for (task, _), p in zip(cached, parsed, strict=True)],
+        pool,
+        limits,
+        progress=True,
+        include_challenge=include_challenge,
+    )
+    samples = [
+        EvalSample(
+            task_id=task.task_id,
+            source=task.source,
+            difficulty=task.difficulty,
+            sample_idx=record.sample_idx,
+            completion=record.completion,
+            num_tokens=record.num_tokens,
+            finish_reason=record.finish_reason,
+            thinking=p.thinking,
+            code=p.code,
+            think_closed=p.think_closed,
+            has_code=p.has_code,
+            syntax_ok=p.syntax_ok,
             passed=result.passed,
             status=result.status,
             tests_passed=result.tests_passed,
@@ -222,57 +345,69 @@ def execute_samples(
             pass_fraction=result.pass_fraction,
             error=result.error,
         )
-    _score_earlier_answers(tasks, cache, rows, pool, limits, include_challenge)
-    return rows
+        for (task, record), p, result in zip(cached, parsed, results, strict=True)
+    ]
+    return _score_earlier_answers(tasks, cache, samples, pool, limits, include_challenge)
 
 
 def _score_earlier_answers(
     tasks: Sequence[Task],
-    cache: dict[tuple[str, int], dict],
-    rows: list[dict],
+    cache: dict[tuple[str, int], CachedCompletion],
+    samples: list[EvalSample],
     pool: SandboxPool,
     limits: SandboxLimits,
     include_challenge: bool,
-) -> None:
-    """Multi-turn rows: copy the multi-turn fields and judge every answer before the last one on all tests,
+) -> list[EvalSample]:
+    """Multi-turn samples: copy the multi-turn fields and judge every answer before the last one on all tests,
     so the pass rate after each turn can be reported (`answers_passed`: one verdict per answer)."""
     by_task = {task.task_id: task for task in tasks}
-    earlier = []  # (row, answer index, code)
-    for row in rows:
-        cached = cache[(row["task_id"], row["sample_idx"])]
-        if "num_turns" not in cached:
+    earlier = []  # (sample position, answer index, code)
+    verdicts: dict[int, list[bool]] = {}
+    for n, sample in enumerate(samples):
+        cached = cache[(sample.task_id, sample.sample_idx)]
+        if cached.num_turns is None:
             continue
-        row.update(
-            {k: cached[k] for k in ("mode", "num_turns", "tool_calls", "tool_successes", "truncated") if k in cached}
-        )
-        answers = cached.get("answers") or [cached["completion"]]
-        row["answers_passed"] = [False] * (len(answers) - 1) + [row["passed"]]
-        earlier += [(row, i, extract_thinking_and_code_unified(a).code) for i, a in enumerate(answers[:-1])]
+        answers = cached.answers or (cached.completion,)
+        verdicts[n] = [False] * (len(answers) - 1) + [sample.passed]
+        earlier += [(n, i, extract_thinking_and_code_unified(a).code) for i, a in enumerate(answers[:-1])]
     if earlier:
         results = execute_many(
-            [(code, by_task[row["task_id"]]) for row, _, code in earlier],
+            [(code, by_task[samples[n].task_id]) for n, _, code in earlier],
             pool,
             limits,
             include_challenge=include_challenge,
         )
-        for (row, i, _), result in zip(earlier, results, strict=True):
-            row["answers_passed"][i] = result.passed
+        for (n, i, _), result in zip(earlier, results, strict=True):
+            verdicts[n][i] = result.passed
+    out = list(samples)
+    for n, answers_passed in verdicts.items():
+        cached = cache[(samples[n].task_id, samples[n].sample_idx)]
+        out[n] = replace(
+            samples[n],
+            mode=cached.mode,
+            num_turns=cached.num_turns,
+            tool_calls=cached.tool_calls,
+            tool_successes=cached.tool_successes,
+            truncated=cached.truncated,
+            answers_passed=tuple(answers_passed),
+        )
+    return out
 
 
-def _pass_table(rows: list[dict], ks: Sequence[int]) -> dict:
+def _pass_table(rows: Sequence[EvalSample], ks: Sequence[int]) -> dict:
     per_task: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
-        per_task[row["task_id"]].append(bool(row["passed"]))
+        per_task[row.task_id].append(bool(row.passed))
     n = [len(v) for v in per_task.values()]
     c = [sum(v) for v in per_task.values()]
     return {str(k): v for k, v in pass_at_k_table(n, c, ks).items()}
 
 
-def per_task_pass_at_k(rows: list[dict], k: int) -> dict[str, float] | None:
+def per_task_pass_at_k(rows: Sequence[EvalSample], k: int) -> dict[str, float] | None:
     """Each task's pass@k estimate from its samples (task_id -> value); None if some task has < k samples."""
     per_task: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
-        per_task[row["task_id"]].append(bool(row["passed"]))
+        per_task[row.task_id].append(bool(row.passed))
     if not per_task or min(len(v) for v in per_task.values()) < k:
         return None
     ids = sorted(per_task)
@@ -281,7 +416,7 @@ def per_task_pass_at_k(rows: list[dict], k: int) -> dict[str, float] | None:
 
 
 def pass_at_k_intervals(
-    rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+    rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES, seed: int = 0
 ) -> dict[str, list[float] | None]:
     """95% bootstrap interval over tasks of each pass@k (None where pass@k is not computable)."""
     out: dict[str, list[float] | None] = {}
@@ -293,41 +428,41 @@ def pass_at_k_intervals(
     return out
 
 
-def summarize(rows: list[dict], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
+def summarize(rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict:
     """pass@k overall (with 95% bootstrap intervals over tasks), per source and per APPS difficulty,
     plus format and status statistics."""
     n = max(len(rows), 1)
-    by_source = defaultdict(list)
-    by_difficulty = defaultdict(list)
+    by_source: dict[str, list[EvalSample]] = defaultdict(list)
+    by_difficulty: dict[str, list[EvalSample]] = defaultdict(list)
     for row in rows:
-        by_source[row["source"]].append(row)
-        if row["source"] == "apps":
-            by_difficulty[row["difficulty"]].append(row)
+        by_source[row.source].append(row)
+        if row.source == "apps":
+            by_difficulty[row.difficulty].append(row)
     table = _pass_table(rows, ks)
     return {
-        "num_tasks": len({r["task_id"] for r in rows}),
+        "num_tasks": len({r.task_id for r in rows}),
         "num_samples": len(rows),
         "pass_at_k": table,
         "pass_at_k_ci95": pass_at_k_intervals(rows, ks, resamples, seed),
         "not_computable_k": [int(k) for k, v in table.items() if v is None],
         "pass_at_k_by_source": {s: _pass_table(r, ks) for s, r in sorted(by_source.items())},
         "pass_at_k_by_difficulty": {d: _pass_table(r, ks) for d, r in sorted(by_difficulty.items())},
-        "mean_pass_fraction": sum(r["pass_fraction"] for r in rows) / n,
+        "mean_pass_fraction": sum(r.pass_fraction for r in rows) / n,
         "format": {
-            "closed_thinking": sum(r["think_closed"] for r in rows) / n,
-            "extractable_code": sum(r["has_code"] for r in rows) / n,
-            "valid_python": sum(r["syntax_ok"] for r in rows) / n,
-            "truncated": sum(r["finish_reason"] == "length" for r in rows) / n,
+            "closed_thinking": sum(r.think_closed for r in rows) / n,
+            "extractable_code": sum(r.has_code for r in rows) / n,
+            "valid_python": sum(r.syntax_ok for r in rows) / n,
+            "truncated": sum(r.finish_reason == "length" for r in rows) / n,
         },
-        "mean_completion_tokens": sum(r["num_tokens"] for r in rows) / n,
-        "status_counts": dict(Counter(r["status"] for r in rows).most_common()),
+        "mean_completion_tokens": sum(r.num_tokens for r in rows) / n,
+        "status_counts": dict(Counter(r.status for r in rows).most_common()),
         "multi_turn": _multi_turn_summary(rows),
     }
 
 
-def _multi_turn_summary(rows: list[dict]) -> dict | None:
+def _multi_turn_summary(rows: Sequence[EvalSample]) -> dict | None:
     """Pass rate after each turn and tool-call statistics (None for single-turn rows)."""
-    turns = [r for r in rows if "answers_passed" in r]
+    turns = [r.to_row() for r in rows if r.answers_passed is not None]  # multiturn.sampler reads rows
     if not turns:
         return None
     from multiturn.sampler import pass_rate_by_turn, tool_statistics
@@ -369,8 +504,8 @@ def delta(trained: dict, baseline: dict) -> dict:
 
 
 def delta_intervals(
-    trained_rows: list[dict],
-    baseline_rows: list[dict],
+    trained_rows: Sequence[EvalSample],
+    baseline_rows: Sequence[EvalSample],
     ks: Sequence[int],
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,

@@ -98,8 +98,8 @@ def test_every_project_reader_rejects_a_bad_middle_line(tmp_path):
         load_teacher_examples(traces, {"a/1"}, True)
     cache = tmp_path / "cache.jsonl"
     cache.write_text(
-        '{"task_id": "a/1", "sample_idx": 0, "completion": "x"}\n{bad\n'
-        '{"task_id": "a/1", "sample_idx": 1, "completion": "y"}\n'
+        '{"task_id": "a/1", "sample_idx": 0, "completion": "x", "num_tokens": 1, "finish_reason": "stop"}\n{bad\n'
+        '{"task_id": "a/1", "sample_idx": 1, "completion": "y", "num_tokens": 1, "finish_reason": "stop"}\n'
     )
     with pytest.raises(DataFormatError, match=r"cache\.jsonl:2:"):
         read_cache(cache)

@@ -422,8 +422,8 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
     cache = generate_cached([MBPP], generate, 3, tmp_path / "c.jsonl", 1, progress=False, mode="feedback")
     assert seen_prompts == [get_unified_prompt(MBPP, 1, mode="feedback")]
     rows = execute_samples([MBPP], cache, 3, pool, LIMITS)
-    assert [r["answers_passed"] for r in rows] == [[True], [False, True], [False, False, False]]
-    assert [r["truncated"] for r in rows] == [False, False, True]
+    assert [r.answers_passed for r in rows] == [(True,), (False, True), (False, False, False)]
+    assert [r.truncated for r in rows] == [False, False, True]
     summary = summarize(rows, [1])
     assert summary["pass_at_k"]["1"] == pytest.approx(2 / 3)
     assert summary["multi_turn"]["pass_rate_by_turn"] == pytest.approx({"1": 1 / 3, "2": 2 / 3, "3": 2 / 3})
@@ -437,7 +437,7 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
     again = generate_cached(
         [MBPP], lambda *a: pytest.fail("regenerated"), 3, tmp_path / "c.jsonl", 1, progress=False, mode="feedback"
     )
-    assert [again[(MBPP.task_id, i)]["num_turns"] for i in range(3)] == [1, 2, 3]
+    assert [again[(MBPP.task_id, i)].num_turns for i in range(3)] == [1, 2, 3]
 
 
 def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys):

@@ -139,3 +139,82 @@ def test_a_trace_row_with_messages_keeps_them_and_unknown_keys_are_ignored():
     single = TeacherTrace.from_row({**row, "messages": None, "turns": None, "mode": None})
     assert single.conversation() is None
     assert not {"messages", "turns", "mode", "num_turns"} & set(single.to_row())
+
+
+# ----------------------------------------------------------------------------- phase 4's records
+
+# Written by phase 4 before its records were typed (main at 9ede27c): the completion cache of a single-turn and a
+# feedback-mode run, and the per-sample rows phase 4 wrote for them (`eval_samples.jsonl`, with the role first).
+GOLDEN_EVAL = Path(__file__).parent / "data" / "golden_eval"
+
+
+def _scripted_single(code):
+    def generate(prompts, n):
+        samples = [
+            {"text": f"<think>é</think>\n```python\n{code}\n```", "num_tokens": 7, "finish_reason": "stop"},
+            {"text": "no code", "num_tokens": 2, "finish_reason": "length"},
+        ]
+        return [samples[:n] for _ in prompts]
+
+    return generate
+
+
+def _scripted_feedback(code):
+    answers = ["```python\nx = 0\n```", f"```python\n{code}\n```"]
+
+    def generate(prompts, n, tasks):
+        record = {  # a multi-turn rollout record's fields (multiturn.loop), token ids left out
+            "text": answers[1],
+            "num_tokens": 30,
+            "finish_reason": "stop",
+            "num_policy_tokens": 20,
+            "mode": "feedback",
+            "turns": [
+                {"text": answers[0], "finish_reason": "stop", "feedback": "no"},
+                {"text": answers[1], "finish_reason": "stop"},
+            ],
+            "num_turns": 2,
+            "answers": answers,
+            "transcript": "t",
+            "truncated": False,
+            "tool_calls": 0,
+            "tool_successes": 0,
+        }
+        return [[dict(record) for _ in range(n)] for _ in prompts]
+
+    return generate
+
+
+def test_phase4_rows_are_written_byte_identically_to_the_untyped_writers(tmp_path):
+    from evaluation.code_executor import SandboxLimits, SandboxPool
+    from evaluation.evaluate import execute_samples, generate_cached, write_samples
+
+    tasks = load_mbpp(EMBEDDED_MBPP)[0][:2]
+    code = tasks[0].reference_solutions[0]
+    single = generate_cached(tasks, _scripted_single(code), 2, tmp_path / "single.jsonl", progress=False)
+    feedback = generate_cached(
+        tasks[:1], _scripted_feedback(code), 1, tmp_path / "feedback.jsonl", progress=False, mode="feedback"
+    )
+    for name in ("single.jsonl", "feedback.jsonl"):
+        assert (tmp_path / name).read_bytes() == (GOLDEN_EVAL / name).read_bytes()
+    with SandboxPool(1) as pool:
+        samples = execute_samples(tasks, single, 2, pool, SandboxLimits())
+        samples += execute_samples(tasks[:1], feedback, 1, pool, SandboxLimits())
+    write_samples(tmp_path / "samples.jsonl", [dataclasses.replace(s, model="trained") for s in samples])
+    assert (tmp_path / "samples.jsonl").read_bytes() == (GOLDEN_EVAL / "samples.jsonl").read_bytes()
+    assert samples[-1].answers_passed == (False, True) and samples[0].model is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        samples[0].passed = False
+
+
+def test_phase4_rows_read_back_as_the_same_records(tmp_path):
+    from evaluation.evaluate import read_cache, read_samples, write_samples
+
+    for name in ("single.jsonl", "feedback.jsonl"):
+        lines = (GOLDEN_EVAL / name).read_text(encoding="utf-8").splitlines()
+        cache = read_cache(GOLDEN_EVAL / name)
+        assert [json.dumps(record.to_row(), ensure_ascii=False) for record in cache.values()] == lines
+    samples = read_samples(GOLDEN_EVAL / "samples.jsonl")
+    assert [s.model for s in samples] == ["trained"] * 5 and samples[-1].num_turns == 2
+    write_samples(tmp_path / "again.jsonl", samples)
+    assert (tmp_path / "again.jsonl").read_bytes() == (GOLDEN_EVAL / "samples.jsonl").read_bytes()
