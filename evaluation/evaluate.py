@@ -68,7 +68,7 @@ class CachedCompletion:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> CachedCompletion:
         """A cache line; KeyError/TypeError/ValueError when a required field is missing or bad."""
-        values = {f.name: row.get(f.name) for f in fields(cls)}
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
         values.update(task_id=str(row["task_id"]), sample_idx=int(row["sample_idx"]), completion=row["completion"])
         values.update(num_tokens=row["num_tokens"], finish_reason=row["finish_reason"])
         for name in ("answers", "turns"):
