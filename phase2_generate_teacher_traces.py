@@ -152,7 +152,8 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
         check_resume_settings(config, output_path, config_path)
         save_config(config, config_path)
     print(
-        f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; teacher {model} at {config.teacher.base_url}"
+        f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; "
+        f"teacher {model} at {config.teacher.base_url}"
     )
     limits = SandboxLimits.from_config(config.sandbox)
     async with TeacherClient.from_config(config.teacher, model=model) as client:

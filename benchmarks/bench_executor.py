@@ -202,7 +202,8 @@ def main() -> None:
         our_over = (our_time * args.workers - compute) / len(items) * 1000
         agree = sum(a == b for a, b in zip(base_verdicts, our_verdicts, strict=True))
         print(
-            f"{name:30s} {base_rate:15.1f} {our_rate:11.1f} {our_rate / base_rate:5.1f}x {base_over:10.1f} / {our_over:5.1f}"
+            f"{name:30s} {base_rate:15.1f} {our_rate:11.1f} {our_rate / base_rate:5.1f}x "
+            f"{base_over:10.1f} / {our_over:5.1f}"
             f" ({base_over / max(our_over, 1e-9):.1f}x)  {agree}/{len(items)} (passed: baseline {sum(base_verdicts)}, "
             f"ours {sum(our_verdicts)}; compute {compute:.1f} s; isolation={isolation})"
         )

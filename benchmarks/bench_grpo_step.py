@@ -204,7 +204,8 @@ def main() -> None:
             sys.exit(f"{system} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
         results[system] = json.loads(line[len("RESULT ") :])
     print(
-        f"{args.steps - 1} timed steps each; {SHARED['prompts']} prompts x G={SHARED['G']}, <= {args.max_new_tokens} new tokens\n"
+        f"{args.steps - 1} timed steps each; {SHARED['prompts']} prompts x G={SHARED['G']}, "
+        f"<= {args.max_new_tokens} new tokens\n"
     )
     print(f"{'system':8s} {'s/step':>8s} {'tokens/step':>12s} {'ms/token':>9s} {'peak RSS MB':>12s}")
     for system, r in results.items():

@@ -1,6 +1,7 @@
 """Learning check: does training raise the reward on easy tasks? (Not a CI test: it takes a while.)
 
-    python benchmarks/bench_learning.py [--tasks 16] [--steps 30] [--samples 8] [--teacher references|traces|none] [--lr 5e-4]
+    python benchmarks/bench_learning.py [--tasks 16] [--steps 30] [--samples 8]
+                                        [--teacher references|traces|none] [--lr 5e-4]
 
 On the embedded SmolLM2-135M and the easiest fixture tasks: measure the mean training reward
 (share of tests passed) over tasks x samples with the adapter off, train `--steps` optimizer steps

@@ -1,7 +1,8 @@
 """Multi-turn check: `feedback` mode vs single-turn at the same generated-token budget (not a CI test).
 
     python benchmarks/bench_multi_turn.py [--tasks 16] [--samples 8] [--budget 256] [--max_turns 2]
-                                          [--model embedded:SmolLM2-135M-Instruct] [--output outputs/multi_turn_check.json]
+                                          [--model embedded:SmolLM2-135M-Instruct]
+                                          [--output outputs/multi_turn_check.json]
 
 On the embedded student and the fixture tasks (MBPP and APPS, one visible test each), sample
 `--samples` answers per task two ways, with the same sampling settings (the evaluation section of

@@ -7,8 +7,9 @@
 Every candidate samples the same fixture prompts (the unified prompt of the first `--prompts` MBPP and APPS
 fixtures, chat template with thinking on, as phase 3 builds them) from the embedded SmolLM2-135M-Instruct with
 a LoRA adapter attached (r=8, alpha=16, all projections; B drawn at random so the merge is not a no-op), with
-the same sampling settings: the rollouts' (temperature 1.0, nothing truncated: top_p 1.0, top_k 0), up to `--max_new_tokens` tokens. Candidates run round-robin, `--repeats` rounds,
-so a change in the machine's load hits all of them alike.
+the same sampling settings: the rollouts' (temperature 1.0, nothing truncated: top_p 1.0, top_k 0), up to
+`--max_new_tokens` tokens. Candidates run round-robin, `--repeats` rounds, so a change in the machine's
+load hits all of them alike.
 
 Reported per candidate: generated tokens/s (all rows' tokens / wall time, prefill included), the ratio to
 today's `generate_completions`, time-to-first-token (a run with max_new_tokens=1: prefill + one token for
@@ -442,7 +443,8 @@ def report(bench: Bench, limits: dict, results: dict[str, Result]) -> None:
         d: DecoderWeights.from_model(bench.model, getattr(torch, d)).num_bytes for d in ("float32", "bfloat16")
     }
     print(
-        f"\nmachine: copy bandwidth {limits['bandwidth_gb_s']:.1f} GB/s, matmul fp32 {limits['matmul_float32_gflop_s']:.0f} "
+        f"\nmachine: copy bandwidth {limits['bandwidth_gb_s']:.1f} GB/s, "
+        f"matmul fp32 {limits['matmul_float32_gflop_s']:.0f} "
         f"GFLOP/s, bf16 {limits['matmul_bfloat16_gflop_s']:.0f} GFLOP/s; weights read per decode step: "
         f"{weight_bytes['float32'] / 1e6:.0f} MB fp32, {weight_bytes['bfloat16'] / 1e6:.0f} MB bf16"
     )

@@ -6,8 +6,8 @@ a cache file as they are produced (one JSON line per sample), so an interrupted 
 samples per task) resumes instead of starting over. The cache file is named by a fingerprint of
 the *contents* of the base model and adapter folders (weights, tokenizer, chat template:
 `content_digest`) and the decoding settings; each record carries a digest of the chat messages it
-answered, so a task whose text changed is generated again. Execution is cheap and always redone from the cache, so verdicts follow the current
-sandbox.
+answered, so a task whose text changed is generated again. Execution is cheap and always redone from
+the cache, so verdicts follow the current sandbox.
 
 Records (frozen, one line each, `to_row`/`from_row`; the field order is the file's key order, and a
 multi-turn field is written only when set, so single-turn rows are what they always were):

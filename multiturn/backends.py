@@ -196,8 +196,8 @@ class KVContinuer:
 class ScriptedBackend:
     """A policy that answers from a script: `script(sequence_index, turn_index) -> text`.
 
-    The text is encoded with the tokenizer (markup in it stays characters); a turn that contains a stop string is cut after it
-    (finish "stop_string"), otherwise it ends with the end-of-turn id (finish "stop"), unless the
+    The text is encoded with the tokenizer (markup in it stays characters); a turn that contains a stop
+    string is cut after it (finish "stop_string"), otherwise it ends with the end-of-turn id (finish "stop"), unless the
     budget cuts it first ("length"). Sequences are told apart by their first call's order.
     """
 

@@ -279,7 +279,8 @@ def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tu
 
 
 def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[TeacherTrace]:
-    """Teacher traces usable for SFT: the newest record per sample, with code, for training tasks only, passed if asked."""
+    """Teacher traces usable for SFT: the newest record per sample, with code, for training tasks only,
+    passed if asked."""
     if not path.is_file():
         return []  # whether that is acceptable (teacher-SFT off) is the caller's decision
     return [

@@ -8,8 +8,9 @@ rollout backend (rollouts/vllm_server.py).
   servers ignore `n` (vLLM's prefix cache makes repeated prompts cheap anyway).
 - Sampling parameters and ``extra_body={"chat_template_kwargs": {"enable_thinking": ...}}``.
 - Retries with exponential backoff and full jitter on connection errors, timeouts, 408/409/429 and
-  5xx, never sooner than a `Retry-After` (or `retry-after-ms`) header asks; never on other 4xx. A request for a model the server does not serve raises
-  `TeacherFatalError` at once, listing what `/v1/models` says the server does serve.
+  5xx, never sooner than a `Retry-After` (or `retry-after-ms`) header asks; never on other 4xx. A
+  request for a model the server does not serve raises `TeacherFatalError` at once, listing what
+  `/v1/models` says the server does serve.
 - Every response shape a vLLM server produces for Qwen3 is returned as (text, reasoning):
   ``message.reasoning`` (vLLM with a reasoning parser), ``message.reasoning_content`` (older vLLM),
   or nothing (thinking inline in ``content``, possibly only ``</think>`` when the chat template

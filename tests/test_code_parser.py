@@ -61,7 +61,10 @@ def test_looks_like_program():
 
 
 def test_function_names_and_entry_points():
-    code = "import os\ndef a():\n    pass\nclass Solution:\n    def twoSum(self, x):\n        pass\nasync def b():\n    pass"
+    code = (
+        "import os\ndef a():\n    pass\nclass Solution:\n    def twoSum(self, x):\n        pass\n"
+        "async def b():\n    pass"
+    )
     assert find_function_names(code) == ["a", "Solution.twoSum", "b"]
     assert defines_entry_point(code, "twoSum") and defines_entry_point(code, "a")
     assert not defines_entry_point(code, "missing")

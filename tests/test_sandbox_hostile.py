@@ -252,7 +252,8 @@ HOSTILE = {
     "fork_bomb_os": ("import os\nwhile True:\n    os.fork()\n", STDIN_TASK, "runtime_error"),
     "fork_bomb_ctypes": ("import ctypes\nlibc = ctypes.CDLL(None)\nwhile True:\n    libc.fork()\n", STDIN_TASK, None),
     "thread_bomb": (
-        "import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n",
+        "import threading, time\nwhile True:\n"
+        "    threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n",
         STDIN_TASK,
         None,
     ),

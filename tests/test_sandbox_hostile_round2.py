@@ -179,7 +179,9 @@ import json, sys
 sys.path.insert(0, {root!r})
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_program
 from utils.dataset_loader import Task
-task = Task(task_id="t/one", source="t", problem="p", test_type="stdin", tests=({{"input": "1 2\\n", "output": "3\\n"}},))
+task = Task(
+    task_id="t/one", source="t", problem="p", test_type="stdin", tests=({{"input": "1 2\\n", "output": "3\\n"}},)
+)
 with SandboxPool(workers=1, limits=SandboxLimits(test_timeout=1.0)) as pool:
     first = execute_program({code!r}, task, pool=pool)
     after = execute_program("a, b = map(int, input().split())\\nprint(a + b)", task, pool=pool)
@@ -526,7 +528,10 @@ def test_c6_host_unix_socket(pool):
 
     thread = threading.Thread(target=serve)
     thread.start()
-    code = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{path}')\ns.sendall(b'stolen')\nprint(s.recv(10).decode())\n"
+    code = (
+        f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{path}')\n"
+        "s.sendall(b'stolen')\nprint(s.recv(10).decode())\n"
+    )
     task = Task(task_id="t/sock", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": "pong"},))
     result = run(pool, code, task)
     server.close()

@@ -5,11 +5,11 @@ sampler's own `logprobs` (vLLM backends, one per completion token) and an `actio
 completion (1 = sampled by the policy, 0 = inserted by the environment: a tool's `<result>` block, a
 feedback turn; absent = all ones). The batch's `completion_mask` is that action mask: it is the one
 mask every loss term, count and normalizer uses, so environment tokens are read by the model (they
-are context for later policy tokens) but never trained on and never counted. Batches are left-padded prompts followed by right-padded
-completions, with explicit position ids that count real tokens only (as generation does with left
-padding), so a row's log-probs do not depend on which other rows share its batch. Slicing a batch
-into row chunks trims the padding none of the chosen rows needs; chunked forwards are how the
-trainer keeps only one chunk's activations alive.
+are context for later policy tokens) but never trained on and never counted. Batches are left-padded
+prompts followed by right-padded completions, with explicit position ids that count real tokens only
+(as generation does with left padding), so a row's log-probs do not depend on which other rows share
+its batch. Slicing a batch into row chunks trims the padding none of the chosen rows needs; chunked
+forwards are how the trainer keeps only one chunk's activations alive.
 """
 
 from __future__ import annotations

@@ -161,8 +161,9 @@ def truncated_importance_weights(
     modes, cap 3 as its default); 'off' all ones. They multiply the per-token surrogate, correcting
     the bias from kernel/precision mismatch and from a stale adapter (gen_update_steps > 1).
 
-    metrics: rollout/logp_abs_diff (mean |old - sampling| over tokens), rollout/seq_ratio_mean (mean over sequences of exp(sum_t (old - sampling)), exponent capped at
-    20), rollout/is_weight_mean, rollout/is_truncated_frac (share of weights that hit the cap).
+    metrics: rollout/logp_abs_diff (mean |old - sampling| over tokens), rollout/seq_ratio_mean (mean
+    over sequences of exp(sum_t (old - sampling)), exponent capped at 20), rollout/is_weight_mean,
+    rollout/is_truncated_frac (share of weights that hit the cap).
     """
     if level not in IMPORTANCE_LEVELS:
         raise ValueError(f"unknown importance sampling level {level!r}; valid: {', '.join(IMPORTANCE_LEVELS)}")

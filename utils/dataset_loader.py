@@ -720,9 +720,10 @@ def humaneval_tests(test_source: str, entry_point: str, where: str) -> tuple[str
 
     A check() made only of asserts becomes one test per assert, with `candidate` renamed to the
     entry point and the debugging messages dropped (constant asserts such as `assert True` and
-    statements without effect are not tests and are dropped too). A check() that also loops, assigns or imports (6 of the 164)
-    becomes one test: the whole function, renamed and returning True, then `assert`ed on the entry
-    point; such a test runs inside the sandbox child as a unit (`plan_assert` falls back to running it whole).
+    statements without effect are not tests and are dropped too). A check() that also loops, assigns or
+    imports (6 of the 164) becomes one test: the whole function, renamed and returning True, then
+    `assert`ed on the entry point; such a test runs inside the sandbox child as a unit (`plan_assert`
+    falls back to running it whole).
     """
     try:
         module = ast.parse(test_source)

@@ -138,7 +138,8 @@ def materialize_tiny_random(cache_dir: Path, seed: int = 0) -> Path:
 
 
 def looks_like_local_path(name: str) -> bool:
-    """A name that can only mean a folder on disk: absolute, ./ ../ ~, or more than one slash ('org/name' is a hub id)."""
+    """A name that can only mean a folder on disk: absolute, ./ ../ ~, or more than one slash
+    ('org/name' is a hub id)."""
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
 
 
