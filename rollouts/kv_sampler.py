@@ -551,7 +551,7 @@ def _sample_group(
 
 
 # ------------------------------------------------------------------------------------------------
-# The rollout backend (the interface of training.rollout.HFRollout)
+# The rollout backend (the interface of rollouts.hf.HFRollout)
 
 SAMPLER_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
