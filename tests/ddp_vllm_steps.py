@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import fake_vllm
+from tests.canned_responses import half_right_responder
 from utils.dataset_loader import read_tasks
 from utils.student_model import load_tokenizer
 
@@ -22,12 +23,7 @@ def main(out_dir: str, train_file: str, args: list[str]) -> int:
     tasks = read_tasks(train_file)
     eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    def responder(prompt_ids, index, rng):  # half right, half wrong: rewards differ within each group
-        prompt = tokenizer.decode(prompt_ids)
-        task = next(t for t in tasks if t.problem.strip() in prompt)
-        code = task.reference_solutions[0] if index % 2 == 0 else "def nothing():\n    return 0"
-        text = f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
-        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+    responder = half_right_responder(tokenizer, tasks)  # rewards differ within each group
 
     fake_vllm.FakeLLM.responder = staticmethod(responder)
     folders = []  # adapter folders present after each rollout (the main process prunes at its end)

@@ -19,13 +19,13 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-SHAPES = ("inline", "reasoning", "reasoning_content", "template_opened", "truncated", "no_thinking")
+from tests.canned_responses import teacher_message
 
 
 @dataclass
 class FakeTeacher:
     model: str = "fake-teacher"
-    shape: str = "inline"  # one of SHAPES, or: empty_choices, no_message, garbage, error400
+    shape: str = "inline"  # one of SHAPES (tests/canned_responses.py), or: empty_choices, no_message, garbage, error400
     delay: float = 0.0  # seconds before answering
     fail_first: int = 0  # answer this many requests with `fail_status` first
     fail_status: int = 500
@@ -44,24 +44,7 @@ class FakeTeacher:
 
     def body(self, payload: dict) -> dict | None:
         prompt = payload["messages"][-1]["content"]
-        code = self.code_for(prompt)
-        answer = f"```python\n{code}\n```"
-        message: dict[str, Any] = {"role": "assistant"}
-        finish = "stop"
-        if self.shape == "inline":
-            message["content"] = f"<think>\nI will solve it step by step.\n</think>\n\n{answer}"
-        elif self.shape == "reasoning":
-            message.update(content=answer, reasoning="I will solve it step by step.")
-        elif self.shape == "reasoning_content":
-            message.update(content=answer, reasoning_content="I will solve it step by step.")
-        elif self.shape == "template_opened":
-            message["content"] = f"I will solve it step by step.\n</think>\n\n{answer}"
-        elif self.shape == "truncated":
-            message["content"] = "<think>\nI will solve it step by step, first"
-            finish = "length"
-        elif self.shape == "no_thinking":
-            message["content"] = answer
-        elif self.shape == "empty_choices":
+        if self.shape == "empty_choices":
             return {"id": "x", "object": "chat.completion", "created": 0, "model": self.model, "choices": []}
         elif self.shape == "no_message":
             return {
@@ -71,6 +54,7 @@ class FakeTeacher:
                 "model": self.model,
                 "choices": [{"index": 0, "finish_reason": "stop"}],
             }
+        message, finish = teacher_message(self.code_for(prompt), self.shape)
         return {
             "id": "x",
             "object": "chat.completion",
@@ -330,7 +314,7 @@ class RunningServer:
         self.thread.join(timeout=10)
 
 
-if __name__ == "__main__":  # handy by hand: python tests/fake_openai_server.py 8130
+if __name__ == "__main__":  # handy by hand: python -m tests.fake_openai_server 8130
     import sys
 
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8130

@@ -15,7 +15,6 @@ import types
 import pytest
 import torch
 
-from evaluation.code_executor import SandboxPool
 from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
 from training import grpo_trainer
 from training.batching import completion_logprobs, pad_rollout_batch, slice_rollout_batch
@@ -49,12 +48,6 @@ class ScriptedToolRollout(ScriptedRollout):
                 sample["action_mask"] = [1] * len(first) + [0] * len(result) + [1] * len(answer)
                 sample["num_tokens"] = len(sample["token_ids"])
         return groups
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(workers=2) as p:
-        yield p
 
 
 def make_trainer(tmp_path, pool, rollout_class=ScriptedToolRollout, **overrides):

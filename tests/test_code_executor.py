@@ -17,12 +17,6 @@ LIMITS = SandboxLimits(test_timeout=2.0)
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(workers=2, limits=LIMITS) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def fixtures():
     return load_mbpp(EMBEDDED_MBPP)[0] + load_apps(EMBEDDED_APPS)[0]
 
@@ -36,7 +30,7 @@ def test_wrap_like_apps_makes_top_level_return_legal():
 
 
 def test_every_fixture_reference_passes(pool, fixtures):
-    results = execute_many([(t.reference_solutions[0], t) for t in fixtures], pool, include_challenge=True)
+    results = execute_many([(t.reference_solutions[0], t) for t in fixtures], pool, LIMITS, include_challenge=True)
     failures = [(t.task_id, r.status, r.error) for t, r in zip(fixtures, results, strict=True) if not r.passed]
     assert not failures
     assert all(r.tests_passed == r.tests_total > 0 for r in results)
@@ -63,7 +57,7 @@ def test_small_wrong_variants_fail(pool, fixtures):
                 mutated.append((code.replace(old, new, 1), task))
                 break
     assert len(mutated) >= 15
-    results = execute_many(mutated, pool)
+    results = execute_many(mutated, pool, LIMITS)
     survivors = [(t.task_id, r.status) for (_, t), r in zip(mutated, results, strict=True) if r.passed]
     # a mutation that keeps every test green would be a weak fixture; there should be none
     assert not survivors
@@ -71,7 +65,7 @@ def test_small_wrong_variants_fail(pool, fixtures):
 
 def test_results_keep_input_order_and_ids(pool, fixtures):
     items = [(fixtures[0].reference_solutions[0], fixtures[0]), ("def nope(: pass", fixtures[1]), (None, fixtures[2])]
-    results = execute_many(items, pool, sample_ids=["a", "b", "c"])
+    results = execute_many(items, pool, LIMITS, sample_ids=["a", "b", "c"])
     assert [r.sample_id for r in results] == ["a", "b", "c"]
     assert [r.status for r in results] == ["passed", "syntax_error", "no_code"]
     assert results[1].error.startswith("line 1") and results[2].pass_fraction == 0.0
@@ -106,7 +100,8 @@ def test_mbpp_setup_code_runs_after_the_program(pool):
         test_imports=("import math",),
     )
     code = (
-        "class Box:\n    def __init__(self):\n        self.items = []\n    def add(self, x):\n        self.items.append(x)\n"
+        "class Box:\n    def __init__(self):\n        self.items = []\n"
+        "    def add(self, x):\n        self.items.append(x)\n"
         "def size(b):\n    return len(b.items) if math.pi > 3 else 0\n"
     )
     assert execute_program(code, task, LIMITS, pool).passed
@@ -121,7 +116,10 @@ def test_call_based_solution_class_and_typing_names(pool):
         fn_name="twice",
         tests=({"input": [[1, 2]], "output": [2, 4]}, {"input": [[]], "output": [[]]}),
     )
-    code = "class Solution:\n    def twice(self, xs: List[int]) -> Tuple[int, ...]:\n        return tuple(2 * x for x in xs)\n"
+    code = (
+        "class Solution:\n    def twice(self, xs: List[int]) -> Tuple[int, ...]:\n"
+        "        return tuple(2 * x for x in xs)\n"
+    )
     assert execute_program(code, task, LIMITS, pool).passed
 
 
@@ -250,17 +248,17 @@ def test_command_line_rescoring(tmp_path, fixtures):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
-def test_real_mbpp_and_apps_references():
+def test_real_mbpp_and_apps_references(pool):
     mbpp = load_mbpp(SHARED_DATA / "mbpp.jsonl")[0]
     apps = load_apps(SHARED_DATA / "apps_sample.jsonl")[0]
     plans = [plan_assert(a) for t in mbpp for a in t.tests]
     untrusted = [p for p in plans if not p.trusted]
     assert len(plans) == 2922 and len(untrusted) == 3  # only MBPP 596 (sys.getsizeof) runs whole in the child
     # 10 s per test: MBPP 123's reference needs 4.4 s on a 2-core machine, more than the 4 s default
-    with SandboxPool(limits=SandboxLimits(test_timeout=10.0)) as big:
-        results = execute_many([(t.reference_solutions[0], t) for t in mbpp], big, include_challenge=True)
-        assert [t.task_id for t, r in zip(mbpp, results, strict=True) if not r.passed] == []
-        results = execute_many([(t.reference_solutions[0], t) for t in apps], big)
+    big = SandboxLimits(test_timeout=10.0)
+    results = execute_many([(t.reference_solutions[0], t) for t in mbpp], pool, big, include_challenge=True)
+    assert [t.task_id for t, r in zip(mbpp, results, strict=True) if not r.passed] == []
+    results = execute_many([(t.reference_solutions[0], t) for t in apps], pool, big)
     failed = sorted(t.metadata["original_id"] for t, r in zip(apps, results, strict=True) if not r.passed)
     # exactly the 7 problems whose statements accept several answers (DATA_NOTES.md); 2036, 2038,
     # 2046 and 2382 pass only because their top-level `return` is wrapped like the APPS harness does
@@ -272,5 +270,8 @@ def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
     task = Task(
         task_id="t/8", source="t", problem="p", test_type="stdin", tests=({"input": "1 2 3\n", "output": "6\n"},)
     )
-    code = "import numpy as np\nopen('scratch.txt', 'w').write('x')\nprint(int(np.array(input().split(), dtype=int).sum()))"
+    code = (
+        "import numpy as np\nopen('scratch.txt', 'w').write('x')\n"
+        "print(int(np.array(input().split(), dtype=int).sum()))"
+    )
     assert execute_program(code, task, LIMITS, pool).passed

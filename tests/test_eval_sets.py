@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evaluation.code_executor import SandboxPool, execute_many, execute_program
+from evaluation.code_executor import execute_many, execute_program
 from evaluation.eval_sets import load_eval_set
 from utils.dataset_loader import (
     EMBEDDED_MBPP,
@@ -39,16 +39,15 @@ def test_all_164_problems_convert(humaneval):
     assert first.problem.startswith("from typing import List") and '"""' in first.problem
 
 
-def test_every_canonical_solution_passes_in_the_sandbox(humaneval):
+def test_every_canonical_solution_passes_in_the_sandbox(humaneval, pool):
     tasks, _ = humaneval
     ordered = list(tasks.values())
-    with SandboxPool(2) as pool:
-        results = execute_many([(t.reference_solutions[0], t) for t in ordered], pool)
-        failed = [(t.task_id, r.status, r.error) for t, r in zip(ordered, results, strict=True) if not r.passed]
-        assert failed == [] and len(results) == 164
-        # and the tests can fail: a function that returns None passes none of the first ten problems
-        wrong = [f"def {t.fn_name}(*args):\n    return None" for t in ordered[:10]]
-        assert not any(r.passed for r in execute_many(list(zip(wrong, ordered[:10], strict=True)), pool))
+    results = execute_many([(t.reference_solutions[0], t) for t in ordered], pool)
+    failed = [(t.task_id, r.status, r.error) for t, r in zip(ordered, results, strict=True) if not r.passed]
+    assert failed == [] and len(results) == 164
+    # and the tests can fail: a function that returns None passes none of the first ten problems
+    wrong = [f"def {t.fn_name}(*args):\n    return None" for t in ordered[:10]]
+    assert not any(r.passed for r in execute_many(list(zip(wrong, ordered[:10], strict=True)), pool))
 
 
 def test_helper_function_problem_keeps_the_prompts_helper(humaneval):

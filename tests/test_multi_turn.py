@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_program
+from evaluation.code_executor import SandboxLimits, execute_program
 from multiturn.backends import ScriptedBackend, cut_continuation, stop_token_ids
 from multiturn.environments import (
     FeedbackEnvironment,
@@ -44,12 +44,6 @@ STDIN = Task(
     ),
 )
 ANSWER = "<think>\nAdd them.\n</think>\n\n```python\ndef add(a, b):\n    return {}\n```"
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(workers=2, limits=LIMITS) as p:
-        yield p
 
 
 def policy_runs(record: dict, tokenizer) -> tuple[list[str], list[list[int]]]:

@@ -10,9 +10,10 @@ import sys
 import pytest
 
 import phase4_evaluate as phase4
-from evaluation.code_executor import SandboxLimits, SandboxPool
+from evaluation.code_executor import SandboxLimits
 from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
 from rollouts.models import resolve_model
+from tests.canned_responses import WRONG_CODE
 from tests.conftest import ROOT
 from tests.trainer_helpers import small_tasks, tiny_config
 from utils.student_model import ModelLoadError
@@ -54,11 +55,7 @@ def scripted(tasks, correct_per_task):
             for _ in range(n):
                 i = counters.get(task.task_id, 0)
                 counters[task.task_id] = i + 1
-                code = (
-                    task.reference_solutions[0]
-                    if i < correct_per_task[task.task_id]
-                    else "def nothing():\n    return 0"
-                )
+                code = task.reference_solutions[0] if i < correct_per_task[task.task_id] else WRONG_CODE
                 out.append(
                     {"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"}
                 )
@@ -68,12 +65,11 @@ def scripted(tasks, correct_per_task):
     return generate
 
 
-def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path):
+def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path, pool):
     tasks = small_tasks(3)
     correct = {tasks[0].task_id: 0, tasks[1].task_id: 2, tasks[2].task_id: 5}
     cache = generate_cached(tasks, scripted(tasks, correct), 5, tmp_path / "c.jsonl", progress=False)
-    with SandboxPool(2) as pool:
-        rows = execute_samples(tasks, cache, 5, pool, SandboxLimits())
+    rows = execute_samples(tasks, cache, 5, pool, SandboxLimits())
     summary = summarize(rows, [1, 2, 5, 10])
     # per task 1 - C(n-c, k)/C(n, k) with n = 5: c=0 -> 0; c=2 -> k=1: 0.4, k=2: 1 - 3/10 = 0.7; c=5 -> 1
     assert summary["pass_at_k"]["1"] == pytest.approx((0 + 0.4 + 1) / 3)

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import test_all
+from config import build_config
 from tests.conftest import ROOT
 
 
@@ -30,6 +31,24 @@ def test_a_broken_extractor_makes_the_preflight_fail(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert "✗ FAIL" in out and "hint:" in out and "Some checks failed" in out
+
+
+@pytest.mark.parametrize("module", ["synthesis.generate_traces", "evaluation.evaluate"])
+def test_a_phase_with_a_parser_of_its_own_makes_the_preflight_fail(module, monkeypatch, capsys):
+    import importlib
+
+    from utils.thinking_extraction import extract_thinking_and_code_unified as one_parser
+
+    def own_parser(response, reasoning=None):  # a phase's own rule: the first python block, thinking or not
+        first_block = response.split("```python\n", 1)[1].split("```", 1)[0]
+        return one_parser(f"```python\n{first_block}```")  # the record shape, but the one parser never saw `response`
+
+    monkeypatch.setattr(importlib.import_module(module), "extract_thinking_and_code_unified", own_parser)
+    report = test_all.Report()
+    test_all.check_one_parser(report, build_config("cpu"))
+    phase = "phase 2" if module.startswith("synthesis") else "phase 4"
+    assert report.count("FAIL") == 1 and report.count("PASS") == 1
+    assert f"✗ FAIL {phase}" in capsys.readouterr().out
 
 
 def test_a_leaking_label_mask_makes_the_preflight_fail(monkeypatch, smollm2_tokenizer, capsys):

@@ -116,15 +116,13 @@ def test_user_reward_mistakes_are_named(user_file):
         compute_rewards([result(1, 1)] * 2, [PARSED_GOOD] * 2, "binary", 0.1, bad, ["p", "p"], ["a", "b"], {})
 
 
-def test_the_trainer_adds_user_rewards_and_logs_them(tmp_path, user_file):
-    from evaluation.code_executor import SandboxPool
+def test_the_trainer_adds_user_rewards_and_logs_them(tmp_path, user_file, pool):
     from tests.test_trainer import make_trainer
 
-    with SandboxPool(workers=2) as pool:
-        trainer = make_trainer(
-            tmp_path, pool, **{"grpo.reward_funcs": f"{user_file}:only_mbpp", "grpo.reward_weights": "3.0"}
-        )
-        groups, metrics = trainer.collect_rollouts()
+    trainer = make_trainer(
+        tmp_path, pool, **{"grpo.reward_funcs": f"{user_file}:only_mbpp", "grpo.reward_weights": "3.0"}
+    )
+    groups, metrics = trainer.collect_rollouts()
     samples = [s for g in groups for s in g]
     assert all(
         s["reward"].total == pytest.approx(s["reward"].correctness + 0.1 * s["reward"].format + 3.0) for s in samples

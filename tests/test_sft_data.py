@@ -12,7 +12,6 @@ from utils.sft_data import (
     encode_prompt,
     encode_response,
     end_of_turn_id,
-    prepare_sft_batch,
     prepare_teacher_sft_batch,
 )
 
@@ -24,7 +23,8 @@ SHORT = {
 LONG = {
     "prompt": get_unified_prompt("Return the largest element of a non-empty list, without using max()."),
     "thinking": "Walk the list once and keep the largest value seen so far. " * 3,
-    "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs[1:]:\n        if x > best:\n            best = x\n    return best",
+    "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs[1:]:\n        if x > best:\n"
+    "            best = x\n    return best",
 }
 
 
@@ -125,8 +125,37 @@ def test_a_prompt_that_already_closed_thinking_refuses_think_targets():
 
 
 def test_self_sft_uses_the_same_masking(smollm2_tokenizer):
-    response = "```python\nprint(1)\n```"
-    batch = prepare_sft_batch([{"prompt": "p", "response": response}], smollm2_tokenizer)
-    p = batch["prompt_lengths"][0]
-    assert (batch["labels"][0, :p] == IGNORE_INDEX).all()
-    assert smollm2_tokenizer.decode(batch["labels"][0, p:-1].tolist()) == response
+    # the trainer's own self-SFT path (GRPOTrainer: self_sft_examples, then collate_sft), on rollout-shaped samples
+    from types import SimpleNamespace
+
+    from training.sft_sources import SuccessBuffer, self_sft_examples
+
+    tok = smollm2_tokenizer
+    responses = ["```python\nprint(1)\n```", "<think>\nshort\n</think>\n\n```python\nprint(sum([1, 2, 3]))\n```"]
+    groups = [
+        [
+            {
+                "prompt_ids": encode_prompt(tok, f"task {i}"),
+                "token_ids": encode_response(tok, response),  # as sampled: the answer, then <|im_end|>
+                "finish_reason": "stop",
+                "result": SimpleNamespace(passed=True),
+            },
+            {  # a failing sample of the same group is never a target
+                "prompt_ids": encode_prompt(tok, f"task {i}"),
+                "token_ids": encode_response(tok, "print(0)"),
+                "finish_reason": "stop",
+                "result": SimpleNamespace(passed=False),
+            },
+        ]
+        for i, response in enumerate(responses)
+    ]
+    examples = self_sft_examples(groups, SuccessBuffer(size=4, max_replays=1), max_length=2048)
+    batch = collate_sft(examples, tok.pad_token_id)
+    assert len(examples) == 2
+    for row, (group, response) in enumerate(zip(groups, responses, strict=True)):
+        p, n = len(group[0]["prompt_ids"]), len(examples[row]["input_ids"])
+        assert (batch["labels"][row, :p] == IGNORE_INDEX).all()  # the prompt is never a target
+        assert batch["labels"][row, p:n].tolist() == group[0]["token_ids"]  # every sampled token is
+        assert tok.decode(batch["labels"][row, p : n - 1].tolist()) == response
+        assert int(batch["labels"][row, n - 1]) == end_of_turn_id(tok)
+        assert (batch["labels"][row, n:] == IGNORE_INDEX).all()  # padding is not

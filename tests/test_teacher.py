@@ -18,8 +18,9 @@ import phase2_generate_teacher_traces as phase2
 from config import build_config
 from synthesis.generate_traces import TraceFileBusy, open_trace_file
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
+from tests.canned_responses import SHAPES, TEACHER_THINKING
 from tests.conftest import ROOT
-from tests.fake_openai_server import SHAPES, FakeTeacher, RunningServer, free_port
+from tests.fake_openai_server import FakeTeacher, RunningServer, free_port
 from utils.dataset_loader import read_tasks
 from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
@@ -190,7 +191,7 @@ def test_end_to_end_records_are_verified_and_a_rerun_adds_nothing(train_file, tm
         assert all(
             r["passed"] and r["syntax_ok"] and r["status"] == "passed" and r["pass_fraction"] == 1.0 for r in records
         )
-        assert all(r["reasoning"] and r["thinking"] == "I will solve it step by step." for r in records)
+        assert all(r["reasoning"] and r["thinking"] == TEACHER_THINKING for r in records)
         assert records[0]["prompt"] == get_unified_prompt(next(t for t in tasks if t.task_id == records[0]["task_id"]))
         stats = json.loads(out.with_suffix(".stats.json").read_text())
         assert stats["total"] == 12 and stats["passed_tests"] == 12 and stats["api_errors"] == 0
@@ -210,7 +211,8 @@ def test_end_to_end_records_are_verified_and_a_rerun_adds_nothing(train_file, tm
 
 
 def test_stats_count_verified_traces_too_long_for_teacher_sft(train_file, tmp_path, capsys):
-    # phase 3 leaves out (verified) traces whose prompt + target exceed dual_source.sft_max_length: say so before training
+    # phase 3 leaves out (verified) traces whose prompt + target exceed dual_source.sft_max_length:
+    # say so before training
     tasks = read_tasks(train_file)[:3]
     out = tmp_path / "traces.jsonl"
     with RunningServer(solving_teacher(tasks, shape="reasoning")) as server:

@@ -10,7 +10,6 @@ import types
 import pytest
 import torch
 
-from evaluation.code_executor import SandboxPool
 from synthesis.generate_traces import load_teacher_examples
 from tests.conftest import ROOT
 from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
@@ -27,12 +26,6 @@ from training.losses import group_advantages, grpo_loss, masked_sft_nll
 from training.sft_sources import best_passing_sample
 from utils.sft_data import build_sft_example, collate_sft, encode_prompt
 from utils.student_model import attach_lora, load_student
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(workers=2) as p:
-        yield p
 
 
 def make_trainer(tmp_path, pool, dropout=0.0, **overrides):

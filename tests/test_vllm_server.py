@@ -14,6 +14,7 @@ import torch
 import phase3_train_grpo as phase3
 from rollouts.from_config import training_rollout
 from rollouts.vllm_server import ServerRolloutError
+from tests.canned_responses import half_right_responder
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
 from tests.trainer_helpers import small_tasks, tiny_config
 from utils.sft_data import encode_prompt, end_of_turn_id
@@ -169,12 +170,7 @@ def test_a_short_phase3_run_against_the_server(tmp_path):
     state = FakeVLLMServer(base_model="embedded:tiny-random")
     tokenizer = load_student("embedded:tiny-random", "float32", device="cpu")[1]
 
-    def responder(prompt_ids, index, rng):  # half right, half wrong: rewards differ within each group
-        prompt = tokenizer.decode(prompt_ids)
-        task = next(t for t in tasks if t.problem.strip() in prompt)
-        code = task.reference_solutions[0] if index % 2 == 0 else "def nothing():\n    return 0"
-        text = f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
-        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+    responder = half_right_responder(tokenizer, tasks)  # rewards differ within each group
 
     state.responder = responder
     with RunningServer(state) as server:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from config import build_config
+from tests.canned_responses import WRONG_CODE, student_answer
 from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
 from utils.sft_data import encode_prompt, end_of_turn_id
 
@@ -29,8 +30,7 @@ class ScriptedRollout:
             good = [0] * num_samples if self.always_wrong else good
             samples = []
             for ok in good:
-                code = task.reference_solutions[0] if ok else "def nothing():\n    return 0"
-                text = f"<think>\nplan\n</think>\n\n```python\n{code}\n```"
+                text = student_answer(task.reference_solutions[0] if ok else WRONG_CODE)
                 token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eot]
                 samples.append(
                     {
