@@ -3,7 +3,8 @@
 It checks, with the same library functions the phases use (nothing is re-implemented here):
   - the unified prompt contains its key elements and the system prompt is set;
   - thinking and code extraction on canned responses in every format a model or server produces;
-  - the extraction entry points agree, and the extracted code is valid Python;
+  - the extracted code is valid Python, and every phase's own path reads model output through the one
+    parser: phase 2's trace records, phase 4's judged samples and (with the student) phase 3's rewards;
   - SFT labels mask the prompt and padding and keep every response token;
   - extracted code runs against a task's tests in the sandbox, rewards are computed, and a hostile
     program (an always-equal object plus sys.exit) scores zero;
@@ -24,12 +25,14 @@ Functions are named check_* so pytest does not collect this file (tests/test_pre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from config import (
     Config,
@@ -40,7 +43,7 @@ from config import (
     format_config,
     normalize_api_base,
 )
-from utils.code_parser import check_syntax, select_code
+from utils.code_parser import check_syntax
 from utils.prompts import (
     PYTHON_FENCE,
     SYSTEM_PROMPT_UNIFIED,
@@ -50,7 +53,7 @@ from utils.prompts import (
     get_unified_prompt,
 )
 from utils.sft_data import IGNORE_INDEX, build_sft_target, end_of_turn_id, prepare_teacher_sft_batch
-from utils.thinking_extraction import extract_function_from_code, extract_thinking_and_code_unified, split_thinking
+from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
 @dataclass
@@ -197,28 +200,97 @@ def check_extraction(report: Report) -> None:
             f"{parsed.has_thinking}. See the rules in utils/thinking_extraction.py",
         )
 
-
-def check_extraction_agreement(report: Report) -> None:
-    section("Extraction consistency")
-    disagreements = []
-    for name, response, reasoning, _, _ in CANNED_RESPONSES:
-        unified = extract_thinking_and_code_unified(response, reasoning).code
-        executor = extract_function_from_code(response, reasoning)
-        answer = split_thinking(response, reasoning).answer
-        stepwise = select_code(answer)[0] if answer else None
-        if not (unified == executor == stepwise):
-            disagreements.append(name)
-    report.expect(
-        not disagreements,
-        f"all extraction methods agree on {len(CANNED_RESPONSES)} responses",
-        f"disagreement on: {', '.join(disagreements)}",
-    )
     invalid = [
         n
         for n, r, rs, _, _ in CANNED_RESPONSES
         if (c := extract_thinking_and_code_unified(r, rs).code) is not None and not check_syntax(c)[0]
     ]
     report.expect(not invalid, "every extracted program is valid Python", f"invalid code from: {', '.join(invalid)}")
+
+
+@contextlib.contextmanager
+def parser_spy() -> Iterator[list[str | None]]:
+    """Record every response the one parser (`extract_thinking_and_code_unified`) reads while the block runs.
+
+    Its first step, `split_thinking`, is looked up in its module at each call, so the spy sees every call
+    however a caller imported the parser; a phase that grew a parser of its own never shows up."""
+    import utils.thinking_extraction as one_parser
+
+    seen: list[str | None] = []
+    original = one_parser.split_thinking
+
+    def spy(response: str | None, reasoning: str | None = None) -> Any:
+        seen.append(response)
+        return original(response, reasoning)
+
+    one_parser.split_thinking = spy  # type: ignore[assignment]
+    try:
+        yield seen
+    finally:
+        one_parser.split_thinking = original  # type: ignore[assignment]
+
+
+def add_task(problem: str = "Write a function add(a, b) that returns a + b.") -> Any:
+    from utils.dataset_loader import Task
+
+    return Task(
+        task_id="preflight/add",
+        source="preflight",
+        problem=problem,
+        test_type="assert",
+        fn_name="add",
+        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"),
+        reference_solutions=(ADD,),
+    )
+
+
+def check_one_parser(report: Report, config: Config) -> None:
+    """Phase 2 (teacher trace records) and phase 4 (judged samples), each through its own library call,
+    on a response whose thinking drafts wrong code: a parser of their own would read other code."""
+    section("One parser on every phase's path")
+    import asyncio
+    import tempfile
+
+    from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool
+    from evaluation.evaluate import execute_samples
+    from synthesis.generate_traces import generate_traces
+    from synthesis.teacher_query import TeacherResponse
+    from utils.jsonl import read_jsonl
+
+    name, response, reasoning, expected, _ = next(c for c in CANNED_RESPONSES if c[0].startswith("code drafted"))
+    task = add_task()
+
+    class CannedTeacher:  # what generate_traces asks of a TeacherClient
+        model, max_concurrency = "preflight-canned", 1
+
+        async def complete(self, messages: list[dict]) -> TeacherResponse:
+            return TeacherResponse(text=response, reasoning=reasoning, finish_reason="stop")
+
+    limits = SandboxLimits.from_config(config.sandbox)
+    try:
+        with tempfile.TemporaryDirectory() as tmp, SandboxPool(1, limits, isolate=config.sandbox.isolate) as pool:
+            with parser_spy() as phase2_seen:
+                traces = Path(tmp) / "traces.jsonl"
+                asyncio.run(generate_traces([task], CannedTeacher(), traces, 1, pool, limits, progress=False))  # type: ignore[arg-type]
+            [trace] = read_jsonl(traces)
+            cache = {(task.task_id, 0): {"completion": response, "num_tokens": 1, "finish_reason": "stop"}}
+            with parser_spy() as phase4_seen:
+                [row] = execute_samples([task], cache, 1, pool, limits)
+    except (SandboxError, OSError) as exc:
+        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
+        return
+    report.expect(
+        response in phase2_seen and trace["code"] == expected and trace["passed"],
+        "phase 2: trace records come from the one parser (synthesis.generate_traces)",
+        f"the parser saw {len(phase2_seen)} responses, the record's code is {trace['code']!r}: "
+        "synthesis/generate_traces.py must call utils.thinking_extraction.extract_thinking_and_code_unified",
+    )
+    report.expect(
+        response in phase4_seen and row["code"] == expected and row["passed"],
+        "phase 4: judged samples come from the one parser (evaluation.evaluate.execute_samples)",
+        f"the parser saw {len(phase4_seen)} responses, the sample's code is {row['code']!r}: "
+        "evaluation/evaluate.py must call utils.thinking_extraction.extract_thinking_and_code_unified",
+    )
 
 
 def check_sft_labels(report: Report, tokenizer) -> None:
@@ -228,7 +300,8 @@ def check_sft_labels(report: Report, tokenizer) -> None:
         {
             "prompt": get_unified_prompt("Return the maximum of a list."),
             "thinking": "Scan once, keep the best so far.",
-            "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best",
+            "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n"
+            "        best = max(best, x)\n    return best",
         },
     ]
     try:
@@ -329,18 +402,9 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     from rollouts.sampling import SamplingSettings
     from synthesis.generate_traces import TeacherTrace
     from training.grpo_trainer import GRPOTrainer
-    from utils.dataset_loader import Task
     from utils.student_model import attach_lora
 
-    task = Task(
-        task_id="preflight/add",
-        source="preflight",
-        problem="Write a function add(a, b) that returns a + b.",
-        test_type="assert",
-        fn_name="add",
-        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"),
-        reference_solutions=(ADD,),
-    )
+    task = add_task()
     small = dataclasses.replace(
         config,
         grpo=dataclasses.replace(config.grpo, num_samples_per_prompt=2, max_new_tokens=48),
@@ -371,11 +435,19 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
             )
         try:
             trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
-            metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
+            with parser_spy() as phase3_seen:
+                groups, rollout_metrics = trainer.collect_rollouts()
+            metrics = trainer.train_on_rollouts(groups, rollout_metrics)[0]
             trainer.pool.close()
         except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
             report.fail(f"a training step raised {type(exc).__name__}: {exc}", "see training/grpo_trainer.py")
             return
+    texts = [sample["text"] for group in groups for sample in group]
+    report.expect(
+        texts != [] and all(text in phase3_seen for text in texts),
+        f"phase 3: the rewards of all {len(texts)} rollouts come from the one parser (GRPOTrainer.collect_rollouts)",
+        "training/grpo_trainer.py must parse rollouts with utils.thinking_extraction.extract_thinking_and_code_unified",
+    )
     report.expect(
         all(math.isfinite(v) for k, v in metrics.items() if k.startswith("loss/")),
         f"losses are finite (total {metrics['loss/total']:.4f}, KL {metrics['kl']:.2e})",
@@ -540,7 +612,8 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
             marker = Path(outside) / "left-behind"
             hostile = (
                 f"import os\ntry:\n    print(open({str(secret)!r}).read())\nexcept Exception as e:\n"
-                f"    print(type(e).__name__)\ntry:\n    open({str(marker)!r}, 'w').write('x')\nexcept Exception as e:\n"
+                f"    print(type(e).__name__)\ntry:\n    open({str(marker)!r}, 'w').write('x')\n"
+                "except Exception as e:\n"
                 "    print(type(e).__name__)\nprint('<|im_end|>')\n"
             )
             final = (
@@ -596,7 +669,8 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
             report.warn(
                 f"no teacher answering at {normalize_api_base(url)}",
                 "fine for now; start it before phase 2: `make teacher` (CPU) or "
-                "`vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` (GPU), or point --teacher_url at it",
+                "`vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` (GPU), "
+                "or point --teacher_url at it",
             )
         else:
             report.fail(f"teacher endpoint unusable: {exc}", "fix teacher.model_name / teacher.api_key")
@@ -704,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     checks: list[Callable[[], object]] = [
         lambda: check_prompt_format(report, config),
         lambda: check_extraction(report),
-        lambda: check_extraction_agreement(report),
+        lambda: check_one_parser(report, config),
     ]
     for check in checks:
         check()
