@@ -1,20 +1,16 @@
 """Two training processes with the vLLM backend (gloo on CPU, fake vLLM): the real phase-3 command."""
 
 import json
-import shutil
-import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.trainer_helpers import small_tasks
+from tests.trainer_helpers import launch_two_processes, small_tasks
 
 
 @pytest.mark.slow
 def test_two_ranks_each_get_an_engine_on_their_own_gpu_and_share_one_adapter_folder_per_step(tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in small_tasks(16)))
-    accelerate = shutil.which("accelerate", path=str(ROOT / ".venv" / "bin")) or shutil.which("accelerate")
     phase3 = [
         "--preset",
         "cpu",
@@ -43,27 +39,7 @@ def test_two_ranks_each_get_an_engine_on_their_own_gpu_and_share_one_adapter_fol
         "--set",
         "training.learning_rate=0.01",
     ]
-    command = [
-        accelerate,
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "29519",
-        str(ROOT / "tests" / "ddp_vllm_steps.py"),
-        str(tmp_path),
-        str(train),
-        *phase3,
-    ]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    launch_two_processes("ddp_vllm_steps.py", str(tmp_path), str(train), *phase3, port=29519)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["engines"] for r in ranks] == [1, 1]
     assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1"]  # each engine on its own rank's GPU

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import torch
 
 from config import build_config
 from tests.canned_responses import WRONG_CODE, student_answer
+from tests.conftest import ROOT
 from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
 from utils.sft_data import encode_prompt, end_of_turn_id
 
@@ -86,3 +90,17 @@ def lora_state(model) -> dict[str, torch.Tensor]:
 
 def base_state(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" not in k}
+
+
+def launch_two_processes(script: str, *args: str, port: int) -> None:
+    """`accelerate launch` tests/`script` with 2 processes. --multi_gpu selects accelerate's torchrun launcher;
+    without GPUs the processes use gloo on the CPU (`--cpu` alone would start a single process unless mpirun
+    is set up). A rank waiting for an all-reduce its peer never starts would hang: the timeout turns that
+    into a failure, with both ranks' output."""
+    accelerate = shutil.which("accelerate", path=str(ROOT / ".venv" / "bin")) or shutil.which("accelerate")
+    assert accelerate is not None, "accelerate is not installed"
+    launcher = ["launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    launcher += ["--dynamo_backend", "no", "--main_process_port", str(port)]
+    command = [accelerate, *launcher, str(ROOT / "tests" / script), *args]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
