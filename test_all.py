@@ -136,7 +136,7 @@ CANNED_RESPONSES: list[tuple[str, str, str | None, str | None, bool]] = [
 
 def check_prompt_format(report: Report, config: Config) -> None:
     section("Unified prompt")
-    mbpp = {
+    mbpp: dict[str, Any] = {
         "task_id": "mbpp/1",
         "source": "mbpp",
         "problem": "Write a function to add two numbers.",
@@ -223,23 +223,25 @@ def parser_spy() -> Iterator[list[str | None]]:
         seen.append(response)
         return original(response, reasoning)
 
-    one_parser.split_thinking = spy  # type: ignore[assignment]
+    one_parser.split_thinking = spy
     try:
         yield seen
     finally:
-        one_parser.split_thinking = original  # type: ignore[assignment]
+        one_parser.split_thinking = original
 
 
-def add_task(problem: str = "Write a function add(a, b) that returns a + b.") -> Any:
+def add_task(problem: str = "Add two numbers.", num_tests: int = 3) -> Any:
+    """The preflight's task: add(a, b), with its first `num_tests` asserts."""
     from utils.dataset_loader import Task
 
+    tests = ("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15")
     return Task(
         task_id="preflight/add",
         source="preflight",
         problem=problem,
         test_type="assert",
         fn_name="add",
-        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"),
+        tests=tests[:num_tests],
         reference_solutions=(ADD,),
     )
 
@@ -404,7 +406,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import attach_lora
 
-    task = add_task()
+    task = add_task("Write a function add(a, b) that returns a + b.", num_tests=2)
     small = dataclasses.replace(
         config,
         grpo=dataclasses.replace(config.grpo, num_samples_per_prompt=2, max_new_tokens=48),
@@ -465,16 +467,8 @@ def check_code_execution(report: Report, config: Config) -> None:
     section("Code execution (sandbox) and rewards")
     from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool, execute_many
     from training.rewards import compute_rewards
-    from utils.dataset_loader import Task
 
-    task = Task(
-        task_id="preflight/add",
-        source="preflight",
-        problem="Add two numbers.",
-        test_type="assert",
-        fn_name="add",
-        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"),
-    )
+    task = add_task()
     responses = {
         "correct": f"<think>\nAdd them.\n</think>\n\n```python\n{ADD}\n```",
         "wrong": "<think>\nSubtract?\n</think>\n\n```python\ndef add(a, b):\n    return a - b\n```",
@@ -511,7 +505,7 @@ def check_code_execution(report: Report, config: Config) -> None:
     )
     correct, wrong, hostile = (r.total for r in rewards)
     report.expect(
-        correct is not None and correct > wrong >= 0,
+        correct is not None and wrong is not None and correct > wrong >= 0,
         f"rewards computed: correct {correct:.2f} > wrong {wrong:.2f}",
         "see training/rewards.py",
     )
@@ -550,17 +544,9 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     from multiturn.backends import ScriptedBackend
     from multiturn.environments import FeedbackEnvironment, ToolEnvironment
     from multiturn.loop import run_episodes
-    from utils.dataset_loader import Task
     from utils.sft_data import encode_prompt
 
-    task = Task(
-        task_id="preflight/add",
-        source="preflight",
-        problem="Add two numbers.",
-        test_type="assert",
-        fn_name="add",
-        tests=("assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"),
-    )
+    task = add_task()
     template = {"enable_thinking": True} if "enable_thinking" in str(tokenizer.chat_template or "") else None
     tool_turns = [
         "<think>\nCheck it.\n<program>\nprint(1 + 1)\n</program>",
