@@ -21,11 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SHARED = {"r": 8, "alpha": 16, "G": 4, "prompts": 2, "beta": 0.05, "lr": 1e-4, "temperature": 1.0}
+SHARED: dict[str, Any] = {"r": 8, "alpha": 16, "G": 4, "prompts": 2, "beta": 0.05, "lr": 1e-4, "temperature": 1.0}
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 

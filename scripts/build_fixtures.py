@@ -18,7 +18,7 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import List  # noqa: F401,UP035  (reference solutions use typing.List like APPS)
+from typing import Any, List  # noqa: F401,UP035  (reference solutions use typing.List like APPS)
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "embedded"
 
@@ -27,7 +27,7 @@ OUT = Path(__file__).resolve().parent.parent / "data" / "embedded"
 # optional challenge argument tuples, optional test_setup_code + asserts overriding the default)
 # --------------------------------------------------------------------------------------------
 
-MBPP_PROBLEMS = [
+MBPP_PROBLEMS: list[tuple[Any, ...]] = [
     (
         "Write a function to add two numbers.",
         "add_numbers",
@@ -302,7 +302,7 @@ MBPP_PROBLEMS = [
 
 # A problem in the style of MBPP 367/927: test_setup_code builds objects from a class that the
 # solution defines, so the setup code must run after the program.
-MBPP_SETUP_PROBLEM = {
+MBPP_SETUP_PROBLEM: dict[str, Any] = {
     "text": "Write a class Stack with push and pop methods, and a function stack_size that returns how many items a Stack holds.",
     "code": "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n        self.items.append(x)\n\n"
     "    def pop(self):\n        return self.items.pop()\n\n\ndef stack_size(stack):\n    return len(stack.items)",
@@ -314,7 +314,7 @@ MBPP_SETUP_PROBLEM = {
 # APPS-format problems
 # --------------------------------------------------------------------------------------------
 
-STDIN_PROBLEMS = [
+STDIN_PROBLEMS: list[tuple[Any, ...]] = [
     # (difficulty, question, solution, inputs)
     (
         "introductory",
@@ -442,7 +442,7 @@ STDIN_PROBLEMS = [
     ),
 ]
 
-CALL_PROBLEMS = [
+CALL_PROBLEMS: list[tuple[Any, ...]] = [
     # (difficulty, question, starter_code, fn_name, solution, argument lists, wrap outputs in a list?)
     (
         "introductory",
@@ -596,7 +596,7 @@ def build_apps_rows() -> list[dict]:
     rows = []
     problem_id = 90001
     for difficulty, question, code, inputs in STDIN_PROBLEMS:
-        outputs = []
+        outputs: list[Any] = []
         for given in inputs:
             text = "\n".join(given) + "\n" if isinstance(given, list) else given
             result = _run_stdin(code, text)

@@ -26,7 +26,7 @@ from utils.student_model import attach_lora, load_student
 
 def main(out_dir: str, uneven: bool = False) -> None:
     accelerator = Accelerator(cpu=True)
-    overrides = {"training.max_steps": 2, "training.save_steps": 0, "sandbox.max_workers": 1}
+    overrides: dict[str, object] = {"training.max_steps": 2, "training.save_steps": 0, "sandbox.max_workers": 1}
     if uneven:
         overrides.update(
             {
@@ -86,7 +86,7 @@ def main(out_dir: str, uneven: bool = False) -> None:
         )
         return real_step(*args, **kwargs)
 
-    trainer.collect_rollouts, trainer.optimizer.step = collect, step
+    trainer.collect_rollouts, trainer.optimizer.step = collect, step  # type: ignore[method-assign]
     trainer.train()
     rank = accelerator.process_index
     result = {

@@ -7,6 +7,7 @@ argv: OUT_DIR TRAIN_FILE [phase-3 arguments...]"""
 import json
 import os
 import sys
+import typing
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -15,6 +16,10 @@ from tests import fake_vllm
 from tests.canned_responses import half_right_responder
 from utils.dataset_loader import read_tasks
 from utils.student_model import load_tokenizer
+
+
+def _missing_adapter(call: object) -> typing.NoReturn:
+    raise AssertionError(f"a training rollout reached the engine without an adapter: {call}")
 
 
 def main(out_dir: str, train_file: str, args: list[str]) -> int:
@@ -37,7 +42,7 @@ def main(out_dir: str, train_file: str, args: list[str]) -> int:
         folders.append(sorted(p.name for p in root.iterdir()) if root.is_dir() else [])
         return out
 
-    rollout_module.VLLMRollout.generate = generate
+    rollout_module.VLLMRollout.generate = generate  # type: ignore[method-assign]
     import phase3_train_grpo
 
     code = phase3_train_grpo.cli(args)
@@ -51,7 +56,9 @@ def main(out_dir: str, train_file: str, args: list[str]) -> int:
         "kwargs": {k: v for k, v in engine.kwargs.items() if k != "model"},
         "folders_after_rollout": folders,
         "calls": [
-            {"name": c.lora.lora_name, "path": c.lora.lora_path, "digest": c.adapter_digest} for c in engine.calls
+            {"name": lora.lora_name, "path": lora.lora_path, "digest": c.adapter_digest}
+            for c in engine.calls
+            for lora in [c.lora or _missing_adapter(c)]
         ],
         "eot": eot,
     }

@@ -246,7 +246,7 @@ def install(monkeypatch: Any = None) -> types.SimpleNamespace:
     """Make `import vllm` and `from vllm.lora.request import LoRARequest` find the fake."""
     fake = module()
     request_module = types.SimpleNamespace(LoRARequest=LoRARequest)
-    entries = {
+    entries: dict[str, Any] = {
         "vllm": fake,
         "vllm.lora": types.SimpleNamespace(request=request_module),
         "vllm.lora.request": request_module,

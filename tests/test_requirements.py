@@ -33,7 +33,7 @@ def pinned_version(req: Requirement) -> str | None:
 
 
 def vllm_requirements() -> dict[str, Requirement]:
-    reqs = {}
+    reqs: dict[str, Requirement] = {}
     for line in (ROOT / "tests/data/vllm-0.33.0-requires.txt").read_text().splitlines():
         if not line or line.startswith("#"):
             continue

@@ -23,6 +23,7 @@ Conventions pinned here (and tested in tests/test_losses.py):
 from __future__ import annotations
 
 import math
+import typing
 
 import torch
 
@@ -373,7 +374,7 @@ def combine_losses(
     present = [(t, w) for t, w, _ in terms if t is not None and w != 0]
     if not present:
         raise ValueError("combine_losses needs at least one loss term with a nonzero weight")
-    total = sum(w * t for t, w in present)
+    total = typing.cast(torch.Tensor, sum(w * t for t, w in present))  # present is not empty: a tensor, not 0
     metrics = {f"weight/{name}": w for _, w, name in terms}
     metrics.update({f"loss/{name}": float(t.detach()) for t, _, name in terms if t is not None})
     metrics["loss/total"] = float(total.detach())

@@ -485,7 +485,7 @@ def load_apps(
     for where, row in rows:
         task, reason = apps_row_to_task(row, where, split)
         if task is None:
-            report.skip(reason)
+            report.skip(reason or "not a task")
         elif difficulty != "all" and task.difficulty != difficulty:
             report.skip(f"difficulty is not {difficulty}")
         elif task.task_id in tasks:
@@ -738,6 +738,7 @@ def humaneval_tests(test_source: str, entry_point: str, where: str) -> tuple[str
     if all(isinstance(s, ast.Assert) for s in body):
         tests = []
         for statement in body:
+            assert isinstance(statement, ast.Assert)  # narrowed by the all() above
             if isinstance(statement.test, ast.Constant):
                 continue
             statement = _RenameName("candidate", entry_point).visit(statement)
