@@ -93,8 +93,9 @@ def materialize_smollm2(cache_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # A GGUF-loaded model remembers its quantizer and refuses save_pretrained until it is dropped;
     # the weights are already dequantized to fp32.
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
     # Servers such as `transformers serve` decode greedily unless the folder says to sample.
     model.generation_config.do_sample = True
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -213,7 +214,7 @@ def load_student(
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
         kwargs["device_map"] = {"": torch.cuda.current_device()}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(path, **kwargs)  # transformers' stubs type .to oddly
     except OSError as exc:
         raise ModelLoadError(_hub_hint(name, exc)) from None
     if not load_in_8bit:
