@@ -2,8 +2,8 @@
 
 Teacher-SFT: every usable trace is tokenized once at start (`build_teacher_sft`); one that does not
 fit `dual_source.sft_max_length` is dropped and counted, never cut. A single-turn trace trains on the
-canonical target (thinking + code block); a multi-turn one (`TeacherTrace.conversation()`: the exchange after the prompt)
-on the teacher's replies as sent, with the environment's tokens (tool results, feedback turns) as
+canonical target (thinking + code block); a multi-turn one (`TeacherTrace.conversation()`: the exchange
+after the prompt) on the teacher's replies as sent, with the environment's tokens (tool results, feedback turns) as
 context only (`utils.sft_data.encode_conversation`). Self-SFT: each group's best
 passing sample that ended its own turn (`best_passing_sample`), de-duplicated, or, on a step without
 one, recent successes replayed from a bounded `SuccessBuffer`. Both use `utils.sft_data`'s masking.
