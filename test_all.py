@@ -254,7 +254,7 @@ def check_one_parser(report: Report, config: Config) -> None:
     import tempfile
 
     from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool
-    from evaluation.evaluate import execute_samples
+    from evaluation.evaluate import CachedCompletion, execute_samples
     from synthesis.generate_traces import generate_traces
     from synthesis.teacher_query import TeacherResponse
     from utils.jsonl import read_jsonl
@@ -275,7 +275,7 @@ def check_one_parser(report: Report, config: Config) -> None:
                 traces = Path(tmp) / "traces.jsonl"
                 asyncio.run(generate_traces([task], CannedTeacher(), traces, 1, pool, limits, progress=False))  # type: ignore[arg-type]
             [trace] = read_jsonl(traces)
-            cache = {(task.task_id, 0): {"completion": response, "num_tokens": 1, "finish_reason": "stop"}}
+            cache = {(task.task_id, 0): CachedCompletion(task.task_id, 0, response, 1, "stop", None)}
             with parser_spy() as phase4_seen:
                 [row] = execute_samples([task], cache, 1, pool, limits)
     except (SandboxError, OSError) as exc:
@@ -288,9 +288,9 @@ def check_one_parser(report: Report, config: Config) -> None:
         "synthesis/generate_traces.py must call utils.thinking_extraction.extract_thinking_and_code_unified",
     )
     report.expect(
-        response in phase4_seen and row["code"] == expected and row["passed"],
+        response in phase4_seen and row.code == expected and row.passed,
         "phase 4: judged samples come from the one parser (evaluation.evaluate.execute_samples)",
-        f"the parser saw {len(phase4_seen)} responses, the sample's code is {row['code']!r}: "
+        f"the parser saw {len(phase4_seen)} responses, the sample's code is {row.code!r}: "
         "evaluation/evaluate.py must call utils.thinking_extraction.extract_thinking_and_code_unified",
     )
 

@@ -254,6 +254,6 @@ def test_phases_print_a_one_line_config_summary_not_the_whole_config(tmp_path, c
 def test_help_shows_each_flags_declared_range(capsys):
     _help(phase4, ["--preset", "cpu", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "Range: >= 1. [evaluation.num_samples; default: 4]" in text
-    assert "Range of each item: >= 1. [evaluation.k_values; default: 1 2 4]" in text
+    assert "Range: >= 1. [evaluation.num_samples; default: 8]" in text
+    assert "Range of each item: >= 1. [evaluation.k_values; default: 1 2 4 8]" in text
     assert "Range: >= 0. [evaluation.temperature;" in text
