@@ -46,6 +46,10 @@ from utils.thinking_extraction import extract_thinking_and_code_unified
 EXIT_SOME_FAILED = 3
 
 
+class ModeNotSupported(ValueError):  # noqa: N818 - a refusal, named for the situation
+    """`multi_turn.mode=tool`: the API cannot continue an assistant message after a <program> result yet."""
+
+
 def resolve_teacher_model(config: Config) -> str:
     """Embedded names are served by their materialized folder path (what `transformers serve` expects)."""
     name = config.teacher.model_name
@@ -133,14 +137,32 @@ def teacher_sft_fit(config: Config, output_path: Path, task_ids: set[str]) -> di
     return {"usable": len(usable), "too_long": too_long, "sft_max_length": d.sft_max_length}
 
 
-async def run(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> int:
+def main(
+    config: Config, input_path: Path | None = None, output_path: Path | None = None, overwrite: bool = False
+) -> dict:
+    """Generate the missing traces of `input_path`'s tasks (default: the config's train file) into `output_path`
+    (default: the config's trace file); returns the run's statistics, as written to `<output>.stats.json`.
+
+    Raises ModeNotSupported (tool mode), TeacherFatalError (the server is unusable), DataFormatError,
+    TraceFileBusy, TraceSettingsChanged. Failed requests do not raise: they are counted (`api_errors`) and kept
+    as api_error rows for the next run.
+    """
     if config.multi_turn.mode == "tool":
-        print(
-            "error: phase 2 supports --mode single or feedback; tool mode needs the server to continue an assistant "
-            "message after each <program> result, which is not built yet.",
-            file=sys.stderr,
+        raise ModeNotSupported(
+            "phase 2 supports --mode single or feedback; tool mode needs the server to continue an assistant "
+            "message after each <program> result, which is not built yet."
         )
-        return 2
+    return asyncio.run(
+        generate_all(
+            config,
+            input_path or config.paths.train_file,
+            output_path or config.paths.teacher_traces_file,
+            overwrite,
+        )
+    )
+
+
+async def generate_all(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> dict:
     tasks = read_tasks(input_path)
     task_ids = {t.task_id for t in tasks}  # phase 3 trains on every task of the file
     if config.teacher.max_tasks > 0:
@@ -200,16 +222,21 @@ async def run(config: Config, input_path: Path, output_path: Path, overwrite: bo
     }
     write_json_atomic(stats_path, payload)
     print(f"\nWrote {output_path} and {stats_path}")
-    first = next(iter(stats.errors), "unknown")
-    if stats.kept_old_file:
-        print(f"--overwrite: no request succeeded, so {output_path} was left as it was.", file=sys.stderr)
-    if stats.total and stats.api_errors == stats.total:
+    return payload
+
+
+def exit_status(result: dict) -> int:
+    """The exit code of a finished run (`main`'s result), saying on stderr why it is not 0."""
+    first = next(iter(result["errors"]), "unknown")
+    if result["kept_old_file"]:
+        print(f"--overwrite: no request succeeded, so {result['output']} was left as it was.", file=sys.stderr)
+    if result["total"] and result["api_errors"] == result["total"]:
         print(f"error: every request failed (first error: {first})", file=sys.stderr)
         return 1
-    if stats.api_errors:
+    if result["api_errors"]:
         print(
-            f"error: {stats.api_errors} of {stats.total} requests failed (first error: {first}); rerun the same "
-            "command to retry them (exit code 3).",
+            f"error: {result['api_errors']} of {result['total']} requests failed (first error: {first}); rerun the "
+            "same command to retry them (exit code 3).",
             file=sys.stderr,
         )
         return EXIT_SOME_FAILED
@@ -259,22 +286,26 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     return args, flag_overrides(args, FLAGS)
 
 
-def main(argv: list[str] | None = None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     config = config_from_args_or_exit(args, extra)
     if args.test_connection:
         return asyncio.run(test_connection(config))
-    input_path = Path(args.input) if args.input else config.paths.train_file
-    output_path = Path(args.output) if args.output else config.paths.teacher_traces_file
     try:
-        return asyncio.run(run(config, input_path, output_path, args.overwrite))
+        result = main(
+            config, Path(args.input) if args.input else None, Path(args.output) if args.output else None, args.overwrite
+        )
+    except ModeNotSupported as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (TeacherFatalError, DataFormatError, TraceFileBusy, TraceSettingsChanged) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("\ninterrupted: finished samples are saved; rerun the same command to continue.", file=sys.stderr)
         return 130
+    return exit_status(result)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -369,7 +369,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     return args, flag_overrides(args, FLAGS)
 
 
-def run(argv: list[str] | None = None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     config = config_from_args_or_exit(args, extra)
     out_dir = Path(config.paths.output_dir)
@@ -413,4 +413,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(cli())

@@ -732,7 +732,47 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
         report.ok(f"running under a launcher with WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    config: Config,
+    teacher_url: str | None = None,
+    num_processes: int = 1,
+    skip_model: bool = False,
+    max_new_tokens: int = 160,
+) -> Report:
+    """Run every check for `config` (the model checks unless `skip_model`); returns the report."""
+    print(format_config(config))
+
+    report = Report()
+    checks: list[Callable[[], object]] = [
+        lambda: check_prompt_format(report, config),
+        lambda: check_extraction(report),
+        lambda: check_one_parser(report, config),
+    ]
+    for check in checks:
+        check()
+    check_code_execution(report, config)
+    if not skip_model:
+        loaded = check_student(report, config, max_new_tokens)
+        if loaded is not None:
+            model, tokenizer = loaded
+            check_sft_labels(report, tokenizer)
+            check_multi_turn(report, config, tokenizer)
+            check_training_step(report, config, model, tokenizer)
+    if config.preset == "gpu":
+        check_gpu_setup(report, config, num_processes)
+    check_teacher_endpoint(report, config, teacher_url or config.teacher.api_url)
+
+    failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")
+    print("\nPreflight summary:")
+    print(f"  total:    {len(report.results)}\n  passed:   {passed}\n  failed:   {failed}\n  warnings: {warned}")
+    if failed:
+        print("\nSome checks failed: fix them before training (each FAIL above has a hint).")
+    else:
+        print("\nAll checks passed" + (" (with warnings)" if warned else "") + ": ready to train.")
+    return report
+
+
+def cli(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Preflight checks: prompt format, extraction, SFT label masking, the student model "
         "and the teacher endpoint. Exit code 0 only if nothing failed.",
@@ -758,37 +798,9 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
     except ConfigError as exc:
         exit_on_config_error(exc)
-    print(format_config(config))
-
-    report = Report()
-    checks: list[Callable[[], object]] = [
-        lambda: check_prompt_format(report, config),
-        lambda: check_extraction(report),
-        lambda: check_one_parser(report, config),
-    ]
-    for check in checks:
-        check()
-    check_code_execution(report, config)
-    if not args.skip_model:
-        loaded = check_student(report, config, args.max_new_tokens)
-        if loaded is not None:
-            model, tokenizer = loaded
-            check_sft_labels(report, tokenizer)
-            check_multi_turn(report, config, tokenizer)
-            check_training_step(report, config, model, tokenizer)
-    if config.preset == "gpu":
-        check_gpu_setup(report, config, args.num_processes)
-    check_teacher_endpoint(report, config, args.teacher_url or config.teacher.api_url)
-
-    failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")
-    print("\nPreflight summary:")
-    print(f"  total:    {len(report.results)}\n  passed:   {passed}\n  failed:   {failed}\n  warnings: {warned}")
-    if failed:
-        print("\nSome checks failed: fix them before training (each FAIL above has a hint).")
-        return 1
-    print("\nAll checks passed" + (" (with warnings)" if warned else "") + ": ready to train.")
-    return 0
+    report = main(config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens)
+    return 1 if report.count("FAIL") else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -9,11 +9,132 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from config import ConfigError, add_config_arguments, config_from_args, exit_on_config_error
+from config import Config, ConfigError, add_config_arguments, config_from_args, exit_on_config_error
+
+if TYPE_CHECKING:
+    from evaluation.code_executor import ExecutionResult
+    from utils.dataset_loader import Task
+    from utils.thinking_extraction import ParsedResponse
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Answer:
+    """One sampled answer: the rollout record, its parse and (with tests) the sandbox's verdict."""
+
+    sample: dict[str, Any]  # the rollout's completion record (multi-turn: with its turns)
+    parsed: ParsedResponse
+    verdict: ExecutionResult | None
+
+
+def solve_task(problem: str, asserts: Sequence[str]) -> Task | None:
+    """The task of `--assert` tests (None without tests). Raises TaskSchemaError for a test that cannot fail."""
+    from utils.dataset_loader import Task, entry_point_from_asserts
+
+    if not asserts:
+        return None
+    return Task(
+        task_id="solve/1",
+        source="solve",
+        problem=problem,
+        test_type="assert",
+        tests=tuple(asserts),
+        fn_name=entry_point_from_asserts(list(asserts)),
+    )
+
+
+def main(
+    config: Config,
+    problem: str,
+    model_path: str | None = None,
+    asserts: Sequence[str] = (),
+    samples: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = 512,
+    mode: str | None = None,
+) -> list[Answer]:
+    """Sample `samples` answers to `problem` and judge them on `asserts`. Raises TaskSchemaError (a bad assert,
+    before the model loads: a test that cannot fail must not print "passed") and ModelLoadError."""
+    from evaluation.code_executor import execute_program
+    from rollouts.hf import generate_completions
+    from rollouts.models import default_model_path, resolve_model
+    from rollouts.sampling import SamplingSettings
+    from utils.prompts import get_unified_prompt
+    from utils.student_model import load_adapter, load_student
+    from utils.thinking_extraction import extract_thinking_and_code_unified
+
+    task = solve_task(problem, asserts)
+    base, adapter = resolve_model(model_path or str(default_model_path(config)), config)
+    model, tokenizer = load_student(
+        base, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
+    )
+    if adapter is not None:
+        model = load_adapter(model, adapter)
+    mode = mode or config.multi_turn.mode
+    prompt = get_unified_prompt(task if task else problem, config.prompt.num_visible_tests, mode=mode)
+    sampling = SamplingSettings(
+        temperature,
+        config.evaluation.top_p,
+        config.evaluation.top_k,
+        config.evaluation.min_p,
+        config.evaluation.repetition_penalty,
+    )
+    template = {"enable_thinking": config.student.enable_thinking}
+    if mode == "single":
+        records = generate_completions(
+            model,
+            tokenizer,
+            [prompt],
+            num_samples=samples,
+            max_new_tokens=max_new_tokens,
+            sampling=sampling,
+            chat_template_kwargs=template,
+        )[0]
+    else:
+        records = _multi_turn_samples(
+            config, mode, model, tokenizer, prompt, task, problem, samples, max_new_tokens, sampling, template
+        )
+    answers = []
+    for record in records:
+        parsed = extract_thinking_and_code_unified(record["text"])
+        answers.append(Answer(record, parsed, execute_program(parsed.code, task) if task is not None else None))
+    return answers
+
+
+def format_answer(answer: Answer, number: int, total: int) -> str:
+    """What the command prints for one answer: its turns, thinking, code and verdict."""
+    sample, parsed, lines = answer.sample, answer.parsed, []
+    lines.append(f"\n===== answer {number}/{total} ({sample['num_tokens']} tokens, {sample['finish_reason']}) =====")
+    for turn_number, turn in enumerate(sample.get("turns", []), start=1):
+        lines.append(f"--- turn {turn_number} ({turn['finish_reason']}) ---\n{turn['text']}")
+        inserted = turn.get("observation") or turn.get("feedback")
+        if inserted:
+            lines.append(
+                f"--- inserted by the {'tool' if turn.get('observation') else 'feedback'} environment ---\n"
+                + inserted.strip("\n")
+            )
+    if sample.get("turns"):
+        lines.append(
+            f"--- {sample['num_turns']} turns, {sample['tool_calls']} tool calls"
+            + (", truncated by a limit" if sample["truncated"] else "")
+            + " ---"
+        )
+    lines.append("--- thinking ---\n" + (parsed.thinking or "(none)"))
+    lines.append("--- code ---\n" + (parsed.code or "(no code found)"))
+    if answer.verdict is not None:
+        result = answer.verdict
+        lines.append(
+            f"--- verdict: {result.status} ({result.tests_passed}/{result.tests_total} tests)"
+            + (f": {result.error}" if result.error else "")
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problem", help="The problem statement.")
     parser.add_argument(
@@ -41,97 +162,54 @@ def main(argv: list[str] | None = None) -> int:
         "comes back and the model answers again); default: multi_turn.mode of the config.",
     )
     add_config_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         config = config_from_args(args)
     except ConfigError as error:
         exit_on_config_error(error)
+    from utils.dataset_loader import TaskSchemaError
+    from utils.student_model import ModelLoadError
 
-    from evaluation.code_executor import execute_program
-    from rollouts.hf import generate_completions
-    from rollouts.models import default_model_path, resolve_model
-    from rollouts.sampling import SamplingSettings
-    from utils.dataset_loader import Task, TaskSchemaError, entry_point_from_asserts
-    from utils.prompts import get_unified_prompt
-    from utils.student_model import ModelLoadError, load_adapter, load_student
-    from utils.thinking_extraction import extract_thinking_and_code_unified
-
-    task = None
-    if args.asserts:  # checked before the model loads: a test that cannot fail must not print "passed"
-        try:
-            task = Task(
-                task_id="solve/1",
-                source="solve",
-                problem=args.problem,
-                test_type="assert",
-                tests=tuple(args.asserts),
-                fn_name=entry_point_from_asserts(args.asserts),
-            )
-        except TaskSchemaError as error:
-            print(f"error: --assert: {error}.", file=sys.stderr)
-            return 2
     try:
-        base, adapter = resolve_model(args.model_path or str(default_model_path(config)), config)
-        model, tokenizer = load_student(
-            base, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
+        answers = main(
+            config,
+            args.problem,
+            args.model_path,
+            args.asserts,
+            args.samples,
+            args.temperature,
+            args.max_new_tokens,
+            args.mode,
         )
+    except TaskSchemaError as error:
+        print(f"error: --assert: {error}.", file=sys.stderr)
+        return 2
     except ModelLoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    if adapter is not None:
-        model = load_adapter(model, adapter)
-    mode = args.mode or config.multi_turn.mode
-    prompt = get_unified_prompt(task if task else args.problem, config.prompt.num_visible_tests, mode=mode)
-    sampling = SamplingSettings(
-        args.temperature,
-        config.evaluation.top_p,
-        config.evaluation.top_k,
-        config.evaluation.min_p,
-        config.evaluation.repetition_penalty,
-    )
-    template = {"enable_thinking": config.student.enable_thinking}
-    if mode == "single":
-        samples = generate_completions(
-            model,
-            tokenizer,
-            [prompt],
-            num_samples=args.samples,
-            max_new_tokens=args.max_new_tokens,
-            sampling=sampling,
-            chat_template_kwargs=template,
-        )[0]
-    else:
-        samples = _multi_turn_samples(config, mode, model, tokenizer, prompt, task, args, sampling, template)
-    for i, sample in enumerate(samples, start=1):
-        parsed = extract_thinking_and_code_unified(sample["text"])
-        print(f"\n===== answer {i}/{len(samples)} ({sample['num_tokens']} tokens, {sample['finish_reason']}) =====")
-        for number, turn in enumerate(sample.get("turns", []), start=1):
-            print(f"--- turn {number} ({turn['finish_reason']}) ---\n{turn['text']}")
-            inserted = turn.get("observation") or turn.get("feedback")
-            if inserted:
-                print(
-                    f"--- inserted by the {'tool' if turn.get('observation') else 'feedback'} environment ---\n"
-                    + inserted.strip("\n")
-                )
-        if sample.get("turns"):
-            print(
-                f"--- {sample['num_turns']} turns, {sample['tool_calls']} tool calls"
-                + (", truncated by a limit" if sample["truncated"] else "")
-                + " ---"
-            )
-        print("--- thinking ---\n" + (parsed.thinking or "(none)"))
-        print("--- code ---\n" + (parsed.code or "(no code found)"))
-        if task is not None:
-            result = execute_program(parsed.code, task)
-            print(
-                f"--- verdict: {result.status} ({result.tests_passed}/{result.tests_total} tests)"
-                + (f": {result.error}" if result.error else "")
-            )
+    for number, answer in enumerate(answers, start=1):
+        print(format_answer(answer, number, len(answers)))
     return 0
 
 
-def _multi_turn_samples(config, mode: str, model, tokenizer, prompt: str, task, args, sampling, template) -> list[dict]:
-    """`--samples` multi-turn samples through the rollout loop, the environment in its own sandbox pool."""
+def _multi_turn_samples(
+    config: Config,
+    mode: str,
+    model: Any,
+    tokenizer: Any,
+    prompt: str,
+    task: Task | None,
+    problem: str,
+    samples: int,
+    max_new_tokens: int,
+    sampling: Any,
+    template: dict,
+) -> list[dict]:
+    """`samples` multi-turn samples through the rollout loop, the environment in its own sandbox pool."""
     from evaluation.code_executor import SandboxLimits, SandboxPool
     from multiturn.backends import HFContinuer
     from multiturn.environments import make_environment
@@ -139,7 +217,7 @@ def _multi_turn_samples(config, mode: str, model, tokenizer, prompt: str, task, 
     from utils.dataset_loader import Task
 
     task = task or Task(
-        task_id="solve/1", source="solve", problem=args.problem, test_type="stdin", tests=({"input": "", "output": ""},)
+        task_id="solve/1", source="solve", problem=problem, test_type="stdin", tests=({"input": "", "output": ""},)
     )  # no --assert: nothing is shown, nothing to test
     with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
         environment = make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
@@ -148,12 +226,12 @@ def _multi_turn_samples(config, mode: str, model, tokenizer, prompt: str, task, 
             environment,
             tokenizer,
             mode,
-            args.max_new_tokens,
+            max_new_tokens,
             config.multi_turn.max_total_tokens,
             template,
         )
-        return sampler.generate(model, [prompt], args.samples, 0, [task])[0]
+        return sampler.generate(model, [prompt], samples, 0, [task])[0]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -85,7 +85,7 @@ def test_ctrl_c_in_phases_3_and_4_is_one_line_and_exit_130(tmp_path, monkeypatch
         + "\n"
     )
     for call in (
-        lambda: phase4.run(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", str(eval_file)]),
+        lambda: phase4.cli(["--preset", "cpu", "--output_dir", str(tmp_path), "--eval_file", str(eval_file)]),
         lambda: phase3.cli(["--preset", "cpu", "--output_dir", str(tmp_path)]),
     ):
         try:

@@ -80,7 +80,7 @@ def test_phase4_samples_with_the_evaluation_backend(tmp_path, monkeypatch):
         argv = ["--preset", "cpu", "--eval_file", str(eval_file), "--k", "1", "--num_samples", "1"]
         argv += ["--temperature", "0", "--max_new_tokens", "8", "--model_path", "embedded:tiny-random"]
         argv += ["--set", f"paths.output_dir={out}", "--output", str(tmp_path / f"{name}.json")]
-        assert phase4.run([*argv, "--samples_output", str(tmp_path / f"{name}.jsonl"), *flags]) == 0
+        assert phase4.cli([*argv, "--samples_output", str(tmp_path / f"{name}.jsonl"), *flags]) == 0
         rows = (tmp_path / f"{name}.jsonl").read_text().splitlines()
         return {r["task_id"]: r["completion"] for r in map(json.loads, rows)}
 

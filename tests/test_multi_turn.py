@@ -437,7 +437,7 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
 def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys):
     from evaluation import solve
 
-    code = solve.main(
+    code = solve.cli(
         [
             "Write add(a, b).",
             "--assert",
@@ -476,7 +476,7 @@ def test_phase2_feedback_mode_sends_the_failing_shown_test_back_and_keeps_the_co
         default_code="def add(a, b):\n    return a - b", answers={"failed a test": "def add(a, b):\n    return a + b"}
     )
     with RunningServer(teacher) as server:
-        code = phase2.main(
+        code = phase2.cli(
             [
                 "--preset",
                 "cpu",
@@ -503,4 +503,4 @@ def test_phase2_feedback_mode_sends_the_failing_shown_test_back_and_keeps_the_co
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
     assert second[3]["content"].startswith("Your code failed a test shown in the problem.\nTest: " + MBPP.tests[0])
     assert not any(hidden in second[3]["content"] for hidden in MBPP.tests[1:])
-    assert phase2.main(["--preset", "cpu", "--input", str(train), "--output", str(out), "--mode", "tool"]) == 2
+    assert phase2.cli(["--preset", "cpu", "--input", str(train), "--output", str(out), "--mode", "tool"]) == 2

@@ -213,7 +213,7 @@ def _evaluate(tmp_path, *flags):
     from utils.dataset_loader import write_tasks
 
     eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(1))
-    return phase4.run(
+    return phase4.cli(
         [
             "--preset",
             "cpu",
@@ -290,7 +290,7 @@ def test_phase4_samples_with_the_evaluation_sampling_settings(tmp_path):
 
     def run(name, *flags):
         assert (
-            phase4.run(
+            phase4.cli(
                 [
                     *common,
                     "--output",
@@ -344,7 +344,7 @@ def test_default_model_path_follows_the_output_folder(tmp_path, monkeypatch, tin
 def test_solve_rejects_a_test_that_cannot_fail(capsys):
     from evaluation import solve
 
-    code = solve.main(
+    code = solve.cli(
         [
             "Write add(a, b).",
             "--assert",

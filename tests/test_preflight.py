@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 
 def test_fast_preflight_passes_and_prints_the_summary(capsys):
-    code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])
+    code = test_all.cli(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])
     out = capsys.readouterr().out
     assert code == 0
     assert "✓ PASS" in out and "✗ FAIL" not in out
@@ -27,7 +27,7 @@ def test_a_broken_extractor_makes_the_preflight_fail(monkeypatch, capsys):
         return dataclasses.replace(real(response, reasoning), code="wrong", has_thinking=True, thinking="")
 
     monkeypatch.setattr(test_all, "extract_thinking_and_code_unified", wrong)
-    code = test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])
+    code = test_all.cli(["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1"])
     out = capsys.readouterr().out
     assert code == 1
     assert "✗ FAIL" in out and "hint:" in out and "Some checks failed" in out
@@ -93,7 +93,7 @@ def test_preflight_checks_a_running_teacher_through_the_client(capsys):
     from tests.fake_openai_server import FakeTeacher, RunningServer
 
     with RunningServer(FakeTeacher(shape="reasoning", default_code="def add(a, b):\n    return a + b")) as server:
-        code = test_all.main(
+        code = test_all.cli(
             ["--preset", "cpu", "--skip_model", "--teacher_url", server.url, "--set", "teacher.model_name=fake-teacher"]
         )
         assert server.state.requests and server.state.requests[0]["chat_template_kwargs"] == {"enable_thinking": True}
@@ -101,7 +101,7 @@ def test_preflight_checks_a_running_teacher_through_the_client(capsys):
     assert code == 0
     assert "✓ PASS teacher answered in" in out and "✓ PASS teacher returned thinking" in out
     with RunningServer(FakeTeacher()) as server:  # serves another model: a FAIL with the served list
-        assert test_all.main(["--preset", "cpu", "--skip_model", "--teacher_url", server.url]) == 1
+        assert test_all.cli(["--preset", "cpu", "--skip_model", "--teacher_url", server.url]) == 1
     assert "It serves: fake-teacher" in capsys.readouterr().out
 
 

@@ -136,7 +136,7 @@ def test_malformed_answers_are_failed_samples_not_crashes(shape):
 
 def test_no_server_is_a_clear_error_within_10_seconds(train_file, tmp_path, capsys):
     start = time.monotonic()
-    code = phase2.main(
+    code = phase2.cli(
         [
             "--preset",
             "cpu",
@@ -159,7 +159,7 @@ def test_no_server_is_a_clear_error_within_10_seconds(train_file, tmp_path, caps
 
 
 def run_phase2(train_file, out, url, *extra):
-    return phase2.main(
+    return phase2.cli(
         [
             "--preset",
             "cpu",
@@ -263,12 +263,12 @@ def test_all_requests_failing_exits_nonzero_with_stats(train_file, tmp_path, cap
 def test_test_connection(tmp_path, capsys):
     with RunningServer(FakeTeacher(shape="reasoning")) as server:
         assert (
-            phase2.main(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacher", "--test_connection"])
+            phase2.cli(["--preset", "cpu", "--api_url", server.url, "--model", "fake-teacher", "--test_connection"])
             == 0
         )
     out = capsys.readouterr().out
     assert "Served models: fake-teacher" in out and "thinking came back: True (separate reasoning field)" in out
-    assert phase2.main(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--test_connection"]) == 1
+    assert phase2.cli(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--test_connection"]) == 1
 
 
 def test_two_runs_cannot_write_one_file(tmp_path):
@@ -364,7 +364,7 @@ def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
             except OSError:
                 time.sleep(1)
         out = tmp_path / "traces.jsonl"
-        code = phase2.main(
+        code = phase2.cli(
             [
                 "--preset",
                 "cpu",
@@ -451,7 +451,7 @@ def test_overwrite_keeps_the_old_traces_until_a_good_answer_arrives(train_file, 
         config_text = out.with_suffix(".config.json").read_text()
         # a typo'd model name: fatal at the first request
         assert (
-            phase2.main(
+            phase2.cli(
                 [
                     "--preset",
                     "cpu",
