@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from multiturn.loop import Continuation
-from rollouts.hf import generation_eos_ids
+from rollouts.hf import generation_eos_ids, left_padded
 from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.sft_data import end_of_turn_id
 
@@ -83,19 +83,16 @@ class HFContinuer:
             for start in range(0, len(sequences), self.batch_size):
                 chunk = sequences[start : start + self.batch_size]
                 budgets = max_new_tokens[start : start + self.batch_size]
-                width = max(len(s) for s in chunk)
-                pad = tok.pad_token_id
-                input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in chunk], device=device)
-                attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in chunk], device=device)
+                input_ids, attention = left_padded(chunk, tok.pad_token_id, device)
                 output = model.generate(
                     input_ids=input_ids,
                     attention_mask=attention,
                     max_new_tokens=max(budgets),
                     eos_token_id=stops,
-                    pad_token_id=pad,
+                    pad_token_id=tok.pad_token_id,
                     **sampling,
                 )
-                for row, budget in zip(output[:, width:].tolist(), budgets, strict=True):
+                for row, budget in zip(output[:, input_ids.shape[1] :].tolist(), budgets, strict=True):
                     results.append(cut_continuation(tok, row, budget, stops, stop_strings))
         finally:
             model.train(was_training)

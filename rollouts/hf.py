@@ -23,6 +23,15 @@ def generation_eos_ids(model: Any) -> set[int]:
 
 
 @torch.no_grad()
+def left_padded(sequences: list[list[int]], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), both (B, longest): each sequence right-aligned after pad_id, as
+    `generate` wants a decoder-only batch."""
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.tensor([[pad_id] * (width - len(ids)) + ids for ids in sequences], device=device)
+    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in sequences], device=device)
+    return input_ids, attention
+
+
 def generate_completions(
     model: Any,
     tokenizer: Any,
@@ -54,20 +63,17 @@ def generate_completions(
     for start in range(0, len(user_prompts), batch_size):
         chunk = user_prompts[start : start + batch_size]
         encoded = [encode_prompt(tokenizer, p, system_prompt, chat_template_kwargs) for p in chunk]
-        width = max(len(ids) for ids in encoded)
-        pad = tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=device)
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=device)
+        input_ids, attention = left_padded(encoded, tokenizer.pad_token_id, device)
         output = model.generate(
             input_ids=input_ids,
             attention_mask=attention,
             max_new_tokens=max_new_tokens,
             num_return_sequences=num_samples,
             eos_token_id=sorted(stop_ids),
-            pad_token_id=pad,
+            pad_token_id=tokenizer.pad_token_id,
             **kwargs,
         )
-        new_tokens = output[:, width:].tolist()  # (len(chunk) * num_samples, <= max_new_tokens)
+        new_tokens = output[:, input_ids.shape[1] :].tolist()  # (len(chunk) * num_samples, <= max_new_tokens)
         for i, prompt_ids in enumerate(encoded):
             samples = []
             for row in new_tokens[i * num_samples : (i + 1) * num_samples]:
