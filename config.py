@@ -236,6 +236,12 @@ class TeacherConfig:
         "Qwen/Qwen3-32B-FP8",
         "Model name as the server knows it (`GET /v1/models`). Bigger teachers give better traces but fewer per hour.",
     )
+    tokenizer: str = option(
+        "",
+        "phase 2 --mode tool only: the tokenizer whose chat template renders the teacher's prompt (tool mode "
+        "continues the teacher's own text through /v1/completions, so the template is applied here, not by the "
+        "server). A hub name downloads only the tokenizer files. Empty: model_name.",
+    )
     api_key: str = option(
         "EMPTY",
         "API key sent to the server. vLLM ignores it unless started with --api-key. The "
@@ -273,8 +279,8 @@ class TeacherConfig:
     )
     max_tokens: int = option(
         8192,
-        "Max completion tokens per request. Qwen3 thinking often needs 2-6k tokens on APPS; a "
-        "truncated answer (finish_reason=length) has no code.",
+        "Max completion tokens per request (tool mode: per sample, the <result> blocks included). Qwen3 "
+        "thinking often needs 2-6k tokens on APPS; a truncated answer (finish_reason=length) has no code.",
         ge=1,
     )
     request_timeout: float = option(600.0, "Seconds before one request is abandoned and retried.")

@@ -34,7 +34,7 @@ from config import (
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
 from multiturn.environments import make_environment
-from synthesis.generate_traces import TraceFileBusy, generate_traces, load_teacher_examples
+from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.jsonl import write_json_atomic
@@ -44,10 +44,6 @@ from utils.student_model import EMBEDDED_PREFIX, ModelLoadError, load_tokenizer,
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 EXIT_SOME_FAILED = 3
-
-
-class ModeNotSupported(ValueError):  # noqa: N818 - a refusal, named for the situation
-    """`multi_turn.mode=tool`: the API cannot continue an assistant message after a <program> result yet."""
 
 
 def resolve_teacher_model(config: Config) -> str:
@@ -143,15 +139,10 @@ def main(
     """Generate the missing traces of `input_path`'s tasks (default: the config's train file) into `output_path`
     (default: the config's trace file); returns the run's statistics, as written to `<output>.stats.json`.
 
-    Raises ModeNotSupported (tool mode), TeacherFatalError (the server is unusable), DataFormatError,
-    TraceFileBusy, TraceSettingsChanged. Failed requests do not raise: they are counted (`api_errors`) and kept
-    as api_error rows for the next run.
+    Raises TeacherFatalError (the server is unusable), ModelLoadError (tool mode: no teacher tokenizer),
+    DataFormatError, TraceFileBusy, TraceSettingsChanged. Failed requests do not raise: they are counted
+    (`api_errors`) and kept as api_error rows for the next run.
     """
-    if config.multi_turn.mode == "tool":
-        raise ModeNotSupported(
-            "phase 2 supports --mode single or feedback; tool mode needs the server to continue an assistant "
-            "message after each <program> result, which is not built yet."
-        )
     return asyncio.run(
         generate_all(
             config,
@@ -178,15 +169,16 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
         f"teacher {model} at {config.teacher.base_url}"
     )
     limits = SandboxLimits.from_config(config.sandbox)
+    mode = config.multi_turn.mode
+    prompter = teacher_prompter(config) if mode == "tool" else None
     async with TeacherClient.from_config(config.teacher, model=model) as client:
         served = await client.list_models()  # fails fast and clearly when no server answers
         if served and model not in served and not any(s.startswith(model) for s in served):
             print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
         with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
-            mode = config.multi_turn.mode
-            feedback = (
+            environment = (
                 make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
-                if mode == "feedback"
+                if mode != "single"
                 else None
             )
             stats = await generate_traces(
@@ -201,7 +193,9 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
                 teacher_model=config.teacher.model_name,
                 on_fresh_start=lambda: save_config(config, config_path),
                 mode=mode,
-                feedback=feedback,
+                environment=environment,
+                prompter=prompter,
+                tool_budget=config.teacher.max_tokens,
             )
     print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
     print(stats.table())
@@ -223,6 +217,22 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
     write_json_atomic(stats_path, payload)
     print(f"\nWrote {output_path} and {stats_path}")
     return payload
+
+
+def teacher_prompter(config: Config) -> TextPrompter:
+    """Tool mode renders the teacher's chat prompt here and continues its text through /v1/completions, so it
+    needs the teacher's tokenizer: teacher.tokenizer, else teacher.model_name (a hub name downloads only the
+    tokenizer files; an embedded name resolves to its folder). ModelLoadError says what to set."""
+    name = config.teacher.tokenizer or config.teacher.model_name
+    try:
+        tokenizer = load_tokenizer(name, config.paths.model_cache_dir)
+    except (ModelLoadError, OSError) as error:
+        raise ModelLoadError(
+            f"--mode tool renders the teacher's chat template locally and could not load its tokenizer {name!r}: "
+            f"{str(error).splitlines()[0]}\nSet teacher.tokenizer (--set teacher.tokenizer=NAME_OR_FOLDER) to the "
+            "served model's tokenizer."
+        ) from None
+    return TextPrompter(tokenizer, {"enable_thinking": config.teacher.enable_thinking})
 
 
 def exit_status(result: dict) -> int:
@@ -253,8 +263,9 @@ FLAGS = (
     ConfigFlag(
         "--mode",
         "multi_turn.mode",
-        "Phase 2 supports single and feedback (a failing shown test goes back "
-        "to the teacher as a user message); tool is not built for the API yet.",
+        "feedback: a failing shown test goes back to the teacher as a user message; tool: the teacher's "
+        "<program> blocks run in the sandbox and their <result> is appended to its text, which it continues "
+        "(through /v1/completions, with the chat template rendered here from teacher.tokenizer).",
     ),
 )
 
@@ -295,10 +306,7 @@ def cli(argv: list[str] | None = None) -> int:
         result = main(
             config, Path(args.input) if args.input else None, Path(args.output) if args.output else None, args.overwrite
         )
-    except ModeNotSupported as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (TeacherFatalError, DataFormatError, TraceFileBusy, TraceSettingsChanged) as exc:
+    except (TeacherFatalError, DataFormatError, TraceFileBusy, TraceSettingsChanged, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -59,7 +59,7 @@ def main(
     """Sample `samples` answers to `problem` and judge them on `asserts`. Raises TaskSchemaError (a bad assert,
     before the model loads: a test that cannot fail must not print "passed") and ModelLoadError."""
     from evaluation.code_executor import execute_program
-    from rollouts.hf import generate_completions
+    from rollouts.hf import HFRollout
     from rollouts.models import default_model_path, resolve_model
     from rollouts.sampling import SamplingSettings
     from utils.prompts import get_unified_prompt
@@ -83,20 +83,11 @@ def main(
         config.evaluation.repetition_penalty,
     )
     template = {"enable_thinking": config.student.enable_thinking}
+    rollout = HFRollout(tokenizer, max_new_tokens, sampling, template)  # one transformers model loaded here
     if mode == "single":
-        records = generate_completions(
-            model,
-            tokenizer,
-            [prompt],
-            num_samples=samples,
-            max_new_tokens=max_new_tokens,
-            sampling=sampling,
-            chat_template_kwargs=template,
-        )[0]
+        records = rollout.generate(model, [prompt], samples, 0)[0]
     else:
-        records = _multi_turn_samples(
-            config, mode, model, tokenizer, prompt, task, problem, samples, max_new_tokens, sampling, template
-        )
+        records = _multi_turn_samples(config, mode, model, rollout, prompt, task, problem, samples)
     answers = []
     for record in records:
         parsed = extract_thinking_and_code_unified(record["text"])
@@ -197,21 +188,12 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 def _multi_turn_samples(
-    config: Config,
-    mode: str,
-    model: Any,
-    tokenizer: Any,
-    prompt: str,
-    task: Task | None,
-    problem: str,
-    samples: int,
-    max_new_tokens: int,
-    sampling: Any,
-    template: dict,
+    config: Config, mode: str, model: Any, rollout: Any, prompt: str, task: Task | None, problem: str, samples: int
 ) -> list[dict]:
-    """`samples` multi-turn samples through the rollout loop, the environment in its own sandbox pool."""
+    """`samples` multi-turn samples through the rollout loop, continued as `rollout` samples
+    (`multiturn.backends.continuer_for`, as phases 3 and 4 do), the environment in its own sandbox pool."""
     from evaluation.code_executor import SandboxLimits, SandboxPool
-    from multiturn.backends import HFContinuer
+    from multiturn.backends import continuer_for
     from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
     from utils.dataset_loader import Task
@@ -222,13 +204,13 @@ def _multi_turn_samples(
     with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
         environment = make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
         sampler = MultiTurnSampler(
-            lambda m, _step: HFContinuer(m, tokenizer, sampling),
+            continuer_for(rollout),
             environment,
-            tokenizer,
+            rollout.tokenizer,
             mode,
-            max_new_tokens,
+            rollout.max_new_tokens,
             config.multi_turn.max_total_tokens,
-            template,
+            rollout.chat_template_kwargs,
         )
         return sampler.generate(model, [prompt], samples, 0, [task])[0]
 

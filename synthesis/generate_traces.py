@@ -33,17 +33,21 @@ from multiturn.environments import Turn
 from synthesis.teacher_query import TeacherClient, TeacherFatalError, TeacherResponse
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
-from utils.prompts import build_chat_messages, get_unified_prompt
+from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
 
 
 @dataclass(frozen=True)
 class TraceTurn:
-    """One answer of a feedback-mode exchange and what it heard back."""
+    """One teacher turn of a multi-turn exchange and what the environment answered.
+
+    feedback mode: an answer and the user message it got; tool mode: the text up to and including a
+    `</program>` (or the final text) and the `<result>` block appended after it, inside the same
+    assistant message. `feedback` is None for the last turn."""
 
     response: str | None
     reasoning: str | None
-    feedback: str | None  # the user message it got; None for the last answer
+    feedback: str | None  # what the environment answered (feedback: a user message; tool: a result block)
     truncated: bool = False
 
     @classmethod
@@ -80,7 +84,7 @@ class TeacherTrace:
     tests_total: int = 0
     status: str = ""  # a sandbox status, or "api_error"
     error: str | None = None
-    # feedback mode (phase 2 --mode feedback): each answer and the feedback it got
+    # multi-turn modes (phase 2 --mode feedback|tool): each turn and what the environment answered
     mode: str | None = None
     num_turns: int | None = None
     turns: tuple[TraceTurn, ...] | None = None
@@ -116,12 +120,17 @@ class TeacherTrace:
         return row
 
     def conversation(self) -> list[dict[str, str]] | None:
-        """The exchange after the prompt as chat messages (each answer, then the feedback it got as a user
-        turn): what teacher-SFT trains on for a multi-turn trace. None for a single-turn trace."""
+        """The exchange after the prompt as chat messages: what teacher-SFT trains on for a multi-turn trace
+        (feedback: each answer, then the feedback it got as a user turn; tool: one assistant message with
+        its `<result>` blocks, which teacher-SFT masks). None for a single-turn trace."""
         if self.messages:
             return list(self.messages)
         if not self.turns:
             return None
+        if self.mode == "tool":
+            return [
+                {"role": "assistant", "content": "".join((t.response or "") + (t.feedback or "") for t in self.turns)}
+            ]
         messages = []
         for turn in self.turns:
             messages.append({"role": "assistant", "content": turn.response or ""})
@@ -227,6 +236,115 @@ def build_record(
     )
 
 
+@dataclass(frozen=True)
+class TextPrompter:
+    """Tool mode's view of the teacher's tokenizer: the chat prompt rendered as text (the server continues
+    text, `TeacherClient.complete_text`) and the token count of text, for the sample's token budget."""
+
+    tokenizer: Any
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def render(self, messages: Sequence[Mapping[str, str | None]]) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+    def escape(self, text: str) -> str:
+        """`text` with every special-token string broken by a zero-width space: the server tokenizes a text
+        prompt with special tokens on, so a program that prints `<|im_end|>` would otherwise end the teacher's
+        turn in the prompt. The trace keeps the raw text (teacher-SFT encodes results as plain characters)."""
+        for special in sorted(set(self.tokenizer.all_special_tokens), key=len, reverse=True):
+            if len(special) > 1:
+                text = text.replace(special, special[0] + "\u200b" + special[1:])
+        return text
+
+
+async def feedback_exchange(
+    client: TeacherClient, environment: Any, task: Task, messages: Sequence[Mapping[str, str | None]]
+) -> tuple[TeacherResponse, list[TraceTurn]]:
+    """Feedback mode: answer, run the shown tests, send a failure back as a user message, answer again (up to
+    the environment's `max_turns`). Returns the last response (a failed request ends the exchange with it)
+    and the turns."""
+    response = await client.complete(messages)
+    turns: list[TraceTurn] = []
+    state = environment.start(task)
+    while response.ok:
+        finish = "stop" if response.finish_reason in (None, "stop") else "length"
+        [step] = await asyncio.to_thread(environment.step, [state], [Turn(response.text or "", finish)])
+        turns.append(
+            TraceTurn(
+                response=response.text,
+                reasoning=response.reasoning,
+                feedback=None if step.done else step.observation,
+                truncated=step.truncated,
+            )
+        )
+        if step.done:
+            break
+        messages = [
+            *messages,
+            {"role": "assistant", "content": response.text},
+            {"role": "user", "content": step.observation},
+        ]
+        response = await client.complete(messages)
+    return response, turns
+
+
+def _program_turn(response: TeacherResponse) -> Turn:
+    """A text completion as the tool environment sees it: stopped at `</program>` (the text cut just after the
+    first one: a server may run a token past it), ended by the teacher, or cut by `max_tokens`."""
+    text = response.text or ""
+    end = text.find(PROGRAM_CLOSE)
+    if end >= 0 and (response.stop_string == PROGRAM_CLOSE or response.finish_reason in (None, "stop")):
+        return Turn(text[: end + len(PROGRAM_CLOSE)], "stop_string")
+    return Turn(text, "stop" if response.finish_reason in (None, "stop") else "length")
+
+
+async def tool_exchange(
+    client: TeacherClient, environment: Any, task: Task, prompt_text: str, prompter: TextPrompter, budget: int
+) -> tuple[TeacherResponse, list[TraceTurn]]:
+    """Tool mode: the teacher writes until `</program>`, the program runs in the sandbox (`environment`, a
+    `multiturn.environments.ToolEnvironment`), its `<result>` block is appended to the teacher's own text and
+    the teacher continues, until it ends its answer. `budget` bounds the sample's tokens, results included.
+
+    Returns one response for the whole exchange (its text is the full assistant message, results included;
+    latency, attempts and usage summed; finish "length" when the budget ran out) and the turns. A failed
+    request ends the exchange with that failure."""
+    state = environment.start(task)
+    turns: list[TraceTurn] = []
+    transcript, used, latency, attempts = "", 0, 0.0, 0
+    usage: dict[str, int] = {}
+    while True:
+        response = await client.complete_text(
+            prompt_text + prompter.escape(transcript), [PROGRAM_CLOSE], max(budget - used, 1)
+        )
+        latency, attempts = latency + response.latency, attempts + response.attempts
+        if not response.ok:
+            return replace(response, latency=latency, attempts=attempts), turns
+        for key, value in response.usage.items():
+            usage[key] = usage.get(key, 0) + value
+        turn = _program_turn(response)
+        used += prompter.count(turn.text)
+        [step] = await asyncio.to_thread(environment.step, [state], [turn])
+        transcript += turn.text
+        observation = step.observation or ""
+        done, truncated = step.done, step.truncated
+        if not done and used + prompter.count(observation) >= budget:  # no room left to read the result
+            done, truncated = True, True
+        turns.append(TraceTurn(turn.text, None, None if done else observation, truncated))
+        if done:
+            finish = "length" if truncated else (response.finish_reason or "stop")
+            return (
+                TeacherResponse(transcript, finish_reason=finish, usage=usage, latency=latency, attempts=attempts),
+                turns,
+            )
+        transcript += observation
+        used += prompter.count(observation)
+
+
 def latest_records(path: Path) -> dict[tuple[str, int], TeacherTrace]:
     """The newest record of each (task_id, sample_idx) in a trace file (a retried sample has an older api_error row).
 
@@ -303,16 +421,22 @@ async def generate_traces(
     teacher_model: str | None = None,
     on_fresh_start: Callable[[], None] | None = None,
     mode: str = "single",
-    feedback: Any = None,
+    environment: Any = None,
+    prompter: TextPrompter | None = None,
+    tool_budget: int = 4096,
 ) -> TraceStats:
     """Query the teacher for every missing (task, sample) pair, verify each answer, append records.
 
     `on_fresh_start` is called when an `overwrite` run empties the old file (at its first good answer).
-    `mode="feedback"` with a `multiturn.environments.FeedbackEnvironment`: after each answer the
-    task's shown tests run; a failure goes back to the teacher as a user message (the conversation so
-    far as chat messages) and it answers again, up to the environment's `max_turns`. The record is the
-    final answer's, plus `mode`, `num_turns` and `turns` (each answer with the feedback it got).
+    `mode="feedback"` with a `multiturn.environments.FeedbackEnvironment` (`feedback_exchange`): after each
+    answer the task's shown tests run; a failure goes back to the teacher as a user message and it answers
+    again, up to the environment's `max_turns`. `mode="tool"` with a `ToolEnvironment` and the teacher's
+    `prompter` (`tool_exchange`): each `<program>` runs in the sandbox and its result is appended to the
+    teacher's text, within `tool_budget` tokens. The record is the final answer's (tool: the whole message),
+    plus `mode`, `num_turns` and `turns`.
     """
+    if mode != "single" and environment is None:
+        raise ValueError(f"mode={mode} needs its environment (multiturn.environments.make_environment)")
     stats = TraceStats()
     out, existing = open_trace_file(Path(output_path), overwrite)
     history = error_history(existing)  # samples that failed before: asked again, their errors kept in the new record
@@ -342,29 +466,16 @@ async def generate_traces(
                 return
             prompt = get_unified_prompt(task, num_visible_tests, mode=mode)
             messages: Sequence[Mapping[str, str | None]] = build_chat_messages(prompt)
-            response = await client.complete(messages)
             turns: list[TraceTurn] = []
-            if feedback is not None:
-                state = feedback.start(task)
-                while response.ok:
-                    finish = "stop" if response.finish_reason in (None, "stop") else "length"
-                    [step] = await asyncio.to_thread(feedback.step, [state], [Turn(response.text or "", finish)])
-                    turns.append(
-                        TraceTurn(
-                            response=response.text,
-                            reasoning=response.reasoning,
-                            feedback=None if step.done else step.observation,
-                            truncated=step.truncated,
-                        )
-                    )
-                    if step.done:
-                        break
-                    messages = [
-                        *messages,
-                        {"role": "assistant", "content": response.text},
-                        {"role": "user", "content": step.observation},
-                    ]
-                    response = await client.complete(messages)
+            if mode == "tool":
+                assert prompter is not None, "tool mode needs the teacher's tokenizer (a TextPrompter)"
+                response, turns = await tool_exchange(
+                    client, environment, task, prompter.render(messages), prompter, tool_budget
+                )
+            elif mode == "feedback":
+                response, turns = await feedback_exchange(client, environment, task, messages)
+            else:
+                response = await client.complete(messages)
             parsed = result = None
             if response.ok:
                 parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
@@ -382,7 +493,7 @@ async def generate_traces(
                 teacher_model or client.model,
                 history.get((task.task_id, sample_idx), []),
             )
-            if feedback is not None and record.status != "api_error":
+            if mode != "single" and record.status != "api_error":
                 record = replace(record, mode=mode, num_turns=len(turns), turns=tuple(turns))
             if pending is not None and record.status == "api_error":
                 pending.append(record)

@@ -17,6 +17,12 @@ rollout backend (rollouts/vllm_server.py).
   opened the tag). The caller parses them with `extract_thinking_and_code_unified`.
 - A malformed answer (no choices, no message) is a failed request (`TeacherResponse.error`), never
   a crash.
+- `complete_text`: a raw-text completion (POST /v1/completions) of a prompt the caller rendered, for
+  tool-mode traces, which continue the teacher's own text after each `<result>`. A chat request cannot
+  do that with Qwen3's template: a final assistant message is rendered with an (empty) think block in
+  front of it, so a message still inside its `<think>` would be re-framed. Stop strings come back
+  included in the text, whichever server: vLLM leaves a matched stop string out of `text` and names
+  it in `stop_reason` (restored here); `transformers serve` keeps it in the text.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class TeacherResponse:
     latency: float = 0.0  # seconds, all attempts included
     attempts: int = 0
     error: str | None = None  # set when the request failed for good (the sample becomes an api_error row)
+    stop_string: str | None = None  # complete_text: the stop string the server stopped on, if it says so (vLLM)
 
     @property
     def ok(self) -> bool:
@@ -196,6 +203,25 @@ class TeacherClient:
         response.latency, response.attempts = time.monotonic() - start, attempts
         return response
 
+    def text_request(self, prompt: str, stop: Sequence[str], max_tokens: int) -> dict[str, Any]:
+        """The body of `complete_text`'s request: OpenAI completion fields only (`transformers serve` refuses
+        any other; vLLM's extensions such as include_stop_str_in_output are left out on purpose)."""
+        return {"model": self.model, "prompt": prompt, **self.sampling, "max_tokens": max_tokens, "stop": list(stop)}
+
+    async def complete_text(self, prompt: str, stop: Sequence[str], max_tokens: int) -> TeacherResponse:
+        """One raw-text completion of `prompt` (already rendered through the chat template), stopping at any
+        of `stop` or after `max_tokens`; the text ends with the stop string when the server stopped on one.
+        The sampling settings are the chat requests' (no `chat_template_kwargs`: no template is applied)."""
+        start = time.monotonic()
+        try:
+            response, attempts = await self.post_json(
+                "/completions", self.text_request(prompt, stop, max_tokens), parse=self._parse_text
+            )
+        except RequestFailedError as failed:
+            return self._failed(str(failed), start, failed.attempts)
+        response.latency, response.attempts = time.monotonic() - start, attempts
+        return response
+
     async def post_json(
         self,
         path: str,
@@ -272,6 +298,31 @@ class TeacherClient:
             reasoning=reasoning if isinstance(reasoning, str) else None,
             finish_reason=choice.get("finish_reason"),
             usage={k: v for k, v in usage.items() if isinstance(v, int)},
+        )
+
+    @staticmethod
+    def _parse_text(raw: Any) -> TeacherResponse:
+        """The JSON body of a text completion -> TeacherResponse (stop string restored); ValueError when it is
+        not one."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"the body is not a JSON object: {str(raw)[:80]!r}")
+        choices = raw.get("choices")
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise ValueError("the response has no choices")
+        choice = choices[0]
+        text = choice.get("text")
+        if not isinstance(text, str):
+            raise ValueError("the first choice has no text")
+        stop_reason = choice.get("stop_reason")  # vLLM: the matched stop string, left out of `text`
+        stop_string = stop_reason if isinstance(stop_reason, str) else None
+        if stop_string is not None and not text.endswith(stop_string):
+            text += stop_string
+        usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+        return TeacherResponse(
+            text=text,
+            finish_reason=choice.get("finish_reason"),
+            usage={k: v for k, v in usage.items() if isinstance(v, int)},
+            stop_string=stop_string,
         )
 
     async def probe(self, messages: list[dict[str, str]], max_tokens: int = 512) -> tuple[list[str], TeacherResponse]:

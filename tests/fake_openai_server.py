@@ -34,7 +34,40 @@ class FakeTeacher:
     default_code: str = "def solution():\n    return None"
     requests: list[dict] = field(default_factory=list)
     port: int = 0
+    # /v1/completions (tool-mode traces): the teacher's text for a text prompt; the text past the first stop
+    # string, or past `max_tokens` words (a word stands for a token here), is never sent
+    text_script: Any = None  # (prompt) -> text
+    # how a matched stop string comes back: "vllm" (vLLM 0.33.0, openai/completion/serving.py and
+    # v1/engine/detokenizer.py: left out of `text`, named in `stop_reason`) or "transformers" (`transformers
+    # serve`: generation stops after the token completing it, which stays in the text; no stop_reason)
+    stop_style: str = "vllm"
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def text_completion(self, payload: dict) -> dict:
+        text = self.text_script(payload["prompt"])
+        limit, finish, stop_reason = int(payload.get("max_tokens") or 16), "stop", None
+        words = text.split(" ")
+        if len(words) > limit:
+            text, finish = " ".join(words[:limit]), "length"
+        hits = sorted((text.find(s) + len(s), s) for s in payload.get("stop") or [] if s in text)
+        if hits:
+            end, stop = hits[0]
+            finish = "stop"
+            if self.stop_style == "vllm":
+                text, stop_reason = text[: end - len(stop)], stop
+            else:
+                text = text[:end]
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": stop_reason}
+        if self.stop_style != "vllm":
+            del choice["stop_reason"]
+        return {
+            "id": "cmpl-x",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": 10, "completion_tokens": len(text.split(" ")), "total_tokens": 0},
+        }
 
     def code_for(self, prompt: str) -> str:
         for needle, code in self.answers.items():
@@ -90,6 +123,17 @@ def build_app(state: FakeTeacher) -> FastAPI:
         if state.shape == "garbage":
             return PlainTextResponse("this is not json", 200)
         return JSONResponse(state.body(payload))  # skips FastAPI's slow generic encoder
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        payload = await request.json()
+        with state._lock:
+            state.requests.append(payload)
+        if payload.get("model") != state.model:
+            return JSONResponse({"error": {"message": f"The model `{payload.get('model')}` does not exist."}}, 404)
+        if state.text_script is None or not isinstance(payload.get("prompt"), str):
+            return JSONResponse({"error": {"message": "this fake continues one text prompt"}}, 400)
+        return JSONResponse(state.text_completion(payload))
 
     return app
 

@@ -102,6 +102,27 @@ def test_request_carries_the_sampling_parameters():
     assert payload["messages"][0]["role"] == "system"
 
 
+def test_tool_mode_requests_carry_only_fields_transformers_serve_accepts():
+    from transformers.cli.serving.completion import TransformersTextCompletionCreateParams
+
+    client = TeacherClient("http://127.0.0.1:1/v1", "m", presence_penalty=0.5)
+    body = client.text_request("prompt", ["</program>"], 10)
+    assert set(body) <= TransformersTextCompletionCreateParams.__mutable_keys__
+    assert body["stop"] == ["</program>"] and body["max_tokens"] == 10 and "chat_template_kwargs" not in body
+
+
+@pytest.mark.parametrize("stop_style", ["vllm", "transformers"])
+def test_a_text_completion_ends_with_the_stop_string_it_stopped_on(stop_style):
+    teacher = FakeTeacher(text_script=lambda prompt: "a <program>\nprint(1)\n</program> tail", stop_style=stop_style)
+    with RunningServer(teacher) as server:
+        client = TeacherClient(server.url, "fake-teacher", max_retries=0)
+        response = asyncio.run(client.complete_text("p", ["</program>"], 50))
+        cut = asyncio.run(TeacherClient(server.url, "fake-teacher").complete_text("p", ["</program>"], 1))
+    assert response.ok and response.text == "a <program>\nprint(1)\n</program>"
+    assert response.stop_string == ("</program>" if stop_style == "vllm" else None)
+    assert cut.text == "a" and cut.finish_reason == "length" and cut.stop_string is None
+
+
 @pytest.mark.parametrize("status", [500, 503, 429])
 def test_transient_errors_are_retried(status):
     with RunningServer(FakeTeacher(fail_first=2, fail_status=status)) as server:
@@ -387,6 +408,17 @@ def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
         assert len(records) == 2 and all(set(r) == RECORD_KEYS for r in records)
         assert all(r["status"] != "api_error" and r["response"] for r in records)
         assert all(r["usage"]["completion_tokens"] <= 48 for r in records)
+        # tool mode: the same server continues a text prompt through /v1/completions (its request validation
+        # refuses any field it does not know, so this fails if the client sends one)
+        tool_out = tmp_path / "tool_traces.jsonl"
+        argv = ["--preset", "cpu", "--api_url", f"http://127.0.0.1:{port}/v1", "--input", str(train_file)]
+        code = phase2.cli(
+            [*argv, "--output", str(tool_out), "--max_tasks", "1", "--num_samples", "1", "--max_tokens", "48"]
+            + ["--mode", "tool"]
+        )
+        assert code == 0
+        [record] = read_records(tool_out)
+        assert record["status"] != "api_error" and record["mode"] == "tool" and record["response"]
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -171,6 +171,21 @@ def test_server_request_bodies_are_what_vllms_openai_server_accepts():
         assert not cls.model_validate(sent).model_extra
 
 
+def test_tool_mode_teacher_requests_are_what_vllms_completion_endpoint_accepts():
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponseChoice
+
+    from synthesis.teacher_query import TeacherClient
+
+    client = TeacherClient("http://127.0.0.1:8129/v1", "Qwen/Qwen3-32B-FP8", temperature=0.6, top_p=0.95)
+    request = CompletionRequest.model_validate(client.text_request("<|im_start|>user\nhi", ["</program>"], 300))
+    assert not request.model_extra and request.prompt == "<|im_start|>user\nhi"
+    params = request.to_sampling_params(300, {})
+    assert params.stop == ["</program>"] and not params.include_stop_str_in_output  # the client restores it
+    assert (params.temperature, params.top_p, params.max_tokens) == (0.6, 0.95, 300)
+    # what the client reads of a choice: the text, and the stop string vLLM names when it cut one
+    assert {"text", "finish_reason", "stop_reason"} <= set(CompletionResponseChoice.model_fields)
+
+
 def test_the_server_flags_the_readme_gives_are_engine_arguments():
     from vllm import envs
 
