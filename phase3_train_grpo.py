@@ -82,13 +82,6 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
         load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
     except RewardFunctionError as error:
         raise RunSetupError(str(error)) from None
-    mode = config.multi_turn.mode
-    if mode != "single" and config.grpo.rollout_backend == "vllm_server":
-        raise RunSetupError(
-            f"multi_turn.mode={mode} cannot train with grpo.rollout_backend=vllm_server: its client has no token-id "
-            "continuation (stop strings, log-probs) for the turns after the first. Use grpo.rollout_backend=vllm "
-            "(colocated), kv or hf, or multi_turn.mode=single."
-        )
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
         raise RunSetupError(

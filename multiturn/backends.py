@@ -12,6 +12,9 @@ completed it; nothing after that token is kept), else "length".
   with its per-token log-probs (the trainer's importance weights correct its bf16 copy).
 - `VLLMContinuer`: a vLLM engine (`LLM.generate` with `prompt_token_ids`), with the sampler's
   log-probs; tested through tests/fake_vllm.py.
+- `ServerContinuer`: a running `vllm serve` (`POST /v1/completions` with prompt token ids, the
+  environment's stop strings and `return_token_ids`), with the sampler's log-probs; tested through
+  tests/fake_openai_server.py's FakeVLLMServer, its request body against vLLM's CompletionRequest.
 - `ScriptedBackend`: a policy that says what it is told, for the tests and the preflight.
 
 `continuer_for(rollout)` picks the continuer of a single-turn rollout backend (the one place that
@@ -169,6 +172,53 @@ class VLLMContinuer:
         return results  # type: ignore[return-value]
 
 
+def server_continuation(raw: Any, prompt_ids: list[int], stops: set[int]) -> Continuation:
+    """One `/v1/completions` answer (n=1, return_token_ids) as a Continuation. vLLM names a stop string it
+    stopped on in `stop_reason` (the ids end with the token that completed it, the text with the string) and a
+    stop token by its id (kept as the last id). Ids after a first stop id (a server may send them) are cut.
+    ValueError when the answer is not what was asked for."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("choices"), list) or len(raw["choices"]) != 1:
+        raise ValueError(f"not a one-choice completion response: {str(raw)[:120]!r}")
+    choice = raw["choices"][0]
+    if choice.get("token_ids") is None:
+        raise ValueError("the response has no token_ids (a server older than vLLM 0.10.2 ignores return_token_ids)")
+    if choice.get("prompt_token_ids") is not None and list(choice["prompt_token_ids"]) != list(prompt_ids):
+        raise ValueError("the server continued other prompt tokens than the ones sent")
+    ids = list(choice["token_ids"])
+    cut = next((i + 1 for i, t in enumerate(ids) if t in stops), len(ids))
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+    if choice.get("finish_reason") == "stop" and isinstance(choice.get("stop_reason"), str):
+        finish = "stop_string"
+    elif choice.get("finish_reason") == "stop" or cut < len(ids) or (ids and ids[-1] in stops):
+        finish = "stop"
+    else:
+        finish = "length"
+    return Continuation(
+        ids[:cut], choice.get("text") or "", finish, [float(x) for x in logprobs[:cut]] if logprobs else None
+    )
+
+
+class ServerContinuer:
+    """`continue_sequences` on a running `vllm serve` (`rollouts.vllm_server.VLLMServerRollout`), sampling from
+    the adapter the server loaded as `model_name`, one request per sequence, all in flight at once."""
+
+    def __init__(self, rollout: Any, model_name: str) -> None:
+        self.rollout, self.model_name = rollout, model_name
+
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
+        from rollouts.vllm_server import completion_request
+
+        r = self.rollout
+        stops = stop_token_ids(r.tokenizer)
+        bodies = [
+            completion_request(self.model_name, ids, 1, budget, r.sampling, stops, r.logprobs, stop_strings)
+            for ids, budget in zip(sequences, max_new_tokens, strict=True)
+        ]
+        return r.post_completions(bodies, lambda body, raw: server_continuation(raw, body["prompt"], set(stops)))
+
+
 class KVContinuer:
     """`continue_sequences` with the KV-cache sampler of `rollouts.kv_sampler` (its sampling copy of
     `model` is refreshed from the current adapter at each call), one `continue_ids` call per distinct
@@ -250,9 +300,9 @@ def continuer_for(rollout: Any) -> BackendFor:
       published every `gen_update_steps` steps as for single-turn sampling; without one (phase 4)
       `model` is the `LoRARequest` to sample with (None: the base model). With sleep mode the engine is
       woken for the episode (`close` puts it back to sleep);
+    - `VLLMServerRollout` -> `ServerContinuer`: the adapter is published and loaded by name every
+      `gen_update_steps` steps (`sync_adapter`), as for single-turn sampling;
     - a rollout with its own `continuer(model, step)` method (tests, a scripted policy) -> that.
-    The vllm_server backend has no token-id continuation with stop strings here: config validation
-    refuses multi_turn.mode=tool|feedback with it.
     """
     own = getattr(rollout, "continuer", None)
     if callable(own):
@@ -260,7 +310,10 @@ def continuer_for(rollout: Any) -> BackendFor:
     from rollouts.hf import HFRollout
     from rollouts.kv_sampler import KVCacheRollout
     from rollouts.vllm_colocated import VLLMRollout
+    from rollouts.vllm_server import VLLMServerRollout
 
+    if isinstance(rollout, VLLMServerRollout):
+        return lambda model, step: ServerContinuer(rollout, rollout.sync_adapter(model, step))
     if isinstance(rollout, KVCacheRollout):
         return lambda model, step: KVContinuer(rollout, model)
     if isinstance(rollout, HFRollout):
@@ -288,5 +341,5 @@ def continuer_for(rollout: Any) -> BackendFor:
         return vllm_continuer
     raise TypeError(
         f"no multi-turn continuation for the rollout backend {type(rollout).__name__}: multi_turn.mode=tool|feedback "
-        "works with grpo.rollout_backend=hf, kv or vllm"
+        "works with grpo.rollout_backend=hf, kv, vllm or vllm_server"
     )

@@ -28,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from rollouts.completion import completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff
 from synthesis.teacher_query import RequestFailedError, TeacherClient
 from utils.sft_data import encode_prompt
+
+T = TypeVar("T")
 
 
 class ServerRolloutError(RuntimeError):
@@ -50,8 +52,11 @@ def completion_request(
     sampling: SamplingSettings,
     stop_token_ids: list[int],
     logprobs: bool = True,
+    stop_strings: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The body of one `POST /v1/completions` (vLLM 0.33.0's CompletionRequest fields), every knob explicit."""
+    """The body of one `POST /v1/completions` (vLLM 0.33.0's CompletionRequest fields), every knob explicit.
+    `stop_strings` (a multi-turn environment's, e.g. `</program>`) stop generation with the string kept in
+    the text; vLLM then returns the ids up to the token that completed it and names it in `stop_reason`."""
     body: dict[str, Any] = {
         "model": model,
         "prompt": list(prompt_ids),
@@ -64,6 +69,8 @@ def completion_request(
     }
     if logprobs:
         body["logprobs"] = 0  # the sampled token's own log-prob only
+    if stop_strings:
+        body.update(stop=list(stop_strings), include_stop_str_in_output=True)
     return body
 
 
@@ -163,31 +170,40 @@ class VLLMServerRollout:
                 f"{self.client.base_url}/{endpoint} {body['lora_name']!r} failed: {failed}.{hint}"
             ) from None
 
-    def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[dict]]:
-        """n completions per prompt from the served model or adapter called `model_name`."""
-        end = set(stop_ids(self.tokenizer))
-        encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
+    def post_completions(self, bodies: Sequence[dict[str, Any]], parse: Callable[[dict[str, Any], Any], T]) -> list[T]:
+        """POST every body to /v1/completions at once (the client bounds concurrency and retries transient
+        errors); `parse(body, answer)` each answer, in order. ServerRolloutError when one fails for good. The
+        one transport of `sample` and of the multi-turn continuation (`multiturn.backends.ServerContinuer`)."""
 
-        async def one(ids: list[int]) -> list[dict]:
-            body = completion_request(
-                model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end), self.logprobs
-            )
+        async def one(body: dict[str, Any]) -> T:
             try:
-                samples, _ = await self.client.post_json(
+                result, _ = await self.client.post_json(
                     "/completions",
                     body,
-                    parse=lambda raw: parse_completions(raw, ids, num_samples, end),
+                    parse=lambda raw: parse(body, raw),
                     wrong_model_hint="The adapter was not loaded (or was unloaded by someone else): is another "
                     "trainer using this server?",
                 )
             except RequestFailedError as failed:
                 raise ServerRolloutError(f"{self.client.base_url}/completions failed: {failed}") from None
-            return samples
+            return result
 
-        async def every() -> list[list[dict]]:
-            return list(await asyncio.gather(*(one(ids) for ids in encoded)))
+        async def every() -> list[T]:
+            return list(await asyncio.gather(*(one(body) for body in bodies)))
 
         return self._run(every())
+
+    def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[dict]]:
+        """n completions per prompt from the served model or adapter called `model_name`."""
+        end = set(stop_ids(self.tokenizer))
+        encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
+        bodies = [
+            completion_request(
+                model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end), self.logprobs
+            )
+            for ids in encoded
+        ]
+        return self.post_completions(bodies, lambda body, raw: parse_completions(raw, body["prompt"], num_samples, end))
 
     def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
         return self.sample(prompts, num_samples, self.sync_adapter(model, step))

@@ -157,7 +157,10 @@ class FakeVLLMServer:
       exist."); `prompt` as token ids; `n` samples, each ending with the stop token it stopped on (kept in
       `token_ids`, left out of `text`); `return_token_ids` adds `token_ids` and `prompt_token_ids`;
       `logprobs=0` adds `logprobs.token_logprobs`. A knob left out takes `generation_defaults` (vLLM
-      applies the model's generation_config), so a request that omits one samples something else.
+      applies the model's generation_config), so a request that omits one samples something else. A `stop`
+      string in the responder's text ends the sample there (v1/engine/output_processor.py trims the ids
+      after the token that completed it: a responder that writes one returns exactly those ids), the text
+      cut before it, or after it with `include_stop_str_in_output`, and named in `stop_reason`.
     Each completion request is recorded with the adapter digest it used (`calls`).
     """
 
@@ -268,6 +271,7 @@ class FakeVLLMServer:
                 for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
             }
             stops = list(body.get("stop_token_ids") or [])
+            stop_strings = list(body.get("stop") or [])
             with lock:
                 self.calls.append(
                     (
@@ -281,7 +285,11 @@ class FakeVLLMServer:
             for index in range(int(body.get("n", 1))):
                 text, ids = (self.responder or _random_ids)(prompt, index, rng)
                 ids, finish, stop_reason = list(ids), "length", None
-                if self.stop_with != "length" and stops and len(ids) < body.get("max_tokens", 16):
+                hit = min(((text.index(s), s) for s in stop_strings if s in text), default=None)
+                if hit is not None and len(ids) <= body.get("max_tokens", 16):
+                    end = hit[0] + (len(hit[1]) if body.get("include_stop_str_in_output") else 0)
+                    text, finish, stop_reason = text[:end], "stop", hit[1]
+                elif self.stop_with != "length" and stops and len(ids) < body.get("max_tokens", 16):
                     ids.append(stops[0])
                     finish, stop_reason = "stop", stops[0]
                 ids = ids[: body.get("max_tokens", 16)]

@@ -236,15 +236,6 @@ def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_stud
             assert not any(h in text for h in task.tests[visible:] if h not in task.tests[:visible])
 
 
-def test_vllm_server_multi_turn_is_refused_before_any_model_loads(tmp_path):
-    from phase3_train_grpo import RunSetupError, check_run_setup
-
-    settings = {"multi_turn.mode": "tool", "grpo.rollout_backend": "vllm_server", "dual_source.teacher_sft_weight": 0}
-    config = tiny_config(tmp_path, **settings)
-    with pytest.raises(RunSetupError, match="multi_turn.mode=tool.*vllm_server.*grpo.rollout_backend=vllm"):
-        check_run_setup(config, None, tmp_path / "none.jsonl", False)
-
-
 # ------------------------------------------------------------------------ continuers
 
 

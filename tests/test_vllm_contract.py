@@ -149,6 +149,13 @@ def test_server_request_bodies_are_what_vllms_openai_server_accepts():
     from rollouts.vllm_server import completion_request
 
     body = completion_request("tgrpo-ab12-step3", [1, 2, 3], 4, 1024, SamplingSettings(0.9, 1.0), [151645, 151643])
+    continuation = completion_request(  # a multi-turn turn: the environment's stop string, kept in the text
+        "tgrpo-ab12-step3", [1, 2, 3], 1, 64, SamplingSettings(0.9, 1.0), [151645], stop_strings=("</program>",)
+    )
+    turn = CompletionRequest.model_validate(continuation)
+    assert not turn.model_extra
+    turn_params = turn.to_sampling_params(64, {})
+    assert turn_params.stop == ["</program>"] and turn_params.include_stop_str_in_output
     request = CompletionRequest.model_validate(body)
     assert not request.model_extra  # every field we send is one vLLM knows (extra ones are only logged and dropped)
     assert request.prompt == [1, 2, 3] and request.return_token_ids and request.logprobs == 0

@@ -188,3 +188,50 @@ def test_a_short_phase3_run_against_the_server(tmp_path):
     assert [kind for kind, _ in state.events] == ["load", "load", "unload"]
     assert sorted(p.name for p in (tmp_path / "out" / ".vllm_adapters").iterdir()) == ["step-1"]
     assert (tmp_path / "out" / "final_model" / "adapter_config.json").is_file()
+
+
+def test_tool_mode_training_continues_each_sample_on_the_server_token_for_token(tmp_path):
+    from multiturn.environments import format_result
+    from tests.canned_responses import student_answer
+    from utils.prompts import get_unified_prompt
+    from utils.sft_data import encode_inserted_text
+
+    tasks = small_tasks(2)
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    tokenizer = load_student("embedded:tiny-random", "float32", device="cpu")[1]
+    program = "<think>\n<program>\nprint(6 * 7)\n</program>\nNEVER RETURNED: the stop string ends the sample"
+    program_ids = tokenizer("<think>\n<program>\nprint(6 * 7)\n</program>", add_special_tokens=False)["input_ids"]
+
+    def responder(prompt_ids, index, rng):  # a program first; the task's solution once a result ends the prompt
+        prompt = tokenizer.decode(prompt_ids)
+        if not prompt.rstrip().endswith("</result>"):
+            return program, program_ids
+        task = next(t for t in tasks if t.problem.strip() in prompt)
+        text = student_answer(task.reference_solutions[0])
+        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    state = FakeVLLMServer(base_model="embedded:tiny-random", responder=responder)
+    settings = {"training.max_steps": 2, "dual_source.teacher_sft_weight": 0.0, "grpo.max_new_tokens": 200}
+    with RunningServer(state) as server:
+        config = server_config(tmp_path / "out", server.url, **settings, **{"multi_turn.mode": "tool"})
+        phase3.main(config, train_file=train)
+    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["multi_turn/tool_calls_mean"] == 1.0 and m["pass_rate"] == 1.0 for m in metrics)
+    assert all("rollout/logp_abs_diff" in m for m in metrics)  # the server's log-probs reached the trainer
+    bodies = [body for _, _, body, _ in state.calls]
+    template = {"enable_thinking": config.student.enable_thinking}
+    firsts = {
+        tuple(encode_prompt(tokenizer, get_unified_prompt(t, 1, mode="tool"), chat_template_kwargs=template))
+        for t in tasks
+    }
+    first_turns = [b for b in bodies if tuple(b["prompt"]) in firsts]
+    second_turns = [b for b in bodies if tuple(b["prompt"]) not in firsts]
+    prompts_per_step = config.training.per_device_train_batch_size * config.training.gradient_accumulation_steps
+    assert len(first_turns) == len(second_turns) == 2 * prompts_per_step * config.grpo.num_samples_per_prompt
+    result_ids = encode_inserted_text(tokenizer, format_result("42\n", config.multi_turn.result_max_bytes))
+    continued = {tuple(b["prompt"]) + tuple(program_ids) + tuple(result_ids) for b in first_turns}
+    assert all(tuple(b["prompt"]) in continued for b in second_turns)  # the policy's ids, then the result's
+    assert all(b["stop"] == ["</program>"] and b["include_stop_str_in_output"] and b["n"] == 1 for b in bodies)
+    assert {name for name, _, _, _ in state.calls} == {n for kind, n in state.events if kind == "load"}
