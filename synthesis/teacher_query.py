@@ -113,6 +113,16 @@ def _looks_like_wrong_model(exc: openai.APIStatusError) -> bool:
     )
 
 
+def _first_choice(raw: Any) -> dict[str, Any]:
+    """The first choice of a completion body; ValueError when the body has none."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"the body is not a JSON object: {str(raw)[:80]!r}")
+    choices = raw.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise ValueError("the response has no choices")
+    return choices[0]
+
+
 class TeacherClient:
     def __init__(
         self,
@@ -281,12 +291,7 @@ class TeacherClient:
     @staticmethod
     def _parse(raw: Any) -> TeacherResponse:
         """The JSON body of a chat completion -> TeacherResponse; ValueError when it is not one."""
-        if not isinstance(raw, dict):
-            raise ValueError(f"the body is not a JSON object: {str(raw)[:80]!r}")
-        choices = raw.get("choices")
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise ValueError("the response has no choices")
-        choice = choices[0]
+        choice = _first_choice(raw)
         message = choice.get("message")
         if not isinstance(message, dict):
             raise ValueError("the first choice has no message")
@@ -304,12 +309,7 @@ class TeacherClient:
     def _parse_text(raw: Any) -> TeacherResponse:
         """The JSON body of a text completion -> TeacherResponse (stop string restored); ValueError when it is
         not one."""
-        if not isinstance(raw, dict):
-            raise ValueError(f"the body is not a JSON object: {str(raw)[:80]!r}")
-        choices = raw.get("choices")
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise ValueError("the response has no choices")
-        choice = choices[0]
+        choice = _first_choice(raw)
         text = choice.get("text")
         if not isinstance(text, str):
             raise ValueError("the first choice has no text")
