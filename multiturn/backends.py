@@ -271,7 +271,8 @@ class ScriptedBackend:
         self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
     ) -> list[Continuation]:
         self.calls.append([list(s) for s in sequences])
-        out, taken = [], set()
+        out: list[Continuation] = []
+        taken: set[int] = set()
         entries = [self._claim(s, taken) for s in sequences]  # claimed before any entry moves on
         for sequence, budget, entry in zip(sequences, max_new_tokens, entries, strict=True):
             text = self.script(entry[1], entry[2])

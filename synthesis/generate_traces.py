@@ -419,7 +419,7 @@ async def generate_traces(
     overwrite: bool = False,
     progress: bool = True,
     teacher_model: str | None = None,
-    on_fresh_start: Callable[[], None] | None = None,
+    on_fresh_start: Callable[[], object] | None = None,
     mode: str = "single",
     environment: Any = None,
     prompter: TextPrompter | None = None,
