@@ -9,7 +9,9 @@
 #   - each training process's engine is on its own GPU (cuda:LOCAL_RANK),
 #   - |logp_vllm - logp_train| stays small (rollout/logp_abs_diff < 0.05 nats per token),
 #   - at most one adapter folder is left in outputs/.vllm_adapters,
-#   - the trained and baseline evaluations sampled different completions.
+#   - the trained and baseline evaluations sampled different completions,
+#   - a 2-step tool-mode run (multi-turn rollouts continued on the same engine) logs its multi_turn/*
+#     metrics and keeps |logp_vllm - logp_train| small on the policy's tokens (inserted results masked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-Qwen/Qwen3-0.6B}
@@ -32,6 +34,8 @@ fi
 "${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --max_steps 3 2>&1 | tee "$OUT/train.log"
 $PY phase4_evaluate.py "${COMMON[@]}" --model_path "$OUT/final_model" --baseline --max_tasks 8 --num_samples 4 \
     --k 1 2 4 --max_new_tokens 256 2>&1 | tee "$OUT/eval.log"
+"${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --set paths.output_dir="$OUT/tool" --mode tool --max_steps 2 \
+    2>&1 | tee "$OUT/train_tool.log"
 $PY - "$OUT" "$GPUS" <<'PYEOF'
 import json, re, sys
 from pathlib import Path
@@ -47,5 +51,9 @@ assert len(folders) <= 1, f"adapter folders left: {folders}"
 samples = [json.loads(line) for line in (out / "eval_samples.jsonl").read_text().splitlines()]
 by_role = {role: [s["completion"] for s in samples if s["model"] == role] for role in ("trained", "baseline")}
 assert by_role["trained"] and by_role["trained"] != by_role["baseline"], "trained and baseline completions are identical"
+tool = [json.loads(line) for line in (out / "tool" / "metrics.jsonl").read_text().splitlines()]
+assert tool and all(r["multi_turn/turns_mean"] >= 1 for r in tool), "tool-mode run logged no multi-turn metrics"
+tool_diffs = [r["rollout/logp_abs_diff"] for r in tool]
+assert max(tool_diffs) < 0.05, f"tool mode |logp_vllm - logp_train| per step: {tool_diffs}"
 print(f"gpu_smoke: OK ({gpus} GPU(s); engines {engines}; logp diff per step {[round(d, 4) for d in diffs]})")
 PYEOF
