@@ -41,10 +41,18 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from evaluation.evaluate import CachedCompletion, EvalSample
+
+# generate_cached's `generate`: (prompts, n) or (prompts, n, tasks) -> the rollout completions of each prompt
+Generate = Callable[..., list[list[Any]]]
 
 
 def per_task_mean(rows: list[dict], key: str) -> dict[str, float]:
@@ -52,6 +60,20 @@ def per_task_mean(rows: list[dict], key: str) -> dict[str, float]:
     for row in rows:
         by_task.setdefault(row["task_id"], []).append(float(row[key]))
     return {k: sum(v) / len(v) for k, v in sorted(by_task.items())}
+
+
+def sample_rows(samples: Sequence[EvalSample], cache: Mapping[tuple[str, int], CachedCompletion]) -> list[dict]:
+    """Judged samples as rows, plus what the reports read: `policy_tokens` (tokens the policy wrote),
+    `first_passed` (the first answer's verdict on all tests; single-turn: the only answer's) and `truncated`."""
+    rows = []
+    for sample in samples:
+        cached = cache[(sample.task_id, sample.sample_idx)]
+        row = sample.to_row()
+        row["policy_tokens"] = cached.num_policy_tokens if cached.num_policy_tokens is not None else cached.num_tokens
+        row["first_passed"] = (sample.answers_passed or (sample.passed,))[0]
+        row["truncated"] = bool(cached.truncated)
+        rows.append(row)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -70,6 +92,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--group", type=int, default=4, help="Learning check: samples per task in a GRPO group.")
     parser.add_argument("--lr", type=float, default=5e-4, help="Learning check: learning rate.")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the measurement is sized for one).")
+    parser.add_argument(
+        "--work_dir",
+        help="Learning check: where samples, checkpoints and metrics go (default: outputs/<output's stem>).",
+    )
     args = parser.parse_args(argv)
     if args.train_steps > 0:
         return learning_check(args)
@@ -117,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
             config.multi_turn.max_total_tokens,
             template,
         )
-        runs = {
+        runs: dict[str, tuple[Generate, str]] = {  # (prompts, n[, tasks]) -> completions per prompt, mode
             "single": (lambda prompts, n: single.generate(model, prompts, n, 0), "single"),
             "feedback": (lambda prompts, n, tasks_: sampler.generate(model, prompts, n, 0, tasks_), "feedback"),
         }
@@ -127,12 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
             cache = generate_cached(tasks, generate, args.samples, out_dir / f"{name}-{args.seed}.jsonl", 1, mode=mode)
             samples = execute_samples(tasks, cache, args.samples, pool, limits)
             summary = summarize(samples, [1])
-            rows = [s.to_row() for s in samples]
-            for row in rows:
-                cached = cache[(row["task_id"], row["sample_idx"])]
-                row["policy_tokens"] = (
-                    cached.num_policy_tokens if cached.num_policy_tokens is not None else cached.num_tokens
-                )
+            rows = sample_rows(samples, cache)
             rows_of[name] = rows
             rate = per_task_mean(rows, "passed")
             results[name] = {
@@ -142,8 +163,6 @@ def main(argv: list[str] | None = None) -> dict:
                 "multi_turn": summary["multi_turn"],
                 "seconds": time.monotonic() - start,
             }
-    for row in rows_of["feedback"]:
-        row["first_passed"] = row.get("answers_passed", [row["passed"]])[0]
     first = per_task_mean(rows_of["feedback"], "first_passed")
     final = per_task_mean(rows_of["feedback"], "passed")
     single_rate = per_task_mean(rows_of["single"], "passed")
@@ -236,6 +255,7 @@ def train_and_measure(
 
         def measure(tag: str) -> list[dict]:
             torch.manual_seed(args.seed + 1)  # the same sampling noise before and after
+            generate: Generate
             if sampler is None:
                 generate = lambda prompts, n: evaluator.generate(model, prompts, n, 0)  # noqa: E731
             else:
@@ -250,13 +270,7 @@ def train_and_measure(
                 batch_samples=32,  # the kv sampler's best batch on CPU (bench_sampling)
                 mode=variant,
             )
-            rows = execute_samples(tasks, cache, args.samples, pool, limits)
-            for row in rows:
-                cached = cache[(row["task_id"], row["sample_idx"])]
-                row["policy_tokens"] = cached.get("num_policy_tokens", cached["num_tokens"])
-                row["first_passed"] = row.get("answers_passed", [row["passed"]])[0]
-                row["truncated"] = bool(cached.get("truncated"))
-            return rows
+            return sample_rows(execute_samples(tasks, cache, args.samples, pool, limits), cache)
 
         with model.disable_adapter():
             before = measure("before")
@@ -286,7 +300,7 @@ def learning_check(args: argparse.Namespace) -> dict:
     mbpp = load_mbpp(ROOT / "data" / "embedded" / "mbpp_fixtures.jsonl")[0]
     apps = load_apps(ROOT / "data" / "embedded" / "apps_fixtures.jsonl")[0]
     tasks = (mbpp + apps)[: args.tasks]
-    out = ROOT / "outputs" / Path(args.output).stem  # samples, checkpoints and metrics of both variants
+    out = Path(args.work_dir) if args.work_dir else ROOT / "outputs" / Path(args.output).stem  # both variants' files
     per_turn = {"single": args.budget, "feedback": args.budget // args.max_turns}
     results: dict = {
         "settings": vars(args),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import statistics
 import sys
@@ -35,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -93,7 +95,7 @@ def machine_limits(size_mb: int = 1024) -> dict:
     out = {"bandwidth_gb_s": bandwidth}
     for dtype in (torch.float32, torch.bfloat16):
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-        out[f"matmul_{str(dtype)[6:]}_gflop_s"] = 2 * n**3 / best_of(lambda a=a, b=b: a @ b) / 1e9
+        out[f"matmul_{str(dtype)[6:]}_gflop_s"] = 2 * n**3 / best_of(functools.partial(torch.matmul, a, b)) / 1e9
     return out
 
 
@@ -223,6 +225,12 @@ class Bench:
         """A plain transformers model with the adapter merged (for engines that cannot apply LoRA per step)."""
         return copy.deepcopy(self.model).merge_and_unload()
 
+    def compiled_copy(self):
+        """A merged copy whose forward is `torch.compile`d for a static cache (compiled lazily, at its first run)."""
+        merged = self.merged_copy()
+        merged.forward = torch.compile(merged.forward, dynamic=False)
+        return merged
+
     def ct2_convert(self, folder: Path):
         import ctranslate2
 
@@ -307,11 +315,24 @@ def _until_stop(row: list[int], stop: set[int]) -> int:
     return at + 1 if at is not None else len(row)
 
 
-def setup_candidates(bench: Bench, names: list[str], workdir: Path) -> tuple[dict, dict[str, Result]]:
+Run = Callable[[int], int]  # a candidate: run(max_new_tokens) -> tokens generated
+
+
+def converted(result: Result, convert: Callable[[], Any], sample: Callable[[Any, int], int], note: str) -> Run:
+    """A candidate that samples from a converted copy of the model: the conversion is its adapter-update cost."""
+    start = time.perf_counter()
+    engine = convert()
+    result.update_s = time.perf_counter() - start
+    result.note = note
+    return functools.partial(sample, engine)
+
+
+def setup_candidates(bench: Bench, names: list[str], workdir: Path) -> tuple[dict[str, Run], dict[str, Result]]:
     """name -> (run(max_new) -> tokens) for each candidate that can run, and its Result (update cost, skip)."""
     from rollouts.kv_sampler import DecoderWeights
 
-    runs, results = {}, {}
+    runs: dict[str, Run] = {}
+    results: dict[str, Result] = {}
     for name in names:
         result = results[name] = Result(name, rows=bench.rows)
         try:
@@ -327,38 +348,23 @@ def setup_candidates(bench: Bench, names: list[str], workdir: Path) -> tuple[dic
                 result.note = (
                     f"rollouts.kv_sampler, LoRA merged into a {result.dtype} copy ({weights.num_bytes / 1e6:.0f} MB)"
                 )
-                runs[name] = lambda n, w=weights: bench.kv(w, n)
-            elif name == "generate-static-compile":
-                start = time.perf_counter()
-                merged = bench.merged_copy()
-                merged.forward = torch.compile(merged.forward, dynamic=False)
-                result.update_s = time.perf_counter() - start  # plus the recompilation it triggers, see note
-                result.note = (
-                    "merged copy, static cache, torch.compile(forward); compile time in the first run (not timed)"
-                )
-                runs[name] = lambda n, m=merged: bench.generate_static(m, n)
+                runs[name] = functools.partial(bench.kv, weights)
+            elif name == "generate-static-compile":  # update_s: plus the recompilation it triggers, see note
+                note = "merged copy, static cache, torch.compile(forward); compile time in the first run (not timed)"
+                runs[name] = converted(result, bench.compiled_copy, bench.generate_static, note)
             elif name == "continuous-batching":
-                start = time.perf_counter()
-                merged = bench.merged_copy()
-                result.update_s = time.perf_counter() - start
-                result.note = "transformers generate_batch (continuous batching, paged cache), merged copy"
-                runs[name] = lambda n, m=merged: bench.continuous(m, n)
+                note = "transformers generate_batch (continuous batching, paged cache), merged copy"
+                runs[name] = converted(result, bench.merged_copy, bench.continuous, note)
             elif name == "ctranslate2":
                 import ctranslate2  # noqa: F401
 
-                start = time.perf_counter()
-                generator = bench.ct2_convert(workdir / "ct2")
-                result.update_s = time.perf_counter() - start
-                result.note = "merge + save + ct2 conversion per adapter update; float32 (its CPU build has no bf16)"
-                runs[name] = lambda n, g=generator: bench.ct2(g, n)
+                note = "merge + save + ct2 conversion per adapter update; float32 (its CPU build has no bf16)"
+                runs[name] = converted(result, lambda: bench.ct2_convert(workdir / "ct2"), bench.ct2, note)
             elif name == "onnxruntime-genai":
                 import onnxruntime_genai  # noqa: F401
 
-                start = time.perf_counter()
-                model = bench.ort_convert(workdir / "ort")
-                result.update_s = time.perf_counter() - start
-                result.note = "merge + save + ONNX model build per adapter update, fp32"
-                runs[name] = lambda n, m=model: bench.ort(m, n)
+                note = "merge + save + ONNX model build per adapter update, fp32"
+                runs[name] = converted(result, lambda: bench.ort_convert(workdir / "ort"), bench.ort, note)
         except ImportError as exc:
             result.skipped = f"package missing ({exc.name}); install it in a separate venv to include it"
         except Exception as exc:  # noqa: BLE001 - a candidate that cannot run here is reported, not fatal
@@ -398,7 +404,7 @@ def main() -> None:
         for name, run in list(runs.items()):  # warm-up (compilation, allocator) and time-to-first-token
             try:
                 run(min(8, args.max_new_tokens))
-                results[name].ttft = min(timed(lambda run=run: run(1))[1] for _ in range(2))
+                results[name].ttft = min(timed(functools.partial(run, 1))[1] for _ in range(2))
             except Exception as exc:  # noqa: BLE001 - reported as skipped
                 results[name].skipped = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
                 del runs[name]
@@ -406,7 +412,7 @@ def main() -> None:
         for round_ in range(args.repeats):
             for name, run in runs.items():
                 torch.manual_seed(args.seed + round_)
-                tokens, seconds = timed(lambda run=run: run(args.max_new_tokens))
+                tokens, seconds = timed(functools.partial(run, args.max_new_tokens))
                 results[name].tokens.append(tokens)
                 results[name].seconds.append(seconds)
                 print(

@@ -24,7 +24,7 @@ class MultiTurnSampler:
     def __init__(
         self,
         backend_for: Callable[[Any, int], ContinueBackend],
-        environment: Environment,
+        environment: Environment | None,  # None until attached: phase 4 attaches it once its sandbox pool runs
         tokenizer: Any,
         mode: str,
         max_new_tokens: int,
@@ -43,6 +43,8 @@ class MultiTurnSampler:
         ids = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
         flat_ids = [i for i in ids for _ in range(num_samples)]
         flat_tasks = [t for t in tasks for _ in range(num_samples)]
+        if self.environment is None:
+            raise RuntimeError("the multi-turn sampler has no environment: attach one before sampling")
         backend = self.backend_for(model, step)
         try:
             records = run_episodes(

@@ -54,7 +54,9 @@ ANSWER = "<think>\nAdd them.\n</think>\n\n```python\ndef add(a, b):\n    return 
 
 def policy_runs(record: dict, tokenizer) -> tuple[list[str], list[list[int]]]:
     """The record's token ids split into runs of equal mask: (decoded policy runs, env id runs)."""
-    runs, current, flag = [], [], None
+    runs: list[tuple[int | None, list[int]]] = []
+    current: list[int] = []
+    flag: int | None = None
     for token, mask in zip(record["token_ids"], record["action_mask"], strict=True):
         if mask != flag and current:
             runs.append((flag, current))

@@ -1,0 +1,31 @@
+"""The benchmarks' own code paths, run at toy sizes (their numbers are not checked here, only that they run
+and report what their docstrings promise)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+@pytest.mark.slow
+def test_multi_turn_learning_check_reports_both_variants(tmp_path, tiny_model_name):
+    import bench_multi_turn
+
+    output = tmp_path / "learning.json"
+    results = bench_multi_turn.main(
+        ["--train_steps", "1", "--tasks", "2", "--samples", "1", "--budget", "16", "--max_turns", "2"]
+        + ["--prompts_per_step", "2", "--group", "2", "--model", tiny_model_name, "--output", str(output)]
+        + ["--work_dir", str(tmp_path / "work")]
+    )
+    for variant in ("single", "feedback"):
+        for tag in ("before", "after"):
+            entry = results[variant][tag]
+            assert 0 <= entry["pass_rate"] <= 1 and 0 <= entry["turn1_pass_rate"] <= 1
+            assert 0 < entry["mean_policy_tokens"] <= 16 and 0 <= entry["truncated"] <= 1
+        assert len(results[variant]["training"]["reward_by_step"]) == 1
+    assert output.is_file() and (tmp_path / "work" / "feedback" / "metrics.jsonl").is_file()
