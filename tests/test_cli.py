@@ -4,9 +4,7 @@ surprises, and `--help` that shows the resolved preset's values."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import sys
 
 import pytest
@@ -16,21 +14,10 @@ import phase2_generate_teacher_traces as phase2
 import phase3_train_grpo as phase3
 import phase4_evaluate as phase4
 from config import build_config, save_config
-from tests.conftest import ROOT
+from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import small_tasks
 from utils.dataset_loader import write_tasks
 from utils.student_model import ModelLoadError, attach_lora, load_student, resolve_model_path
-
-
-def script(*args, timeout=120, env=None):
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def one_line_error(proc) -> str:
@@ -43,7 +30,7 @@ def one_line_error(proc) -> str:
 
 
 def test_phase1_without_hub_access_is_one_line(tmp_path):
-    proc = script(
+    proc = run_script(
         "phase1_prepare_data.py", "--preset", "gpu", "--output_dir", str(tmp_path), env={"HF_HUB_OFFLINE": "1"}
     )
     assert proc.returncode == 1
@@ -53,7 +40,7 @@ def test_phase1_without_hub_access_is_one_line(tmp_path):
 
 
 def test_standard_split_on_the_cpu_preset_names_the_preset_not_a_flag_never_given(tmp_path):
-    proc = script(
+    proc = run_script(
         "phase1_prepare_data.py", "--preset", "cpu", "--split_mode", "standard", "--output_dir", str(tmp_path)
     )
     assert proc.returncode == 1
@@ -110,7 +97,7 @@ def test_the_local_teacher_on_a_busy_port_fails_before_announcing_itself():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = script("scripts/serve_local_teacher.py", "--port", str(port), timeout=60)
+        proc = run_script("scripts/serve_local_teacher.py", "--port", str(port), timeout=60)
     assert proc.returncode == 1 and "serving" not in proc.stdout
     assert f"port {port} on 127.0.0.1 is already in use" in one_line_error(proc)
 
@@ -124,21 +111,8 @@ def train_file(tmp_path):
 
 
 def phase3_args(tmp_path, train_file, *extra):
-    return [
-        "--preset",
-        "cpu",
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--train_file",
-        str(train_file),
-        "--set",
-        "student.model_name=embedded:tiny-random",
-        "--set",
-        "grpo.max_new_tokens=4",
-        "--max_steps",
-        "1",
-        *extra,
-    ]
+    flags = ("--output_dir", str(tmp_path / "out"), "--train_file", str(train_file), "--max_steps", "1")
+    return [*cpu_argv(*flags, sets=[TINY_STUDENT, "grpo.max_new_tokens=4"]), *extra]
 
 
 def test_missing_teacher_traces_are_an_error_unless_teacher_sft_is_off(tmp_path, train_file, capsys):

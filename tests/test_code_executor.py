@@ -11,7 +11,8 @@ import pytest
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program, wrap_like_apps
 from evaluation.judge import plan_assert
 from tests.conftest import ROOT, SHARED_DATA
-from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp
+from tests.task_factory import assert_task, call_task, stdin_task
+from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, load_apps, load_mbpp
 
 LIMITS = SandboxLimits(test_timeout=2.0)
 
@@ -72,14 +73,7 @@ def test_results_keep_input_order_and_ids(pool, fixtures):
 
 
 def test_partial_credit_and_statuses(pool):
-    task = Task(
-        task_id="t/1",
-        source="t",
-        problem="p",
-        test_type="assert",
-        fn_name="f",
-        tests=("assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9"),
-    )
+    task = assert_task("t/1", "f", "assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9")
     half = execute_program("def f(x):\n    return x * x if x < 3 else 0\n", task, LIMITS, pool)
     assert (half.passed, half.tests_passed, half.status) == (False, 2, "wrong_answer")
     assert half.pass_fraction == pytest.approx(2 / 3)
@@ -89,16 +83,8 @@ def test_partial_credit_and_statuses(pool):
 
 
 def test_mbpp_setup_code_runs_after_the_program(pool):
-    task = Task(
-        task_id="t/2",
-        source="t",
-        problem="p",
-        test_type="assert",
-        fn_name="size",
-        tests=("assert size(s) == 2",),
-        test_setup_code="s = Box()\ns.add(1)\ns.add(2)",
-        test_imports=("import math",),
-    )
+    setup = "s = Box()\ns.add(1)\ns.add(2)"
+    task = assert_task("t/2", "size", "assert size(s) == 2", test_setup_code=setup, test_imports=("import math",))
     code = (
         "class Box:\n    def __init__(self):\n        self.items = []\n"
         "    def add(self, x):\n        self.items.append(x)\n"
@@ -108,14 +94,7 @@ def test_mbpp_setup_code_runs_after_the_program(pool):
 
 
 def test_call_based_solution_class_and_typing_names(pool):
-    task = Task(
-        task_id="t/3",
-        source="t",
-        problem="p",
-        test_type="call",
-        fn_name="twice",
-        tests=({"input": [[1, 2]], "output": [2, 4]}, {"input": [[]], "output": [[]]}),
-    )
+    task = call_task("t/3", "twice", ([[1, 2]], [2, 4]), ([[]], [[]]))
     code = (
         "class Solution:\n    def twice(self, xs: List[int]) -> Tuple[int, ...]:\n"
         "        return tuple(2 * x for x in xs)\n"
@@ -124,9 +103,7 @@ def test_call_based_solution_class_and_typing_names(pool):
 
 
 def test_stdin_reads_all_input_forms(pool):
-    task = Task(
-        task_id="t/4", source="t", problem="p", test_type="stdin", tests=({"input": "3\n1 2 3\n", "output": "6\n"},)
-    )
+    task = stdin_task("t/4", ("3\n1 2 3\n", "6\n"))
     for code in (
         "import sys\nprint(sum(map(int, sys.stdin.read().split()[1:])))",
         "n = int(input())\nprint(sum(map(int, input().split())))",
@@ -139,14 +116,7 @@ def test_stdin_reads_all_input_forms(pool):
 
 
 def test_timeout_then_later_tests_still_run(pool):
-    task = Task(
-        task_id="t/5",
-        source="t",
-        problem="p",
-        test_type="assert",
-        fn_name="f",
-        tests=("assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2"),
-    )
+    task = assert_task("t/5", "f", "assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2")
     code = "def f(x):\n    while x == 1:\n        pass\n    return x\n"
     result = execute_program(code, task, SandboxLimits(test_timeout=0.5), pool)
     assert [o.status for o in result.test_outcomes] == ["passed", "timeout", "passed"]
@@ -155,9 +125,7 @@ def test_timeout_then_later_tests_still_run(pool):
 
 def test_sandbox_error_is_distinct_and_the_pool_recovers():
     with SandboxPool(workers=1, limits=LIMITS) as single:
-        task = Task(
-            task_id="t/6", source="t", problem="p", test_type="call", fn_name="f", tests=({"input": [], "output": 1},)
-        )
+        task = call_task("t/6", "f", ([], 1))
         single._all[0].process.kill()  # the harness dies, not the program
         single._all[0].process.wait()
         broken = execute_program("def f():\n    return 1\n", task, LIMITS, single)
@@ -167,9 +135,7 @@ def test_sandbox_error_is_distinct_and_the_pool_recovers():
 
 def test_basic_isolation_mode_still_judges_correctly():
     with SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic:
-        task = Task(
-            task_id="t/7", source="t", problem="p", test_type="stdin", tests=({"input": "2\n", "output": "4\n"},)
-        )
+        task = stdin_task("t/7", ("2\n", "4\n"))
         assert basic.isolation == "basic"
         assert execute_program("print(int(input()) * 2)", task, LIMITS, basic).passed
         assert execute_program("print(int(input()) * 3)", task, LIMITS, basic).status == "wrong_answer"
@@ -267,9 +233,7 @@ def test_real_mbpp_and_apps_references(pool):
 
 def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
     # numpy is not preloaded (it doubles fork cost) but importable; the working directory is writable
-    task = Task(
-        task_id="t/8", source="t", problem="p", test_type="stdin", tests=({"input": "1 2 3\n", "output": "6\n"},)
-    )
+    task = stdin_task("t/8", ("1 2 3\n", "6\n"))
     code = (
         "import numpy as np\nopen('scratch.txt', 'w').write('x')\n"
         "print(int(np.array(input().split(), dtype=int).sum()))"

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.fake_openai_server import FakeTeacher, RunningServer
 from utils.dataset_loader import read_tasks
 
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = run_script(*args, timeout=timeout)
     assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -27,16 +26,7 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_four_phases_end_to_end(tmp_path):
     data, out = tmp_path / "data", tmp_path / "outputs"
-    common = [
-        "--preset",
-        "cpu",
-        "--set",
-        f"paths.data_dir={data}",
-        "--set",
-        f"paths.output_dir={out}",
-        "--set",
-        "student.model_name=embedded:tiny-random",
-    ]
+    common = cpu_argv(sets=[f"paths.data_dir={data}", f"paths.output_dir={out}", TINY_STUDENT])
 
     run("phase1_prepare_data.py", *common)
     manifest = json.loads((data / "split_manifest.json").read_text())

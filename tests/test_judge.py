@@ -11,7 +11,7 @@ import pytest
 from evaluation.judge import call_output_matches, check_value, judge, plan_assert, plan_tests, stdout_matches
 from evaluation.sandbox_protocol import Opaque, decode_value, encode_value
 from tests.conftest import ROOT
-from utils.dataset_loader import Task
+from tests.task_factory import assert_task
 
 
 @pytest.mark.parametrize(
@@ -98,14 +98,7 @@ def test_check_value_is_plain_python_equality_on_decoded_data():
 
 
 def test_judge_a_canned_reply_without_any_process():
-    task = Task(
-        task_id="t/j",
-        source="t",
-        problem="p",
-        test_type="assert",
-        fn_name="f",
-        tests=("assert f(1) == 2", "assert f(2) == 4 and f(3) == 6", "assert f(0) == 0"),
-    )
+    task = assert_task("t/j", "f", "assert f(1) == 2", "assert f(2) == 4 and f(3) == 6", "assert f(0) == 0")
     planned = plan_tests(task)
     # the job carries only what the program must evaluate: no expected value appears in it
     assert "2" not in json.dumps(planned.job["tests"][0]) and "== 4" not in json.dumps(planned.job)

@@ -1,21 +1,18 @@
 """phase1_prepare_data.py through its command line and its main(config)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 import phase1_prepare_data as phase1
 from config import build_config
-from tests.conftest import ROOT, SHARED_DATA
+from tests.cli_helpers import run_script
+from tests.conftest import SHARED_DATA
 from utils.dataset_loader import DataFormatError, read_tasks
 
 
 def run_cli(*args, timeout=120):
-    return subprocess.run(
-        [sys.executable, "phase1_prepare_data.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return run_script("phase1_prepare_data.py", *args, timeout=timeout)
 
 
 def test_offline_cli_writes_all_outputs_and_prints_the_table(tmp_path):

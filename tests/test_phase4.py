@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -14,7 +12,7 @@ from evaluation.code_executor import SandboxLimits
 from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
 from rollouts.models import resolve_model
 from tests.canned_responses import WRONG_CODE
-from tests.conftest import ROOT
+from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import small_tasks, tiny_config
 from utils.student_model import ModelLoadError
 
@@ -133,55 +131,39 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     from config import build_config
 
     phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
-    train = subprocess.run(
-        [
-            sys.executable,
-            "phase3_train_grpo.py",
-            "--preset",
-            "cpu",
-            "--set",
-            "student.model_name=embedded:tiny-random",
-            "--set",
-            "grpo.max_new_tokens=8",
+    data = f"paths.data_dir={tmp_path / 'data'}"
+    train = run_script(
+        "phase3_train_grpo.py",
+        *cpu_argv(
             "--max_steps",
             "1",
             "--output_dir",
             str(tmp_path / "out"),
-            "--set",
-            f"paths.data_dir={tmp_path / 'data'}",
-            "--set",
-            "dual_source.teacher_sft_weight=0",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+            sets=[TINY_STUDENT, "grpo.max_new_tokens=8", data, "dual_source.teacher_sft_weight=0"],
+        ),
         timeout=300,
     )
     assert train.returncode == 0, train.stderr[-2000:]
     command = [
-        sys.executable,
         "phase4_evaluate.py",
-        "--preset",
-        "cpu",
-        "--model_path",
-        str(tmp_path / "out" / "final_model"),
-        "--max_tasks",
-        "2",
-        "--num_samples",
-        "2",
-        "--k",
-        "1",
-        "2",
-        "5",
-        "--max_new_tokens",
-        "8",
-        "--baseline",
-        "--set",
-        f"paths.output_dir={tmp_path / 'out'}",
-        "--set",
-        f"paths.data_dir={tmp_path / 'data'}",
+        *cpu_argv(
+            "--model_path",
+            str(tmp_path / "out" / "final_model"),
+            "--max_tasks",
+            "2",
+            "--num_samples",
+            "2",
+            "--k",
+            "1",
+            "2",
+            "5",
+            "--max_new_tokens",
+            "8",
+            "--baseline",
+            sets=[f"paths.output_dir={tmp_path / 'out'}", data],
+        ),
     ]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_script(*command, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (
         "pass@  1:" in proc.stdout
@@ -205,7 +187,7 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     assert len(samples) == 8 and {s["model"] for s in samples} == {"trained", "baseline"}
     assert {"task_id", "sample_idx", "completion", "code", "status", "passed"} <= set(samples[0])
     # the rerun finds every completion cached: nothing is generated again
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    again = run_script(*command, timeout=300)
     assert again.returncode == 0 and "generating:" not in again.stderr
 
 
@@ -213,23 +195,8 @@ def _evaluate(tmp_path, *flags):
     from utils.dataset_loader import write_tasks
 
     eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(1))
-    return phase4.cli(
-        [
-            "--preset",
-            "cpu",
-            "--eval_file",
-            str(eval_file),
-            "--num_samples",
-            "1",
-            "--k",
-            "1",
-            "--max_new_tokens",
-            "4",
-            "--set",
-            "student.model_name=embedded:tiny-random",
-            *flags,
-        ]
-    )
+    flags_ = ("--eval_file", str(eval_file), "--num_samples", "1", "--k", "1", "--max_new_tokens", "4")
+    return phase4.cli([*cpu_argv(*flags_, sets=[TINY_STUDENT]), *flags])
 
 
 def _save_adapter(tiny_model_name, path, seed):
@@ -273,9 +240,7 @@ def test_phase4_samples_with_the_evaluation_sampling_settings(tmp_path):
 
     eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(2))
     out = tmp_path / "out"
-    common = [
-        "--preset",
-        "cpu",
+    common = cpu_argv(
         "--eval_file",
         str(eval_file),
         "--k",
@@ -284,9 +249,8 @@ def test_phase4_samples_with_the_evaluation_sampling_settings(tmp_path):
         "6",
         "--model_path",
         "embedded:tiny-random",
-        "--set",
-        f"paths.output_dir={out}",
-    ]
+        sets=[f"paths.output_dir={out}"],
+    )
 
     def run(name, *flags):
         assert (
@@ -364,28 +328,26 @@ def test_solve_rejects_a_test_that_cannot_fail(capsys):
 
 def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
     command = [
-        sys.executable,
         "phase4_evaluate.py",
-        "--preset",
-        "cpu",
-        "--model_path",
-        "embedded:tiny-random",
-        "--eval_set",
-        "humaneval",
-        "--max_tasks",
-        "3",
-        "--temperature",
-        "0",
-        "--num_samples",
-        "1",
-        "--k",
-        "1",
-        "--max_new_tokens",
-        "4",
-        "--set",
-        f"paths.output_dir={tmp_path}",
+        *cpu_argv(
+            "--model_path",
+            "embedded:tiny-random",
+            "--eval_set",
+            "humaneval",
+            "--max_tasks",
+            "3",
+            "--temperature",
+            "0",
+            "--num_samples",
+            "1",
+            "--k",
+            "1",
+            "--max_new_tokens",
+            "4",
+            sets=[f"paths.output_dir={tmp_path}"],
+        ),
     ]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_script(*command, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Pass@k Results (humaneval, 3 tasks, greedy, 1 sample per task)" in proc.stdout
     result = json.loads((tmp_path / "evaluation_results.json").read_text())
@@ -398,11 +360,5 @@ def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
     samples = [json.loads(line) for line in (tmp_path / "eval_samples.jsonl").read_text().splitlines()]
     assert [s["task_id"] for s in samples] == ["humaneval/0", "humaneval/1", "humaneval/2"]
     # greedy with several samples would repeat one completion: refused with a clear message
-    refused = subprocess.run(
-        command[:-4] + ["--num_samples", "3", "--set", f"paths.output_dir={tmp_path}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    refused = run_script(*command[:-4], "--num_samples", "3", "--set", f"paths.output_dir={tmp_path}", timeout=300)
     assert refused.returncode == 2 and "greedy decoding" in refused.stderr

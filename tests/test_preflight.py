@@ -1,14 +1,12 @@
 """The preflight itself must be able to fail: run it for real, then break a check and see it fail."""
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 
 import test_all
 from config import build_config
-from tests.conftest import ROOT
+from tests.cli_helpers import cpu_argv, run_script
 
 
 def test_fast_preflight_passes_and_prints_the_summary(capsys):
@@ -69,21 +67,13 @@ def test_a_leaking_label_mask_makes_the_preflight_fail(monkeypatch, smollm2_toke
 
 
 def test_bad_config_exits_2_with_the_key_named():
-    proc = subprocess.run(
-        [sys.executable, "test_all.py", "--set", "grpo.kl_cof=1"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    proc = run_script("test_all.py", "--set", "grpo.kl_cof=1")
     assert proc.returncode == 2 and "grpo.kl_coef" in proc.stderr
 
 
 @pytest.mark.slow
 def test_full_preflight_on_the_embedded_student():
-    proc = subprocess.run(
-        [sys.executable, "test_all.py", "--preset", "cpu", "--teacher_url", "http://127.0.0.1:9/v1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_script("test_all.py", *cpu_argv("--teacher_url", "http://127.0.0.1:9/v1"), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "✓ PASS model loaded" in proc.stdout
     assert "✓ PASS labels: prompt and padding masked" in proc.stdout

@@ -19,37 +19,16 @@ import pytest
 
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_program
 from tests.conftest import ROOT
+from tests.task_factory import assert_task, call_task, stdin_task
 from utils.dataset_loader import Task
 
 LIMITS = SandboxLimits(test_timeout=1.0, memory_mb=256, file_size_mb=4, output_bytes=1 << 20)
 
-ASSERT_TASK = Task(
-    task_id="t/assert",
-    source="t",
-    problem="add",
-    test_type="assert",
-    fn_name="add",
-    tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"),
+ASSERT_TASK = assert_task(
+    "t/assert", "add", "assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5", problem="add"
 )
-STDIN_TASK = Task(
-    task_id="t/stdin",
-    source="t",
-    problem="add",
-    test_type="stdin",
-    tests=(
-        {"input": "1 2\n", "output": "3\n"},
-        {"input": "2 2\n", "output": "4\n"},
-        {"input": "0 5\n", "output": "5\n"},
-    ),
-)
-CALL_TASK = Task(
-    task_id="t/call",
-    source="t",
-    problem="add",
-    test_type="call",
-    fn_name="add",
-    tests=({"input": [1, 2], "output": 3}, {"input": [2, 2], "output": 4}, {"input": [0, 5], "output": 5}),
-)
+STDIN_TASK = stdin_task("t/stdin", ("1 2\n", "3\n"), ("2 2\n", "4\n"), ("0 5\n", "5\n"), problem="add")
+CALL_TASK = call_task("t/call", "add", ([1, 2], 3), ([2, 2], 4), ([0, 5], 5), problem="add")
 
 
 @pytest.fixture(scope="module")
@@ -328,9 +307,7 @@ def test_hostile_program_never_passes(pool, sentinel_dir, name):
 
 def _secret_task(secret: str) -> Task:
     # passing requires printing the secret: possible only if the attack works
-    return Task(
-        task_id="t/secret", source="t", problem="leak", test_type="stdin", tests=({"input": "", "output": secret},)
-    )
+    return stdin_task("t/secret", ("", secret), problem="leak")
 
 
 def test_cannot_read_files_outside(pool, sentinel_dir):

@@ -24,6 +24,7 @@ import pytest
 
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program
 from evaluation.judge import plan_assert, stdout_matches
+from tests.task_factory import assert_task, call_task, stdin_task
 from tests.test_sandbox_hostile import ASSERT_TASK, CALL_TASK, CONTROL, STDIN_TASK, _descendants, _processes_of_uid
 from utils.dataset_loader import Task
 
@@ -256,7 +257,7 @@ def test_c2_sibling_output_in_the_worker_heap(pool):
     victim = f"print('{secret}')\n"
     run(pool, victim, STDIN_TASK)
     thief = HEAP_SEARCH + "print(found)\n"
-    task = Task(task_id="t/heap", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": secret},))
+    task = stdin_task("t/heap", ("", secret))
     result = run(pool, thief, task)
     assert result.status == "wrong_answer", result
 
@@ -266,14 +267,7 @@ def test_c2_sibling_code_in_the_worker_heap(pool):
     victim = f"def add(a, b):\n    return '{secret}'\n"
     run(pool, victim, CALL_TASK)
     thief = HEAP_SEARCH + "def add(a, b):\n    return found\n"
-    task = Task(
-        task_id="t/heap2",
-        source="t",
-        problem="p",
-        test_type="call",
-        fn_name="add",
-        tests=({"input": [1, 2], "output": secret},),
-    )
+    task = call_task("t/heap2", "add", ([1, 2], secret))
     result = run(pool, thief, task)
     assert result.status == "wrong_answer", result
 
@@ -284,7 +278,7 @@ def test_c2_scratch_space_is_fresh_for_every_program(pool, folder):
     writer = f"open('{folder}/ckpt.txt', 'w').write('{marker}')\nprint(0)\n"
     run(pool, writer, STDIN_TASK)
     reader = f"import os\np = '{folder}/ckpt.txt'\nprint(open(p).read() if os.path.exists(p) else 'none')\n"
-    task = Task(task_id="t/ckpt", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": marker},))
+    task = stdin_task("t/ckpt", ("", marker))
     assert run(pool, reader, task).status == "wrong_answer"
 
 
@@ -293,14 +287,7 @@ def test_c2_scratch_space_is_fresh_for_every_program(pool, folder):
 # ------------------------------------------------------------------------------------------
 
 
-SLOW_TASK = Task(
-    task_id="t/slow",
-    source="t",
-    problem="p",
-    test_type="assert",
-    fn_name="add",
-    tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"),
-)
+SLOW_TASK = assert_task("t/slow", "add", "assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5")
 
 
 def test_c3_background_thread_pools_time_across_tests(pool):
@@ -460,14 +447,7 @@ def test_c5_too_deep_result_frame(pool):
 
 
 def test_c5_huge_values_are_an_output_limit(pool):
-    many = Task(
-        task_id="t/many",
-        source="t",
-        problem="p",
-        test_type="call",
-        fn_name="add",
-        tests=tuple({"input": [i, 1], "output": i + 1} for i in range(40)),
-    )
+    many = call_task("t/many", "add", *[([i, 1], i + 1) for i in range(40)])
     code = "def add(a, b):\n    return 'x' * (15 << 20)\n"
     result = run(pool, code, many, limit_s=120)
     assert result.status == "output_limit", result
@@ -492,7 +472,7 @@ def test_c6_system_v_shared_memory_does_not_reach_the_host(pool):
     """
     run(pool, code, STDIN_TASK)  # `run` checks /proc/sysvipc
     code2 = "import ctypes\nprint(ctypes.CDLL(None).shmget(0x7e57, 4096, 0o666))\n"
-    task = Task(task_id="t/ipc", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": "-1"},))
+    task = stdin_task("t/ipc", ("", "-1"))
     assert run(pool, code2, task).passed  # not even another program of the same worker sees it
 
 
@@ -532,7 +512,7 @@ def test_c6_host_unix_socket(pool):
         f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{path}')\n"
         "s.sendall(b'stolen')\nprint(s.recv(10).decode())\n"
     )
-    task = Task(task_id="t/sock", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": "pong"},))
+    task = stdin_task("t/sock", ("", "pong"))
     result = run(pool, code, task)
     server.close()
     thread.join()
@@ -563,7 +543,7 @@ def test_c6_memory_of_forked_children_counts_together(pool):
         got += os.read(r, 4)
     print(7)
     """
-    task = Task(task_id="t/mem", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": "7"},))
+    task = stdin_task("t/mem", ("", "7"))
     result = run(pool, code, task, limit_s=60)
     assert not result.passed, result
 
@@ -580,7 +560,7 @@ def test_c6_memfds_count_against_the_memory_limit(pool):
         fds.append(fd)
     print(7)
     """
-    task = Task(task_id="t/memfd", source="t", problem="p", test_type="stdin", tests=({"input": "", "output": "7"},))
+    task = stdin_task("t/memfd", ("", "7"))
     result = run(pool, code, task, limit_s=60)
     assert not result.passed, result
 
@@ -616,7 +596,7 @@ def add(a, b):
     ],
 )
 def test_c7_compound_asserts_are_judged_in_the_parent(pool, asserts):
-    task = Task(task_id="t/compound", source="t", problem="p", test_type="assert", fn_name="add", tests=asserts)
+    task = assert_task("t/compound", "add", *asserts)
     result = run(pool, ALWAYS_TRUE, task)
     assert result.tests_passed == 0, result
     honest = run(pool, "def add(a, b):\n    return a + b\n", task)

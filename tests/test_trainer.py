@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import types
 
 import pytest
 import torch
 
 from synthesis.generate_traces import load_teacher_examples
-from tests.conftest import ROOT
+from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
 from training.batching import (
     chunked_completion_logprobs,
@@ -342,16 +340,9 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
 
     phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "phase3_train_grpo.py",
-            "--preset",
-            "cpu",
-            "--set",
-            "student.model_name=embedded:tiny-random",
-            "--set",
-            "grpo.max_new_tokens=8",
+    proc = run_script(
+        "phase3_train_grpo.py",
+        *cpu_argv(
             "--max_steps",
             "2",
             "--output_dir",
@@ -360,12 +351,8 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
             str(tmp_path / "data" / "train.jsonl"),
             "--teacher_traces",
             str(tmp_path / "none.jsonl"),
-            "--set",
-            "dual_source.teacher_sft_weight=0",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+            sets=[TINY_STUDENT, "grpo.max_new_tokens=8", "dual_source.teacher_sft_weight=0"],
+        ),
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -399,13 +386,7 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
         "lr",
     }
     assert needed <= set(rows[0])
-    bad = subprocess.run(
-        [sys.executable, "phase3_train_grpo.py", "--preset", "cpu", "--train_file", str(tmp_path / "x.jsonl")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = run_script("phase3_train_grpo.py", *cpu_argv("--train_file", str(tmp_path / "x.jsonl")))
     assert bad.returncode == 1 and "x.jsonl: file not found" in bad.stderr
 
 

@@ -1,0 +1,30 @@
+"""The phase scripts as tests call them: one argv builder for the cpu preset and one runner for a script
+run as a user runs it (a subprocess from the repository root)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+from tests.conftest import ROOT
+
+TINY_STUDENT = "student.model_name=embedded:tiny-random"
+
+
+def cpu_argv(*flags: str, sets: Sequence[str] = ()) -> list[str]:
+    """`--preset cpu`, the flags, then one `--set` per `key=value` of `sets` (in order: a later one wins)."""
+    return ["--preset", "cpu", *flags, *[arg for key_value in sets for arg in ("--set", key_value)]]
+
+
+def run_script(*args: str, timeout: float = 120, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python *args` from the repository root with this environment (plus `env`), output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
