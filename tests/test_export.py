@@ -50,3 +50,20 @@ def test_export_merges_into_a_standalone_model_and_prints_serve_lines(tmp_path, 
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, with_adapter(ids).logits, rtol=1e-4, atol=1e-4)
     assert (merged_dir / "tokenizer_config.json").is_file()
+
+
+def test_exporting_again_replaces_the_merged_model_in_one_step(tmp_path, tiny_model_name):
+    from tests.fs_watch import broken_states
+    from training.export import merge_adapter
+
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    adapter = save_adapter(attach_lora(model, 2, 4, 0.0, ("q_proj",)), tokenizer, tmp_path / "final_model")
+    merged = merge_adapter(tiny_model_name, adapter, tmp_path / "merged_model", "float32")
+
+    def whole(folder):
+        return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+    with broken_states(merged, whole) as broken:
+        assert merge_adapter(tiny_model_name, adapter, merged, "float32") == merged
+    assert broken == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final_model", "merged_model"]

@@ -15,7 +15,9 @@ from utils.jsonl import (
     FileBusyError,
     JsonlAppender,
     iter_jsonl,
+    publish_folder,
     read_jsonl,
+    replace_folder,
     write_files_atomic,
     write_jsonl_atomic,
 )
@@ -84,6 +86,58 @@ def test_atomic_writes_leave_no_temporary_files(tmp_path):
     write_files_atomic({tmp_path / "b.txt": b"b", tmp_path / "c.txt": b"c"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.txt", "c.txt", "sub"]
     assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["a.jsonl"]
+
+
+def _folder(path, **files):
+    path.mkdir(parents=True)
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
+def _whole(folder):
+    return (folder / "a").is_file() and (folder / "b").is_file()
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "fallback"])
+def test_replace_folder_puts_the_new_folder_in_place(tmp_path, monkeypatch, exchange):
+    from tests.fs_watch import broken_states
+
+    if not exchange:  # a file system without RENAME_EXCHANGE: the old folder is moved aside first
+        monkeypatch.setattr("utils.jsonl._exchange", lambda a, b: False)
+    final = _folder(tmp_path / "model", a="old", b="old")
+    with broken_states(final, _whole) as broken:
+        assert replace_folder(_folder(tmp_path / ".model.tmp", a="new", b="new"), final) == final
+    assert (final / "a").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    if exchange:
+        assert broken == []  # at every step a reader finds a whole folder
+    assert replace_folder(_folder(tmp_path / ".fresh.tmp", a="1", b="1"), tmp_path / "fresh") == tmp_path / "fresh"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "model"]
+
+
+def test_replace_folder_that_fails_keeps_the_old_folder(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr("utils.jsonl._exchange", lambda a, b: False)
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if str(src).endswith(".tmp"):
+            raise OSError("no room")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    final = _folder(tmp_path / "model", a="old", b="old")
+    with pytest.raises(OSError, match="no room"):
+        replace_folder(_folder(tmp_path / ".model.tmp", a="new", b="new"), final)
+    assert (final / "a").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_publish_folder_lets_the_first_writer_win(tmp_path):
+    first = _folder(tmp_path / ".m.tmp1", a="first")
+    assert publish_folder(first, tmp_path / "m")
+    assert not publish_folder(_folder(tmp_path / ".m.tmp2", a="second"), tmp_path / "m")
+    assert (tmp_path / "m" / "a").read_text() == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
 def test_every_project_reader_rejects_a_bad_middle_line(tmp_path):

@@ -221,3 +221,28 @@ def test_embedded_smollm2_loads_offline_and_writes_code():
         sampling=SamplingSettings(temperature=0.0),
     )[0][0]
     assert "def " in out["text"]  # the real model, greedy, writes a function for this trivial task
+
+
+def _adapter_is_whole(folder):
+    return (folder / "adapter_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
+
+
+def test_saving_over_an_adapter_never_leaves_the_folder_missing(tiny, tmp_path):
+    """A reader (vLLM, phase 4) or a crash at any step of a save finds the old adapter or the new one."""
+    from safetensors.torch import load_file
+
+    from tests.fs_watch import broken_states
+
+    model, tok = tiny
+    peft_model = sm.attach_lora(model, 4, 8, 0.0, ("q_proj",))
+    path = sm.save_adapter(peft_model, tok, tmp_path / "final_model")
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)  # the new adapter differs from the saved one
+    with broken_states(path, _adapter_is_whole) as broken:
+        sm.save_adapter(peft_model, tok, path)
+    assert broken == []
+    saved = load_file(str(path / "adapter_model.safetensors"))
+    assert all(float(v.abs().sum()) > 0 for k, v in saved.items() if "lora_B" in k)  # the new one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final_model"]

@@ -110,6 +110,21 @@ def test_checkpoint_retention(tmp_path, pool):
     }
 
 
+def test_saving_a_checkpoint_again_never_leaves_it_half_deleted(tmp_path, pool):
+    from tests.fs_watch import broken_states
+
+    def whole(folder):
+        return (folder / "trainer_state.json").is_file() and (folder / "adapter" / "adapter_config.json").is_file()
+
+    trainer = make_trainer(tmp_path, pool, **{"training.max_steps": 10})
+    trainer.train_on_rollouts(*trainer.collect_rollouts())
+    saved = trainer.save_checkpoint()
+    with broken_states(saved, whole) as broken:
+        assert trainer.save_checkpoint() == saved  # the same step again (a resumed run's last step)
+    assert broken == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if "checkpoint" in p.name) == [saved.name]
+
+
 def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
     model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
     samples = [

@@ -18,7 +18,6 @@ per checkpoint for Qwen3-1.7B) and knows nothing of the trainer's own per-rank s
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 from config import Config, save_config
+from utils.jsonl import replace_folder
 from utils.student_model import save_adapter
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -119,9 +119,7 @@ def save_checkpoint(
         }
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
         save_config(config, tmp / "config.json")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)  # the checkpoint appears whole or not at all
+        replace_folder(tmp, final)  # the checkpoint appears whole or not at all, and never disappears
         prune_checkpoints(output_dir, config.training.save_total_limit)
     accelerator.wait_for_everyone()
     return final

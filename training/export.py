@@ -52,6 +52,7 @@ def merge_adapter(
     """Fold the adapter into the base weights and save a standalone model folder (atomically: temp, then rename)."""
     import shutil
 
+    from utils.jsonl import replace_folder
     from utils.student_model import load_adapter, load_student
 
     model, tokenizer = load_student(base_model, torch_dtype, False, cache_dir, device="cpu")
@@ -62,10 +63,7 @@ def merge_adapter(
     shutil.rmtree(tmp, ignore_errors=True)
     merged.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    if output_dir.exists():
-        shutil.rmtree(output_dir)
-    tmp.rename(output_dir)
-    return output_dir
+    return replace_folder(tmp, output_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

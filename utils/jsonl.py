@@ -1,7 +1,9 @@
-"""JSON Lines files: one reading policy, one appending writer, one atomic write. Standard library only.
+"""JSON Lines files: one reading policy, one appending writer, one atomic write (of files and of folders).
+Standard library only.
 
 Every JSONL file the project reads or writes goes through this module (task files, teacher traces,
-the phase-4 completion cache, per-sample results, training metrics).
+the phase-4 completion cache, per-sample results, training metrics), and so does every write that
+must appear whole or not at all: JSON files, and the folders of models, adapters and checkpoints.
 
 The torn-line policy, the same for every reader:
 
@@ -20,13 +22,28 @@ Writers: `JsonlAppender` (append with an exclusive ``flock`` — one writer per 
 record, so a kill loses only the record being written) and `write_atomic` / `write_jsonl_atomic` /
 `write_json_atomic` / `write_files_atomic` (temporary file in the same folder, fsync, rename: a crash
 leaves the old file or the new one, never half of one).
+
+Folders (a model materialized from its GGUF, a LoRA adapter, a checkpoint, a merged model) are written
+under a temporary name beside their final one and then moved into place by one of two steps, because a
+folder cannot be renamed over a non-empty one:
+- `replace_folder`: the new folder takes the place of the old one. On Linux the two are exchanged by
+  one ``renameat2(RENAME_EXCHANGE)``, so a reader or a crash finds the old folder or the new one at
+  every instant, never none (moving the old one aside first would leave the name empty in between);
+  where the file system cannot exchange, that two-rename fallback is used.
+- `publish_folder`: the first writer wins (a cache that several processes may fill at once): the folder
+  is renamed into place only if nothing is there, otherwise the caller's copy is deleted.
+Both fsync the folder's files first, so the rename never publishes data still only in the page cache.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import json
 import os
+import shutil
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -202,3 +219,87 @@ def write_jsonl_atomic(path: str | Path, records: Iterable[Mapping[str, Any]]) -
 def write_json_atomic(path: str | Path, obj: Any) -> Path:
     """Replace `path` with `obj` as indented JSON, atomically."""
     return write_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file below `folder`, then each folder (so the names are durable too)."""
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where this system
+    or file system cannot (then nothing was changed)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if sys.platform == "linux" else None
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def replace_folder(tmp: str | Path, final: str | Path) -> Path:
+    """Put the fully written folder `tmp` at `final`, replacing any folder there; returns `final`.
+
+    The folder counterpart of `write_files_atomic` (see the module's docstring): fsync, then one exchange of
+    the two names (the old folder ends under `tmp`'s name and is deleted). Where the file system cannot
+    exchange, the old folder is moved aside and put back if the new one cannot take its place.
+    On failure `tmp` is deleted and `final` is as it was.
+    """
+    tmp, final = Path(tmp), Path(final)
+    try:
+        _fsync_tree(tmp)
+        if not final.exists():
+            os.rename(tmp, final)
+        elif not _exchange(tmp, final):
+            aside = final.with_name(f".{final.name}.old{os.getpid()}")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.rename(final, aside)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                os.rename(aside, final)
+                raise
+            shutil.rmtree(aside, ignore_errors=True)
+        _fsync_dir(final.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the old folder after an exchange; the unused new one on failure
+    return final
+
+
+def publish_folder(tmp: str | Path, final: str | Path) -> bool:
+    """Rename the fully written folder `tmp` to `final` unless a non-empty folder is already there (first
+    writer wins). True if this call published it; otherwise `tmp` is deleted and the caller decides
+    whether what is at `final` is whole."""
+    tmp, final = Path(tmp), Path(final)
+    _fsync_tree(tmp)
+    try:
+        os.rename(tmp, final)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+    _fsync_dir(final.parent)
+    return True

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from utils.jsonl import publish_folder, replace_folder
+
 EMBEDDED_PREFIX = "embedded:"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 TINY_NAME = "tiny-random"
@@ -62,14 +64,10 @@ def find_embedded_gguf() -> Path:
 
 
 def _publish(tmp: Path, target: Path) -> Path:
-    """Atomically move a fully written folder into place; another process may have won the race."""
+    """Move a fully written folder into place; another process may have won the race (its copy is kept)."""
     (tmp / _COMPLETE_MARKER).write_text("ok\n")
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        if not (target / _COMPLETE_MARKER).exists():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not publish_folder(tmp, target) and not (target / _COMPLETE_MARKER).exists():
+        raise ModelLoadError(f"{target} exists but is incomplete (another run is writing it?); delete it and retry.")
     return target
 
 
@@ -262,7 +260,8 @@ def attach_lora(
 
 
 def save_adapter(model: Any, tokenizer: Any, path: str | Path, dtype: torch.dtype | None = None) -> Path:
-    """Save adapter + tokenizer to `path` atomically (temp folder, then rename over the old one).
+    """Save adapter + tokenizer to `path` atomically (temp folder, then `replace_folder`: a reader finds
+    the old adapter or the new one at every instant).
 
     `dtype` casts the saved LoRA weights (peft keeps them in fp32 on a bf16 base; the vLLM hand-off
     saves them in the training dtype, half the size, which is what vLLM computes in anyway).
@@ -278,12 +277,7 @@ def save_adapter(model: Any, tokenizer: Any, path: str | Path, dtype: torch.dtyp
         model.save_pretrained(tmp, state_dict=lora)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
-    old = path.parent / f".{path.name}.old{os.getpid()}"
-    if path.exists():
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-    return path
+    return replace_folder(tmp, path)
 
 
 def load_adapter(base_model: Any, path: str | Path, is_trainable: bool = False) -> Any:
