@@ -510,7 +510,7 @@ def test_phase2_feedback_mode_sends_the_failing_shown_test_back_and_keeps_the_co
                 "feedback",
             ]
         )
-        requests = list(server.state.requests)
+        requests = list(teacher.requests)  # the server's state is `teacher`
     assert code == 0, capsys.readouterr().err
     [record] = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["passed"] and record["mode"] == "feedback" and record["num_turns"] == 2
@@ -553,7 +553,7 @@ def run_phase2_tool(tmp_path, teacher, *extra: str) -> tuple[int, list[dict], li
             ]
             + list(extra)
         )
-        requests = list(server.state.requests)
+        requests = list(teacher.requests)  # the server's state is `teacher`
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     return code, rows, requests
 
