@@ -110,9 +110,12 @@ def train_file(tmp_path):
     return write_tasks(tmp_path / "train.jsonl", small_tasks(4))
 
 
-def phase3_args(tmp_path, train_file, *extra):
-    flags = ("--output_dir", str(tmp_path / "out"), "--train_file", str(train_file), "--max_steps", "1")
-    return [*cpu_argv(*flags, sets=[TINY_STUDENT, "grpo.max_new_tokens=4"]), *extra]
+NO_TEACHER_SFT = "dual_source.teacher_sft_weight=0"
+
+
+def phase3_args(tmp_path, train_file, *extra, sets=()):
+    flags = ("--output_dir", str(tmp_path / "out"), "--train_file", str(train_file), "--max_steps", "1", *extra)
+    return cpu_argv(*flags, sets=[TINY_STUDENT, "grpo.max_new_tokens=4", *sets])
 
 
 def test_missing_teacher_traces_are_an_error_unless_teacher_sft_is_off(tmp_path, train_file, capsys):
@@ -128,19 +131,7 @@ def test_logging_backend_without_its_package_fails_at_start(tmp_path, train_file
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     monkeypatch.setitem(sys.modules, "wandb", None)  # and `import wandb` fails, as without the package
-    assert (
-        phase3.cli(
-            phase3_args(
-                tmp_path,
-                train_file,
-                "--set",
-                "dual_source.teacher_sft_weight=0",
-                "--set",
-                "training.logging_backends=wandb",
-            )
-        )
-        == 1
-    )
+    assert phase3.cli(phase3_args(tmp_path, train_file, sets=[NO_TEACHER_SFT, "training.logging_backends=wandb"])) == 1
     err = capsys.readouterr().err
     assert "the wandb package is not installed: pip install -r requirements-wandb.txt" in err
     assert not (tmp_path / "out").exists()  # nothing loaded, nothing written
@@ -148,7 +139,7 @@ def test_logging_backend_without_its_package_fails_at_start(tmp_path, train_file
 
 def test_a_fresh_run_refuses_a_used_output_folder(tmp_path, train_file, capsys):
     (tmp_path / "out" / "checkpoint-3").mkdir(parents=True)
-    args = phase3_args(tmp_path, train_file, "--set", "dual_source.teacher_sft_weight=0")
+    args = phase3_args(tmp_path, train_file, sets=[NO_TEACHER_SFT])
     assert phase3.cli(args) == 1
     err = capsys.readouterr().err
     assert "already holds a run (checkpoint-3)" in err and "--overwrite_output_dir" in err
@@ -162,21 +153,8 @@ def test_resuming_with_another_lora_rank_is_one_line(tmp_path, train_file, capsy
         build_config("cpu", overrides=["lora.r=8", "student.model_name=embedded:tiny-random"]),
         checkpoint / "config.json",
     )
-    assert (
-        phase3.cli(
-            phase3_args(
-                tmp_path,
-                train_file,
-                "--set",
-                "dual_source.teacher_sft_weight=0",
-                "--set",
-                "lora.r=16",
-                "--resume_from_checkpoint",
-                "latest",
-            )
-        )
-        == 1
-    )
+    args = phase3_args(tmp_path, train_file, "--resume_from_checkpoint", "latest", sets=[NO_TEACHER_SFT, "lora.r=16"])
+    assert phase3.cli(args) == 1
     assert (
         f"cannot resume from {checkpoint}: it was trained with other settings (lora.r=8 there, 16 here)"
         in capsys.readouterr().err

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program, wrap_like_apps
 from evaluation.judge import plan_assert
-from tests.conftest import ROOT, SHARED_DATA
+from tests.cli_helpers import run_script
+from tests.conftest import SHARED_DATA
 from tests.task_factory import assert_task, call_task, stdin_task
 from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, load_apps, load_mbpp
 
@@ -157,25 +156,8 @@ def test_command_line_rescoring(tmp_path, fixtures):
     ]
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "results.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evaluation.code_executor",
-            "--tasks",
-            str(tasks),
-            "--samples",
-            str(samples),
-            "--output",
-            str(out),
-            "--workers",
-            "1",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    rescore = ("-m", "evaluation.code_executor", "--tasks", str(tasks), "--output", str(out))
+    proc = run_script(*rescore, "--samples", str(samples), "--workers", "1")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [x["status"] for x in lines] == ["passed", "runtime_error", "no_code"]
@@ -192,23 +174,7 @@ def test_command_line_rescoring(tmp_path, fixtures):
     assert "3 samples" in proc.stdout and "1 passed" in proc.stdout
     unknown = tmp_path / "unknown.jsonl"
     unknown.write_text(json.dumps({"task_id": "mbpp/does-not-exist", "code": "pass"}) + "\n")
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evaluation.code_executor",
-            "--tasks",
-            str(tasks),
-            "--samples",
-            str(unknown),
-            "--output",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = run_script(*rescore, "--samples", str(unknown), timeout=60)
     assert bad.returncode == 1 and "is not in" in bad.stderr
 
 

@@ -25,7 +25,15 @@ import pytest
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program
 from evaluation.judge import plan_assert, stdout_matches
 from tests.task_factory import assert_task, call_task, stdin_task
-from tests.test_sandbox_hostile import ASSERT_TASK, CALL_TASK, CONTROL, STDIN_TASK, _descendants, _processes_of_uid
+from tests.test_sandbox_hostile import (
+    ALWAYS_EQ,
+    ASSERT_TASK,
+    CALL_TASK,
+    CONTROL,
+    STDIN_TASK,
+    _descendants,
+    _processes_of_uid,
+)
 from utils.dataset_loader import Task
 
 LIMITS = SandboxLimits(test_timeout=1.0, memory_mb=256, file_size_mb=4, output_bytes=1 << 20)
@@ -576,17 +584,6 @@ def test_c7_integers_compare_exactly():
     assert stdout_matches("0.3333333", "0.333333333") and stdout_matches("1e3", "1000.0")
 
 
-ALWAYS_TRUE = """
-class Anything:
-    def __eq__(self, other): return True
-    def __ne__(self, other): return False
-    def __hash__(self): return 0
-    def __bool__(self): return True
-def add(a, b):
-    return Anything()
-"""
-
-
 @pytest.mark.parametrize(
     "asserts",
     [
@@ -597,7 +594,7 @@ def add(a, b):
 )
 def test_c7_compound_asserts_are_judged_in_the_parent(pool, asserts):
     task = assert_task("t/compound", "add", *asserts)
-    result = run(pool, ALWAYS_TRUE, task)
+    result = run(pool, ALWAYS_EQ, task)
     assert result.tests_passed == 0, result
     honest = run(pool, "def add(a, b):\n    return a + b\n", task)
     assert honest.passed, honest
