@@ -29,7 +29,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,12 +371,12 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
         chat_template_kwargs={"enable_thinking": config.student.enable_thinking},
     )[0][0]
     report.expect(
-        sample["num_tokens"] > 0,
-        f"student generated {sample['num_tokens']} tokens ({time.time() - start:.1f} s, "
-        f"finish_reason={sample['finish_reason']})",
+        sample.num_tokens > 0,
+        f"student generated {sample.num_tokens} tokens ({time.time() - start:.1f} s, "
+        f"finish_reason={sample.finish_reason})",
         "generation returned nothing",
     )
-    parsed = extract_thinking_and_code_unified(sample["text"])
+    parsed = extract_thinking_and_code_unified(sample.text)
     small = "expected for a small untrained student; teacher-SFT teaches the format"
     report.ok_or_warn(parsed.has_thinking, "output contains a <think> block", "output has no <think> block", small)
     report.ok_or_warn(
@@ -444,7 +444,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
         except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
             report.fail(f"a training step raised {type(exc).__name__}: {exc}", "see training/grpo_trainer.py")
             return
-    texts = [sample["text"] for group in groups for sample in group]
+    texts = [sample.completion.text for group in groups for sample in group]
     report.expect(
         texts != [] and all(text in phase3_seen for text in texts),
         f"phase 3: the rewards of all {len(texts)} rollouts come from the one parser (GRPOTrainer.collect_rollouts)",
@@ -522,7 +522,7 @@ def check_code_execution(report: Report, config: Config) -> None:
     )
 
 
-def _mask_runs(token_ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
+def _mask_runs(token_ids: Sequence[int], mask: Sequence[int]) -> list[tuple[int, list[int]]]:
     """(mask value, ids) for each run of equal mask values."""
     runs: list[tuple[int, list[int]]] = []
     for token, flag in zip(token_ids, mask, strict=True):
@@ -569,27 +569,27 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
                 return run_episodes(backend, env, tokenizer, [prompt], [task], mode, 256, 1024, template)[0]
 
             tool = run(tool_turns, ToolEnvironment(pool, 2, 200), "tool")
-            runs = _mask_runs(tool["token_ids"], tool["action_mask"])
+            runs = _mask_runs(tool.token_ids, tool.action_mask)
             policy = [tokenizer.decode(ids) for flag, ids in runs if flag]
             inserted = [tokenizer.decode(ids) for flag, ids in runs if not flag]
             report.expect(
-                inserted == ["\n<result>\n2\n</result>\n"] and tool["tool_calls"] == 1,
+                inserted == ["\n<result>\n2\n</result>\n"] and tool.multi_turn.tool_calls == 1,
                 "tool mode: the <program> is cut at its closing tag, run, and its result inserted",
-                f"inserted {inserted}, tool calls {tool['tool_calls']}: see multiturn/environments.py",
+                f"inserted {inserted}, tool calls {tool.multi_turn.tool_calls}: see multiturn/environments.py",
             )
             report.expect(
-                [p.replace(tokenizer.decode([eot]), "") for p in policy] == tool_turns and tool["token_ids"][-1] == eot,
+                [p.replace(tokenizer.decode([eot]), "") for p in policy] == tool_turns and tool.token_ids[-1] == eot,
                 "tool mode: the action mask covers exactly the policy's tokens (the result is masked out)",
                 f"policy runs {policy}: see multiturn/loop.py",
             )
             feedback = run(feedback_turns, FeedbackEnvironment(pool, 3, 1, 400), "feedback")
-            runs = _mask_runs(feedback["token_ids"], feedback["action_mask"])
+            runs = _mask_runs(feedback.token_ids, feedback.action_mask)
             told = "".join(tokenizer.decode(ids) for flag, ids in runs if not flag)
             report.expect(
                 len(runs) == 3
                 and task.tests[0] in told
                 and not any(t in told for t in task.tests[1:])
-                and feedback["num_turns"] == 2,
+                and feedback.num_turns == 2,
                 "feedback mode: a failed shown test comes back as a user turn (masked); hidden tests never",
                 f"feedback {told!r}: see multiturn/environments.py",
             )
@@ -607,9 +607,9 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
                 "def add(a, b):\n    return Yes()\nsys.exit(0)\n```"
             )
             bad = run([f"<think>\n<program>\n{hostile}</program>", final], ToolEnvironment(pool, 2, 400), "tool")
-            inserted_ids = [t for t, m in zip(bad["token_ids"], bad["action_mask"], strict=True) if not m]
+            inserted_ids = [t for t, m in zip(bad.token_ids, bad.action_mask, strict=True) if not m]
             seen = tokenizer.decode(inserted_ids)
-            verdict = execute_program(extract_thinking_and_code_unified(bad["text"]).code, task, pool=pool)
+            verdict = execute_program(extract_thinking_and_code_unified(bad.text).code, task, pool=pool)
             report.expect(
                 "SECRET-PREFLIGHT" not in seen and eot not in inserted_ids and not verdict.passed,
                 f"a hostile program inside <program> reads nothing outside, inserts no markup, scores nothing "

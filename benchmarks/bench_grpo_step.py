@@ -88,7 +88,7 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
             step_metrics = trainer.train_on_rollouts(groups, metrics)[0]
             trainer.state.rollout_batches += 1
             times.append(time.perf_counter() - start)
-            tokens.append(sum(s["num_tokens"] for g in groups for s in g))
+            tokens.append(sum(s.completion.num_tokens for g in groups for s in g))
             splits.append(
                 (step_metrics["time/rollout_s"], step_metrics["time/reward_s"], step_metrics["time/update_s"])
             )

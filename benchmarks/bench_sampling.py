@@ -33,7 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +111,9 @@ def step_limit(
 # ------------------------------------------------------------------------------------------ candidates
 
 
-def count(groups: list[list[dict]]) -> int:
-    return sum(len(s["token_ids"]) for g in groups for s in g)
+def count(token_ids: Iterable[Sequence[int]]) -> int:
+    """Tokens sampled: the sum of the samples' lengths."""
+    return sum(len(ids) for ids in token_ids)
 
 
 def timed(fn: Callable[[], int]) -> tuple[int, float]:
@@ -151,18 +152,17 @@ class Bench:
         from rollouts.hf import generate_completions
         from rollouts.sampling import SamplingSettings
 
-        return count(
-            generate_completions(
-                self.model,
-                self.tokenizer,
-                self.texts,
-                num_samples=self.args.samples,
-                max_new_tokens=max_new,
-                sampling=SamplingSettings(top_k=TOP_K),
-                chat_template_kwargs=self.template,
-                batch_size=self.args.prompts,
-            )
+        groups = generate_completions(
+            self.model,
+            self.tokenizer,
+            self.texts,
+            num_samples=self.args.samples,
+            max_new_tokens=max_new,
+            sampling=SamplingSettings(top_k=TOP_K),
+            chat_template_kwargs=self.template,
+            batch_size=self.args.prompts,
         )
+        return count(s.token_ids for g in groups for s in g)
 
     def _padded(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         pad = self.tokenizer.pad_token_id
@@ -208,18 +208,17 @@ class Bench:
         from rollouts.kv_sampler import sample_token_ids
         from rollouts.sampling import SamplingSettings
 
-        return count(
-            sample_token_ids(
-                weights,
-                self.prompt_ids,
-                self.args.samples,
-                max_new,
-                SamplingSettings(top_k=TOP_K),
-                self.stop,
-                self.tokenizer.pad_token_id,
-                max_batch_rows=self.rows,
-            )
+        groups = sample_token_ids(
+            weights,
+            self.prompt_ids,
+            self.args.samples,
+            max_new,
+            SamplingSettings(top_k=TOP_K),
+            self.stop,
+            self.tokenizer.pad_token_id,
+            max_batch_rows=self.rows,
         )
+        return count(row["token_ids"] for g in groups for row in g)
 
     def merged_copy(self):
         """A plain transformers model with the adapter merged (for engines that cannot apply LoRA per step)."""

@@ -29,6 +29,7 @@ from typing import Any
 from evaluation.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, paired_bootstrap_interval
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
 from evaluation.pass_at_k import estimate_pass_at_k, pass_at_k_table
+from rollouts.completion import RolloutCompletion
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
@@ -77,27 +78,31 @@ class CachedCompletion:
         return cls(**values)
 
     @classmethod
-    def from_sample(cls, task_id: str, sample_idx: int, sample: dict[str, Any], prompt_sha256: str) -> CachedCompletion:
-        """A rollout record (`rollouts.completion`, or `multiturn.loop`'s with the multi-turn fields) as cached."""
-        extra = {k: sample[k] for k in MULTI_TURN_FIELDS if k in sample}
-        for name in ("answers", "turns"):
-            if extra.get(name) is not None:
-                extra[name] = tuple(extra[name])
-        return cls(
-            task_id,
-            sample_idx,
-            sample["text"],
-            sample["num_tokens"],
-            sample["finish_reason"],
-            prompt_sha256,
-            **extra,
-        )
+    def from_sample(
+        cls, task_id: str, sample_idx: int, sample: RolloutCompletion, prompt_sha256: str
+    ) -> CachedCompletion:
+        """A rollout completion as cached (a multi-turn one with its `MultiTurnInfo`, see `MULTI_TURN_FIELDS`)."""
+        info = sample.multi_turn
+        extra: dict[str, Any] = {}
+        if info is not None:
+            extra = dict(
+                mode=info.mode,
+                num_turns=info.num_turns,
+                num_policy_tokens=sample.num_policy_tokens,
+                answers=info.answers,
+                tool_calls=info.tool_calls,
+                tool_successes=info.tool_successes,
+                truncated=info.truncated,
+                transcript=info.transcript,
+                turns=info.turns,
+            )
+        return cls(task_id, sample_idx, sample.text, sample.num_tokens, sample.finish_reason, prompt_sha256, **extra)
 
     def to_row(self) -> dict[str, Any]:
         return _row(self, MULTI_TURN_FIELDS)
 
 
-# the rollout record's multi-turn fields the cache keeps, in the cache's key order
+# the multi-turn fields of a rollout completion the cache keeps, in the cache's key order
 MULTI_TURN_FIELDS = (
     "mode",
     "num_turns",
@@ -243,7 +248,7 @@ def read_cache(path: Path) -> dict[tuple[str, int], CachedCompletion]:
 
 def generate_cached(
     tasks: Sequence[Task],
-    generate: Callable[..., list[list[dict]]],
+    generate: Callable[..., list[list[RolloutCompletion]]],
     num_samples: int,
     cache_path: Path,
     num_visible_tests: int = 1,

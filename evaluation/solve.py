@@ -17,6 +17,7 @@ from config import Config, ConfigError, add_config_arguments, config_from_args, 
 
 if TYPE_CHECKING:
     from evaluation.code_executor import ExecutionResult
+    from rollouts.completion import RolloutCompletion
     from utils.dataset_loader import Task
     from utils.thinking_extraction import ParsedResponse
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 class Answer:
     """One sampled answer: the rollout record, its parse and (with tests) the sandbox's verdict."""
 
-    sample: dict[str, Any]  # the rollout's completion record (multi-turn: with its turns)
+    sample: RolloutCompletion  # multi-turn: with its turns (`sample.multi_turn`)
     parsed: ParsedResponse
     verdict: ExecutionResult | None
 
@@ -90,7 +91,7 @@ def main(
         records = _multi_turn_samples(config, mode, model, rollout, prompt, task, problem, samples)
     answers = []
     for record in records:
-        parsed = extract_thinking_and_code_unified(record["text"])
+        parsed = extract_thinking_and_code_unified(record.text)
         answers.append(Answer(record, parsed, execute_program(parsed.code, task) if task is not None else None))
     return answers
 
@@ -98,8 +99,9 @@ def main(
 def format_answer(answer: Answer, number: int, total: int) -> str:
     """What the command prints for one answer: its turns, thinking, code and verdict."""
     sample, parsed, lines = answer.sample, answer.parsed, []
-    lines.append(f"\n===== answer {number}/{total} ({sample['num_tokens']} tokens, {sample['finish_reason']}) =====")
-    for turn_number, turn in enumerate(sample.get("turns", []), start=1):
+    info = sample.multi_turn
+    lines.append(f"\n===== answer {number}/{total} ({sample.num_tokens} tokens, {sample.finish_reason}) =====")
+    for turn_number, turn in enumerate(info.turns if info is not None else (), start=1):
         lines.append(f"--- turn {turn_number} ({turn['finish_reason']}) ---\n{turn['text']}")
         inserted = turn.get("observation") or turn.get("feedback")
         if inserted:
@@ -107,10 +109,10 @@ def format_answer(answer: Answer, number: int, total: int) -> str:
                 f"--- inserted by the {'tool' if turn.get('observation') else 'feedback'} environment ---\n"
                 + inserted.strip("\n")
             )
-    if sample.get("turns"):
+    if info is not None and info.turns:
         lines.append(
-            f"--- {sample['num_turns']} turns, {sample['tool_calls']} tool calls"
-            + (", truncated by a limit" if sample["truncated"] else "")
+            f"--- {info.num_turns} turns, {info.tool_calls} tool calls"
+            + (", truncated by a limit" if info.truncated else "")
             + " ---"
         )
     lines.append("--- thinking ---\n" + (parsed.thinking or "(none)"))

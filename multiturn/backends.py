@@ -235,8 +235,9 @@ class KVContinuer:
             rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
             groups = self.rollout.continue_ids(self.model, [sequences[i] for i in rows], 1, budget, stop_strings)
             for i, [record] in zip(rows, groups, strict=True):
-                finish = "stop_string" if record.get("stop_string") else record["finish_reason"]
-                results[i] = Continuation(list(record["token_ids"]), record["text"], finish, list(record["logprobs"]))
+                finish = "stop_string" if record.stop_string else record.finish_reason
+                logprobs = list(record.logprobs) if record.logprobs is not None else None
+                results[i] = Continuation(list(record.token_ids), record.text, finish, logprobs)
         return results  # type: ignore[return-value]
 
 

@@ -141,8 +141,9 @@ def run_tool_program(code: str | None, pool: SandboxPool, limits: SandboxLimits 
         return "the sandbox failed; the program may be fine", False
     test = tests[0]
     status = test.get("status")
-    stdout = test.get("stdout") if isinstance(test.get("stdout"), str) else ""
-    error = test.get("error") if isinstance(test.get("error"), str) else None
+    raw_stdout, raw_error = test.get("stdout"), test.get("error")
+    stdout = raw_stdout if isinstance(raw_stdout, str) else ""
+    error = raw_error if isinstance(raw_error, str) else None
     if status == "done":
         failed = bool(test.get("exit_code")) or bool(error)
         return stdout + (("\n" if stdout and not stdout.endswith("\n") else "") + error if error else ""), not failed
@@ -299,8 +300,7 @@ class FeedbackEnvironment:
     def _check(self, state: EpisodeState, turn: Turn) -> Step:
         code = extract_thinking_and_code_unified(turn.text).code
         if state.visible is None:  # nothing shown to test against: only a program that does not compile is told
-            ok = bool(code) and check_syntax(code)[0]
-            if ok or not code:
+            if not code or check_syntax(code)[0]:
                 return Step(done=True, info={"visible_passed": None})
             return Step(
                 False,

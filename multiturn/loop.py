@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from multiturn.environments import EpisodeState, Step, Turn
+from rollouts.completion import MultiTurnInfo, RolloutCompletion
 from utils.dataset_loader import Task
 from utils.sft_data import encode_inserted_text, environment_turn_ids
 
@@ -78,15 +79,18 @@ class Episode:
     def append(self, ids: list[int], policy: bool, logprobs: list[float] | None = None) -> None:
         self.token_ids += ids
         self.action_mask += [int(policy)] * len(ids)
-        if self.logprobs is not None:
-            if policy and logprobs is None:
-                self.logprobs = None  # this backend gives none: the record has none
-            else:
-                self.logprobs += list(logprobs) if policy else [0.0] * len(ids)
+        if self.logprobs is None:
+            return
+        if not policy:
+            self.logprobs += [0.0] * len(ids)
+        elif logprobs is None:
+            self.logprobs = None  # this backend gives none: the record has none
+        else:
+            self.logprobs += list(logprobs)
 
 
-def _record(episode: Episode, mode: str) -> dict:
-    """The rollout record: the single-turn record's fields plus the multi-turn ones (see README)."""
+def _record(episode: Episode, mode: str) -> RolloutCompletion:
+    """The rollout record: a completion whose token ids hold every turn, with its `MultiTurnInfo`."""
     policy_turns = episode.turns
     answers = [t["text"] for t in policy_turns]
     last = policy_turns[-1] if policy_turns else {"text": "", "finish_reason": "length"}
@@ -98,26 +102,23 @@ def _record(episode: Episode, mode: str) -> dict:
         if turn.get("feedback") is not None:  # a user turn: shown as such (its ids are the template's)
             pieces.append(f"\n\n[feedback]\n{turn['feedback']}\n\n")
     transcript = "".join(pieces)
-    record = {
-        "text": transcript if mode == "tool" else last["text"],  # what the reward scores: the final answer
-        "token_ids": list(episode.token_ids),
-        "prompt_ids": list(episode.prompt_ids),
-        "finish_reason": "stop" if last["finish_reason"] == "stop" else "length",
-        "num_tokens": len(episode.token_ids),
-        "num_policy_tokens": sum(episode.action_mask),
-        "action_mask": list(episode.action_mask),
-        "mode": mode,
-        "turns": episode.turns,
-        "num_turns": len(policy_turns),
-        "answers": answers if mode == "feedback" else [transcript],
-        "transcript": transcript,
-        "truncated": episode.truncated,
-        "tool_calls": episode.state.tool_calls,
-        "tool_successes": episode.state.tool_successes,
-    }
-    if episode.logprobs is not None and episode.token_ids:
-        record["logprobs"] = list(episode.logprobs)
-    return record
+    return RolloutCompletion(
+        text=transcript if mode == "tool" else last["text"],  # what the reward scores: the final answer
+        token_ids=tuple(episode.token_ids),
+        prompt_ids=tuple(episode.prompt_ids),
+        finish_reason="stop" if last["finish_reason"] == "stop" else "length",
+        logprobs=tuple(episode.logprobs) if episode.logprobs is not None and episode.token_ids else None,
+        action_mask=tuple(episode.action_mask),
+        multi_turn=MultiTurnInfo(
+            mode=mode,
+            turns=tuple(episode.turns),
+            answers=tuple(answers) if mode == "feedback" else (transcript,),
+            transcript=transcript,
+            truncated=episode.truncated,
+            tool_calls=episode.state.tool_calls,
+            tool_successes=episode.state.tool_successes,
+        ),
+    )
 
 
 def run_episodes(
@@ -131,7 +132,7 @@ def run_episodes(
     max_total_tokens: int,
     chat_template_kwargs: dict | None = None,
     progress: Any = None,
-) -> list[dict]:
+) -> list[RolloutCompletion]:
     """Run every (prompt, task) pair to the end; one record per pair, in order.
 
     `max_new_tokens` bounds one policy turn, `max_total_tokens` everything after the prompt. A
@@ -164,6 +165,7 @@ def run_episodes(
             if step.done:
                 e.done, e.truncated = True, step.truncated
                 continue
+            assert step.observation is not None, "an environment step that goes on has an observation"
             ids = (
                 environment_turn_ids(tokenizer, {"role": "user", "content": step.observation}, chat_template_kwargs)
                 if step.as_user_message

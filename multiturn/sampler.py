@@ -1,8 +1,8 @@
 """Multi-turn sampling for the phases: G samples per task through `run_episodes`, grouped per task.
 
 `MultiTurnSampler.generate(model, prompts, num_samples, step, tasks)` returns what a single-turn
-rollout's `generate` returns (one list of sample records per prompt), with the multi-turn fields
-of `multiturn.loop` on every record. The backend is made per call from the model and the step
+rollout's `generate` returns (one list of `RolloutCompletion`s per prompt), each with its action mask
+and `MultiTurnInfo` (`multiturn.loop`). The backend is made per call from the model and the step
 (`backend_for(model, step)`, see `multiturn.backends.continuer_for`), so the trainer's current
 weights (or the evaluated adapter) sample; a backend with a `close()` is closed after the episodes.
 
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from multiturn.loop import ContinueBackend, Environment, run_episodes
+from rollouts.completion import RolloutCompletion
 from utils.dataset_loader import Task
 from utils.sft_data import encode_prompt
 
@@ -37,7 +38,7 @@ class MultiTurnSampler:
 
     def generate(
         self, model: Any, prompts: list[str], num_samples: int, step: int = 0, tasks: Sequence[Task] | None = None
-    ) -> list[list[dict]]:
+    ) -> list[list[RolloutCompletion]]:
         if tasks is None or len(tasks) != len(prompts):
             raise ValueError("multi-turn sampling needs the task of every prompt (the environment runs its tests)")
         ids = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
@@ -91,36 +92,42 @@ def multi_turn_sampler(
     )
 
 
-def multi_turn_metrics(records: Sequence[dict], passed: Sequence[bool], shaping: Sequence[float]) -> dict[str, float]:
+def multi_turn_metrics(
+    records: Sequence[RolloutCompletion], passed: Sequence[bool], shaping: Sequence[float]
+) -> dict[str, float]:
     """Phase 3's per-step multi-turn metrics: turns per sample, the share truncated by a limit (scored on
     their last answer), the share of passing samples that needed more than one turn, the share of the
-    sequence the environment inserted, tool use, and the mean shaping term."""
+    sequence the environment inserted, tool use, and the mean shaping term (single-turn records count
+    as one turn, no tool call, nothing inserted)."""
     n = max(len(records), 1)
-    tokens = max(sum(r["num_tokens"] for r in records), 1)
+    tokens = max(sum(r.num_tokens for r in records), 1)
+    infos = [r.multi_turn for r in records if r.multi_turn is not None]
+    tool_calls = sum(i.tool_calls for i in infos)
     return {
-        "multi_turn/turns_mean": sum(r.get("num_turns", 1) for r in records) / n,
-        "multi_turn/truncated": sum(bool(r.get("truncated")) for r in records) / n,
-        "multi_turn/passed_after_first_turn": sum(
-            ok and r.get("num_turns", 1) > 1 for r, ok in zip(records, passed, strict=True)
-        )
+        "multi_turn/turns_mean": sum(r.num_turns for r in records) / n,
+        "multi_turn/truncated": sum(i.truncated for i in infos) / n,
+        "multi_turn/passed_after_first_turn": sum(ok and r.num_turns > 1 for r, ok in zip(records, passed, strict=True))
         / n,
-        "multi_turn/environment_token_share": 1.0 - sum(sum(r.get("action_mask", [])) for r in records) / tokens,
-        "multi_turn/tool_calls_mean": sum(r.get("tool_calls", 0) for r in records) / n,
-        "multi_turn/tool_success_share": sum(r.get("tool_successes", 0) for r in records)
-        / max(sum(r.get("tool_calls", 0) for r in records), 1),
+        "multi_turn/environment_token_share": 1.0
+        - sum(sum(r.action_mask) for r in records if r.action_mask is not None) / tokens,
+        "multi_turn/tool_calls_mean": tool_calls / n,
+        "multi_turn/tool_success_share": sum(i.tool_successes for i in infos) / max(tool_calls, 1),
         "multi_turn/shaping_mean": sum(shaping) / n,
     }
 
 
-def shaping_reward(record: dict, tool_call_reward: float, tool_reward_cap: float, turn_cost: float) -> float:
+def shaping_reward(
+    record: RolloutCompletion, tool_call_reward: float, tool_reward_cap: float, turn_cost: float
+) -> float:
     """The optional multi-turn reward terms of one sample (0 when off, and for single-turn records):
     + tool_call_reward per program that ran without error, at most tool_reward_cap in all;
     - turn_cost per extra turn (feedback: answers after the first; tool: programs asked for)."""
-    mode = record.get("mode")
-    if mode not in ("tool", "feedback"):
+    info = record.multi_turn
+    if info is None or info.mode not in ("tool", "feedback"):
         return 0.0
-    bonus = min(tool_call_reward * record.get("tool_successes", 0), tool_reward_cap) if mode == "tool" else 0.0
-    extra_turns = record.get("tool_calls", 0) if mode == "tool" else max(record.get("num_turns", 1) - 1, 0)
+    tool = info.mode == "tool"
+    bonus = min(tool_call_reward * info.tool_successes, tool_reward_cap) if tool else 0.0
+    extra_turns = info.tool_calls if tool else max(info.num_turns - 1, 0)
     return bonus - turn_cost * extra_turns
 
 

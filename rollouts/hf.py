@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from rollouts.completion import RolloutCompletion
 from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.prompts import SYSTEM_PROMPT_UNIFIED
 from utils.sft_data import encode_prompt, end_of_turn_id
@@ -42,7 +43,7 @@ def generate_completions(
     system_prompt: str | None = SYSTEM_PROMPT_UNIFIED,
     chat_template_kwargs: dict[str, Any] | None = None,
     batch_size: int = 8,
-) -> list[list[dict[str, Any]]]:
+) -> list[list[RolloutCompletion]]:
     """Sample `num_samples` completions for each prompt with `model.generate`.
 
     `sampling` is passed whole (`SamplingSettings.hf_generate_kwargs`), so the checkpoint's
@@ -50,16 +51,15 @@ def generate_completions(
     greedy (then all samples of a prompt are identical). Generation stops on the chat template's
     end-of-turn, the tokenizer's EOS and every EOS id of the model's generation config, as vLLM does.
 
-    Returns one list per prompt of {'text', 'token_ids', 'prompt_ids', 'finish_reason',
-    'num_tokens'}. token_ids include the stop token when the model emitted one (finish_reason
-    "stop"), and nothing after it; "length" means cut at max_new_tokens.
+    Returns one list of `RolloutCompletion`s per prompt. token_ids include the stop token when the
+    model emitted one (finish_reason "stop"), and nothing after it; "length" means cut at max_new_tokens.
     """
     stop_ids = {end_of_turn_id(tokenizer)} | generation_eos_ids(model)
     if tokenizer.eos_token_id is not None:
         stop_ids.add(tokenizer.eos_token_id)
     device = next(model.parameters()).device
     kwargs = sampling.hf_generate_kwargs()
-    results: list[list[dict[str, Any]]] = []
+    results: list[list[RolloutCompletion]] = []
     for start in range(0, len(user_prompts), batch_size):
         chunk = user_prompts[start : start + batch_size]
         encoded = [encode_prompt(tokenizer, p, system_prompt, chat_template_kwargs) for p in chunk]
@@ -81,13 +81,12 @@ def generate_completions(
                 ids = row[: stop_at + 1] if stop_at is not None else row
                 text_ids = ids[:-1] if stop_at is not None else ids
                 samples.append(
-                    {
-                        "text": tokenizer.decode(text_ids, skip_special_tokens=True),
-                        "token_ids": ids,
-                        "prompt_ids": prompt_ids,
-                        "finish_reason": "stop" if stop_at is not None else "length",
-                        "num_tokens": len(ids),
-                    }
+                    RolloutCompletion(
+                        text=tokenizer.decode(text_ids, skip_special_tokens=True),
+                        token_ids=tuple(ids),
+                        prompt_ids=tuple(prompt_ids),
+                        finish_reason="stop" if stop_at is not None else "length",
+                    )
                 )
             results.append(samples)
     return results
@@ -107,7 +106,7 @@ class HFRollout:
         self.chat_template_kwargs = chat_template_kwargs
         self.batch_size = batch_size
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
+    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
         was_training = model.training
         model.eval()  # no dropout while sampling
         try:

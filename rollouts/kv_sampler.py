@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from rollouts.completion import RolloutCompletion
 from rollouts.sampling import SamplingSettings
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -609,7 +610,7 @@ class KVCacheRollout:
         self.update_seconds.append(self.weights.build_seconds)
         return self.weights
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
+    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
         from utils.sft_data import encode_prompt
 
         encoded = [encode_prompt(self.tokenizer, p, self.system_prompt, self.chat_template_kwargs) for p in prompts]
@@ -622,14 +623,14 @@ class KVCacheRollout:
         num_samples: int = 1,
         max_new_tokens: int | None = None,
         stop_strings: tuple[str, ...] = (),
-    ) -> list[list[dict]]:
+    ) -> list[list[RolloutCompletion]]:
         """Continue each token-id sequence (a templated prompt, or a multi-turn conversation so far) by up to
         `max_new_tokens` tokens, `num_samples` times, stopping at a stop token or at the first of `stop_strings`
         found in the generated text (e.g. a closing tag; the token completing it is the last one kept).
 
-        Returns per sequence a list of {'text', 'token_ids', 'prompt_ids', 'finish_reason', 'num_tokens',
-        'logprobs', 'stop_string'}: token_ids are the new tokens only (with the stop token or the token that
-        completed the stop string), text their decoding without special tokens (a stop string is in it)."""
+        Returns per sequence a list of `RolloutCompletion`s with `logprobs` and `stop_string`: token_ids are the
+        new tokens only (with the stop token or the token that completed the stop string), text their decoding
+        without special tokens (a stop string is in it)."""
         weights = self.sync(model)
         stops = sampler_stop_ids(self.tokenizer, model)
         budget = self.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -652,15 +653,14 @@ class KVCacheRollout:
                 ids = row["token_ids"]
                 ended_on_id = bool(ids) and ids[-1] in stops and row["finish_reason"] == "stop"
                 samples.append(
-                    {
-                        "text": self.tokenizer.decode(ids[:-1] if ended_on_id else ids, skip_special_tokens=True),
-                        "token_ids": ids,
-                        "prompt_ids": list(prompt_ids),
-                        "finish_reason": row["finish_reason"],
-                        "num_tokens": len(ids),
-                        "logprobs": row["logprobs"],
-                        "stop_string": row["stop_string"],
-                    }
+                    RolloutCompletion(
+                        text=self.tokenizer.decode(ids[:-1] if ended_on_id else ids, skip_special_tokens=True),
+                        token_ids=tuple(ids),
+                        prompt_ids=tuple(prompt_ids),
+                        finish_reason=row["finish_reason"],
+                        logprobs=tuple(row["logprobs"]),
+                        stop_string=row["stop_string"],
+                    )
                 )
             results.append(samples)
         return results

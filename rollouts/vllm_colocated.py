@@ -15,7 +15,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from rollouts.completion import completion_record, stop_ids
+from rollouts.completion import RolloutCompletion, completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff
 from utils.sft_data import encode_prompt
@@ -103,7 +103,7 @@ class VLLMRollout:
         self._synced_step = step
         return self.lora_request
 
-    def sample(self, prompts: list[str], num_samples: int, lora_request: Any) -> list[list[dict]]:
+    def sample(self, prompts: list[str], num_samples: int, lora_request: Any) -> list[list[RolloutCompletion]]:
         """n completions per prompt with the given adapter request (None: the base model)."""
         end = set(stop_ids(self.tokenizer))
         params = self.vllm.SamplingParams(
@@ -121,7 +121,7 @@ class VLLMRollout:
             for ids, output in zip(encoded, outputs, strict=True)
         ]
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
+    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
         if self.sleep_mode:
             self.llm.wake_up()
         request = self.sync_adapter(model, step)

@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from rollouts.completion import completion_record, stop_ids
+from rollouts.completion import RolloutCompletion, completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff
 from synthesis.teacher_query import RequestFailedError, TeacherClient
@@ -74,7 +74,7 @@ def completion_request(
     return body
 
 
-def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids: set[int]) -> list[dict]:
+def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids: set[int]) -> list[RolloutCompletion]:
     """The choices of one completion response, in order. ValueError when the body is not what was asked for."""
     if not isinstance(raw, dict) or not isinstance(raw.get("choices"), list):
         raise ValueError(f"not a completion response: {str(raw)[:120]!r}")
@@ -193,7 +193,7 @@ class VLLMServerRollout:
 
         return self._run(every())
 
-    def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[dict]]:
+    def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[RolloutCompletion]]:
         """n completions per prompt from the served model or adapter called `model_name`."""
         end = set(stop_ids(self.tokenizer))
         encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
@@ -205,7 +205,7 @@ class VLLMServerRollout:
         ]
         return self.post_completions(bodies, lambda body, raw: parse_completions(raw, body["prompt"], num_samples, end))
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[dict]]:
+    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
         return self.sample(prompts, num_samples, self.sync_adapter(model, step))
 
     def close(self) -> None:

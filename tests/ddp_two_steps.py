@@ -68,10 +68,10 @@ def main(out_dir: str, uneven: bool = False) -> None:
             [
                 [
                     {
-                        "prompt_ids": s["prompt_ids"],
-                        "token_ids": s["token_ids"],
-                        "correctness": s["reward"].correctness,
-                        "format": s["reward"].format,
+                        "prompt_ids": list(s.completion.prompt_ids),
+                        "token_ids": list(s.completion.token_ids),
+                        "correctness": s.reward.correctness,
+                        "format": s.reward.format,
                     }
                     for s in g
                 ]

@@ -15,6 +15,7 @@ import types
 import pytest
 import torch
 
+from rollouts.completion import RolloutCompletion
 from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
 from training import grpo_trainer
 from training.batching import completion_logprobs, pad_rollout_batch, slice_rollout_batch
@@ -34,9 +35,11 @@ class ScriptedToolRollout(ScriptedRollout):
     def generate(self, model, prompts, num_samples, step):
         eot = end_of_turn_id(self.tokenizer)
         groups = super().generate(model, prompts, num_samples, step)
+        out = []
         for group in groups:
+            out.append([])
             for sample in group:
-                code = sample["text"].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+                code = sample.text.split("```python\n", 1)[1].rsplit("\n```", 1)[0]
                 first = self.tokenizer("<think>\nplan\n<program>print(1 + 2)</program>", add_special_tokens=False)[
                     "input_ids"
                 ]
@@ -44,10 +47,14 @@ class ScriptedToolRollout(ScriptedRollout):
                 answer = self.tokenizer(f"</think>\n\n```python\n{code}\n```", add_special_tokens=False)[
                     "input_ids"
                 ] + [eot]
-                sample["token_ids"] = first + result + answer
-                sample["action_mask"] = [1] * len(first) + [0] * len(result) + [1] * len(answer)
-                sample["num_tokens"] = len(sample["token_ids"])
-        return groups
+                out[-1].append(
+                    dataclasses.replace(
+                        sample,
+                        token_ids=tuple(first + result + answer),
+                        action_mask=(1,) * len(first) + (0,) * len(result) + (1,) * len(answer),
+                    )
+                )
+        return out
 
 
 def make_trainer(tmp_path, pool, rollout_class=ScriptedToolRollout, **overrides):
@@ -66,19 +73,30 @@ def _samples(groups):
     return [s for g in groups for s in g]
 
 
+def _completion(prompt_ids, token_ids, action_mask=None):
+    return RolloutCompletion("", tuple(token_ids), tuple(prompt_ids), "stop", action_mask=action_mask)
+
+
+def _replaced(groups, change):
+    """The scored groups with `change(sample) -> dict` applied to each sample's completion."""
+    return [
+        [dataclasses.replace(s, completion=dataclasses.replace(s.completion, **change(s))) for s in g] for g in groups
+    ]
+
+
 def test_the_padded_batch_masks_environment_tokens_and_keeps_their_width():
     samples = [
-        {"prompt_ids": [1, 2], "token_ids": [5, 6, 7, 8], "action_mask": [1, 0, 0, 1]},
-        {"prompt_ids": [3], "token_ids": [9, 10, 11], "action_mask": [1, 1, 0]},  # ends on environment tokens
-        {"prompt_ids": [4], "token_ids": [12, 13]},
+        _completion([1, 2], [5, 6, 7, 8], (1, 0, 0, 1)),
+        _completion([3], [9, 10, 11], (1, 1, 0)),  # ends on environment tokens
+        _completion([4], [12, 13]),
     ]  # no mask: all policy tokens
     batch = pad_rollout_batch(samples, 0)
     assert batch["completion_mask"].tolist() == [[1, 0, 0, 1], [1, 1, 0, 0], [1, 1, 0, 0]]
     part, width = slice_rollout_batch(batch, [1])
     assert width == 3  # the environment token at the end is still part of the sequence the model reads
     assert part["completion_ids"].tolist() == [[9, 10, 11]] and part["completion_mask"].tolist() == [[1, 1, 0]]
-    with pytest.raises(ValueError, match="action_mask"):
-        pad_rollout_batch([{"prompt_ids": [1], "token_ids": [5, 6], "action_mask": [1]}], 0)
+    with pytest.raises(ValueError, match="action_mask"):  # the record refuses a mask of another length
+        pad_rollout_batch([_completion([1], [5, 6], (1,))], 0)
 
 
 def test_loss_and_denominators_by_hand_with_environment_tokens():
@@ -132,23 +150,16 @@ def test_a_multi_turn_sequence_has_the_same_log_probs_in_one_forward_as_turn_by_
     turn1 = tokenizer("<think>\n<program>print(1)</program>", add_special_tokens=False)["input_ids"]
     result = tokenizer(RESULT, add_special_tokens=False)["input_ids"]
     turn2 = tokenizer("</think>\n```python\nx = 1\n```", add_special_tokens=False)["input_ids"]
-    whole = {
-        "prompt_ids": prompt,
-        "token_ids": turn1 + result + turn2,
-        "action_mask": [1] * len(turn1) + [0] * len(result) + [1] * len(turn2),
-    }
-    other = {
-        "prompt_ids": encode_prompt(tokenizer, "a longer prompt that pads the others on the left"),
-        "token_ids": [5, 6],
-    }
-    first = {"prompt_ids": prompt, "token_ids": turn1}
-    second = {"prompt_ids": prompt + turn1 + result, "token_ids": turn2}  # the second turn's own sampling context
+    whole = _completion(prompt, turn1 + result + turn2, (1,) * len(turn1) + (0,) * len(result) + (1,) * len(turn2))
+    other = _completion(encode_prompt(tokenizer, "a longer prompt that pads the others on the left"), [5, 6])
+    first = _completion(prompt, turn1)
+    second = _completion(prompt + turn1 + result, turn2)  # the second turn's own sampling context
     with torch.no_grad():
         one_forward = completion_logprobs(model, pad_rollout_batch([whole, other], tokenizer.pad_token_id))[0]
         by_turn = completion_logprobs(model, pad_rollout_batch([first, second, other], tokenizer.pad_token_id))
     assert torch.allclose(one_forward[: len(turn1)], by_turn[0, : len(turn1)], atol=1e-5)
     assert torch.allclose(
-        one_forward[len(turn1) + len(result) : len(whole["token_ids"])], by_turn[1, : len(turn2)], atol=1e-5
+        one_forward[len(turn1) + len(result) : len(whole.token_ids)], by_turn[1, : len(turn2)], atol=1e-5
     )
 
 
@@ -173,10 +184,10 @@ def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypa
         **{"grpo.num_iterations": 2, "dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0},
     )
     groups, rollout_metrics = trainer.collect_rollouts()
-    for sample in _samples(groups):  # vLLM's convention: a log-prob per token, 0.0 at environment positions
-        sample["logprobs"] = [-1.0 if m else 0.0 for m in sample["action_mask"]]
+    # vLLM's convention: a log-prob per token, 0.0 at environment positions
+    groups = _replaced(groups, lambda s: {"logprobs": tuple(-1.0 if m else 0.0 for m in s.completion.action_mask)})
     trainer.train_on_rollouts(groups, rollout_metrics)
-    masks = {tuple(s["token_ids"]): s["action_mask"] for s in _samples(groups)}
+    masks = {s.completion.token_ids: s.completion.action_mask for s in _samples(groups)}
     environment, policy = [], []
     for ids, logp in seen:
         for row in range(ids.shape[0]):
@@ -208,16 +219,21 @@ def test_the_first_step_loss_counts_only_policy_tokens(tmp_path, pool):
         **{"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0},
     )
     groups, rollout_metrics = trainer.collect_rollouts()
-    samples = _samples(groups)
-    with torch.no_grad():  # the sampler agrees with the policy on every policy token
-        for sample in samples:
-            logp = completion_logprobs(trainer.model, pad_rollout_batch([sample], trainer.tokenizer.pad_token_id))[0]
-            sample["logprobs"] = [float(v) if m else 0.0 for v, m in zip(logp, sample["action_mask"], strict=True)]
+
+    def sampler_logprobs(sample):  # the sampler agrees with the policy on every policy token
+        batch = pad_rollout_batch([sample.completion], trainer.tokenizer.pad_token_id)
+        with torch.no_grad():
+            logp = completion_logprobs(trainer.model, batch)[0]
+        mask = sample.completion.action_mask
+        return {"logprobs": tuple(float(v) if m else 0.0 for v, m in zip(logp, mask, strict=True))}
+
+    groups = _replaced(groups, sampler_logprobs)
+    samples = [s.completion for s in _samples(groups)]
     from training.update_plan import rollout_advantages
 
     advantages = rollout_advantages(groups, trainer.config.grpo.scale_rewards)[0].reshape(-1)
-    policy_tokens = torch.tensor([float(sum(s["action_mask"])) for s in samples])
-    assert (policy_tokens < torch.tensor([float(len(s["token_ids"])) for s in samples])).all()
+    policy_tokens = torch.tensor([float(sum(s.action_mask)) for s in samples])
+    assert (policy_tokens < torch.tensor([float(len(s.token_ids)) for s in samples])).all()
     expected = -float((advantages * policy_tokens).sum() / policy_tokens.sum())
     _, metrics = _step_gradient(trainer, groups, rollout_metrics)
     assert metrics["loss/grpo"] == pytest.approx(expected, abs=1e-6)
@@ -228,9 +244,7 @@ def test_the_first_step_loss_counts_only_policy_tokens(tmp_path, pool):
 def test_an_all_ones_mask_gives_exactly_todays_loss(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool, rollout_class=ScriptedRollout, **{"grpo.num_iterations": 2})
     groups, rollout_metrics = trainer.collect_rollouts()
-    with_mask = copy.deepcopy(groups)
-    for sample in _samples(with_mask):
-        sample["action_mask"] = [1] * len(sample["token_ids"])
+    with_mask = _replaced(copy.deepcopy(groups), lambda s: {"action_mask": (1,) * s.completion.num_tokens})
     buffer, teacher_rng = copy.deepcopy(trainer.buffer.state()), trainer.teacher_rng.getstate()
     plain_grads, plain_metrics = _step_gradient(trainer, groups, dict(rollout_metrics))
     trainer.model.zero_grad(set_to_none=True)
@@ -250,18 +264,17 @@ def test_self_sft_never_trains_on_environment_tokens(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool)
     groups, _ = trainer.collect_rollouts()
     passed, failed = types.SimpleNamespace(passed=True), types.SimpleNamespace(passed=False)
-    for g, group in enumerate(groups):
-        for j, sample in enumerate(group):
-            sample["result"] = passed if (g, j) == (0, 0) else failed
-    sample = groups[0][0]
+    groups = [
+        [dataclasses.replace(s, result=passed if (g, j) == (0, 0) else failed) for j, s in enumerate(group)]
+        for g, group in enumerate(groups)
+    ]
+    sample = groups[0][0].completion
     fresh = trainer._self_sft_examples(groups)
-    prompt = len(sample["prompt_ids"])
+    prompt = len(sample.prompt_ids)
     labels = fresh[0]["labels"][prompt:]
-    assert labels == [t if m else IGNORE_INDEX for t, m in zip(sample["token_ids"], sample["action_mask"], strict=True)]
+    assert labels == [t if m else IGNORE_INDEX for t, m in zip(sample.token_ids, sample.action_mask, strict=True)]
     assert IGNORE_INDEX in labels
-    for group in groups:
-        for s in group:
-            s["result"] = failed
+    groups = [[dataclasses.replace(s, result=failed) for s in group] for group in groups]
     trainer.buffer.load(trainer.buffer.state())  # as a resumed run finds it in its checkpoint
     assert trainer._self_sft_examples(groups) == fresh  # a buffered replay keeps the mask
 

@@ -185,7 +185,7 @@ def test_sampled_logprobs_agree_with_the_trainers(smollm2, dtype):
     torch.manual_seed(3)
     groups = rollout.continue_ids(model, fixture_prompts(tokenizer), num_samples=3)
     samples = [s for group in groups for s in group]
-    assert all(len(s["logprobs"]) == len(s["token_ids"]) > 0 for s in samples)
+    assert all(len(s.logprobs) == len(s.token_ids) > 0 for s in samples)
     batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
     assert "sampling_logps" in batch  # the trainer gets them (importance weights, rollout/logp_abs_diff)
     with torch.no_grad():
@@ -210,17 +210,17 @@ def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     rollout = KVCacheRollout(tokenizer, 12, greedy, template, dtype="float32")
     ours = rollout.generate(model, prompts, 1, step=0)
     for a, b in zip(hf, ours, strict=True):
-        assert a[0]["token_ids"] == b[0]["token_ids"] and a[0]["finish_reason"] == b[0]["finish_reason"] == "length"
-        assert a[0]["text"] == b[0]["text"] and a[0]["prompt_ids"] == b[0]["prompt_ids"]
+        assert a[0].token_ids == b[0].token_ids and a[0].finish_reason == b[0].finish_reason == "length"
+        assert a[0].text == b[0].text and a[0].prompt_ids == b[0].prompt_ids
     # a generation-config EOS both must stop on: the 5th greedy token of the first prompt
-    stop = hf[0][0]["token_ids"][4]
+    stop = hf[0][0].token_ids[4]
     monkeypatch.setattr(model.generation_config, "eos_token_id", [stop])
     assert stop in sampler_stop_ids(tokenizer, model)
     hf = generate_completions(model, tokenizer, prompts[:1], 1, 12, greedy, chat_template_kwargs=template)
     ours = rollout.generate(model, prompts[:1], 1, step=0)
-    assert ours[0][0]["token_ids"] == hf[0][0]["token_ids"] and ours[0][0]["token_ids"][-1] == stop
-    assert ours[0][0]["finish_reason"] == hf[0][0]["finish_reason"] == "stop"
-    assert ours[0][0]["text"] == hf[0][0]["text"]  # the stop token is not in the text
+    assert ours[0][0].token_ids == hf[0][0].token_ids and ours[0][0].token_ids[-1] == stop
+    assert ours[0][0].finish_reason == hf[0][0].finish_reason == "stop"
+    assert ours[0][0].text == hf[0][0].text  # the stop token is not in the text
 
 
 def test_continuation_stops_at_a_stop_string_in_new_text_only(smollm2):
@@ -229,16 +229,16 @@ def test_continuation_stops_at_a_stop_string_in_new_text_only(smollm2):
     rollout = KVCacheRollout(tokenizer, 20, greedy, dtype="float32")
     sequence = fixture_prompts(tokenizer, 1)[0]
     free = rollout.continue_ids(model, [sequence])[0][0]
-    text = tokenizer.decode(free["token_ids"], skip_special_tokens=False)
+    text = tokenizer.decode(free.token_ids, skip_special_tokens=False)
     stop = text[len(text) // 2 : len(text) // 2 + 3]
     in_prompt = tokenizer.decode(sequence[-30:])[:6]  # only in the prompt: must not stop anything
     assert stop and in_prompt not in text
     cut = rollout.continue_ids(model, [sequence], stop_strings=(in_prompt, stop))[0][0]
-    kept = cut["token_ids"]
-    assert cut["finish_reason"] == "stop" and cut["stop_string"] == stop
-    assert kept == free["token_ids"][: len(kept)]  # the same sequence, cut
+    kept = cut.token_ids
+    assert cut.finish_reason == "stop" and cut.stop_string == stop
+    assert kept == free.token_ids[: len(kept)]  # the same sequence, cut
     assert stop in tokenizer.decode(kept) and stop not in tokenizer.decode(kept[:-1])  # the last token completes it
-    assert len(cut["logprobs"]) == len(kept)
+    assert len(cut.logprobs) == len(kept)
 
 
 def test_samples_are_independent_and_finished_rows_leave_the_batch(tiny):

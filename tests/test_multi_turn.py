@@ -17,6 +17,7 @@ from multiturn.environments import (
     visible_tests,
 )
 from multiturn.loop import run_episodes
+from rollouts.completion import RolloutCompletion
 from tests.conftest import ROOT
 from utils.dataset_loader import Task, load_apps, load_mbpp
 from utils.prompts import RESULT_CLOSE, RESULT_OPEN, TOOL_EXAMPLE, get_unified_prompt
@@ -52,12 +53,12 @@ STDIN = Task(
 ANSWER = "<think>\nAdd them.\n</think>\n\n```python\ndef add(a, b):\n    return {}\n```"
 
 
-def policy_runs(record: dict, tokenizer) -> tuple[list[str], list[list[int]]]:
+def policy_runs(record: RolloutCompletion, tokenizer) -> tuple[list[str], list[list[int]]]:
     """The record's token ids split into runs of equal mask: (decoded policy runs, env id runs)."""
     runs: list[tuple[int | None, list[int]]] = []
     current: list[int] = []
     flag: int | None = None
-    for token, mask in zip(record["token_ids"], record["action_mask"], strict=True):
+    for token, mask in zip(record.token_ids, record.action_mask, strict=True):
         if mask != flag and current:
             runs.append((flag, current))
             current = []
@@ -178,17 +179,19 @@ def test_tool_mode_three_turns_mask_covers_exactly_the_policy_tokens(smollm2_tok
     policy, env_runs = policy_runs(record, tok)
     assert policy == [tool_script(0, 0), tool_script(0, 1), tool_script(0, 2) + "<|im_end|>"]
     assert [tok.decode(r) for r in env_runs] == ["\n<result>\n2\n</result>\n", "\n<result>\n6\n</result>\n"]
-    assert len(record["action_mask"]) == len(record["token_ids"]) == record["num_tokens"]
+    assert len(record.action_mask) == len(record.token_ids) == record.num_tokens
     # each turn continued from exactly the ids of the sequence so far (what training will score)
+    sequence = prompt_ids + list(record.token_ids)
     assert [c[0] for c in backend.calls] == [
         prompt_ids,
-        (prompt_ids + record["token_ids"])[: len(backend.calls[1][0])],
-        (prompt_ids + record["token_ids"])[: len(backend.calls[2][0])],
+        sequence[: len(backend.calls[1][0])],
+        sequence[: len(backend.calls[2][0])],
     ]
-    assert backend.calls[2][0] == prompt_ids + record["token_ids"][: len(backend.calls[2][0]) - len(prompt_ids)]
-    assert record["num_turns"] == 3 and record["tool_calls"] == 2 and record["tool_successes"] == 2
-    assert not record["truncated"] and record["finish_reason"] == "stop"
-    parsed = extract_thinking_and_code_unified(record["text"])
+    assert backend.calls[2][0] == prompt_ids + list(record.token_ids[: len(backend.calls[2][0]) - len(prompt_ids)])
+    info = record.multi_turn
+    assert record.num_turns == 3 and info.tool_calls == 2 and info.tool_successes == 2
+    assert not info.truncated and record.finish_reason == "stop"
+    parsed = extract_thinking_and_code_unified(record.text)
     assert execute_program(parsed.code, MBPP, pool=pool).passed
 
 
@@ -210,9 +213,9 @@ def test_feedback_mode_three_answers_mask_and_no_hidden_test_in_any_observation(
         assert text.startswith("\n<|im_start|>user\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
         assert MBPP.tests[0] in text and ("got -1" in text or "got 2" in text)
         assert not any(hidden in text for hidden in MBPP.tests[1:]) and "42" not in text
-    assert record["num_turns"] == 3 and record["answers"] == [feedback_script(0, t) for t in range(3)]
-    assert record["text"] == feedback_script(0, 2) and not record["truncated"]
-    assert [t["visible_passed"] for t in record["turns"]] == [False, False, True]
+    assert record.num_turns == 3 and record.multi_turn.answers == tuple(feedback_script(0, t) for t in range(3))
+    assert record.text == feedback_script(0, 2) and not record.multi_turn.truncated
+    assert [t["visible_passed"] for t in record.multi_turn.turns] == [False, False, True]
 
 
 def test_stdin_feedback_reports_only_the_statements_example(smollm2_tokenizer, pool):
@@ -242,15 +245,15 @@ def test_samples_that_exhaust_turns_or_tokens_are_truncated_and_keep_their_last_
     env = FeedbackEnvironment(pool, max_turns=2, num_visible_tests=1, feedback_max_chars=400)
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
     [record] = run_episodes(always_wrong, env, tok, [prompt], [MBPP], "feedback", 64, 600)
-    assert record["truncated"] and record["num_turns"] == 2 and record["text"] == ANSWER.format("1 - a")
-    assert record["finish_reason"] == "stop"  # the policy ended its turn; the environment ran out of turns
+    assert record.multi_turn.truncated and record.num_turns == 2 and record.text == ANSWER.format("1 - a")
+    assert record.finish_reason == "stop"  # the policy ended its turn; the environment ran out of turns
     # a token budget that the second tool turn cannot fit
     looping = ScriptedBackend(tok, lambda i, t: "<think>\n<program>\nprint('a' * 30)\n</program>")
     tool = ToolEnvironment(pool, max_tool_calls=10, result_max_bytes=200)
     [cut] = run_episodes(looping, tool, tok, [prompt], [MBPP], "tool", 32, 60)
-    assert cut["truncated"] and cut["num_tokens"] <= 60 and cut["finish_reason"] == "length"
-    assert len(cut["action_mask"]) == len(cut["token_ids"])
-    assert not extract_thinking_and_code_unified(cut["text"]).code
+    assert cut.multi_turn.truncated and cut.num_tokens <= 60 and cut.finish_reason == "length"
+    assert len(cut.action_mask) == len(cut.token_ids)
+    assert not extract_thinking_and_code_unified(cut.text).code
 
 
 def test_tool_call_limit_is_answered_without_running(smollm2_tokenizer, pool):
@@ -258,9 +261,9 @@ def test_tool_call_limit_is_answered_without_running(smollm2_tokenizer, pool):
     script = ScriptedBackend(tok, lambda i, t: "<program>\nprint('ran')\n</program>" if t < 2 else "done")
     env = ToolEnvironment(pool, max_tool_calls=1, result_max_bytes=200)
     [record] = run_episodes(script, env, tok, [encode_prompt(tok, "p")], [MBPP], "tool", 32, 400)
-    assert [t.get("tool_status") for t in record["turns"]] == ["ok", "over_limit", None]
-    assert record["tool_calls"] == 2 and record["tool_successes"] == 1
-    assert "limit of 1 programs" in record["transcript"]
+    assert [t.get("tool_status") for t in record.multi_turn.turns] == ["ok", "over_limit", None]
+    assert record.multi_turn.tool_calls == 2 and record.multi_turn.tool_successes == 1
+    assert "limit of 1 programs" in record.multi_turn.transcript
 
 
 def test_a_batch_of_samples_advances_together(smollm2_tokenizer, pool):
@@ -271,7 +274,7 @@ def test_a_batch_of_samples_advances_together(smollm2_tokenizer, pool):
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="tool"))
     records = run_episodes(backend, env, tok, [prompt, prompt], [MBPP, MBPP], "tool", 64, 400)
     assert [len(c) for c in backend.calls] == [2, 1]
-    assert [r["num_turns"] for r in records] == [1, 2] and [r["tool_calls"] for r in records] == [0, 1]
+    assert [r.num_turns for r in records] == [1, 2] and [r.multi_turn.tool_calls for r in records] == [0, 1]
 
 
 def test_a_hostile_program_inside_program_tags_learns_nothing_and_leaves_nothing(smollm2_tokenizer, pool, tmp_path):
@@ -302,30 +305,12 @@ def test_a_hostile_program_inside_program_tags_learns_nothing_and_leaves_nothing
     assert "spawned" in observed  # it ran: what it read and started is what the sandbox allowed
     assert "SECRET-17" not in observed and "assert" not in observed
     assert end_of_turn_id(tok) not in env_runs[0]  # printed markup stays text
-    assert not execute_program(extract_thinking_and_code_unified(record["text"]).code, MBPP, pool=pool).passed
+    assert not execute_program(extract_thinking_and_code_unified(record.text).code, MBPP, pool=pool).passed
     time.sleep(3)
     assert not marker.exists()
 
 
 # ------------------------------------------------------------------------------- the backends
-
-RECORD_KEYS = {
-    "text",
-    "token_ids",
-    "prompt_ids",
-    "finish_reason",
-    "num_tokens",
-    "num_policy_tokens",
-    "action_mask",
-    "mode",
-    "turns",
-    "num_turns",
-    "answers",
-    "transcript",
-    "truncated",
-    "tool_calls",
-    "tool_successes",
-}
 
 
 @pytest.fixture(scope="module")
@@ -363,9 +348,10 @@ def test_the_loop_on_the_tiny_model_gives_the_record_shape(tiny, pool):
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
     records = run_episodes(backend, env, tok, [prompt, prompt], [MBPP, MBPP], "feedback", 12, 80)
     for record in records:
-        assert set(record) == RECORD_KEYS
-        assert len(record["action_mask"]) == len(record["token_ids"]) <= 80
-        assert record["action_mask"][0] == 1 and sum(record["action_mask"]) == record["num_policy_tokens"]
+        # a multi-turn record with its action mask; the transformers backend reports no log-probs
+        assert record.multi_turn is not None and record.action_mask is not None and record.logprobs is None
+        assert len(record.action_mask) == len(record.token_ids) <= 80
+        assert record.action_mask[0] == 1 and sum(record.action_mask) == record.num_policy_tokens
 
 
 def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool, monkeypatch):
@@ -391,13 +377,16 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
     prompt = encode_prompt(tok, "p")
     [from_vllm] = run_episodes(VLLMContinuer(llm, fake, tok), env, tok, [prompt], [MBPP], "tool", 64, 400)
     [scripted] = run_episodes(ScriptedBackend(tok, script), env, tok, [prompt], [MBPP], "tool", 64, 400)
-    assert set(from_vllm) == RECORD_KEYS | {"logprobs"} and set(scripted) == RECORD_KEYS
-    for key in ("token_ids", "action_mask", "text", "num_turns", "tool_calls", "finish_reason", "truncated"):
-        assert from_vllm[key] == scripted[key], key
-    assert "\n<result>\n42\n</result>\n" in from_vllm["text"]
-    assert len(from_vllm["logprobs"]) == len(from_vllm["token_ids"])
-    assert all(lp == 0.0 for lp, m in zip(from_vllm["logprobs"], from_vllm["action_mask"], strict=True) if m == 0)
-    assert all(lp < 0 for lp, m in zip(from_vllm["logprobs"], from_vllm["action_mask"], strict=True) if m == 1)
+    assert from_vllm.logprobs is not None and scripted.logprobs is None  # only vLLM reports log-probs
+    assert from_vllm.multi_turn is not None and scripted.multi_turn is not None
+    for key in ("token_ids", "action_mask", "text", "num_turns", "finish_reason"):
+        assert getattr(from_vllm, key) == getattr(scripted, key), key
+    for key in ("tool_calls", "truncated"):
+        assert getattr(from_vllm.multi_turn, key) == getattr(scripted.multi_turn, key), key
+    assert "\n<result>\n42\n</result>\n" in from_vllm.text
+    assert len(from_vllm.logprobs) == len(from_vllm.token_ids)
+    assert all(lp == 0.0 for lp, m in zip(from_vllm.logprobs, from_vllm.action_mask, strict=True) if m == 0)
+    assert all(lp < 0 for lp, m in zip(from_vllm.logprobs, from_vllm.action_mask, strict=True) if m == 1)
     params = llm.calls[0].params
     assert params.stop == ["</program>"] and params.include_stop_str_in_output and params.n == 1
 

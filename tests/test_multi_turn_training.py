@@ -4,6 +4,8 @@ continuer, and one framing of environment turns for sampling and teacher-SFT."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from multiturn.backends import cut_continuation, stop_token_ids
 from multiturn.environments import FeedbackEnvironment, ToolEnvironment
 from multiturn.loop import Continuation, run_episodes
 from multiturn.sampler import shaping_reward
+from rollouts.completion import MultiTurnInfo, RolloutCompletion
 from tests.trainer_helpers import small_tasks, tiny_config
 from training.grpo_trainer import GRPOTrainer
 from training.update_plan import plan_update
@@ -150,14 +153,14 @@ def test_the_training_batch_masks_exactly_the_environment_tokens(tmp_path, tiny_
     trainer, _ = trainer_for(tmp_path, tiny_student, feedback_script, **{"multi_turn.mode": "feedback"})
     groups, _ = trainer.collect_rollouts()
     samples = [s for g in groups for s in g]
-    assert any(0 in s["action_mask"] for s in samples)  # feedback turns were inserted
+    assert any(0 in s.completion.action_mask for s in samples)  # feedback turns were inserted
     cfg = trainer.config
     plan = plan_update(groups, trainer.model, trainer.tokenizer.pad_token_id, "cpu", cfg.grpo, 1, 0, None, 0)
     [rows] = plan.micro_batches
     mask = plan.batches[0]["completion_mask"]
     for position, k in enumerate(rows):
-        action = samples[k]["action_mask"]
-        assert mask[position, : len(action)].tolist() == action
+        action = samples[k].completion.action_mask
+        assert mask[position, : len(action)].tolist() == list(action)
         assert mask[position, len(action) :].sum() == 0
 
 
@@ -165,7 +168,7 @@ def test_shaping_terms_are_capped_and_off_by_default(tmp_path, tiny_student):
     tool = {"multi_turn.mode": "tool", "multi_turn.max_tool_calls": 4}
     off, _ = trainer_for(tmp_path / "off", tiny_student, tool_script, **tool)
     groups, metrics = off.collect_rollouts()
-    assert all(s["reward"].shaping == 0.0 for g in groups for s in g) and metrics["multi_turn/shaping_mean"] == 0.0
+    assert all(s.reward.shaping == 0.0 for g in groups for s in g) and metrics["multi_turn/shaping_mean"] == 0.0
     shaped = {
         **tool,
         "multi_turn.tool_call_reward": 0.05,
@@ -180,12 +183,14 @@ def test_shaping_terms_are_capped_and_off_by_default(tmp_path, tiny_student):
             calls = row % 4  # tool_script: row r calls r programs; the second one raises
             successes = calls - (calls >= 2)
             expected = min(0.05 * successes, 0.08) - 0.01 * calls
-            r = s["reward"]
-            assert (s["tool_calls"], s["tool_successes"]) == (calls, successes)
+            r, info = s.reward, s.completion.multi_turn
+            assert (info.tool_calls, info.tool_successes) == (calls, successes)
             assert r.shaping == pytest.approx(expected)
             assert r.total == pytest.approx(r.correctness + fw * r.format + expected)
-    assert shaping_reward({"mode": "feedback", "num_turns": 3}, 0.05, 0.08, 0.01) == pytest.approx(-0.02)
-    assert shaping_reward({"text": "single-turn record"}, 0.05, 0.08, 0.01) == 0.0
+    three_answers = MultiTurnInfo("feedback", ({}, {}, {}), ("a", "b", "c"), "", False, 0, 0)
+    feedback = RolloutCompletion("c", (), (), "stop", multi_turn=three_answers)
+    assert shaping_reward(feedback, 0.05, 0.08, 0.01) == pytest.approx(-0.02)
+    assert shaping_reward(RolloutCompletion("single-turn record", (), (), "stop"), 0.05, 0.08, 0.01) == 0.0
 
 
 def test_truncated_samples_are_scored_on_their_last_answer_and_counted(tmp_path, tiny_student):
@@ -195,9 +200,10 @@ def test_truncated_samples_are_scored_on_their_last_answer_and_counted(tmp_path,
     groups, metrics = trainer.collect_rollouts()
     for group in groups:
         for row, s in enumerate(group):
-            assert s["truncated"] == (row % 4 >= 2) and s["num_turns"] == (1 if row % 4 == 0 else 2)
-            assert s["text"] == s["answers"][-1]  # the reward's text is the last answer
-            assert s["reward"].correctness == (1.0 if row % 4 < 2 else 0.0)
+            c = s.completion
+            assert c.multi_turn.truncated == (row % 4 >= 2) and c.num_turns == (1 if row % 4 == 0 else 2)
+            assert c.text == c.multi_turn.answers[-1]  # the reward's text is the last answer
+            assert s.reward.correctness == (1.0 if row % 4 < 2 else 0.0)
     assert metrics["multi_turn/truncated"] == 0.5
     # a token budget too small for a second answer: truncated after the feedback would not fit
     short, _ = trainer_for(
@@ -208,8 +214,11 @@ def test_truncated_samples_are_scored_on_their_last_answer_and_counted(tmp_path,
     )
     groups, metrics = short.collect_rollouts()
     wrong_first = [s for g in groups for row, s in enumerate(g) if row % 4]
-    assert all(s["truncated"] and s["num_turns"] == 1 and s["num_tokens"] <= 70 for s in wrong_first)
-    assert all(s["reward"].correctness == 0.0 for s in wrong_first)
+    assert all(
+        s.completion.multi_turn.truncated and s.completion.num_turns == 1 and s.completion.num_tokens <= 70
+        for s in wrong_first
+    )
+    assert all(s.reward.correctness == 0.0 for s in wrong_first)
 
 
 def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_student):
@@ -220,11 +229,11 @@ def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_stud
     visible = trainer.config.prompt.num_visible_tests
     feedback_turns = 0
     for group in groups:
-        task = group[0]["task"]
+        task = group[0].task
         hidden = [t for t in task.tests[visible:] if t not in task.tests[:visible]]
         assert hidden
         for s in group:
-            for turn in s["turns"]:
+            for turn in s.completion.multi_turn.turns:
                 if turn.get("feedback"):
                     feedback_turns += 1
                     assert not any(h in turn["feedback"] for h in hidden)
@@ -261,11 +270,13 @@ def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_log
     finally:
         pool.close()
     for a, b in zip(from_kv, from_hf, strict=True):
-        assert set(a) == set(b) | {"logprobs"}
-        for key in set(b):
-            assert type(a[key]) is type(b[key]), key
-        assert len(a["action_mask"]) == len(a["token_ids"]) == len(a["logprobs"]) <= 80
-        assert a["finish_reason"] in ("stop", "length")
+        assert a.logprobs is not None and b.logprobs is None  # the kv sampler's log-probs; hf has none
+        for name in (f.name for f in dataclasses.fields(RolloutCompletion) if f.name != "logprobs"):
+            assert type(getattr(a, name)) is type(getattr(b, name)), name
+        for name in (f.name for f in dataclasses.fields(MultiTurnInfo)):
+            assert type(getattr(a.multi_turn, name)) is type(getattr(b.multi_turn, name)), name
+        assert len(a.action_mask) == len(a.token_ids) == len(a.logprobs) <= 80
+        assert a.finish_reason in ("stop", "length")
     # the sampler's log-prob of each policy token is the trainer's (fp32 copy), 0.0 at environment tokens
     batch = pad_rollout_batch(from_kv, tok.pad_token_id)
     model.eval()
@@ -309,23 +320,23 @@ def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm
     with SandboxPool(2) as pool:
         env = FeedbackEnvironment(pool, max_turns=3, num_visible_tests=1, feedback_max_chars=400)
         [record] = run_episodes(policy, env, tok, [encode_prompt(tok, user_prompt)], [task], "feedback", 200, 2000)
-    assert record["num_turns"] == 3 and record["answers"] == replies
+    assert record.num_turns == 3 and record.multi_turn.answers == tuple(replies)
     messages = []
-    for turn in record["turns"]:
+    for turn in record.multi_turn.turns:
         messages.append({"role": "assistant", "content": turn["text"]})
         if turn.get("feedback"):
             messages.append({"role": "user", "content": turn["feedback"]})
     prompt_ids, response_ids, mask = encode_conversation(tok, user_prompt, messages)
-    assert prompt_ids == record["prompt_ids"]
-    assert response_ids == record["token_ids"] and mask == record["action_mask"]
+    assert tuple(prompt_ids) == record.prompt_ids
+    assert tuple(response_ids) == record.token_ids and tuple(mask) == record.action_mask
     # and a tool exchange: <result> blocks inside the assistant turn are the environment's
     tool_replies = ["<think>\n<program>\nprint(6 * 7)\n</program>", "\nSo.\n</think>\n\nDone."]
     policy = SequencePolicy(tok, lambda text, row: tool_replies[text.count("</result>")])
     with SandboxPool(2) as pool:
         env = ToolEnvironment(pool, max_tool_calls=2, result_max_bytes=100)
         [tool] = run_episodes(policy, env, tok, [encode_prompt(tok, "p")], [task], "tool", 64, 400)
-    _, ids, mask = encode_conversation(tok, "p", [{"role": "assistant", "content": tool["transcript"]}])
-    assert ids == tool["token_ids"] and mask == tool["action_mask"]
+    _, ids, mask = encode_conversation(tok, "p", [{"role": "assistant", "content": tool.multi_turn.transcript}])
+    assert tuple(ids) == tool.token_ids and tuple(mask) == tool.action_mask
 
 
 def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_current_adapter(tmp_path, monkeypatch):
@@ -361,5 +372,6 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     assert engine.events == ["sleep1", "wake_up", "generate", "generate", "sleep1"]
     assert sorted(p.name for p in (tmp_path / ".vllm_adapters").iterdir()) == ["step-0"]
     for s in (s for g in groups for s in g):
-        assert len(s["logprobs"]) == len(s["token_ids"]) == len(s["action_mask"]) and 0 in s["action_mask"]
-        assert all(lp == 0.0 for lp, m in zip(s["logprobs"], s["action_mask"], strict=True) if m == 0)
+        c = s.completion
+        assert len(c.logprobs) == len(c.token_ids) == len(c.action_mask) and 0 in c.action_mask
+        assert all(lp == 0.0 for lp, m in zip(c.logprobs, c.action_mask, strict=True) if m == 0)

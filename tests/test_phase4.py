@@ -10,6 +10,7 @@ import pytest
 import phase4_evaluate as phase4
 from evaluation.code_executor import SandboxLimits
 from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
+from rollouts.completion import RolloutCompletion
 from rollouts.models import resolve_model
 from tests.canned_responses import WRONG_CODE
 from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
@@ -54,9 +55,7 @@ def scripted(tasks, correct_per_task):
                 i = counters.get(task.task_id, 0)
                 counters[task.task_id] = i + 1
                 code = task.reference_solutions[0] if i < correct_per_task[task.task_id] else WRONG_CODE
-                out.append(
-                    {"text": f"<think>t</think>\n```python\n{code}\n```", "num_tokens": 10, "finish_reason": "stop"}
-                )
+                out.append(RolloutCompletion(f"<think>t</think>\n```python\n{code}\n```", (0,) * 10, (), "stop"))
             results.append(out)
         return results
 
@@ -283,7 +282,7 @@ def test_a_changed_task_text_is_generated_again(tmp_path):
 
     def generate(prompts, n):
         calls.append(len(prompts))
-        return [[{"text": "x", "num_tokens": 1, "finish_reason": "stop"}] * n for _ in prompts]
+        return [[RolloutCompletion("x", (0,), (), "stop")] * n for _ in prompts]
 
     path = tmp_path / "cache.jsonl"
     generate_cached(tasks, generate, 1, path, progress=False)

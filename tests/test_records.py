@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evaluation.code_executor import ExecutionResult
+from rollouts.completion import MultiTurnInfo, RolloutCompletion, completion_record
 from synthesis.generate_traces import (
     TeacherTrace,
     TraceTurn,
@@ -150,37 +151,42 @@ GOLDEN_EVAL = Path(__file__).parent / "data" / "golden_eval"
 
 def _scripted_single(code):
     def generate(prompts, n):
-        samples = [
-            {"text": f"<think>é</think>\n```python\n{code}\n```", "num_tokens": 7, "finish_reason": "stop"},
-            {"text": "no code", "num_tokens": 2, "finish_reason": "length"},
+        samples = [  # placeholder token ids: the cache keeps only their number
+            RolloutCompletion(f"<think>é</think>\n```python\n{code}\n```", (0,) * 7, (), "stop"),
+            RolloutCompletion("no code", (0,) * 2, (), "length"),
         ]
         return [samples[:n] for _ in prompts]
 
     return generate
 
 
-def _scripted_feedback(code):
-    answers = ["```python\nx = 0\n```", f"```python\n{code}\n```"]
-
-    def generate(prompts, n, tasks):
-        record = {  # a multi-turn rollout record's fields (multiturn.loop), token ids left out
-            "text": answers[1],
-            "num_tokens": 30,
-            "finish_reason": "stop",
-            "num_policy_tokens": 20,
-            "mode": "feedback",
-            "turns": [
+def _feedback_completion(code):
+    """A multi-turn rollout completion (multiturn.loop's shape): 30 tokens, 20 of them the policy's."""
+    answers = ("```python\nx = 0\n```", f"```python\n{code}\n```")
+    return RolloutCompletion(
+        text=answers[1],
+        token_ids=(0,) * 30,
+        prompt_ids=(),
+        finish_reason="stop",
+        action_mask=(1,) * 20 + (0,) * 10,
+        multi_turn=MultiTurnInfo(
+            mode="feedback",
+            turns=(
                 {"text": answers[0], "finish_reason": "stop", "feedback": "no"},
                 {"text": answers[1], "finish_reason": "stop"},
-            ],
-            "num_turns": 2,
-            "answers": answers,
-            "transcript": "t",
-            "truncated": False,
-            "tool_calls": 0,
-            "tool_successes": 0,
-        }
-        return [[dict(record) for _ in range(n)] for _ in prompts]
+            ),
+            answers=answers,
+            transcript="t",
+            truncated=False,
+            tool_calls=0,
+            tool_successes=0,
+        ),
+    )
+
+
+def _scripted_feedback(code):
+    def generate(prompts, n, tasks):
+        return [[_feedback_completion(code) for _ in range(n)] for _ in prompts]
 
     return generate
 
@@ -218,3 +224,60 @@ def test_phase4_rows_read_back_as_the_same_records(tmp_path):
     assert [s.model for s in samples] == ["trained"] * 5 and samples[-1].num_turns == 2
     write_samples(tmp_path / "again.jsonl", samples)
     assert (tmp_path / "again.jsonl").read_bytes() == (GOLDEN_EVAL / "samples.jsonl").read_bytes()
+
+
+# ----------------------------------------------------------------------------- the rollout completion
+
+
+def test_a_rollout_completion_is_a_frozen_record_with_every_field():
+    assert [f.name for f in dataclasses.fields(RolloutCompletion)] == [
+        "text",
+        "token_ids",
+        "prompt_ids",
+        "finish_reason",
+        "logprobs",
+        "action_mask",
+        "stop_string",
+        "multi_turn",
+    ]
+    assert [f.name for f in dataclasses.fields(MultiTurnInfo)] == [
+        "mode",
+        "turns",
+        "answers",
+        "transcript",
+        "truncated",
+        "tool_calls",
+        "tool_successes",
+    ]
+    # a vLLM completion that ran past an end-of-turn id (2) is cut after it, log-probs with it
+    record = completion_record([5, 6, 2, 9], "length", "ab", [1], {2}, [-0.5, -1.0, -0.25, -3.0])
+    assert record == RolloutCompletion("ab", (5, 6, 2), (1,), "stop", logprobs=(-0.5, -1.0, -0.25))
+    assert record.num_tokens == record.num_policy_tokens == 3 and record.num_turns == 1 and record.multi_turn is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.text = "x"
+    for name in ("logprobs", "action_mask"):  # one entry per token id, or the record refuses
+        with pytest.raises(ValueError, match=name):
+            RolloutCompletion("", (1, 2), (), "stop", **{name: (0,)})
+    multi = _feedback_completion("x = 1")
+    assert multi.num_tokens == 30 and multi.num_policy_tokens == 20 and multi.num_turns == 2
+
+
+def test_a_completion_is_cached_as_the_row_its_untyped_dict_was_and_the_old_row_reads_back():
+    from evaluation.evaluate import CachedCompletion
+
+    [line] = (GOLDEN_EVAL / "feedback.jsonl").read_text(encoding="utf-8").splitlines()
+    old = json.loads(line)  # written from the dict a multi-turn rollout returned before the record was typed
+    completion = _feedback_completion(load_mbpp(EMBEDDED_MBPP)[0][0].reference_solutions[0])
+    cached = CachedCompletion.from_sample(old["task_id"], old["sample_idx"], completion, old["prompt_sha256"])
+    assert json.dumps(cached.to_row(), ensure_ascii=False) == line
+    assert CachedCompletion.from_row(old) == cached
+    single = RolloutCompletion("no code", (0, 0), (1,), "length", logprobs=(-1.0, -2.0), stop_string=None)
+    row = CachedCompletion.from_sample("a/1", 3, single, "digest").to_row()
+    assert row == {
+        "task_id": "a/1",
+        "sample_idx": 3,
+        "completion": "no code",
+        "num_tokens": 2,
+        "finish_reason": "length",
+        "prompt_sha256": "digest",
+    }  # a single-turn completion: no multi-turn key, no token ids or log-probs in the cache

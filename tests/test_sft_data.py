@@ -128,24 +128,22 @@ def test_self_sft_uses_the_same_masking(smollm2_tokenizer):
     # the trainer's own self-SFT path (GRPOTrainer: self_sft_examples, then collate_sft), on rollout-shaped samples
     from types import SimpleNamespace
 
+    from rollouts.completion import RolloutCompletion
+    from training.rewards import ScoredSample
     from training.sft_sources import SuccessBuffer, self_sft_examples
+
+    def sample(prompt_ids, token_ids, passed):
+        completion = RolloutCompletion("", tuple(token_ids), tuple(prompt_ids), "stop")
+        return ScoredSample(None, completion, None, SimpleNamespace(passed=passed), None)
 
     tok = smollm2_tokenizer
     responses = ["```python\nprint(1)\n```", "<think>\nshort\n</think>\n\n```python\nprint(sum([1, 2, 3]))\n```"]
     groups = [
         [
-            {
-                "prompt_ids": encode_prompt(tok, f"task {i}"),
-                "token_ids": encode_response(tok, response),  # as sampled: the answer, then <|im_end|>
-                "finish_reason": "stop",
-                "result": SimpleNamespace(passed=True),
-            },
-            {  # a failing sample of the same group is never a target
-                "prompt_ids": encode_prompt(tok, f"task {i}"),
-                "token_ids": encode_response(tok, "print(0)"),
-                "finish_reason": "stop",
-                "result": SimpleNamespace(passed=False),
-            },
+            # as sampled: the answer, then <|im_end|>
+            sample(encode_prompt(tok, f"task {i}"), encode_response(tok, response), passed=True),
+            # a failing sample of the same group is never a target
+            sample(encode_prompt(tok, f"task {i}"), encode_response(tok, "print(0)"), passed=False),
         ]
         for i, response in enumerate(responses)
     ]
@@ -153,9 +151,9 @@ def test_self_sft_uses_the_same_masking(smollm2_tokenizer):
     batch = collate_sft(examples, tok.pad_token_id)
     assert len(examples) == 2
     for row, (group, response) in enumerate(zip(groups, responses, strict=True)):
-        p, n = len(group[0]["prompt_ids"]), len(examples[row]["input_ids"])
+        p, n = len(group[0].completion.prompt_ids), len(examples[row]["input_ids"])
         assert (batch["labels"][row, :p] == IGNORE_INDEX).all()  # the prompt is never a target
-        assert batch["labels"][row, p:n].tolist() == group[0]["token_ids"]  # every sampled token is
+        assert batch["labels"][row, p:n].tolist() == list(group[0].completion.token_ids)  # every sampled token is
         assert tok.decode(batch["labels"][row, p : n - 1].tolist()) == response
         assert int(batch["labels"][row, n - 1]) == end_of_turn_id(tok)
         assert (batch["labels"][row, n:] == IGNORE_INDEX).all()  # padding is not

@@ -80,14 +80,14 @@ def test_generation_shapes_and_finish_reasons(tiny):
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     for samples in out:
         for s in samples:
-            assert 1 <= s["num_tokens"] <= 12 and s["num_tokens"] == len(s["token_ids"])
-            if s["finish_reason"] == "stop":
-                assert s["token_ids"][-1] == eot and eot not in s["token_ids"][:-1]
+            assert 1 <= s.num_tokens <= 12 and s.num_tokens == len(s.token_ids)
+            if s.finish_reason == "stop":
+                assert s.token_ids[-1] == eot and eot not in s.token_ids[:-1]
             else:
-                assert s["num_tokens"] == 12 and eot not in s["token_ids"]
-            assert tok.pad_token_id not in s["prompt_ids"][:1] or s["prompt_ids"][0] != tok.pad_token_id
+                assert s.num_tokens == 12 and eot not in s.token_ids
+            assert tok.pad_token_id not in s.prompt_ids[:1] or s.prompt_ids[0] != tok.pad_token_id
     # prompt ids are unpadded and identical across the samples of one prompt
-    assert out[0][0]["prompt_ids"] == out[0][2]["prompt_ids"] != out[1][0]["prompt_ids"]
+    assert out[0][0].prompt_ids == out[0][2].prompt_ids != out[1][0].prompt_ids
 
 
 def _scores_of_generate(model, monkeypatch):
@@ -131,11 +131,11 @@ def test_the_hf_sampler_stops_on_every_eos_of_the_generation_config(tiny, monkey
     greedy = SamplingSettings(temperature=0.0)
     prompt = [get_unified_prompt("Add.")]
     first = generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
-    assert first["finish_reason"] == "length"  # the tiny model does not stop on its own within 4 tokens
-    other_eos = first["token_ids"][0]
+    assert first.finish_reason == "length"  # the tiny model does not stop on its own within 4 tokens
+    other_eos = first.token_ids[0]
     monkeypatch.setattr(model.generation_config, "eos_token_id", [tok.eos_token_id, other_eos])
     stopped = generate_completions(model, tok, prompt, max_new_tokens=4, sampling=greedy)[0][0]
-    assert stopped["token_ids"] == [other_eos] and stopped["finish_reason"] == "stop" and stopped["num_tokens"] == 1
+    assert stopped.token_ids == (other_eos,) and stopped.finish_reason == "stop" and stopped.num_tokens == 1
 
 
 def test_one_sampling_definition_for_both_backends():
@@ -169,7 +169,7 @@ def test_batched_greedy_generation_matches_one_by_one(tiny):
     greedy = SamplingSettings(temperature=0.0)
     batched = generate_completions(model, tok, prompts, max_new_tokens=8, sampling=greedy, batch_size=2)
     single = [generate_completions(model, tok, [p], max_new_tokens=8, sampling=greedy)[0] for p in prompts]
-    assert [b[0]["token_ids"] for b in batched] == [s[0]["token_ids"] for s in single]
+    assert [b[0].token_ids for b in batched] == [s[0].token_ids for s in single]
 
 
 def test_unknown_embedded_name_and_offline_hub_errors(tmp_path):
@@ -220,7 +220,7 @@ def test_embedded_smollm2_loads_offline_and_writes_code():
         max_new_tokens=64,
         sampling=SamplingSettings(temperature=0.0),
     )[0][0]
-    assert "def " in out["text"]  # the real model, greedy, writes a function for this trivial task
+    assert "def " in out.text  # the real model, greedy, writes a function for this trivial task
 
 
 def _adapter_is_whole(folder):

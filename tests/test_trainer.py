@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 
 import pytest
 import torch
 
+from rollouts.completion import RolloutCompletion
 from synthesis.generate_traces import load_teacher_examples
 from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
@@ -21,9 +23,19 @@ from training.batching import (
 from training.checkpointing import resolve_checkpoint
 from training.grpo_trainer import GRPOTrainer
 from training.losses import group_advantages, grpo_loss, masked_sft_nll
+from training.rewards import ScoredSample
 from training.sft_sources import best_passing_sample
 from utils.sft_data import build_sft_example, collate_sft, encode_prompt
 from utils.student_model import attach_lora, load_student
+
+
+def _completion(prompt_ids, token_ids, finish_reason="stop"):
+    return RolloutCompletion("", tuple(token_ids), tuple(prompt_ids), finish_reason)
+
+
+def _scored(result, token_ids, finish_reason):
+    """A scored sample with only what self-SFT's pick reads: the verdict and the completion."""
+    return ScoredSample(None, _completion([0], token_ids, finish_reason), None, result, None)
 
 
 def make_trainer(tmp_path, pool, dropout=0.0, **overrides):
@@ -128,36 +140,36 @@ def test_saving_a_checkpoint_again_never_leaves_it_half_deleted(tmp_path, pool):
 def test_completion_logprobs_match_unpadded_full_forward(tiny_model_name):
     model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
     samples = [
-        {"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7]},
-        {"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]},
+        _completion(encode_prompt(tokenizer, "short"), [5, 6, 7]),
+        _completion(encode_prompt(tokenizer, "a much longer prompt with more words"), [8, 9]),
     ]
     batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
     assert batch["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     with torch.no_grad():
         fast = completion_logprobs(model, batch)
         for row, s in enumerate(samples):
-            ids = torch.tensor([s["prompt_ids"] + s["token_ids"]])
+            ids = torch.tensor([s.prompt_ids + s.token_ids])
             logits = model(ids).logits[0]  # no padding at all
-            p = len(s["prompt_ids"])
+            p = len(s.prompt_ids)
             slow = (
                 torch.log_softmax(logits[p - 1 : -1], -1)
-                .gather(-1, torch.tensor(s["token_ids"]).unsqueeze(-1))
+                .gather(-1, torch.tensor(s.token_ids).unsqueeze(-1))
                 .squeeze(-1)
             )
-            assert torch.allclose(fast[row, : len(s["token_ids"])], slow, atol=1e-5)
+            assert torch.allclose(fast[row, : len(s.token_ids)], slow, atol=1e-5)
 
 
 def test_chunked_logprobs_trim_padding_and_match_the_whole_batch(tiny_model_name):
     model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
     samples = [
-        {"prompt_ids": encode_prompt(tokenizer, "a much longer prompt with more words"), "token_ids": [8, 9]},
-        {"prompt_ids": encode_prompt(tokenizer, "short"), "token_ids": [5, 6, 7, 11]},
-        {"prompt_ids": encode_prompt(tokenizer, "mid size prompt"), "token_ids": [4]},
+        _completion(encode_prompt(tokenizer, "a much longer prompt with more words"), [8, 9]),
+        _completion(encode_prompt(tokenizer, "short"), [5, 6, 7, 11]),
+        _completion(encode_prompt(tokenizer, "mid size prompt"), [4]),
     ]
     batch = pad_rollout_batch(samples, tokenizer.pad_token_id)
     part, width = slice_rollout_batch(batch, [0, 2])
     assert width == 2 and part["completion_mask"].tolist() == [[1, 1], [1, 0]]
-    assert part["input_ids"].shape[1] == len(samples[0]["prompt_ids"]) + 2  # row 1's longer padding is gone
+    assert part["input_ids"].shape[1] == len(samples[0].prompt_ids) + 2  # row 1's longer padding is gone
     assert part["attention_mask"][0].all()  # the longest chosen prompt has no padding left
     with torch.no_grad():
         whole = completion_logprobs(model, batch)
@@ -221,10 +233,10 @@ def test_a_step_whose_groups_are_all_filtered_still_learns_from_teacher_sft(tmp_
 def _one_success(groups):
     """Keep exactly one passing sample (group 0, sample 0) in a rollout batch."""
     passed, failed = types.SimpleNamespace(passed=True), types.SimpleNamespace(passed=False)
-    for g, group in enumerate(groups):
-        for j, sample in enumerate(group):
-            sample["result"] = passed if (g, j) == (0, 0) else failed
-    return groups
+    return [
+        [dataclasses.replace(s, result=passed if (g, j) == (0, 0) else failed) for j, s in enumerate(group)]
+        for g, group in enumerate(groups)
+    ]
 
 
 def _grads_at_step(trainer):
@@ -250,7 +262,7 @@ def test_self_sft_is_one_full_weight_token_mean_whatever_the_number_of_successes
         },
     )
     groups = _one_success(trainer.collect_rollouts()[0])
-    example = build_sft_example(groups[0][0]["prompt_ids"], groups[0][0]["token_ids"], 10_000)
+    example = build_sft_example(groups[0][0].completion.prompt_ids, groups[0][0].completion.token_ids, 10_000)
     batch = collate_sft([example], trainer.tokenizer.pad_token_id)
     expected_loss, _ = masked_sft_nll(trainer.model(input_ids=batch["input_ids"]).logits, batch["labels"])
     (0.5 * expected_loss).backward()
@@ -270,20 +282,15 @@ def test_the_success_buffer_is_deduplicated_and_replays_are_bounded(tmp_path, po
     groups = _one_success(trainer.collect_rollouts()[0])
     assert len(trainer._self_sft_examples(groups)) == 1
     assert len(trainer._self_sft_examples(groups)) == 1 and len(trainer.buffer) == 1  # the same success: one entry
-    for group in groups:
-        for sample in group:
-            sample["result"] = types.SimpleNamespace(passed=False)
+    groups = [[dataclasses.replace(s, result=types.SimpleNamespace(passed=False)) for s in group] for group in groups]
     replays = [len(trainer._self_sft_examples(groups)) for _ in range(4)]
     assert replays == [1, 1, 0, 0]  # replayed twice, then retired
 
 
 def test_a_length_cut_pass_is_not_imitated():
     ok = types.SimpleNamespace(passed=True)
-    group = [
-        {"result": ok, "token_ids": [1, 2], "finish_reason": "length"},
-        {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"},
-    ]
-    assert best_passing_sample(group)["token_ids"] == [1, 2, 3]
+    group = [_scored(ok, [1, 2], "length"), _scored(ok, [1, 2, 3], "stop")]
+    assert best_passing_sample(group).completion.token_ids == (1, 2, 3)
     assert best_passing_sample(group[:1]) is None
 
 
@@ -300,10 +307,10 @@ def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool
         trainer = make_trainer(tmp_path / mode, pool, **settings, **{"grpo.loss_aggregation": mode})
         groups, rollout_metrics = trainer.collect_rollouts()
         samples = [s for g in groups for s in g]
-        lengths = [sum(len(samples[k]["token_ids"]) for k in range(i, len(samples), 2)) for i in (0, 1)]
+        lengths = [sum(samples[k].completion.num_tokens for k in range(i, len(samples), 2)) for i in (0, 1)]
         assert lengths[0] != lengths[1]  # the two micro-batches hold different numbers of tokens
-        correctness = torch.tensor([[s["reward"].correctness for s in g] for g in groups])
-        bonus = torch.tensor([[0.1 * s["reward"].format for s in g] for g in groups])
+        correctness = torch.tensor([[s.reward.correctness for s in g] for g in groups])
+        bonus = torch.tensor([[0.1 * s.reward.format for s in g] for g in groups])
         advantages = group_advantages(correctness, bonus=bonus)[0].reshape(-1)
         pad = trainer.tokenizer.pad_token_id
         if mode == "token-mean":
@@ -311,7 +318,7 @@ def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool
         else:
             parts = [(list(range(i, len(samples), 2)), 0.5) for i in (0, 1)]  # each micro-batch's mean, averaged
         for rows, weight in parts:
-            batch = pad_rollout_batch([samples[k] for k in rows], pad)
+            batch = pad_rollout_batch([samples[k].completion for k in rows], pad)
             logp = completion_logprobs(trainer.model, batch)
             loss, _ = grpo_loss(logp, logp.detach(), None, advantages[rows], batch["completion_mask"], kl_coef=0.0)
             (weight * loss).backward()
@@ -326,13 +333,9 @@ def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool
 def test_best_passing_sample_prefers_the_shortest():
     ok = types.SimpleNamespace(passed=True)
     bad = types.SimpleNamespace(passed=False)
-    group = [
-        {"result": bad, "token_ids": [1], "finish_reason": "stop"},
-        {"result": ok, "token_ids": [1, 2, 3], "finish_reason": "stop"},
-        {"result": ok, "token_ids": [1, 2], "finish_reason": "stop"},
-    ]
-    assert best_passing_sample(group)["token_ids"] == [1, 2]
-    assert best_passing_sample([{"result": bad, "token_ids": [1], "finish_reason": "stop"}]) is None
+    group = [_scored(bad, [1], "stop"), _scored(ok, [1, 2, 3], "stop"), _scored(ok, [1, 2], "stop")]
+    assert best_passing_sample(group).completion.token_ids == (1, 2)
+    assert best_passing_sample([_scored(bad, [1], "stop")]) is None
 
 
 def test_teacher_examples_are_filtered(tmp_path):
@@ -534,7 +537,6 @@ def test_teacher_traces_that_do_not_fit_are_dropped_and_counted(tmp_path, pool):
 
 
 def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, pool, monkeypatch):
-    import dataclasses
 
     import training.grpo_trainer as trainer_module
 
@@ -555,8 +557,8 @@ def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, p
     groups, metrics = trainer.collect_rollouts()
     assert calls[1] == 2  # the two harness failures were re-run once
     first, second = groups[0][0], groups[0][1]
-    assert first["result"].status == "sandbox_error" and first["reward"].correctness == 0.0  # a failure, not unscorable
-    assert second["result"].status != "sandbox_error" and second["reward"].correctness is not None
+    assert first.result.status == "sandbox_error" and first.reward.correctness == 0.0  # a failure, not unscorable
+    assert second.result.status != "sandbox_error" and second.reward.correctness is not None
     n = sum(len(g) for g in groups)
     assert metrics["sandbox/error_retried"] == pytest.approx(2 / n) and metrics[
         "sandbox/error_confirmed"

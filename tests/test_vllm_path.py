@@ -4,6 +4,7 @@ The arguments themselves are checked against the real vLLM classes in tests/test
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from safetensors import safe_open
 import phase4_evaluate as phase4
 from config import ConfigError, build_config
 from evaluation.evaluate import generate_cached
+from rollouts.completion import RolloutCompletion
 from rollouts.from_config import prompt_lengths, training_rollout
 from tests import fake_vllm
 from tests.conftest import ROOT
@@ -115,12 +117,12 @@ def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
     other_eos = 7  # an EOS from the model's generation config, not in our stop list: vLLM stops on it and keeps it
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", other_eos)
     sample = rollout.generate(model, ["p"], 1, 0)[0][0]
-    assert sample["token_ids"][-1] == other_eos and sample["finish_reason"] == "stop"
-    assert sample["num_tokens"] == len(sample["token_ids"])
+    assert sample.token_ids[-1] == other_eos and sample.finish_reason == "stop"
+    assert sample.num_tokens == len(sample.token_ids)
     eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", None)
     sample = rollout.generate(model, ["p"], 1, 1)[0][0]
-    assert sample["token_ids"].count(eot) == 1 and sample["token_ids"][-1] == eot  # not appended a second time
+    assert sample.token_ids.count(eot) == 1 and sample.token_ids[-1] == eot  # not appended a second time
 
 
 def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
@@ -307,7 +309,7 @@ def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_pa
 
     def generate(prompts, n):
         calls.append(len(prompts) * n)
-        return [[{"text": "x", "num_tokens": 1, "finish_reason": "stop"}] * n for _ in prompts]
+        return [[RolloutCompletion("x", (0,), (), "stop")] * n for _ in prompts]
 
     generate_cached(tasks, generate, 10, tmp_path / "c.jsonl", chunk=8, batch_samples=64, progress=False)
     assert sum(calls) == 60 and len(calls) == 2  # six 8-sample units in one call, six 2-sample units in another
@@ -319,7 +321,7 @@ def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     rollout = training_rollout(config, tokenizer, tmp_path)
     out = rollout.generate(model, ["p1", "p2"], 3, 0)
     template = {"enable_thinking": config.student.enable_thinking}
-    assert [s[0]["prompt_ids"] for s in out] == [
+    assert [list(s[0].prompt_ids) for s in out] == [
         encode_prompt(tokenizer, p, chat_template_kwargs=template) for p in ("p1", "p2")
     ]
     assert [len(s) for s in out] == [3, 3]
@@ -350,8 +352,6 @@ def test_truncated_importance_weights_by_hand():
 def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     """The sampler gave every token half the probability the policy gives it: token-level truncated
     importance sampling doubles the GRPO gradient (KL and SFT off), and the mismatch is logged."""
-    import copy
-
     from tests.trainer_helpers import ScriptedRollout
     from training.batching import completion_logprobs, pad_rollout_batch
     from training.grpo_trainer import GRPOTrainer
@@ -371,17 +371,16 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     trainer = GRPOTrainer(
         config, model, tokenizer, tasks, [], tmp_path, rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
     )
-    groups, rollout_metrics = trainer.collect_rollouts()
-    with torch.no_grad():
-        for sample in (s for g in groups for s in g):
-            batch = pad_rollout_batch([sample], tokenizer.pad_token_id)
+    plain, rollout_metrics = trainer.collect_rollouts()  # hf samples: no sampler log-probs
+
+    def with_sampler_logprobs(sample):  # what vLLM would report for a sampler at half the probability
+        with torch.no_grad():
+            batch = pad_rollout_batch([sample.completion], tokenizer.pad_token_id)
             logp = completion_logprobs(model, batch, config.grpo.temperature)[0]
-            sample["logprobs"] = (
-                logp - math.log(2.0)
-            ).tolist()  # what vLLM would report for a sampler at half the probability
-    plain = copy.deepcopy(groups)
-    for sample in (s for g in plain for s in g):
-        del sample["logprobs"]
+        logprobs = tuple((logp - math.log(2.0)).tolist())
+        return dataclasses.replace(sample, completion=dataclasses.replace(sample.completion, logprobs=logprobs))
+
+    groups = [[with_sampler_logprobs(s) for s in g] for g in plain]
     grads, logged = [], []
 
     def capture():
@@ -406,8 +405,8 @@ def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
     assert engine.kwargs["logprobs_mode"] == "processed_logprobs"  # after temperature: what the trainer recomputes
     sample = rollout.generate(model, ["p"], 2, 0)[0][0]
     assert engine.calls[-1].params.logprobs == 0
-    expected = [engine.logprob_of(sample["prompt_ids"], j, t) for j, t in enumerate(sample["token_ids"])]
-    assert sample["logprobs"] == pytest.approx(expected) and len(sample["logprobs"]) == sample["num_tokens"]
+    expected = [engine.logprob_of(list(sample.prompt_ids), j, t) for j, t in enumerate(sample.token_ids)]
+    assert list(sample.logprobs) == pytest.approx(expected) and len(sample.logprobs) == sample.num_tokens
 
 
 def test_gpu_preflight_reports_each_gpu_requirement(monkeypatch, capsys):

@@ -143,9 +143,9 @@ def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path
         assert body["return_token_ids"] is True and body["logprobs"] == 0 and eot in body["stop_token_ids"]
     assert [len(group) for group in out] == [3, 3]
     for sample in (s for group in out for s in group):
-        assert sample["token_ids"][-1] == eot and sample["finish_reason"] == "stop"
-        assert sample["logprobs"] == [state.logprob] * sample["num_tokens"]
-        assert sample["prompt_ids"] in (
+        assert sample.token_ids[-1] == eot and sample.finish_reason == "stop"
+        assert sample.logprobs == (state.logprob,) * sample.num_tokens
+        assert list(sample.prompt_ids) in (
             encode_prompt(tokenizer, "p1", chat_template_kwargs=template),
             encode_prompt(tokenizer, "p2", chat_template_kwargs=template),
         )

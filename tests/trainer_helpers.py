@@ -8,6 +8,7 @@ import subprocess
 import torch
 
 from config import build_config
+from rollouts.completion import RolloutCompletion
 from tests.canned_responses import WRONG_CODE, student_answer
 from tests.conftest import ROOT
 from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
@@ -36,15 +37,7 @@ class ScriptedRollout:
             for ok in good:
                 text = student_answer(task.reference_solutions[0] if ok else WRONG_CODE)
                 token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eot]
-                samples.append(
-                    {
-                        "text": text,
-                        "token_ids": token_ids,
-                        "prompt_ids": ids,
-                        "finish_reason": "stop",
-                        "num_tokens": len(token_ids),
-                    }
-                )
+                samples.append(RolloutCompletion(text, tuple(token_ids), tuple(ids), "stop"))
             out.append(samples)
         return out
 

@@ -1,42 +1,41 @@
 """Rollout samples as padded tensors, and the log-probs of their completions.
 
-A rollout sample is a dict with `prompt_ids` and `token_ids` (the completion), optionally the
-sampler's own `logprobs` (vLLM backends, one per completion token) and an `action_mask` over the
-completion (1 = sampled by the policy, 0 = inserted by the environment: a tool's `<result>` block, a
-feedback turn; absent = all ones). The batch's `completion_mask` is that action mask: it is the one
-mask every loss term, count and normalizer uses, so environment tokens are read by the model (they
-are context for later policy tokens) but never trained on and never counted. Batches are left-padded
-prompts followed by right-padded completions, with explicit position ids that count real tokens only
-(as generation does with left padding), so a row's log-probs do not depend on which other rows share
-its batch. Slicing a batch into row chunks trims the padding none of the chosen rows needs; chunked
-forwards are how the trainer keeps only one chunk's activations alive.
+A rollout sample is a `rollouts.completion.RolloutCompletion`: `prompt_ids` and `token_ids` (the
+completion), optionally the sampler's own `logprobs` (vLLM and kv backends, one per completion token)
+and an `action_mask` over the completion (1 = sampled by the policy, 0 = inserted by the environment:
+a tool's `<result>` block, a feedback turn; None = all ones). The batch's `completion_mask` is that
+action mask: it is the one mask every loss term, count and normalizer uses, so environment tokens are
+read by the model (they are context for later policy tokens) but never trained on and never counted.
+Batches are left-padded prompts followed by right-padded completions, with explicit position ids that
+count real tokens only (as generation does with left padding), so a row's log-probs do not depend on
+which other rows share its batch. Slicing a batch into row chunks trims the padding none of the chosen
+rows needs; chunked forwards are how the trainer keeps only one chunk's activations alive.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from rollouts.completion import RolloutCompletion
 from training.losses import IGNORE_INDEX, selective_log_softmax
 
 
-def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+def pad_rollout_batch(samples: Sequence[RolloutCompletion], pad_id: int) -> dict[str, torch.Tensor]:
     """Left-pad prompts to a common width P and right-pad completions to T.
 
     Returns input_ids, attention_mask, position_ids (B, P + T), completion_ids and
     completion_mask (B, T): the action mask (policy tokens 1, environment tokens and padding 0).
     Position ids count real tokens only, as generation does with left padding.
     """
-    width = max(len(s["prompt_ids"]) for s in samples)
-    length = max(max(len(s["token_ids"]) for s in samples), 1)
+    width = max(len(s.prompt_ids) for s in samples)
+    length = max(max(len(s.token_ids) for s in samples), 1)
     rows, masks, comp, comp_mask = [], [], [], []
-    for s in samples:
-        p, c = s["prompt_ids"], s["token_ids"]
-        action = s.get("action_mask")
-        if action is not None and len(action) != len(c):
-            raise ValueError(f"a rollout sample's action_mask has {len(action)} entries for {len(c)} completion tokens")
+    for s in samples:  # the record checked that action_mask and logprobs have one entry per token
+        p, c, action = list(s.prompt_ids), list(s.token_ids), s.action_mask
         rows.append([pad_id] * (width - len(p)) + p + c + [pad_id] * (length - len(c)))
         masks.append([0] * (width - len(p)) + [1] * (len(p) + len(c)) + [0] * (length - len(c)))
         comp.append(c + [pad_id] * (length - len(c)))
@@ -49,9 +48,10 @@ def pad_rollout_batch(samples: list[dict], pad_id: int) -> dict[str, torch.Tenso
         "completion_ids": torch.tensor(comp),
         "completion_mask": torch.tensor(comp_mask),
     }
-    if all(s.get("logprobs") is not None for s in samples):  # the sampler's own log-probs (vLLM backends)
+    sampled = [s.logprobs for s in samples]
+    if all(logprobs is not None for logprobs in sampled):  # the sampler's own log-probs (vLLM, kv backends)
         batch["sampling_logps"] = torch.tensor(
-            [list(s["logprobs"]) + [0.0] * (length - len(s["logprobs"])) for s in samples], dtype=torch.float32
+            [list(lp or ()) + [0.0] * (length - len(lp or ())) for lp in sampled], dtype=torch.float32
         )
     return batch
 

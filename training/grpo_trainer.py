@@ -37,13 +37,14 @@ import torch
 from config import Config, save_config
 from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests, task_secret_paths
 from multiturn.sampler import multi_turn_metrics, multi_turn_sampler, shaping_reward
+from rollouts.completion import RolloutCompletion
 from training import checkpointing
 from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
 from training.checkpointing import TrainerState, resolve_checkpoint
 from training.launch import check_accelerator, local_world_size, sandbox_workers
 from training.losses import grpo_loss, masked_sft_nll, scheduled_weight, truncated_importance_weights
 from training.metric_sinks import MetricSinks, make_accelerator, reduce_over_processes
-from training.rewards import compute_rewards, load_reward_functions, reward_columns
+from training.rewards import ScoredSample, compute_rewards, load_reward_functions, reward_columns
 from training.sft_sources import SuccessBuffer, build_teacher_sft, self_sft_examples
 from training.update_plan import StepPlan, UpdatePlan, plan_step, plan_update, step_loss_metrics
 from utils.dataset_loader import Task
@@ -158,7 +159,7 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------- one rollout batch
 
-    def collect_rollouts(self) -> tuple[list[list[dict]], dict]:
+    def collect_rollouts(self) -> tuple[list[list[ScoredSample]], dict]:
         """Sample, execute and score G completions for each prompt of the next rollout batch."""
         cfg = self.config
         tasks = [self.tasks[i] for i in self._prompt_indices(self.state.rollout_batches)]
@@ -166,15 +167,17 @@ class GRPOTrainer:
         start = time.monotonic()
         unwrapped = self.accelerator.unwrap_model(self.model)
         with torch.no_grad():
+            generations: list[list[RolloutCompletion]]
             if self.multi_turn is not None:  # tool / feedback: records carry the action mask (see multiturn.loop)
                 generations = self.multi_turn.generate(
                     unwrapped, prompts, self.group_size, self.state.global_step, tasks
                 )
             else:
+                assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
                 generations = self.rollout.generate(unwrapped, prompts, self.group_size, self.state.global_step)
         rollout_time = time.monotonic() - start
         flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
-        parsed = [extract_thinking_and_code_unified(s["text"]) for _, s in flat]
+        parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
         start = time.monotonic()
         jobs = [(p.code, t) for (t, _), p in zip(flat, parsed, strict=True)]
         results = execute_many(jobs, self.pool, self.limits, include_challenge=cfg.sandbox.include_challenge_tests)
@@ -196,7 +199,7 @@ class GRPOTrainer:
             cfg.grpo.format_reward_weight,
             self.user_rewards,
             [prompts[k // self.group_size] for k in range(len(flat))],
-            [s["text"] for _, s in flat],
+            [s.text for _, s in flat],
             reward_columns([t for t, _ in flat], parsed, results),
             confirmed_failures=confirmed,
             shaping=shaping,
@@ -204,19 +207,19 @@ class GRPOTrainer:
         reward_time = time.monotonic() - start
         groups = [
             [
-                {**flat[k][1], "task": task, "parsed": parsed[k], "result": results[k], "reward": rewards[k]}
+                ScoredSample(task, flat[k][1], parsed[k], results[k], rewards[k])
                 for k in range(i * self.group_size, (i + 1) * self.group_size)
             ]
             for i, task in enumerate(tasks)
         ]
-        generated = sum(s.get("num_policy_tokens", s["num_tokens"]) for _, s in flat)  # sampled, not inserted
+        generated = sum(s.num_policy_tokens for _, s in flat)  # sampled, not inserted
         count = max(len(flat), 1)
         metrics = {
             "time/rollout_s": rollout_time,
             "time/reward_s": reward_time,
             "tokens_per_s": generated / max(rollout_time, 1e-9),
             "completion/mean_length": generated / count,
-            "completion/clipped_ratio": sum(s["finish_reason"] == "length" for _, s in flat) / count,
+            "completion/clipped_ratio": sum(s.finish_reason == "length" for _, s in flat) / count,
             "pass_rate": sum(r.passed for r in results) / count,
             "pass_fraction/mean": sum(r.pass_fraction for r in results) / count,
             "reward/format_mean": sum(r.format for r in rewards) / count,
@@ -232,7 +235,7 @@ class GRPOTrainer:
             metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
         return groups, metrics
 
-    def _self_sft_examples(self, groups: list[list[dict]]) -> list[dict]:
+    def _self_sft_examples(self, groups: list[list[ScoredSample]]) -> list[dict]:
         return self_sft_examples(groups, self.buffer, self.config.dual_source.sft_max_length)
 
     def _teacher_batch(self) -> dict | None:
@@ -270,7 +273,8 @@ class GRPOTrainer:
             logp = completion_logprobs(self.model, part, grpo.temperature)
             old = old_logp[index, :width] if old_logp is not None else logp.detach()
             ref = ref_logp[index, :width] if ref_logp is not None else None
-            weights, is_metrics = None, {}
+            weights: torch.Tensor | None = None
+            is_metrics: dict = {}
             if "sampling_logps" in part and grpo.importance_sampling != "off":  # sampled by vLLM, trained here
                 weights, is_metrics = truncated_importance_weights(
                     old,
@@ -362,11 +366,12 @@ class GRPOTrainer:
                             step.metric_tokens,
                         )
                     )
-            if slot < len(step.teacher_batches) and step.teacher_batches[slot] is not None:
+            teacher = step.teacher_batches[slot] if slot < len(step.teacher_batches) else None
+            if teacher is not None:
                 passes.append(
                     functools.partial(
                         self._sft_pass,
-                        step.teacher_batches[slot],
+                        teacher,
                         w_teacher,
                         "teacher_sft",
                         step.teacher_tokens / world,
@@ -428,7 +433,7 @@ class GRPOTrainer:
             "time/update_s": time.monotonic() - start,
         }
 
-    def train_on_rollouts(self, groups: list[list[dict]], rollout_metrics: dict) -> list[dict]:
+    def train_on_rollouts(self, groups: list[list[ScoredSample]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, self.tokenizer.pad_token_id) if self_examples else None

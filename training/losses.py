@@ -323,7 +323,7 @@ def grpo_loss(
 
 
 def masked_sft_nll(
-    logits: torch.Tensor, labels: torch.Tensor, num_tokens: int | None = None
+    logits: torch.Tensor, labels: torch.Tensor, num_tokens: float | None = None
 ) -> tuple[torch.Tensor, dict]:
     """Causal-LM negative log-likelihood. logits (B, L, V) for input ids (B, L); labels (B, L) with
     IGNORE_INDEX on prompt and padding. Position i's logits predict label i + 1 (the usual shift).

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluation.judge import ExecutionResult
+from rollouts.completion import RolloutCompletion
+from utils.dataset_loader import Task
 from utils.thinking_extraction import ParsedResponse
 
 RewardFunction = Callable[[Sequence[Any], Sequence[ParsedResponse]], list[float | None]]
@@ -48,8 +51,13 @@ def fraction_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse
     return [None if r.status == "sandbox_error" else float(r.pass_fraction) for r in results]
 
 
-def format_reward(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
+def format_scores(parsed: Sequence[ParsedResponse]) -> list[float]:
+    """1.0 for the requested shape, 0.5 for code in any other shape, 0.0 for no code (never None)."""
     return [1.0 if p.well_formed else 0.5 if p.has_code else 0.0 for p in parsed]
+
+
+def format_reward(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
+    return list(format_scores(parsed))
 
 
 REWARD_FUNCTIONS: dict[str, RewardFunction] = {
@@ -91,6 +99,8 @@ def load_reward_function(spec: str) -> UserRewardFunction:
             if not path.is_file():
                 raise RewardFunctionError(f"grpo.reward_funcs: {spec!r}: no file {path}.")
             loader_spec = importlib.util.spec_from_file_location(f"tgrpo_user_rewards_{path.stem}", path)
+            if loader_spec is None or loader_spec.loader is None:  # a .py path always has one
+                raise RewardFunctionError(f"grpo.reward_funcs: {spec!r}: {path} cannot be loaded as a module.")
             module = importlib.util.module_from_spec(loader_spec)
             loader_spec.loader.exec_module(module)
         else:
@@ -161,6 +171,18 @@ class Reward:
     shaping: float = 0.0  # the multi-turn terms (tool use, turn cost; `multiturn.sampler.shaping_reward`)
 
 
+@dataclass(frozen=True)
+class ScoredSample:
+    """One rollout sample after the sandbox and the rewards: what the trainer's update plan, batching and
+    self-SFT read. Built once per sample by `GRPOTrainer.collect_rollouts`, never changed afterwards."""
+
+    task: Task
+    completion: RolloutCompletion
+    parsed: ParsedResponse
+    result: ExecutionResult
+    reward: Reward
+
+
 def compute_rewards(
     results: Sequence[Any],
     parsed: Sequence[ParsedResponse],
@@ -192,7 +214,7 @@ def compute_rewards(
         raise ValueError(f"{len(shaping)} shaping terms for {len(results)} results")
     correct = get_reward_function(correctness)(results, parsed)
     correct = [0.0 if i in confirmed_failures else c for i, c in enumerate(correct)]
-    fmt = format_reward(results, parsed)
+    fmt = format_scores(parsed)
     user = {r.name: _call_user_reward(r, prompts, completions, columns or {}) for r in user_rewards}
     weights = {r.name: r.weight for r in user_rewards}
     out = []

@@ -12,9 +12,11 @@ one, recent successes replayed from a bounded `SuccessBuffer`. Both use `utils.s
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from config import Config
+from training.rewards import ScoredSample
 from utils.sft_data import build_sft_example, check_thinking_targets, encode_conversation, teacher_sft_ids
 
 if TYPE_CHECKING:  # the record type only: phase 3 reads the trace file through synthesis.generate_traces
@@ -24,11 +26,11 @@ if TYPE_CHECKING:  # the record type only: phase 3 reads the trace file through 
 SuccessKey = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
 
 
-def best_passing_sample(group: list[dict]) -> dict | None:
+def best_passing_sample(group: Sequence[ScoredSample]) -> ScoredSample | None:
     """Self-SFT pick: a sample that passed every test and ended its turn itself (finish_reason "stop":
     a completion cut at max_new_tokens is not a whole answer to imitate); ties go to the shortest."""
-    passing = [s for s in group if s["result"].passed and s.get("finish_reason") == "stop"]
-    return min(passing, key=lambda s: len(s["token_ids"])) if passing else None
+    passing = [s for s in group if s.result.passed and s.completion.finish_reason == "stop"]
+    return min(passing, key=lambda s: s.completion.num_tokens) if passing else None
 
 
 class SuccessBuffer:
@@ -76,7 +78,7 @@ class SuccessBuffer:
         )
 
 
-def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_length: int) -> list[dict]:
+def self_sft_examples(groups: Sequence[Sequence[ScoredSample]], buffer: SuccessBuffer, max_length: int) -> list[dict]:
     """This step's self-SFT examples: each group's best passing sample (de-duplicated), or, when no
     group has one, the most recent buffered successes that still have replays left."""
     fresh: list[SuccessKey] = []
@@ -84,8 +86,8 @@ def self_sft_examples(groups: list[list[dict]], buffer: SuccessBuffer, max_lengt
         best = best_passing_sample(group)
         if best is None:
             continue
-        mask = best.get("action_mask")  # multi-turn: environment tokens are context, never targets
-        key = (tuple(best["prompt_ids"]), tuple(best["token_ids"]), tuple(mask) if mask is not None else None)
+        # multi-turn: the action mask makes environment tokens context, never targets
+        key = (best.completion.prompt_ids, best.completion.token_ids, best.completion.action_mask)
         if key not in fresh:
             fresh.append(key)
     buffer.add(fresh)

@@ -29,13 +29,14 @@ from training.losses import (
     group_advantages,
     step_denominator,
 )
+from training.rewards import ScoredSample
 
 
 @dataclass
 class UpdatePlan:
     """What the mu optimizer steps on one rollout batch share."""
 
-    samples: list[dict]  # every sample of the rollout batch, group by group (P x G)
+    samples: list[ScoredSample]  # every sample of the rollout batch, group by group (P x G)
     micro_batches: list[list[int]]  # indices into `samples` kept for each non-empty micro-batch, in slot order
     batches: list[dict[str, torch.Tensor]]  # `pad_rollout_batch` of each micro-batch, on the device
     advantages: torch.Tensor  # (P x G,) one per sample, group by group
@@ -59,19 +60,24 @@ class StepPlan:
     metric_tokens: float  # the step's GRPO tokens over all ranks / ranks: what chunk metric means are weighted by
 
 
-def rollout_advantages(groups: list[list[dict]], scale: bool) -> tuple[torch.Tensor, dict]:
+def rollout_advantages(groups: list[list[ScoredSample]], scale: bool) -> tuple[torch.Tensor, dict]:
     """(P, G) advantages of scored groups: correctness normalized within the group (NaN = unscorable),
     plus the shaping part of the reward (weighted format bonus + weighted user rewards) centred, not z-scored."""
     correctness = torch.tensor(
         [
-            [s["reward"].correctness if s["reward"].correctness is not None else float("nan") for s in group]
+            [s.reward.correctness if s.reward.correctness is not None else float("nan") for s in group]
             for group in groups
         ],
         dtype=torch.float32,
     )  # (P, G)
     bonus = torch.tensor(
         [
-            [s["reward"].total - s["reward"].correctness if s["reward"].total is not None else 0.0 for s in group]
+            [
+                s.reward.total - s.reward.correctness
+                if s.reward.total is not None and s.reward.correctness is not None
+                else 0.0
+                for s in group
+            ]
             for group in groups
         ],
         dtype=torch.float32,
@@ -92,7 +98,7 @@ def split_micro_batches(advantages: torch.Tensor, num_slots: int, dynamic_filter
 
 
 def plan_update(
-    groups: list[list[dict]],
+    groups: list[list[ScoredSample]],
     policy: Any,
     pad_id: int,
     device: Any,
@@ -107,7 +113,10 @@ def plan_update(
     advantages, adv_metrics = rollout_advantages(groups, grpo.scale_rewards)
     samples = [s for group in groups for s in group]
     micro = split_micro_batches(advantages, num_slots, grpo.dynamic_filtering)
-    batches = [{k: v.to(device) for k, v in pad_rollout_batch([samples[k] for k in m], pad_id).items()} for m in micro]
+    batches = [
+        {k: v.to(device) for k, v in pad_rollout_batch([samples[k].completion for k in m], pad_id).items()}
+        for m in micro
+    ]
     ref_logps, old_logps = [], []
     with torch.no_grad(), dropout_disabled(policy):
         for batch in batches:
