@@ -191,7 +191,7 @@ def cli(argv: list[str] | None = None) -> int:
 
 def _multi_turn_samples(
     config: Config, mode: str, model: Any, rollout: Any, prompt: str, task: Task | None, problem: str, samples: int
-) -> list[dict]:
+) -> list[RolloutCompletion]:
     """`samples` multi-turn samples through the rollout loop, continued as `rollout` samples
     (`multiturn.backends.continuer_for`, as phases 3 and 4 do), the environment in its own sandbox pool."""
     from evaluation.code_executor import SandboxLimits, SandboxPool
