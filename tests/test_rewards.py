@@ -125,6 +125,6 @@ def test_the_trainer_adds_user_rewards_and_logs_them(tmp_path, user_file, pool):
     groups, metrics = trainer.collect_rollouts()
     samples = [s for g in groups for s in g]
     assert all(
-        s["reward"].total == pytest.approx(s["reward"].correctness + 0.1 * s["reward"].format + 3.0) for s in samples
+        s.reward.total == pytest.approx(s.reward.correctness + 0.1 * s.reward.format + 3.0) for s in samples
     )  # every small task is MBPP: +3 each
     assert metrics["reward/only_mbpp_mean"] == 1.0

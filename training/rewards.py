@@ -170,6 +170,12 @@ class Reward:
     user: dict[str, float | None] = field(default_factory=dict)  # each user reward function's raw value
     shaping: float = 0.0  # the multi-turn terms (tool use, turn cost; `multiturn.sampler.shaping_reward`)
 
+    @property
+    def bonus(self) -> float:
+        """The shaping part of `total` (weighted format bonus, user rewards, multi-turn terms), which the
+        advantage centres but does not scale; 0 for an unscorable sample."""
+        return self.total - self.correctness if self.total is not None and self.correctness is not None else 0.0
+
 
 @dataclass(frozen=True)
 class ScoredSample:

@@ -70,18 +70,7 @@ def rollout_advantages(groups: list[list[ScoredSample]], scale: bool) -> tuple[t
         ],
         dtype=torch.float32,
     )  # (P, G)
-    bonus = torch.tensor(
-        [
-            [
-                s.reward.total - s.reward.correctness
-                if s.reward.total is not None and s.reward.correctness is not None
-                else 0.0
-                for s in group
-            ]
-            for group in groups
-        ],
-        dtype=torch.float32,
-    )  # (P, G)
+    bonus = torch.tensor([[s.reward.bonus for s in group] for group in groups], dtype=torch.float32)  # (P, G)
     return group_advantages(correctness, scale=scale, bonus=bonus)
 
 
