@@ -58,6 +58,7 @@ def policy_runs(record: RolloutCompletion, tokenizer) -> tuple[list[str], list[l
     runs: list[tuple[int | None, list[int]]] = []
     current: list[int] = []
     flag: int | None = None
+    assert record.action_mask is not None  # a multi-turn record always has one
     for token, mask in zip(record.token_ids, record.action_mask, strict=True):
         if mask != flag and current:
             runs.append((flag, current))
