@@ -43,16 +43,17 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
     from evaluation.evaluate import CachedCompletion, EvalSample
+    from rollouts.completion import RolloutCompletion
 
 # generate_cached's `generate`: (prompts, n) or (prompts, n, tasks) -> the rollout completions of each prompt
-Generate = Callable[..., list[list[Any]]]
+Generate: TypeAlias = "Callable[..., list[list[RolloutCompletion]]]"
 
 
 def per_task_mean(rows: list[dict], key: str) -> dict[str, float]:
