@@ -46,3 +46,20 @@ def test_multi_turn_check_reports_both_modes(tmp_path, tiny_model_name):
     assert 0 <= results["feedback"]["turn1_pass_rate"] <= results["feedback"]["pass_rate"] + 1e-9
     assert results["feedback_minus_single"] == results["feedback"]["pass_rate"] - results["single"]["pass_rate"]
     assert output.is_file() and len(results["tasks"]) == 2
+
+
+@pytest.mark.slow
+def test_sampling_candidates_run_and_report_their_update_cost(tmp_path):
+    import argparse
+
+    import bench_sampling
+
+    bench = bench_sampling.Bench(argparse.Namespace(prompts=1, samples=2, seed=0))
+    runs, results = bench_sampling.setup_candidates(bench, ["generate", "kv-bf16", "ctranslate2"], tmp_path)
+    assert set(runs) <= {"generate", "kv-bf16", "ctranslate2"} and {"generate", "kv-bf16"} <= set(runs)
+    for name in ("generate", "kv-bf16"):
+        assert 0 < runs[name](3) <= bench.rows * 3  # tokens sampled, each row stopping at its stop id or the budget
+        assert results[name].update_s is not None and results[name].note and not results[name].skipped
+    assert results["kv-bf16"].dtype == "bfloat16" and results["generate"].update_s == 0.0
+    if "ctranslate2" not in runs:  # not a project dependency: reported as skipped, with the reason
+        assert results["ctranslate2"].skipped.startswith("package missing (ctranslate2)")
