@@ -17,7 +17,7 @@ import torch
 
 from rollouts.completion import RolloutCompletion
 from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
-from training import grpo_trainer
+from training import passes
 from training.batching import completion_logprobs, pad_rollout_batch, slice_rollout_batch
 from training.grpo_trainer import GRPOTrainer
 from training.losses import IGNORE_INDEX, aggregation_units, grpo_loss, step_denominator
@@ -168,7 +168,7 @@ def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypa
     sampling): the gradient reaching each completion token's log-prob is exactly 0 on environment
     tokens and not 0 on policy tokens."""
     seen = []
-    real = grpo_trainer.completion_logprobs
+    real = passes.completion_logprobs  # the GRPO pass's forward (training.passes)
 
     def keep_gradient(model, batch, temperature=1.0):
         logp = real(model, batch, temperature)
@@ -177,7 +177,7 @@ def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypa
             seen.append((batch["completion_ids"].clone(), logp))
         return logp
 
-    monkeypatch.setattr(grpo_trainer, "completion_logprobs", keep_gradient)
+    monkeypatch.setattr(passes, "completion_logprobs", keep_gradient)
     trainer = make_trainer(
         tmp_path,
         pool,

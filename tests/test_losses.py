@@ -13,6 +13,7 @@ from training.losses import (
     group_advantages,
     grpo_loss,
     k3_kl,
+    lr_factor,
     masked_sft_nll,
     scheduled_weight,
     selective_log_softmax,
@@ -229,3 +230,12 @@ def test_k3_as_a_loss_has_the_gradient_of_kl_reference_to_policy():
     assert not torch.allclose(grad_k3, grad_forward, atol=1e-3)
     # while its value, on policy samples, is KL(policy || ref)
     assert expected_k3.item() == pytest.approx(forward.item(), rel=1e-5)
+
+
+def test_lr_factor_warms_up_then_decays_by_hand():
+    # warmup 2 of 6 steps: (step + 1) / 2 for steps 0, 1; then progress (step - 2) / 4 over steps 2..6
+    assert [lr_factor(s, 2, 6, "linear") for s in range(7)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+    assert [lr_factor(s, 2, 6, "constant") for s in range(7)] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    cosine = [lr_factor(s, 0, 4, "cosine") for s in range(5)]  # 0.5 * (1 + cos(pi * s / 4))
+    assert cosine == pytest.approx([1.0, 0.5 + 0.5 * 2**-0.5, 0.5, 0.5 - 0.5 * 2**-0.5, 0.0])
+    assert lr_factor(9, 0, 4, "linear") == 0.0  # past the end: stays at 0

@@ -537,10 +537,9 @@ def test_teacher_traces_that_do_not_fit_are_dropped_and_counted(tmp_path, pool):
 
 
 def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, pool, monkeypatch):
+    import training.scoring as scoring  # where the trainer scores a rollout batch
 
-    import training.grpo_trainer as trainer_module
-
-    real = trainer_module.execute_many
+    real = scoring.execute_many
     calls = []
 
     def flaky(jobs, *args, **kwargs):
@@ -552,7 +551,7 @@ def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, p
             for i, r in enumerate(results)
         ]
 
-    monkeypatch.setattr(trainer_module, "execute_many", flaky)
+    monkeypatch.setattr(scoring, "execute_many", flaky)
     trainer = make_trainer(tmp_path, pool)
     groups, metrics = trainer.collect_rollouts()
     assert calls[1] == 2  # the two harness failures were re-run once

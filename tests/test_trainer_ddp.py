@@ -42,6 +42,7 @@ def test_two_processes_end_with_identical_adapters(tmp_path, scenario):
 def check_global_token_mean(rank0, rank1):
     """The first step's synchronized gradient is that of one token-mean over the kept samples of both ranks
     (rank 1 kept none), not rank 0's token-mean halved by DDP's averaging."""
+    from rollouts.completion import RolloutCompletion
     from tests.trainer_helpers import tiny_config
     from training.batching import completion_logprobs, pad_rollout_batch
     from training.losses import group_advantages, grpo_loss
@@ -62,7 +63,8 @@ def check_global_token_mean(rank0, rank1):
                 kept += group
                 advantages += adv[g].tolist()
     assert kept and all(s["correctness"] == 0 for g in rank1["samples"] for s in g)
-    batch = pad_rollout_batch(kept, tokenizer.pad_token_id)
+    completions = [RolloutCompletion("", tuple(s["token_ids"]), tuple(s["prompt_ids"]), "stop") for s in kept]
+    batch = pad_rollout_batch(completions, tokenizer.pad_token_id)
     logp = completion_logprobs(model, batch)
     loss, _ = grpo_loss(logp, logp.detach(), None, torch.tensor(advantages), batch["completion_mask"], kl_coef=0.0)
     loss.backward()

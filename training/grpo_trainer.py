@@ -1,20 +1,18 @@
-"""The training loop: rollouts -> sandbox rewards -> group advantages -> planned update -> optimizer step.
+"""The training loop, as named steps: `collect_rollouts` (sample, then `training.scoring.score_rollouts`:
+sandbox and rewards) -> `train_on_rollouts` (`training.update_plan.plan_update`: advantages, filtering,
+micro-batches, old/reference log-probs) -> `_optimizer_step` (`plan_step`: SFT slots and step-wide
+normalizers; the passes of `training.passes.PassRunner`; clip, step, schedule) -> metric sinks and
+checkpoints.
 
 One optimizer step consumes `per_device_train_batch_size x gradient_accumulation_steps` prompts per
 process (TRL's convention): all of them are rolled out first (G completions each), scored in the
-sandbox, then planned (`training.update_plan`: advantages, filtering, micro-batches, old/reference
-log-probs, SFT batches, step-wide normalizers) and applied here, one backward pass per row chunk and
-loss term. With `num_iterations` (mu) > 1 the same rollouts serve mu optimizer steps; with mu = 1 the
-ratio is exactly 1 and clipping is inert. Log-probs cover the whole completion, thinking and code.
+sandbox, then planned and applied, one backward pass per row chunk and loss term. With
+`num_iterations` (mu) > 1 the same rollouts serve mu optimizer steps; with mu = 1 the ratio is exactly
+1 and clipping is inert. Log-probs cover the whole completion, thinking and code.
 
 The reference policy is the same model with its LoRA adapter disabled (no second copy of the base
 weights). Teacher-SFT draws a batch of verified traces per micro-batch slot; self-SFT trains on each
 group's best passing sample (`training.sft_sources`).
-
-Memory: each micro-batch goes through forward/backward in chunks of `forward_chunk_size` sequences
-(padding trimmed per chunk, `training.batching`), and each loss term is backpropagated on its own.
-Every chunk's loss is divided by the step's normalizer, so the gradient equals the unchunked one
-while only one chunk's activations are alive at a time.
 
 Runs under `accelerate launch` unchanged: each process rolls out its own share of the prompts
 (groups never straddle processes, so advantages need no communication) and DDP averages the
@@ -24,8 +22,6 @@ gradients. Checkpoints: `training.checkpointing`; metrics.jsonl and trackers: `t
 from __future__ import annotations
 
 import contextlib
-import functools
-import math
 import random
 import time
 from pathlib import Path
@@ -35,31 +31,25 @@ import numpy as np
 import torch
 
 from config import Config, save_config
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, plan_tests, task_secret_paths
-from multiturn.sampler import multi_turn_metrics, multi_turn_sampler, shaping_reward
+from evaluation.code_executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
+from multiturn.sampler import multi_turn_sampler
 from rollouts.completion import RolloutCompletion
 from training import checkpointing
-from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
 from training.checkpointing import TrainerState, resolve_checkpoint
 from training.launch import check_accelerator, local_world_size, sandbox_workers
-from training.losses import grpo_loss, masked_sft_nll, scheduled_weight, truncated_importance_weights
+from training.losses import lr_factor, scheduled_weight
 from training.metric_sinks import MetricSinks, make_accelerator, reduce_over_processes
-from training.rewards import ScoredSample, compute_rewards, load_reward_functions, reward_columns
+from training.passes import PassRunner
+from training.rewards import ScoredSample, load_reward_functions
+from training.scoring import score_rollouts
 from training.sft_sources import SuccessBuffer, build_teacher_sft, self_sft_examples
-from training.update_plan import StepPlan, UpdatePlan, plan_step, plan_update, step_loss_metrics
+from training.update_plan import UpdatePlan, plan_step, plan_update, step_loss_metrics
 from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
 from utils.sft_data import collate_sft, end_of_turn_id
-from utils.thinking_extraction import extract_thinking_and_code_unified
 
 if TYPE_CHECKING:  # the record only: phase 3 reads the trace file through synthesis.generate_traces
     from synthesis.generate_traces import TeacherTrace
-
-
-def _mean(values: list[float | None]) -> float:
-    """Mean of the values that are not None (NaN when all are)."""
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else float("nan")
 
 
 class GRPOTrainer:
@@ -110,6 +100,14 @@ class GRPOTrainer:
         # schedule num_processes times too fast. One optimizer step here is one schedule step.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.passes = PassRunner(
+            self.model,
+            self.accelerator,
+            config.grpo,
+            config.dual_source.grpo_weight,
+            training.forward_chunk_size,
+            tokenizer.pad_token_id,
+        )
         self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
         # each process on this machine takes its share of the cores (see training.launch)
@@ -130,12 +128,7 @@ class GRPOTrainer:
 
     def _lr_factor(self, step: int) -> float:
         training = self.config.training
-        if training.warmup_steps and step < training.warmup_steps:
-            return (step + 1) / training.warmup_steps
-        if training.lr_scheduler == "constant":
-            return 1.0
-        progress = min(1.0, (step - training.warmup_steps) / max(1, self.total_steps - training.warmup_steps))
-        return 1.0 - progress if training.lr_scheduler == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return lr_factor(step, training.warmup_steps, self.total_steps, training.lr_scheduler)
 
     def _prompt_indices(self, rollout_batch: int) -> list[int]:
         """This process's task indices for a rollout batch: epoch permutations seeded by (seed, epoch)."""
@@ -176,64 +169,9 @@ class GRPOTrainer:
                 assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
                 generations = self.rollout.generate(unwrapped, prompts, self.group_size, self.state.global_step)
         rollout_time = time.monotonic() - start
-        flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
-        parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
-        start = time.monotonic()
-        jobs = [(p.code, t) for (t, _), p in zip(flat, parsed, strict=True)]
-        results = execute_many(jobs, self.pool, self.limits, include_challenge=cfg.sandbox.include_challenge_tests)
-        # a harness failure gets one more try; twice on the same program, and it counts as a failure
-        retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
-        if retry:
-            again = execute_many(
-                [jobs[i] for i in retry], self.pool, self.limits, include_challenge=cfg.sandbox.include_challenge_tests
-            )
-            for i, result in zip(retry, again, strict=True):
-                results[i] = result
-        confirmed = {i for i in retry if results[i].status == "sandbox_error"}
-        m = cfg.multi_turn
-        shaping = [shaping_reward(s, m.tool_call_reward, m.tool_reward_cap, m.turn_cost) for _, s in flat]
-        rewards = compute_rewards(
-            results,
-            parsed,
-            cfg.grpo.correctness_reward,
-            cfg.grpo.format_reward_weight,
-            self.user_rewards,
-            [prompts[k // self.group_size] for k in range(len(flat))],
-            [s.text for _, s in flat],
-            reward_columns([t for t, _ in flat], parsed, results),
-            confirmed_failures=confirmed,
-            shaping=shaping,
-        )
-        reward_time = time.monotonic() - start
-        groups = [
-            [
-                ScoredSample(task, flat[k][1], parsed[k], results[k], rewards[k])
-                for k in range(i * self.group_size, (i + 1) * self.group_size)
-            ]
-            for i, task in enumerate(tasks)
-        ]
-        generated = sum(s.num_policy_tokens for _, s in flat)  # sampled, not inserted
-        count = max(len(flat), 1)
-        metrics = {
-            "time/rollout_s": rollout_time,
-            "time/reward_s": reward_time,
-            "tokens_per_s": generated / max(rollout_time, 1e-9),
-            "completion/mean_length": generated / count,
-            "completion/clipped_ratio": sum(s.finish_reason == "length" for _, s in flat) / count,
-            "pass_rate": sum(r.passed for r in results) / count,
-            "pass_fraction/mean": sum(r.pass_fraction for r in results) / count,
-            "reward/format_mean": sum(r.format for r in rewards) / count,
-            **{
-                f"reward/{r.name.rpartition(':')[2]}_mean": _mean([rw.user[r.name] for rw in rewards])
-                for r in self.user_rewards
-            },
-            "sandbox/error_retried": len(retry) / count,
-            "sandbox/error_confirmed": len(confirmed) / count,
-            "format/closed_think": sum(p.think_closed for p in parsed) / count,
-        }
-        if self.multi_turn is not None:
-            metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
-        return groups, metrics
+        groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.limits, self.user_rewards)
+        generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted
+        return groups, {"time/rollout_s": rollout_time, "tokens_per_s": generated / max(rollout_time, 1e-9), **metrics}
 
     def _self_sft_examples(self, groups: list[list[ScoredSample]]) -> list[dict]:
         return self_sft_examples(groups, self.buffer, self.config.dual_source.sft_max_length)
@@ -248,91 +186,6 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------- applying a planned update
 
-    def _grpo_pass(
-        self,
-        batch: dict,
-        rows: list[int],
-        old_logp: torch.Tensor | None,
-        ref_logp: torch.Tensor | None,
-        advantages: torch.Tensor,
-        scale: float,
-        denominator: float,
-        metric_tokens: float,
-    ) -> dict[str, float]:
-        """Forward + backward of the GRPO term for `rows` of one micro-batch.
-
-        The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
-        the chunks' losses and gradients sum to the step's objective (times `scale`). Returned values
-        are sums: the scaled loss, and chunk metric means times the chunk's share of `metric_tokens`,
-        so that summing the passes and averaging over ranks gives the step's token means.
-        """
-        grpo = self.config.grpo
-        part, width = slice_rollout_batch(batch, rows)
-        index = torch.tensor(rows, device=part["input_ids"].device)
-        with dropout_disabled(self.model):  # forward and backward: see `dropout_disabled`
-            logp = completion_logprobs(self.model, part, grpo.temperature)
-            old = old_logp[index, :width] if old_logp is not None else logp.detach()
-            ref = ref_logp[index, :width] if ref_logp is not None else None
-            weights: torch.Tensor | None = None
-            is_metrics: dict = {}
-            if "sampling_logps" in part and grpo.importance_sampling != "off":  # sampled by vLLM, trained here
-                weights, is_metrics = truncated_importance_weights(
-                    old,
-                    part["sampling_logps"],
-                    part["completion_mask"],
-                    grpo.importance_sampling,
-                    grpo.importance_sampling_cap,
-                )
-            loss, metrics = grpo_loss(
-                logp,
-                old,
-                ref,
-                advantages[index],
-                part["completion_mask"],
-                grpo.clip_range,
-                grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
-                grpo.kl_coef,
-                grpo.loss_aggregation,
-                grpo.max_new_tokens,
-                denominator,
-                token_weights=weights,
-            )
-            metrics.update(is_metrics)
-            self.accelerator.backward(self.config.dual_source.grpo_weight * scale * loss)
-        share = float(part["completion_mask"].sum()) / metric_tokens
-        sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
-        sums["loss/grpo"] = metrics["loss/grpo"] * scale
-        return sums
-
-    def _sft_pass(self, batch: dict, weight: float, name: str, denominator: float) -> dict[str, float]:
-        """Forward + backward of one SFT batch (teacher or self) in row chunks; returns its share of the loss.
-
-        The NLL is summed over supervised tokens and divided by `denominator` (the term's supervised
-        tokens of the whole step over all ranks, divided by the number of ranks), so the batches of a
-        step add up to one token-mean per term.
-        """
-        device = self.accelerator.device
-        if sft_tokens(batch) == 0:  # no rows, or nothing supervised
-            return {}
-        total = 0.0
-        for rows in row_chunks(batch["input_ids"].shape[0], self.config.training.forward_chunk_size):
-            ids, attention, labels = (batch[k][rows].to(device) for k in ("input_ids", "attention_mask", "labels"))
-            width = int(attention.sum(dim=1).max())  # right-padded: cut the shared padding
-            out = self.model(input_ids=ids[:, :width], attention_mask=attention[:, :width])
-            loss, _ = masked_sft_nll(out.logits, labels[:, :width], denominator)
-            self.accelerator.backward(weight * loss)
-            total += float(loss.detach())
-        return {f"loss/{name}": total}
-
-    def _synchronizing_pass(self) -> None:
-        """A zero-weighted one-token forward/backward outside `no_sync`: DDP all-reduces the gradients
-        accumulated by the real passes. Every rank runs exactly one, however many real passes it
-        had (a rank whose groups were all filtered out, or whose SFT batch was empty, has fewer or
-        none), so no rank waits for a collective the others never start."""
-        token = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.long, device=self.accelerator.device)
-        out = self.model(input_ids=token, attention_mask=torch.ones_like(token))
-        self.accelerator.backward(out.logits.sum() * 0.0)
-
     def _global_sums(self, values: list[float]) -> list[float]:
         """`values` summed over all processes (one all-reduce; itself when there is one process)."""
         if self.accelerator.num_processes == 1:
@@ -342,47 +195,6 @@ class GRPOTrainer:
         )
         return [float(v) for v in reduced.cpu()]
 
-    def _passes(self, plan: UpdatePlan, step: StepPlan, w_teacher: float, w_self: float) -> list:
-        """Every backward pass of one optimizer step, in order: per micro-batch slot its GRPO row chunks and
-        its teacher-SFT batch (a slot whose GRPO samples were all filtered out still has one), then self-SFT."""
-        world = self.accelerator.num_processes
-        passes: list = []
-        for slot in range(self.micro_batches):  # `plan.batches` never has more entries than slots
-            if slot < len(plan.batches):
-                old = plan.old_logps[slot] if plan.old_logps else None
-                ref = plan.ref_logps[slot] if plan.ref_logps else None
-                advantages = plan.advantages[plan.micro_batches[slot]].to(self.accelerator.device)
-                for rows in row_chunks(len(plan.micro_batches[slot]), self.config.training.forward_chunk_size):
-                    passes.append(
-                        functools.partial(
-                            self._grpo_pass,
-                            plan.batches[slot],
-                            rows,
-                            old,
-                            ref,
-                            advantages,
-                            step.grpo_scale,
-                            step.denominators[slot],
-                            step.metric_tokens,
-                        )
-                    )
-            teacher = step.teacher_batches[slot] if slot < len(step.teacher_batches) else None
-            if teacher is not None:
-                passes.append(
-                    functools.partial(
-                        self._sft_pass,
-                        teacher,
-                        w_teacher,
-                        "teacher_sft",
-                        step.teacher_tokens / world,
-                    )
-                )
-        if plan.self_batch is not None and w_self > 0:
-            passes.append(
-                functools.partial(self._sft_pass, plan.self_batch, w_self, "self_sft", step.self_tokens / world)
-            )
-        return passes
-
     def _optimizer_step(self, plan: UpdatePlan, rollout_metrics: dict) -> dict:
         """Plan one optimizer step's SFT slots and normalizers, run its passes, step; returns its metrics."""
         start = time.monotonic()
@@ -391,12 +203,12 @@ class GRPOTrainer:
         world = self.accelerator.num_processes
         step = plan_step(plan, teacher_batches, w_self > 0, self.config.grpo, world, self._global_sums)
         sums: dict[str, float] = {}
-        for run_pass in self._passes(plan, step, w_teacher, w_self):  # under DDP: accumulate locally, sync once
+        for run_pass in self.passes.passes(plan, step, self.micro_batches, w_teacher, w_self):  # DDP: sync once
             with self.accelerator.no_sync(self.model) if world > 1 else contextlib.nullcontext():
                 for key, value in run_pass().items():
                     sums[key] = sums.get(key, 0.0) + value
         if world > 1:
-            self._synchronizing_pass()
+            self.passes.synchronizing_pass()
         if step.grpo_tokens > 0:  # a rank without GRPO samples contributes zeros to the step's means
             for key in ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean"):
                 sums.setdefault(key, 0.0)

@@ -1,0 +1,156 @@
+"""The backward passes of one optimizer step, and the order they run in.
+
+An optimizer step is a list of passes (`PassRunner.passes`): per micro-batch slot, the GRPO term on each
+row chunk of its rollout micro-batch, then that slot's teacher-SFT batch; then the self-SFT batch. Each
+pass is one forward + backward whose loss is divided by the step's normalizer for its term (planned in
+`training.update_plan`), so summed over the passes the gradient is the unchunked objective's while only
+one chunk's activations are alive at a time. A pass returns its share of the step's loss metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from config import GRPOConfig
+from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
+from training.losses import grpo_loss, masked_sft_nll, truncated_importance_weights
+from training.update_plan import StepPlan, UpdatePlan
+
+Pass = Callable[[], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class PassRunner:
+    """Runs passes on the (accelerate-prepared) `model`: `accelerator.backward` for every loss."""
+
+    model: Any
+    accelerator: Any
+    grpo: GRPOConfig
+    grpo_weight: float  # dual_source.grpo_weight
+    chunk_size: int  # training.forward_chunk_size: sequences per forward
+    pad_token_id: int
+
+    def grpo_pass(
+        self,
+        batch: dict,
+        rows: list[int],
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        advantages: torch.Tensor,
+        scale: float,
+        denominator: float,
+        metric_tokens: float,
+    ) -> dict[str, float]:
+        """Forward + backward of the GRPO term for `rows` of one micro-batch.
+
+        The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
+        the chunks' losses and gradients sum to the step's objective (times `scale`). Returned values
+        are sums: the scaled loss, and chunk metric means times the chunk's share of `metric_tokens`,
+        so that summing the passes and averaging over ranks gives the step's token means.
+        """
+        grpo = self.grpo
+        part, width = slice_rollout_batch(batch, rows)
+        index = torch.tensor(rows, device=part["input_ids"].device)
+        with dropout_disabled(self.model):  # forward and backward: see `dropout_disabled`
+            logp = completion_logprobs(self.model, part, grpo.temperature)
+            old = old_logp[index, :width] if old_logp is not None else logp.detach()
+            ref = ref_logp[index, :width] if ref_logp is not None else None
+            weights: torch.Tensor | None = None
+            is_metrics: dict[str, float] = {}
+            if "sampling_logps" in part and grpo.importance_sampling != "off":  # sampled elsewhere, trained here
+                weights, is_metrics = truncated_importance_weights(
+                    old,
+                    part["sampling_logps"],
+                    part["completion_mask"],
+                    grpo.importance_sampling,
+                    grpo.importance_sampling_cap,
+                )
+            loss, metrics = grpo_loss(
+                logp,
+                old,
+                ref,
+                advantages[index],
+                part["completion_mask"],
+                grpo.clip_range,
+                grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
+                grpo.kl_coef,
+                grpo.loss_aggregation,
+                grpo.max_new_tokens,
+                denominator,
+                token_weights=weights,
+            )
+            metrics.update(is_metrics)
+            self.accelerator.backward(self.grpo_weight * scale * loss)
+        share = float(part["completion_mask"].sum()) / metric_tokens
+        sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
+        sums["loss/grpo"] = metrics["loss/grpo"] * scale
+        return sums
+
+    def sft_pass(self, batch: dict, weight: float, name: str, denominator: float) -> dict[str, float]:
+        """Forward + backward of one SFT batch (teacher or self) in row chunks; returns its share of the loss.
+
+        The NLL is summed over supervised tokens and divided by `denominator` (the term's supervised
+        tokens of the whole step over all ranks, divided by the number of ranks), so the batches of a
+        step add up to one token-mean per term.
+        """
+        device = self.accelerator.device
+        if sft_tokens(batch) == 0:  # no rows, or nothing supervised
+            return {}
+        total = 0.0
+        for rows in row_chunks(batch["input_ids"].shape[0], self.chunk_size):
+            ids, attention, labels = (batch[k][rows].to(device) for k in ("input_ids", "attention_mask", "labels"))
+            width = int(attention.sum(dim=1).max())  # right-padded: cut the shared padding
+            out = self.model(input_ids=ids[:, :width], attention_mask=attention[:, :width])
+            loss, _ = masked_sft_nll(out.logits, labels[:, :width], denominator)
+            self.accelerator.backward(weight * loss)
+            total += float(loss.detach())
+        return {f"loss/{name}": total}
+
+    def synchronizing_pass(self) -> None:
+        """A zero-weighted one-token forward/backward outside `no_sync`: DDP all-reduces the gradients
+        accumulated by the real passes. Every rank runs exactly one, however many real passes it
+        had (a rank whose groups were all filtered out, or whose SFT batch was empty, has fewer or
+        none), so no rank waits for a collective the others never start."""
+        token = torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=self.accelerator.device)
+        out = self.model(input_ids=token, attention_mask=torch.ones_like(token))
+        self.accelerator.backward(out.logits.sum() * 0.0)
+
+    def passes(self, plan: UpdatePlan, step: StepPlan, slots: int, w_teacher: float, w_self: float) -> list[Pass]:
+        """Every backward pass of one optimizer step, in order: per micro-batch slot its GRPO row chunks and
+        its teacher-SFT batch (a slot whose GRPO samples were all filtered out still has one), then self-SFT."""
+        world = self.accelerator.num_processes
+        passes: list[Pass] = []
+        for slot in range(slots):  # `plan.batches` never has more entries than slots
+            if slot < len(plan.batches):
+                old = plan.old_logps[slot] if plan.old_logps else None
+                ref = plan.ref_logps[slot] if plan.ref_logps else None
+                advantages = plan.advantages[plan.micro_batches[slot]].to(self.accelerator.device)
+                for rows in row_chunks(len(plan.micro_batches[slot]), self.chunk_size):
+                    passes.append(
+                        functools.partial(
+                            self.grpo_pass,
+                            plan.batches[slot],
+                            rows,
+                            old,
+                            ref,
+                            advantages,
+                            step.grpo_scale,
+                            step.denominators[slot],
+                            step.metric_tokens,
+                        )
+                    )
+            teacher = step.teacher_batches[slot] if slot < len(step.teacher_batches) else None
+            if teacher is not None:
+                passes.append(
+                    functools.partial(self.sft_pass, teacher, w_teacher, "teacher_sft", step.teacher_tokens / world)
+                )
+        if plan.self_batch is not None and w_self > 0:
+            passes.append(
+                functools.partial(self.sft_pass, plan.self_batch, w_self, "self_sft", step.self_tokens / world)
+            )
+        return passes

@@ -1,0 +1,94 @@
+"""One rollout batch scored: parse every completion, run it in the sandbox, compute its reward.
+
+`score_rollouts` is the step between sampling and planning an update: it turns the G completions per
+task that a rollout backend (or the multi-turn sampler) returned into `training.rewards.ScoredSample`
+groups, and reports what the batch looked like (pass rate, format, sandbox retries, the per-function
+reward means, the multi-turn statistics). The sandbox is the only process that sees the tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from config import Config
+from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
+from multiturn.sampler import multi_turn_metrics, shaping_reward
+from rollouts.completion import RolloutCompletion
+from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns
+from utils.dataset_loader import Task
+from utils.thinking_extraction import extract_thinking_and_code_unified
+
+
+def mean_of_present(values: Sequence[float | None]) -> float:
+    """Mean of the values that are not None (NaN when all are)."""
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else float("nan")
+
+
+def score_rollouts(
+    tasks: Sequence[Task],
+    prompts: Sequence[str],
+    generations: Sequence[Sequence[RolloutCompletion]],
+    config: Config,
+    pool: SandboxPool,
+    limits: SandboxLimits,
+    user_rewards: Sequence[UserReward] = (),
+) -> tuple[list[list[ScoredSample]], dict[str, float]]:
+    """(groups, metrics) for one rollout batch: `generations[i]` are task i's samples, prompted by `prompts[i]`.
+
+    A sample whose run hit a harness failure (`sandbox_error`) is run once more; failing twice on the same
+    program it counts as a failure, not as unverifiable (`compute_rewards(confirmed_failures=)`). The
+    optional multi-turn terms (`multiturn.sampler.shaping_reward`) enter the reward's shaping part.
+    """
+    start = time.monotonic()
+    include_challenge = config.sandbox.include_challenge_tests
+    flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
+    parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
+    jobs = [(p.code, t) for (t, _), p in zip(flat, parsed, strict=True)]
+    results = execute_many(jobs, pool, limits, include_challenge=include_challenge)
+    retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
+    if retry:
+        again = execute_many([jobs[i] for i in retry], pool, limits, include_challenge=include_challenge)
+        for i, result in zip(retry, again, strict=True):
+            results[i] = result
+    confirmed = {i for i in retry if results[i].status == "sandbox_error"}
+    m = config.multi_turn
+    shaping = [shaping_reward(s, m.tool_call_reward, m.tool_reward_cap, m.turn_cost) for _, s in flat]
+    group_of = [k for k, group in enumerate(generations) for _ in group]
+    rewards = compute_rewards(
+        results,
+        parsed,
+        config.grpo.correctness_reward,
+        config.grpo.format_reward_weight,
+        user_rewards,
+        [prompts[k] for k in group_of],
+        [s.text for _, s in flat],
+        reward_columns([t for t, _ in flat], parsed, results),
+        confirmed_failures=confirmed,
+        shaping=shaping,
+    )
+    samples = [ScoredSample(t, s, p, r, w) for (t, s), p, r, w in zip(flat, parsed, results, rewards, strict=True)]
+    groups: list[list[ScoredSample]] = [[] for _ in generations]
+    for k, sample in zip(group_of, samples, strict=True):
+        groups[k].append(sample)
+    count = max(len(flat), 1)
+    generated = sum(s.num_policy_tokens for _, s in flat)  # sampled, not inserted by an environment
+    metrics = {
+        "time/reward_s": time.monotonic() - start,
+        "completion/mean_length": generated / count,
+        "completion/clipped_ratio": sum(s.finish_reason == "length" for _, s in flat) / count,
+        "pass_rate": sum(r.passed for r in results) / count,
+        "pass_fraction/mean": sum(r.pass_fraction for r in results) / count,
+        "reward/format_mean": sum(r.format for r in rewards) / count,
+        **{
+            f"reward/{u.name.rpartition(':')[2]}_mean": mean_of_present([r.user[u.name] for r in rewards])
+            for u in user_rewards
+        },
+        "sandbox/error_retried": len(retry) / count,
+        "sandbox/error_confirmed": len(confirmed) / count,
+        "format/closed_think": sum(p.think_closed for p in parsed) / count,
+    }
+    if config.multi_turn.mode != "single":
+        metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
+    return groups, metrics
