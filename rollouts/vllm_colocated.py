@@ -17,7 +17,7 @@ from typing import Any
 
 from rollouts.completion import RolloutCompletion, completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
-from rollouts.vllm_engine import AdapterHandoff
+from rollouts.vllm_engine import AdapterHandoff, AdapterSyncedSampler
 from utils.sft_data import encode_prompt
 
 
@@ -56,7 +56,7 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
     return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs, strict=True)]
 
 
-class VLLMRollout:
+class VLLMRollout(AdapterSyncedSampler):
     """Samples from a colocated vLLM engine; `generate` keeps the engine's adapter in step with the policy."""
 
     def __init__(
@@ -74,17 +74,11 @@ class VLLMRollout:
     ) -> None:
         if vllm_module is None:
             vllm_module = importlib.import_module("vllm")  # lazy: the optional GPU extra
+        super().__init__(tokenizer, max_new_tokens, sampling, handoff, gen_update_steps, chat_template_kwargs, logprobs)
         self.vllm = vllm_module
         self.llm = llm
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
-        self.handoff = handoff
-        self.gen_update_steps = max(1, gen_update_steps)
-        self.chat_template_kwargs = chat_template_kwargs
-        self.logprobs = logprobs
         self.sleep_mode = sleep_mode
         self.lora_request = None
-        self._synced_step: int | None = None
         if sleep_mode:  # give the memory back until the first rollout
             self.llm.sleep(level=1)
 
@@ -95,7 +89,7 @@ class VLLMRollout:
 
     def sync_adapter(self, model: Any, step: int) -> Any:
         """Publish the current adapter every `gen_update_steps` steps; returns the request to sample with."""
-        if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
+        if not self.sync_due(step):
             return self.lora_request
         assert self.handoff is not None, "sync_adapter needs an AdapterHandoff (the trainer passes one)"
         path = self.handoff.publish(model, step)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollouts.sampling import SamplingSettings
+
 # vllm/config/lora.py (0.33.0): MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 ADAPTER_PREFIX = "step-"
@@ -152,3 +154,30 @@ class AdapterHandoff:
         for old in self.root.iterdir():
             if old != keep and (old.name.startswith(ADAPTER_PREFIX) or old.name.startswith(".")):
                 shutil.rmtree(old, ignore_errors=True)
+
+
+class AdapterSyncedSampler:
+    """What the two vLLM samplers share (`vllm_colocated.VLLMRollout`, `vllm_server.VLLMServerRollout`): the
+    single-turn sampling settings, the adapter hand-off, and when to publish the policy's adapter again
+    (`sync_due`: at the first call, then every `gen_update_steps` optimizer steps)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        max_new_tokens: int,
+        sampling: SamplingSettings,
+        handoff: AdapterHandoff | None,
+        gen_update_steps: int,
+        chat_template_kwargs: dict | None,
+        logprobs: bool,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_new_tokens, self.sampling = max_new_tokens, sampling
+        self.handoff = handoff
+        self.gen_update_steps = max(1, gen_update_steps)
+        self.chat_template_kwargs = chat_template_kwargs
+        self.logprobs = logprobs
+        self._synced_step: int | None = None
+
+    def sync_due(self, step: int) -> bool:
+        return self._synced_step is None or step - self._synced_step >= self.gen_update_steps

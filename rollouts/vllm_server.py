@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from rollouts.completion import RolloutCompletion, completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
-from rollouts.vllm_engine import AdapterHandoff
+from rollouts.vllm_engine import AdapterHandoff, AdapterSyncedSampler
 from synthesis.teacher_query import RequestFailedError, TeacherClient
 from utils.sft_data import encode_prompt
 
@@ -102,7 +102,7 @@ def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids
     return samples
 
 
-class VLLMServerRollout:
+class VLLMServerRollout(AdapterSyncedSampler):
     """Samples from a `vllm serve` that loads each new adapter by name; `generate` keeps it in step with the policy."""
 
     def __init__(
@@ -117,19 +117,14 @@ class VLLMServerRollout:
         share: Callable[[str], str] = lambda value: value,
         logprobs: bool = True,
     ) -> None:
+        super().__init__(tokenizer, max_new_tokens, sampling, handoff, gen_update_steps, chat_template_kwargs, logprobs)
+        self.handoff: AdapterHandoff = handoff  # always one: the server reads each adapter from its folder
         self.client = client
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
-        self.handoff = handoff
-        self.gen_update_steps = max(1, gen_update_steps)
-        self.chat_template_kwargs = chat_template_kwargs
-        self.logprobs = logprobs
         self.loop = asyncio.new_event_loop()  # the client's connections live on this one loop
         # adapter names are unique per run as well as per step: a long-running server may still hold an
         # earlier run's adapters, and vLLM refuses a name twice (and its prefix cache keys blocks by name)
         self.run_id = share(secrets.token_hex(4))
         self.adapter_name: str | None = None
-        self._synced_step: int | None = None
 
     def _run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
@@ -137,7 +132,7 @@ class VLLMServerRollout:
     def sync_adapter(self, model: Any, step: int) -> str:
         """Publish the current adapter every `gen_update_steps` steps and have the server load it (the main
         process loads it and unloads the previous one; every process waits); returns the name to sample with."""
-        if self._synced_step is not None and step - self._synced_step < self.gen_update_steps:
+        if not self.sync_due(step):
             assert self.adapter_name is not None  # set together with _synced_step
             return self.adapter_name
         path = self.handoff.publish(model, step)  # main process saves, every process waits
