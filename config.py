@@ -1360,6 +1360,18 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_phase_args(
+    parser: argparse.ArgumentParser, flags: tuple[ConfigFlag, ...], argv: list[str] | None
+) -> tuple[argparse.Namespace, dict[str, dict[str, Any]]]:
+    """A phase's command line: its own arguments (already on `parser`), its config flags (their help shows the
+    values that `argv`'s --preset/--config/--set resolve to) and the three config arguments. Returns the parsed
+    arguments and {section: {key: value}} for the flags that were given."""
+    add_config_flags(parser, flags, preliminary_config(argv))
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    return args, flag_overrides(args, flags)
+
+
 def config_from_args(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None) -> Config:
     """Build the config from the shared flags plus a script's own flags mapped to keys.
 

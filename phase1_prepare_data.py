@@ -25,12 +25,9 @@ from config import (
     Config,
     ConfigError,
     ConfigFlag,
-    add_config_arguments,
-    add_config_flags,
     config_from_args_or_exit,
     config_to_dict,
-    flag_overrides,
-    preliminary_config,
+    parse_phase_args,
 )
 from utils.dataset_loader import (
     EMBEDDED_APPS,
@@ -258,10 +255,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         description="Phase 1: load MBPP and APPS, split each dataset train/val with a fixed seed, merge, and "
         "write data/train.jsonl, data/val.jsonl and data/split_manifest.json.",
     )
-    add_config_flags(parser, FLAGS, preliminary_config(argv))
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    return args, flag_overrides(args, FLAGS)
+    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -25,11 +25,8 @@ from pathlib import Path
 from config import (
     Config,
     ConfigFlag,
-    add_config_arguments,
-    add_config_flags,
     config_from_args_or_exit,
-    flag_overrides,
-    preliminary_config,
+    parse_phase_args,
     save_config,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool
@@ -291,10 +288,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         help="Start a fresh trace file instead of resuming (the old "
         "one is replaced when the first good answer arrives).",
     )
-    add_config_flags(parser, FLAGS, preliminary_config(argv))
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    return args, flag_overrides(args, FLAGS)
+    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -23,11 +23,8 @@ from pathlib import Path
 from config import (
     Config,
     ConfigFlag,
-    add_config_arguments,
-    add_config_flags,
     config_from_args_or_exit,
-    flag_overrides,
-    preliminary_config,
+    parse_phase_args,
 )
 from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
@@ -217,10 +214,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
         "learning rate, data order and random state.",
     )
-    add_config_flags(parser, FLAGS, preliminary_config(argv))
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    return args, flag_overrides(args, FLAGS)
+    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -25,12 +25,9 @@ from pathlib import Path
 from config import (
     Config,
     ConfigFlag,
-    add_config_arguments,
-    add_config_flags,
     config_from_args_or_exit,
     config_to_dict,
-    flag_overrides,
-    preliminary_config,
+    parse_phase_args,
 )
 from evaluation.code_executor import SandboxLimits, SandboxPool, task_secret_paths
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
@@ -363,10 +360,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     )
     parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
     parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
-    add_config_flags(parser, FLAGS, preliminary_config(argv))
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    return args, flag_overrides(args, FLAGS)
+    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:
