@@ -119,19 +119,7 @@ def execute_program(
         )
     pool = pool or default_pool()
     limits = limits or pool.limits
-    job = dict(
-        planned.job,
-        code=code,
-        id=sample_id,
-        limits={
-            "test_timeout": limits.test_timeout,
-            "total_timeout": limits.total_for(n),
-            "memory_mb": limits.memory_mb,
-            "file_size_mb": limits.file_size_mb,
-            "max_processes": limits.max_processes,
-            "output_bytes": limits.output_bytes,
-        },
-    )
+    job = dict(planned.job, code=code, id=sample_id, limits=limits.job_limits(n))
     try:
         raw = pool.run(job)
     except SandboxError as exc:

@@ -85,6 +85,17 @@ class SandboxLimits:
             return self.program_timeout
         return min(n_tests * self.test_timeout + 2.0, 60.0)
 
+    def job_limits(self, n_tests: int) -> dict[str, float | int]:
+        """The `limits` of a worker job (`evaluation.sandbox_protocol`) running `n_tests` tests."""
+        return {
+            "test_timeout": self.test_timeout,
+            "total_timeout": self.total_for(n_tests),
+            "memory_mb": self.memory_mb,
+            "file_size_mb": self.file_size_mb,
+            "max_processes": self.max_processes,
+            "output_bytes": self.output_bytes,
+        }
+
 
 class SandboxError(RuntimeError):
     """The harness itself failed (not the program)."""

@@ -123,14 +123,7 @@ def run_tool_program(code: str | None, pool: SandboxPool, limits: SandboxLimits 
         "inputs": [""],
         "code": code,
         "id": None,
-        "limits": {
-            "test_timeout": limits.test_timeout,
-            "total_timeout": limits.total_for(1),
-            "memory_mb": limits.memory_mb,
-            "file_size_mb": limits.file_size_mb,
-            "max_processes": limits.max_processes,
-            "output_bytes": limits.output_bytes,
-        },
+        "limits": limits.job_limits(1),
     }
     try:
         raw = pool.run(job)
