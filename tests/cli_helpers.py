@@ -18,6 +18,13 @@ def cpu_argv(*flags: str, sets: Sequence[str] = ()) -> list[str]:
     return ["--preset", "cpu", *flags, *[arg for key_value in sets for arg in ("--set", key_value)]]
 
 
+def fake_teacher_argv(url: str, task_file: object, trace_file: object, *flags: str) -> list[str]:
+    """Phase 2's argv against a `tests.fake_openai_server.FakeTeacher` at `url` (model `fake-teacher`)."""
+    return cpu_argv(
+        "--api_url", url, "--model", "fake-teacher", "--input", str(task_file), "--output", str(trace_file), *flags
+    )
+
+
 def run_script(*args: str, timeout: float = 120, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python *args` from the repository root with this environment (plus `env`), output captured as text."""
     return subprocess.run(

@@ -18,6 +18,7 @@ from multiturn.environments import (
 )
 from multiturn.loop import run_episodes
 from rollouts.completion import RolloutCompletion
+from tests.cli_helpers import fake_teacher_argv
 from tests.conftest import ROOT
 from utils.dataset_loader import Task, load_apps, load_mbpp
 from utils.prompts import RESULT_CLOSE, RESULT_OPEN, TOOL_EXAMPLE, get_unified_prompt
@@ -482,24 +483,7 @@ def test_phase2_feedback_mode_sends_the_failing_shown_test_back_and_keeps_the_co
         default_code="def add(a, b):\n    return a - b", answers={"failed a test": "def add(a, b):\n    return a + b"}
     )
     with RunningServer(teacher) as server:
-        code = phase2.cli(
-            [
-                "--preset",
-                "cpu",
-                "--api_url",
-                server.url,
-                "--model",
-                "fake-teacher",
-                "--input",
-                str(train),
-                "--output",
-                str(out),
-                "--num_samples",
-                "1",
-                "--mode",
-                "feedback",
-            ]
-        )
+        code = phase2.cli(fake_teacher_argv(server.url, train, out, "--num_samples", "1", "--mode", "feedback"))
         requests = list(teacher.requests)  # the server's state is `teacher`
     assert code == 0, capsys.readouterr().err
     [record] = [json.loads(line) for line in out.read_text().splitlines()]
@@ -529,20 +513,9 @@ def run_phase2_tool(tmp_path, teacher, *extra: str) -> tuple[int, list[dict], li
     train = tmp_path / "train.jsonl"
     write_tasks(train, [MBPP])
     out = tmp_path / "traces.jsonl"
-    argv = ["--preset", "cpu", "--input", str(train), "--output", str(out), "--num_samples", "1", "--mode", "tool"]
+    argv = ["--num_samples", "1", "--mode", "tool", "--set", "teacher.tokenizer=embedded:tiny-random", *extra]
     with RunningServer(teacher) as server:
-        code = phase2.cli(
-            [
-                *argv,
-                "--api_url",
-                server.url,
-                "--model",
-                "fake-teacher",
-                "--set",
-                "teacher.tokenizer=embedded:tiny-random",
-            ]
-            + list(extra)
-        )
+        code = phase2.cli(fake_teacher_argv(server.url, train, out, *argv))
         requests = list(teacher.requests)  # the server's state is `teacher`
     rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     return code, rows, requests

@@ -19,6 +19,7 @@ from config import build_config
 from synthesis.generate_traces import TraceFileBusy, open_trace_file
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from tests.canned_responses import SHAPES, TEACHER_THINKING
+from tests.cli_helpers import fake_teacher_argv
 from tests.conftest import ROOT
 from tests.fake_openai_server import FakeTeacher, RunningServer, free_port
 from utils.dataset_loader import read_tasks
@@ -180,21 +181,7 @@ def test_no_server_is_a_clear_error_within_10_seconds(train_file, tmp_path, caps
 
 
 def run_phase2(train_file, out, url, *extra):
-    return phase2.cli(
-        [
-            "--preset",
-            "cpu",
-            "--api_url",
-            url,
-            "--model",
-            "fake-teacher",
-            "--input",
-            str(train_file),
-            "--output",
-            str(out),
-            *extra,
-        ]
-    )
+    return phase2.cli(fake_teacher_argv(url, train_file, out, *extra))
 
 
 def read_records(path: Path) -> list[dict]:
@@ -315,26 +302,8 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
     out = tmp_path / "traces.jsonl"
     tasks = read_tasks(train_file)[:8]
     with RunningServer(solving_teacher(tasks, delay=0.3)) as server:
-        command = [
-            sys.executable,
-            "phase2_generate_teacher_traces.py",
-            "--preset",
-            "cpu",
-            "--api_url",
-            server.url,
-            "--model",
-            "fake-teacher",
-            "--input",
-            str(train_file),
-            "--output",
-            str(out),
-            "--max_tasks",
-            "8",
-            "--num_samples",
-            "2",
-            "--concurrency",
-            "2",
-        ]
+        argv = fake_teacher_argv(server.url, train_file, out, "--max_tasks", "8", "--num_samples", "2")
+        command = [sys.executable, "phase2_generate_teacher_traces.py", *argv, "--concurrency", "2"]
         proc = subprocess.Popen(
             command,
             cwd=ROOT,
