@@ -218,7 +218,7 @@ class Bench:
             self.tokenizer.pad_token_id,
             max_batch_rows=self.rows,
         )
-        return count(row["token_ids"] for g in groups for row in g)
+        return count(row.token_ids for g in groups for row in g)
 
     def merged_copy(self):
         """A plain transformers model with the adapter merged (for engines that cannot apply LoRA per step)."""

@@ -408,8 +408,20 @@ def forward(
 # The sampling loop
 
 
+@dataclass(frozen=True)
+class SampledRow:
+    """One continuation `sample_token_ids` returns (`KVCacheRollout` makes a `RolloutCompletion` of it)."""
+
+    token_ids: tuple[int, ...]  # the new ids, ending with the stop token or the token that completed a stop string
+    logprobs: tuple[float, ...]  # float32 log-prob of each new id at the sampling temperature
+    finish_reason: str  # "stop" or "length"
+    stop_string: str | None  # the stop string it stopped at, if any
+
+
 @dataclass
 class _Row:
+    """A row while it is being sampled."""
+
     prompt: int  # index of its prompt
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -441,19 +453,18 @@ def sample_token_ids(
     tokenizer: Any = None,
     max_batch_rows: int = 64,
     generator: torch.Generator | None = None,
-) -> list[list[dict]]:
+) -> list[list[SampledRow]]:
     """`num_samples` continuations of each token-id sequence in `prompts`, up to `max_new_tokens` each.
 
     A row ends at a stop token id (kept as its last token, finish_reason "stop"), at a stop string (the
     token that completes it is the last one kept, finish_reason "stop", `stop_string` says which; needs
     `tokenizer`), or after `max_new_tokens` ("length"). Prompts go through in groups of at most
-    `max_batch_rows // num_samples` (at least one prompt). Returns, per prompt, a list of
-    {'token_ids', 'logprobs', 'finish_reason', 'stop_string'}.
+    `max_batch_rows // num_samples` (at least one prompt). Returns, per prompt, a list of `SampledRow`s.
     """
     if stop_strings and tokenizer is None:
         raise ValueError("stop strings need the tokenizer")
     per_group = max(1, max_batch_rows // max(num_samples, 1))
-    results: list[list[dict]] = []
+    results: list[list[SampledRow]] = []
     for start in range(0, len(prompts), per_group):
         results.extend(
             _sample_group(
@@ -483,7 +494,7 @@ def _sample_group(
     stop_strings: tuple[str, ...],
     tokenizer: Any,
     generator: torch.Generator | None,
-) -> list[list[dict]]:
+) -> list[list[SampledRow]]:
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     width = max(len(p) for p in prompts)
@@ -538,16 +549,10 @@ def _sample_group(
             seen[torch.arange(len(alive)), tokens] = True
         logits = forward(weights, tokens.unsqueeze(1), next_position.unsqueeze(1), cache, width + step, key_bias)
         next_position = next_position + 1
-    grouped: list[list[dict]] = [[] for _ in prompts]
+    grouped: list[list[SampledRow]] = [[] for _ in prompts]
     for row in rows:
-        grouped[row.prompt].append(
-            {
-                "token_ids": row.tokens,
-                "logprobs": row.logprobs,
-                "finish_reason": row.finish_reason,
-                "stop_string": row.stop_string,
-            }
-        )
+        sampled = SampledRow(tuple(row.tokens), tuple(row.logprobs), row.finish_reason, row.stop_string)
+        grouped[row.prompt].append(sampled)
     return grouped
 
 
@@ -650,16 +655,16 @@ class KVCacheRollout:
         for prompt_ids, group in zip(sequences, groups, strict=True):
             samples = []
             for row in group:
-                ids = row["token_ids"]
-                ended_on_id = bool(ids) and ids[-1] in stops and row["finish_reason"] == "stop"
+                ids = list(row.token_ids)
+                ended_on_id = bool(ids) and ids[-1] in stops and row.finish_reason == "stop"
                 samples.append(
                     RolloutCompletion(
                         text=self.tokenizer.decode(ids[:-1] if ended_on_id else ids, skip_special_tokens=True),
-                        token_ids=tuple(ids),
+                        token_ids=row.token_ids,
                         prompt_ids=tuple(prompt_ids),
-                        finish_reason=row["finish_reason"],
-                        logprobs=tuple(row["logprobs"]),
-                        stop_string=row["stop_string"],
+                        finish_reason=row.finish_reason,
+                        logprobs=row.logprobs,
+                        stop_string=row.stop_string,
                     )
                 )
             results.append(samples)

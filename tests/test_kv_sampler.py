@@ -258,9 +258,9 @@ def test_samples_are_independent_and_finished_rows_leave_the_batch(tiny):
     )
     assert [len(g) for g in groups] == [4, 4]
     rows = [s for g in groups for s in g]
-    assert len({tuple(s["token_ids"]) for s in rows}) > 1  # the copies of a prompt's cache sample on their own
+    assert len({s.token_ids for s in rows}) > 1  # the copies of a prompt's cache sample on their own
     for s in rows:
-        ends = [i for i, t in enumerate(s["token_ids"]) if t in {17, 21, 33, 40, 41, 42, 50}]
-        assert ends in ([], [len(s["token_ids"]) - 1])  # nothing after a stop
-        assert s["finish_reason"] == ("stop" if ends else "length")
-        assert len(s["token_ids"]) == 30 or ends
+        ends = [i for i, t in enumerate(s.token_ids) if t in {17, 21, 33, 40, 41, 42, 50}]
+        assert ends in ([], [len(s.token_ids) - 1])  # nothing after a stop
+        assert s.finish_reason == ("stop" if ends else "length")
+        assert len(s.token_ids) == 30 or ends
