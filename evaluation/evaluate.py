@@ -467,16 +467,16 @@ def summarize(rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DE
 
 def _multi_turn_summary(rows: Sequence[EvalSample]) -> dict | None:
     """Pass rate after each turn and tool-call statistics (None for single-turn rows)."""
-    turns = [r.to_row() for r in rows if r.answers_passed is not None]  # multiturn.sampler reads rows
+    turns = [r for r in rows if r.answers_passed is not None]
     if not turns:
         return None
     from multiturn.sampler import pass_rate_by_turn, tool_statistics
 
-    most = max(len(r["answers_passed"]) for r in turns)
+    most = max(len(r.answers_passed or ()) for r in turns)
     return {
-        "mode": turns[0].get("mode"),
+        "mode": turns[0].mode,
         "pass_rate_by_turn": pass_rate_by_turn(turns, most),
-        "mean_turns": sum(r.get("num_turns", 1) for r in turns) / len(turns),
+        "mean_turns": sum(r.num_turns if r.num_turns is not None else 1 for r in turns) / len(turns),
         **tool_statistics(turns),
     }
 

@@ -13,12 +13,15 @@ statistics phase 4 reports.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multiturn.loop import ContinueBackend, Environment, run_episodes
 from rollouts.completion import RolloutCompletion
 from utils.dataset_loader import Task
 from utils.sft_data import encode_prompt
+
+if TYPE_CHECKING:  # phase 4's record, for its statistics (evaluation.evaluate imports this module lazily)
+    from evaluation.evaluate import EvalSample
 
 
 class MultiTurnSampler:
@@ -131,28 +134,24 @@ def shaping_reward(
     return bonus - turn_cost * extra_turns
 
 
-def pass_rate_by_turn(rows: Sequence[dict], max_turns: int) -> dict[str, float]:
-    """Share of samples whose answer after turn t passes all tests, t = 1..max_turns. A sample that
-    stopped earlier keeps its last answer (`answers_passed`: one verdict per answer it gave)."""
+def pass_rate_by_turn(rows: Sequence[EvalSample], max_turns: int) -> dict[str, float]:
+    """Share of phase 4's judged samples whose answer after turn t passes all tests, t = 1..max_turns. A
+    sample that stopped earlier keeps its last answer (`answers_passed`: one verdict per answer it gave)."""
     out = {}
     for turn in range(1, max_turns + 1):
-        verdicts = [
-            row["answers_passed"][min(turn, len(row["answers_passed"])) - 1]
-            for row in rows
-            if row.get("answers_passed")
-        ]
+        verdicts = [r.answers_passed[min(turn, len(r.answers_passed)) - 1] for r in rows if r.answers_passed]
         out[str(turn)] = sum(verdicts) / len(verdicts) if verdicts else 0.0
     return out
 
 
-def tool_statistics(rows: Sequence[dict]) -> dict[str, float]:
+def tool_statistics(rows: Sequence[EvalSample]) -> dict[str, float]:
     """How much the samples use the tool: calls per sample, share of samples with a call, calls that ran
-    without error, share of samples truncated by a limit."""
+    without error, share of samples truncated by a limit (a field a sample does not have counts as 0)."""
     n = max(len(rows), 1)
-    calls = sum(r.get("tool_calls", 0) for r in rows)
+    calls = sum(r.tool_calls or 0 for r in rows)
     return {
         "calls_per_sample": calls / n,
-        "samples_with_a_call": sum(r.get("tool_calls", 0) > 0 for r in rows) / n,
-        "successful_call_share": sum(r.get("tool_successes", 0) for r in rows) / max(calls, 1),
-        "truncated": sum(bool(r.get("truncated")) for r in rows) / n,
+        "samples_with_a_call": sum((r.tool_calls or 0) > 0 for r in rows) / n,
+        "successful_call_share": sum(r.tool_successes or 0 for r in rows) / max(calls, 1),
+        "truncated": sum(bool(r.truncated) for r in rows) / n,
     }

@@ -281,3 +281,24 @@ def test_a_completion_is_cached_as_the_row_its_untyped_dict_was_and_the_old_row_
         "finish_reason": "length",
         "prompt_sha256": "digest",
     }  # a single-turn completion: no multi-turn key, no token ids or log-probs in the cache
+
+
+def test_phase4_multi_turn_statistics_read_the_judged_samples():
+    from evaluation.evaluate import read_samples
+    from multiturn.sampler import pass_rate_by_turn, tool_statistics
+
+    judged = read_samples(GOLDEN_EVAL / "samples.jsonl")[-1]  # the feedback sample: wrong, then right
+    tool = dataclasses.replace(judged, mode="tool", tool_successes=1)
+    samples = [
+        dataclasses.replace(tool, tool_calls=2, truncated=False, answers_passed=(True,)),
+        dataclasses.replace(tool, tool_calls=0, tool_successes=0, truncated=True, answers_passed=(False,)),
+        dataclasses.replace(tool, tool_calls=None, tool_successes=None, truncated=None),  # fields it lacks count 0
+    ]
+    assert tool_statistics(samples) == {
+        "calls_per_sample": 2 / 3,
+        "samples_with_a_call": 1 / 3,
+        "successful_call_share": 1 / 2,
+        "truncated": 1 / 3,
+    }
+    # turn 1: right, wrong, wrong; turn 2: the first keeps its answer, the third is right now
+    assert pass_rate_by_turn(samples, 2) == {"1": 1 / 3, "2": 2 / 3}
