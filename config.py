@@ -589,7 +589,11 @@ class TrainingConfig:
         "full fine-tuning; too high makes the KL explode.",
         gt=0,
     )
-    seed: int = option(42, "Seed for torch, numpy and random (sampling order, dropout, rollouts).")
+    seed: int = option(
+        42,
+        "Seed for torch, numpy and random (sampling order, dropout, rollouts). Phase 4 seeds its sampling "
+        "with it too: the same config, tasks and machine give the same completions.",
+    )
     warmup_steps: int = option(0, "Linear learning-rate warmup from 0 over this many optimizer steps.")
     lr_scheduler: str = option(
         "cosine",

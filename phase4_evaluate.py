@@ -22,6 +22,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import torch
+
 from config import (
     Config,
     ConfigFlag,
@@ -249,6 +251,9 @@ def main(
                 base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None, **settings
             )
             print(f"\n[{role}] generating {ev.num_samples} samples per task (cache: {cache_dir / key}.jsonl)")
+            # the same config, tasks and machine sample the same completions (each model from the same seed;
+            # a run resumed from a partial cache draws the rest from a restarted stream)
+            torch.manual_seed(config.training.seed)
 
             cache = generate_cached(
                 tasks,

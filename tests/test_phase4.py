@@ -361,3 +361,38 @@ def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
     # greedy with several samples would repeat one completion: refused with a clear message
     refused = run_script(*command[:-4], "--num_samples", "3", "--set", f"paths.output_dir={tmp_path}", timeout=300)
     assert refused.returncode == 2 and "greedy decoding" in refused.stderr
+
+
+def test_the_same_config_samples_the_same_completions_again(tmp_path):
+    """Phase 4 seeds its sampling with training.seed: two runs that share nothing (no cache) give the same
+    completions at temperature 1; another seed gives others."""
+    from utils.dataset_loader import write_tasks
+
+    eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(2))
+
+    def completions(name, seed):
+        argv = cpu_argv(
+            "--eval_file",
+            str(eval_file),
+            "--model_path",
+            "embedded:tiny-random",
+            "--num_samples",
+            "3",
+            "--k",
+            "1",
+            "--temperature",
+            "1.0",
+            "--max_new_tokens",
+            "6",
+            "--samples_output",
+            str(tmp_path / f"{name}.jsonl"),
+            "--output",
+            str(tmp_path / f"{name}.json"),
+            sets=[f"paths.output_dir={tmp_path / name}", f"training.seed={seed}"],
+        )
+        assert phase4.cli(argv) == 0
+        return [json.loads(line)["completion"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+
+    first = completions("a", 42)
+    assert completions("b", 42) == first
+    assert completions("c", 7) != first
