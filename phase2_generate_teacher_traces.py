@@ -35,7 +35,7 @@ from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_trac
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.jsonl import write_json_atomic
-from utils.prompts import build_chat_messages, get_unified_prompt
+from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.sft_data import build_sft_example, teacher_sft_ids
 from utils.student_model import EMBEDDED_PREFIX, ModelLoadError, load_tokenizer, resolve_model_path
 from utils.thinking_extraction import extract_thinking_and_code_unified
@@ -72,6 +72,17 @@ async def test_connection(config: Config) -> int:
             f"finish_reason={response.finish_reason}"
         )
         print(f"  thinking came back: {parsed.has_thinking} ({where}); code extracted: {parsed.has_code}")
+        if config.multi_turn.mode == "tool":  # tool mode also needs the tokenizer and the text completions endpoint
+            try:
+                prompter = teacher_prompter(config)
+            except ModelLoadError as exc:
+                print(f"✗ {exc}")
+                return 1
+            text = await client.complete_text(prompter.render(build_chat_messages(prompt)), [PROGRAM_CLOSE], 16)
+            if not text.ok:
+                print(f"✗ /completions (tool mode continues the teacher's text there) failed: {text.error}")
+                return 1
+            print(f"✓ tool mode: chat template rendered here, /completions answered in {text.latency:.2f} s")
         return 0
 
 
@@ -278,7 +289,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         "--test_connection",
         action="store_true",
         help="Only check the server: list its models, send one small request, report latency and whether "
-        "thinking came back. Exit code 0 only if it works.",
+        "thinking came back (--mode tool: also load the teacher's tokenizer and send one text completion). "
+        "Exit code 0 only if it works.",
     )
     parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
     parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")

@@ -19,7 +19,7 @@ from config import build_config
 from synthesis.generate_traces import TraceFileBusy, open_trace_file
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from tests.canned_responses import SHAPES, TEACHER_THINKING
-from tests.cli_helpers import fake_teacher_argv
+from tests.cli_helpers import cpu_argv, fake_teacher_argv
 from tests.conftest import ROOT
 from tests.fake_openai_server import FakeTeacher, RunningServer, free_port
 from utils.dataset_loader import read_tasks
@@ -277,6 +277,19 @@ def test_test_connection(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Served models: fake-teacher" in out and "thinking came back: True (separate reasoning field)" in out
     assert phase2.cli(["--preset", "cpu", "--api_url", f"http://127.0.0.1:{free_port()}/v1", "--test_connection"]) == 1
+
+
+def test_test_connection_in_tool_mode_checks_the_text_endpoint_and_the_tokenizer(tmp_path, capsys):
+    tool = ["--mode", "tool", "--set", "teacher.tokenizer=embedded:tiny-random", "--test_connection"]
+    with RunningServer(FakeTeacher(shape="inline", text_script=lambda prompt: "<think>\nok")) as server:
+        assert phase2.cli(cpu_argv("--api_url", server.url, "--model", "fake-teacher", *tool)) == 0
+        assert "✓ tool mode: chat template rendered here, /completions answered" in capsys.readouterr().out
+        missing = ["--set", f"teacher.tokenizer={tmp_path / 'none'}"]
+        assert phase2.cli(cpu_argv("--api_url", server.url, "--model", "fake-teacher", *tool, *missing)) == 1
+        assert "teacher.tokenizer" in capsys.readouterr().out
+    with RunningServer(FakeTeacher(shape="inline")) as server:  # a server without /v1/completions for text
+        assert phase2.cli(cpu_argv("--api_url", server.url, "--model", "fake-teacher", *tool)) == 1
+        assert "✗ /completions" in capsys.readouterr().out
 
 
 def test_two_runs_cannot_write_one_file(tmp_path):
