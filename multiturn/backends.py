@@ -30,14 +30,10 @@ from typing import Any
 import torch
 
 from multiturn.loop import Continuation
+from rollouts.completion import stop_ids
 from rollouts.hf import generation_eos_ids, left_padded
 from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.sft_data import end_of_turn_id
-
-
-def stop_token_ids(tokenizer: Any) -> list[int]:
-    """Ids that end an assistant turn: the chat template's end-of-turn and the tokenizer's EOS."""
-    return sorted({end_of_turn_id(tokenizer), tokenizer.eos_token_id} - {None})
 
 
 def cut_continuation(
@@ -74,7 +70,7 @@ class HFContinuer:
         self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
     ) -> list[Continuation]:
         tok, model = self.tokenizer, self.model
-        stops = sorted(set(stop_token_ids(tok)) | generation_eos_ids(model))
+        stops = sorted(set(stop_ids(tok)) | generation_eos_ids(model))
         device = next(model.parameters()).device
         sampling = self.sampling.hf_generate_kwargs()
         if stop_strings:
@@ -132,7 +128,7 @@ class VLLMContinuer:
     def continue_sequences(
         self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
     ) -> list[Continuation]:
-        stops = stop_token_ids(self.tokenizer)
+        stops = stop_ids(self.tokenizer)
         results: list[Continuation | None] = [None] * len(sequences)
         for budget in sorted(set(max_new_tokens)):
             rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
@@ -173,29 +169,16 @@ class VLLMContinuer:
 
 
 def server_continuation(raw: Any, prompt_ids: list[int], stops: set[int]) -> Continuation:
-    """One `/v1/completions` answer (n=1, return_token_ids) as a Continuation. vLLM names a stop string it
-    stopped on in `stop_reason` (the ids end with the token that completed it, the text with the string) and a
-    stop token by its id (kept as the last id). Ids after a first stop id (a server may send them) are cut.
-    ValueError when the answer is not what was asked for."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("choices"), list) or len(raw["choices"]) != 1:
-        raise ValueError(f"not a one-choice completion response: {str(raw)[:120]!r}")
-    choice = raw["choices"][0]
-    if choice.get("token_ids") is None:
-        raise ValueError("the response has no token_ids (a server older than vLLM 0.10.2 ignores return_token_ids)")
-    if choice.get("prompt_token_ids") is not None and list(choice["prompt_token_ids"]) != list(prompt_ids):
-        raise ValueError("the server continued other prompt tokens than the ones sent")
-    ids = list(choice["token_ids"])
-    cut = next((i + 1 for i, t in enumerate(ids) if t in stops), len(ids))
-    logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
-    if choice.get("finish_reason") == "stop" and isinstance(choice.get("stop_reason"), str):
-        finish = "stop_string"
-    elif choice.get("finish_reason") == "stop" or cut < len(ids) or (ids and ids[-1] in stops):
-        finish = "stop"
-    else:
-        finish = "length"
-    return Continuation(
-        ids[:cut], choice.get("text") or "", finish, [float(x) for x in logprobs[:cut]] if logprobs else None
-    )
+    """One `/v1/completions` answer (n=1, return_token_ids) as a Continuation, read as single-turn sampling
+    reads it (`rollouts.vllm_server.parse_completions`); vLLM names a stop string it stopped on in
+    `stop_reason` (the ids end with the token that completed it, the text with the string). ValueError when
+    the answer is not what was asked for."""
+    from rollouts.vllm_server import parse_completions
+
+    [sample] = parse_completions(raw, prompt_ids, 1, stops)
+    finish = "stop_string" if sample.stop_string else sample.finish_reason
+    logprobs = list(sample.logprobs) if sample.logprobs is not None else None
+    return Continuation(list(sample.token_ids), sample.text, finish, logprobs)
 
 
 class ServerContinuer:
@@ -211,7 +194,7 @@ class ServerContinuer:
         from rollouts.vllm_server import completion_request
 
         r = self.rollout
-        stops = stop_token_ids(r.tokenizer)
+        stops = stop_ids(r.tokenizer)
         bodies = [
             completion_request(self.model_name, ids, 1, budget, r.sampling, stops, r.logprobs, stop_strings)
             for ids, budget in zip(sequences, max_new_tokens, strict=True)
@@ -283,7 +266,7 @@ class ScriptedBackend:
             ids = list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
             if hit is None:
                 ids.append(end_of_turn_id(self.tokenizer))
-            cont = cut_continuation(self.tokenizer, ids, budget, stop_token_ids(self.tokenizer), stop_strings)
+            cont = cut_continuation(self.tokenizer, ids, budget, stop_ids(self.tokenizer), stop_strings)
             entry[0], entry[2] = tuple(sequence) + tuple(cont.token_ids), entry[2] + 1
             out.append(cont)
         return out

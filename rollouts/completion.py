@@ -97,13 +97,15 @@ def completion_record(
     prompt_ids: Sequence[int],
     end_ids: set[int],
     logprobs: Sequence[float] | None = None,
+    stop_string: str | None = None,
 ) -> RolloutCompletion:
     """One sample from a vLLM completion (engine or server), trusting vLLM's token ids.
 
     vLLM keeps the token it stopped on (ours, or an EOS from the model's generation config) as the
     last id, so nothing is appended: a completion is exactly what the policy produced. Anything after
     a first end-of-turn id (never produced by vLLM, but a server may) is cut, so the trainer never
-    scores tokens past the end of the turn.
+    scores tokens past the end of the turn. `stop_string`: the environment's stop string vLLM stopped on
+    (its `stop_reason`, when a string), for a multi-turn continuation.
     """
     cut = next((i + 1 for i, t in enumerate(token_ids) if t in end_ids), len(token_ids))
     return RolloutCompletion(
@@ -112,4 +114,5 @@ def completion_record(
         prompt_ids=tuple(prompt_ids),
         finish_reason="stop" if finish_reason == "stop" or cut < len(token_ids) else "length",
         logprobs=None if logprobs is None else tuple(float(x) for x in logprobs[:cut]),
+        stop_string=stop_string,
     )

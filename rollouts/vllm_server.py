@@ -97,6 +97,8 @@ def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids
                 prompt_ids,
                 end_ids,
                 logprobs,
+                # a stop string (multi-turn) is named by value; a stop token by its id
+                choice["stop_reason"] if isinstance(choice.get("stop_reason"), str) else None,
             )
         )
     return samples

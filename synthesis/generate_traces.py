@@ -21,6 +21,7 @@ never parses the file itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -244,6 +245,10 @@ class TextPrompter:
     tokenizer: Any
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    @functools.cached_property
+    def _specials(self) -> list[str]:  # longest first, so no shorter token splits a longer one first
+        return sorted({t for t in self.tokenizer.all_special_tokens if len(t) > 1}, key=len, reverse=True)
+
     def render(self, messages: Sequence[Mapping[str, str | None]]) -> str:
         return self.tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
@@ -256,9 +261,8 @@ class TextPrompter:
         """`text` with every special-token string broken by a zero-width space: the server tokenizes a text
         prompt with special tokens on, so a program that prints `<|im_end|>` would otherwise end the teacher's
         turn in the prompt. The trace keeps the raw text (teacher-SFT encodes results as plain characters)."""
-        for special in sorted(set(self.tokenizer.all_special_tokens), key=len, reverse=True):
-            if len(special) > 1:
-                text = text.replace(special, special[0] + "\u200b" + special[1:])
+        for special in self._specials:
+            text = text.replace(special, special[0] + "\u200b" + special[1:])
         return text
 
 
@@ -272,8 +276,7 @@ async def feedback_exchange(
     turns: list[TraceTurn] = []
     state = environment.start(task)
     while response.ok:
-        finish = "stop" if response.finish_reason in (None, "stop") else "length"
-        [step] = await asyncio.to_thread(environment.step, [state], [Turn(response.text or "", finish)])
+        [step] = await asyncio.to_thread(environment.step, [state], [Turn(response.text or "", _finish(response))])
         turns.append(
             TraceTurn(
                 response=response.text,
@@ -293,14 +296,19 @@ async def feedback_exchange(
     return response, turns
 
 
+def _finish(response: TeacherResponse) -> str:
+    """ "stop" when the teacher ended its turn (a server may leave finish_reason out), else "length"."""
+    return "stop" if response.finish_reason in (None, "stop") else "length"
+
+
 def _program_turn(response: TeacherResponse) -> Turn:
     """A text completion as the tool environment sees it: stopped at `</program>` (the text cut just after the
     first one: a server may run a token past it), ended by the teacher, or cut by `max_tokens`."""
     text = response.text or ""
     end = text.find(PROGRAM_CLOSE)
-    if end >= 0 and (response.stop_string == PROGRAM_CLOSE or response.finish_reason in (None, "stop")):
+    if end >= 0 and (response.stop_string == PROGRAM_CLOSE or _finish(response) == "stop"):
         return Turn(text[: end + len(PROGRAM_CLOSE)], "stop_string")
-    return Turn(text, "stop" if response.finish_reason in (None, "stop") else "length")
+    return Turn(text, _finish(response))
 
 
 async def tool_exchange(
@@ -316,11 +324,10 @@ async def tool_exchange(
     state = environment.start(task)
     turns: list[TraceTurn] = []
     transcript, used, latency, attempts = "", 0, 0.0, 0
+    sent = prompt_text  # the prompt so far as the server gets it: each piece escaped once, when appended
     usage: dict[str, int] = {}
     while True:
-        response = await client.complete_text(
-            prompt_text + prompter.escape(transcript), [PROGRAM_CLOSE], max(budget - used, 1)
-        )
+        response = await client.complete_text(sent, [PROGRAM_CLOSE], max(budget - used, 1))
         latency, attempts = latency + response.latency, attempts + response.attempts
         if not response.ok:
             return replace(response, latency=latency, attempts=attempts), turns
@@ -330,9 +337,11 @@ async def tool_exchange(
         used += prompter.count(turn.text)
         [step] = await asyncio.to_thread(environment.step, [state], [turn])
         transcript += turn.text
+        sent += prompter.escape(turn.text)
         observation = step.observation or ""
+        observation_tokens = 0 if step.done else prompter.count(observation)
         done, truncated = step.done, step.truncated
-        if not done and used + prompter.count(observation) >= budget:  # no room left to read the result
+        if not done and used + observation_tokens >= budget:  # no room left to read the result
             done, truncated = True, True
         turns.append(TraceTurn(turn.text, None, None if done else observation, truncated))
         if done:
@@ -342,7 +351,8 @@ async def tool_exchange(
                 turns,
             )
         transcript += observation
-        used += prompter.count(observation)
+        sent += prompter.escape(observation)
+        used += observation_tokens
 
 
 def latest_records(path: Path) -> dict[tuple[str, int], TeacherTrace]:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from evaluation.code_executor import SandboxLimits, execute_program
-from multiturn.backends import ScriptedBackend, cut_continuation, stop_token_ids
+from multiturn.backends import ScriptedBackend, cut_continuation
 from multiturn.environments import (
     FeedbackEnvironment,
     ToolEnvironment,
@@ -17,7 +17,7 @@ from multiturn.environments import (
     visible_tests,
 )
 from multiturn.loop import run_episodes
-from rollouts.completion import RolloutCompletion
+from rollouts.completion import RolloutCompletion, stop_ids
 from tests.cli_helpers import fake_teacher_argv
 from tests.conftest import ROOT
 from utils.dataset_loader import Task, load_apps, load_mbpp
@@ -103,12 +103,12 @@ def test_cut_continuation_stops_at_end_of_turn_stop_string_or_budget(smollm2_tok
     tok = smollm2_tokenizer
     eot = end_of_turn_id(tok)
     ids = tok("run <program>\nprint(1)\n</program> and more", add_special_tokens=False)["input_ids"]
-    cut = cut_continuation(tok, ids + [eot], 100, stop_token_ids(tok), ("</program>",))
+    cut = cut_continuation(tok, ids + [eot], 100, stop_ids(tok), ("</program>",))
     assert cut.finish_reason == "stop_string" and cut.text.endswith("</program>")
     assert cut.token_ids == ids[: len(cut.token_ids)] and "more" not in cut.text
-    done = cut_continuation(tok, ids + [eot, eot, eot], 100, stop_token_ids(tok), ())
+    done = cut_continuation(tok, ids + [eot, eot, eot], 100, stop_ids(tok), ())
     assert done.finish_reason == "stop" and done.token_ids == ids + [eot] and done.text == tok.decode(ids)
-    short = cut_continuation(tok, ids + [eot], 3, stop_token_ids(tok), ("</program>",))
+    short = cut_continuation(tok, ids + [eot], 3, stop_ids(tok), ("</program>",))
     assert short.finish_reason == "length" and short.token_ids == ids[:3]
 
 

@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 import torch
 
-from multiturn.backends import cut_continuation, stop_token_ids
+from multiturn.backends import cut_continuation
 from multiturn.environments import FeedbackEnvironment, ToolEnvironment
 from multiturn.loop import Continuation, run_episodes
 from multiturn.sampler import shaping_reward
-from rollouts.completion import MultiTurnInfo, RolloutCompletion
+from rollouts.completion import MultiTurnInfo, RolloutCompletion, stop_ids
 from tests.trainer_helpers import small_tasks, tiny_config
 from training.grpo_trainer import GRPOTrainer
 from training.update_plan import plan_update
@@ -47,7 +47,7 @@ class SequencePolicy:
             ids = list(self.tokenizer(reply, add_special_tokens=False, split_special_tokens=True)["input_ids"])
             if hit is None:
                 ids.append(end_of_turn_id(self.tokenizer))
-            out.append(cut_continuation(self.tokenizer, ids, budget, stop_token_ids(self.tokenizer), stop_strings))
+            out.append(cut_continuation(self.tokenizer, ids, budget, stop_ids(self.tokenizer), stop_strings))
         return out
 
 
