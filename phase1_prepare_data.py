@@ -97,7 +97,7 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
 
 def verify_references(splits: dict[str, tuple[list[Task], list[Task]]], config: Config, drop: bool) -> dict:
     """Run each task's first reference solution in the sandbox; optionally drop the failures."""
-    from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
+    from sandbox.executor import SandboxLimits, SandboxPool, execute_many
 
     report: dict = {}
     limits = SandboxLimits.from_config(config.sandbox)

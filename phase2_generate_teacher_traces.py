@@ -29,8 +29,8 @@ from config import (
     parse_phase_args,
     save_config,
 )
-from evaluation.code_executor import SandboxLimits, SandboxPool
 from multiturn.environments import make_environment
+from sandbox.executor import SandboxLimits, SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks

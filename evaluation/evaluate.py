@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, paired_bootstrap_interval
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
 from evaluation.pass_at_k import estimate_pass_at_k, pass_at_k_table
 from rollouts.completion import RolloutCompletion
+from sandbox.executor import SandboxLimits, SandboxPool, execute_many
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
@@ -470,14 +470,35 @@ def _multi_turn_summary(rows: Sequence[EvalSample]) -> dict | None:
     turns = [r for r in rows if r.answers_passed is not None]
     if not turns:
         return None
-    from multiturn.sampler import pass_rate_by_turn, tool_statistics
-
     most = max(len(r.answers_passed or ()) for r in turns)
     return {
         "mode": turns[0].mode,
         "pass_rate_by_turn": pass_rate_by_turn(turns, most),
         "mean_turns": sum(r.num_turns if r.num_turns is not None else 1 for r in turns) / len(turns),
         **tool_statistics(turns),
+    }
+
+
+def pass_rate_by_turn(rows: Sequence[EvalSample], max_turns: int) -> dict[str, float]:
+    """Share of phase 4's judged samples whose answer after turn t passes all tests, t = 1..max_turns. A
+    sample that stopped earlier keeps its last answer (`answers_passed`: one verdict per answer it gave)."""
+    out = {}
+    for turn in range(1, max_turns + 1):
+        verdicts = [r.answers_passed[min(turn, len(r.answers_passed)) - 1] for r in rows if r.answers_passed]
+        out[str(turn)] = sum(verdicts) / len(verdicts) if verdicts else 0.0
+    return out
+
+
+def tool_statistics(rows: Sequence[EvalSample]) -> dict[str, float]:
+    """How much the samples use the tool: calls per sample, share of samples with a call, calls that ran
+    without error, share of samples truncated by a limit (a field a sample does not have counts as 0)."""
+    n = max(len(rows), 1)
+    calls = sum(r.tool_calls or 0 for r in rows)
+    return {
+        "calls_per_sample": calls / n,
+        "samples_with_a_call": sum((r.tool_calls or 0) > 0 for r in rows) / n,
+        "successful_call_share": sum(r.tool_successes or 0 for r in rows) / max(calls, 1),
+        "truncated": sum(bool(r.truncated) for r in rows) / n,
     }
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from config import Config, ConfigError, add_config_arguments, config_from_args, exit_on_config_error
 
 if TYPE_CHECKING:
-    from evaluation.code_executor import ExecutionResult
     from rollouts.completion import RolloutCompletion
+    from sandbox.executor import ExecutionResult
     from utils.dataset_loader import Task
     from utils.thinking_extraction import ParsedResponse
 
@@ -59,10 +59,10 @@ def main(
 ) -> list[Answer]:
     """Sample `samples` answers to `problem` and judge them on `asserts`. Raises TaskSchemaError (a bad assert,
     before the model loads: a test that cannot fail must not print "passed") and ModelLoadError."""
-    from evaluation.code_executor import execute_program
     from rollouts.hf import HFRollout
     from rollouts.models import default_model_path, resolve_model
     from rollouts.sampling import SamplingSettings
+    from sandbox.executor import execute_program
     from utils.prompts import get_unified_prompt
     from utils.student_model import load_adapter, load_student
     from utils.thinking_extraction import extract_thinking_and_code_unified
@@ -194,10 +194,10 @@ def _multi_turn_samples(
 ) -> list[RolloutCompletion]:
     """`samples` multi-turn samples through the rollout loop, continued as `rollout` samples
     (`multiturn.backends.continuer_for`, as phases 3 and 4 do), the environment in its own sandbox pool."""
-    from evaluation.code_executor import SandboxLimits, SandboxPool
     from multiturn.backends import continuer_for
     from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
+    from sandbox.executor import SandboxLimits, SandboxPool
     from utils.dataset_loader import Task
 
     task = task or Task(

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from evaluation.code_executor import MAX_CODE_BYTES, SandboxError, SandboxLimits, SandboxPool, execute_program
+from sandbox.executor import MAX_CODE_BYTES, SandboxError, SandboxLimits, SandboxPool, execute_program
 from utils.code_parser import check_syntax
 from utils.dataset_loader import Task
 from utils.prompts import PROGRAM_CLOSE, PROGRAM_OPEN, RESULT_CLOSE, RESULT_OPEN

@@ -6,22 +6,19 @@ and `MultiTurnInfo` (`multiturn.loop`). The backend is made per call from the mo
 (`backend_for(model, step)`, see `multiturn.backends.continuer_for`), so the trainer's current
 weights (or the evaluated adapter) sample; a backend with a `close()` is closed after the episodes.
 
-Also here: the optional reward terms of `multi_turn` (tool use, turn cost) and the per-turn
-statistics phase 4 reports.
+Also here: the optional reward terms of `multi_turn` (tool use, turn cost). The per-turn statistics
+phase 4 reports live with its record, in `evaluation.evaluate`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from multiturn.loop import ContinueBackend, Environment, run_episodes
 from rollouts.completion import RolloutCompletion
 from utils.dataset_loader import Task
 from utils.sft_data import encode_prompt
-
-if TYPE_CHECKING:  # phase 4's record, for its statistics (evaluation.evaluate imports this module lazily)
-    from evaluation.evaluate import EvalSample
 
 
 class MultiTurnSampler:
@@ -132,26 +129,3 @@ def shaping_reward(
     bonus = min(tool_call_reward * info.tool_successes, tool_reward_cap) if tool else 0.0
     extra_turns = info.tool_calls if tool else max(info.num_turns - 1, 0)
     return bonus - turn_cost * extra_turns
-
-
-def pass_rate_by_turn(rows: Sequence[EvalSample], max_turns: int) -> dict[str, float]:
-    """Share of phase 4's judged samples whose answer after turn t passes all tests, t = 1..max_turns. A
-    sample that stopped earlier keeps its last answer (`answers_passed`: one verdict per answer it gave)."""
-    out = {}
-    for turn in range(1, max_turns + 1):
-        verdicts = [r.answers_passed[min(turn, len(r.answers_passed)) - 1] for r in rows if r.answers_passed]
-        out[str(turn)] = sum(verdicts) / len(verdicts) if verdicts else 0.0
-    return out
-
-
-def tool_statistics(rows: Sequence[EvalSample]) -> dict[str, float]:
-    """How much the samples use the tool: calls per sample, share of samples with a call, calls that ran
-    without error, share of samples truncated by a limit (a field a sample does not have counts as 0)."""
-    n = max(len(rows), 1)
-    calls = sum(r.tool_calls or 0 for r in rows)
-    return {
-        "calls_per_sample": calls / n,
-        "samples_with_a_call": sum((r.tool_calls or 0) > 0 for r in rows) / n,
-        "successful_call_share": sum(r.tool_successes or 0 for r in rows) / max(calls, 1),
-        "truncated": sum(bool(r.truncated) for r in rows) / n,
-    }

@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evaluation.code_executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
 from multiturn.environments import Turn
+from sandbox.executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
 from synthesis.teacher_query import TeacherClient, TeacherFatalError, TeacherResponse
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl

@@ -29,7 +29,7 @@ def pool():
     """One sandbox pool (2 workers, default limits) for the whole run; a test that needs other limits passes them
     per call (`execute_program(code, task, limits, pool)`). The hostile batteries start their own: they kill and
     replace workers on purpose."""
-    from evaluation.sandbox_pool import SandboxPool
+    from sandbox.pool import SandboxPool
 
     with SandboxPool(workers=2) as shared:
         yield shared

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program, wrap_like_apps
-from evaluation.judge import plan_assert
+from sandbox.executor import SandboxLimits, SandboxPool, execute_many, execute_program, wrap_like_apps
+from sandbox.judge import plan_assert
 from tests.cli_helpers import run_script
 from tests.conftest import SHARED_DATA
 from tests.task_factory import assert_task, call_task, stdin_task
@@ -156,7 +156,7 @@ def test_command_line_rescoring(tmp_path, fixtures):
     ]
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "results.jsonl"
-    rescore = ("-m", "evaluation.code_executor", "--tasks", str(tasks), "--output", str(out))
+    rescore = ("-m", "sandbox.executor", "--tasks", str(tasks), "--output", str(out))
     proc = run_script(*rescore, "--samples", str(samples), "--workers", "1")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in out.read_text().splitlines()]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from evaluation.code_executor import execute_many, execute_program
 from evaluation.eval_sets import load_eval_set
+from sandbox.executor import execute_many, execute_program
 from utils.dataset_loader import (
     EMBEDDED_MBPP,
     HUMANEVAL_VERSION,

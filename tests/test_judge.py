@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from evaluation.judge import call_output_matches, check_value, judge, plan_assert, plan_tests, stdout_matches
-from evaluation.sandbox_protocol import Opaque, decode_value, encode_value
+from sandbox.judge import call_output_matches, check_value, judge, plan_assert, plan_tests, stdout_matches
+from sandbox.protocol import Opaque, decode_value, encode_value
 from tests.conftest import ROOT
 from tests.task_factory import assert_task
 
@@ -113,7 +113,7 @@ def test_judge_a_canned_reply_without_any_process():
 
 def test_the_judging_side_never_imports_the_worker():
     # the parent shares only the wire format with the untrusted side, never the worker's code
-    probe = "import sys; import evaluation.code_executor; print('evaluation.sandbox_worker' in sys.modules)"
+    probe = "import sys; import sandbox.executor; print('sandbox.worker' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -10,10 +10,10 @@ import torch
 
 import phase4_evaluate as phase4
 from config import ConfigError, build_config
-from evaluation.code_executor import SandboxPool
 from rollouts.from_config import evaluation_rollout, training_rollout
 from rollouts.hf import HFRollout
 from rollouts.kv_sampler import KVCacheRollout
+from sandbox.executor import SandboxPool
 from tests.trainer_helpers import small_tasks, teacher_examples, tiny_config
 from training.grpo_trainer import GRPOTrainer
 from utils.student_model import attach_lora, load_student

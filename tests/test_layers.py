@@ -1,6 +1,6 @@
 """The import direction ARCHITECTURE.md states, enforced: phase scripts and test_all.py -> synthesis/,
-training/ -> multiturn/ -> evaluation/ -> rollouts/ -> utils/ -> config.py, nothing imports a phase
-script, and the only imports against the direction are the exceptions ARCHITECTURE.md names."""
+training/ -> multiturn/ -> evaluation/ -> rollouts/ -> sandbox/ -> utils/ -> config.py, nothing imports a
+phase script, and the only imports against the direction are the exceptions ARCHITECTURE.md names."""
 
 from __future__ import annotations
 
@@ -9,17 +9,25 @@ import ast
 from tests.conftest import ROOT
 
 # lower number = higher layer; a module may import its own layer and any layer below it
-LAYERS = {"synthesis": 1, "training": 1, "multiturn": 2, "evaluation": 3, "rollouts": 4, "utils": 5, "config": 6}
+LAYERS = {
+    "synthesis": 1,
+    "training": 1,
+    "multiturn": 2,
+    "evaluation": 3,
+    "rollouts": 4,
+    "sandbox": 5,  # the trust boundary knows nothing of models or phases: it may import only utils
+    "utils": 6,
+    "config": 7,
+}
 # (importing module, imported module): each written down in ARCHITECTURE.md with its reason
 EXCEPTIONS = {
     ("config", "utils.jsonl"),  # save_config writes atomically, lazily imported
-    ("evaluation.evaluate", "multiturn.sampler"),  # phase 4's multi-turn summary, lazily imported
     ("evaluation.solve", "multiturn.backends"),  # `python -m evaluation.solve` is a command: phase level
     ("evaluation.solve", "multiturn.environments"),
     ("evaluation.solve", "multiturn.sampler"),
     ("rollouts.vllm_server", "synthesis.teacher_query"),  # the HTTP transport, a leaf module
 }
-LIBRARY_FOLDERS = ("synthesis", "training", "multiturn", "evaluation", "rollouts", "utils")
+LIBRARY_FOLDERS = ("synthesis", "training", "multiturn", "evaluation", "rollouts", "sandbox", "utils")
 
 
 def layer(module: str) -> int | None:

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from evaluation.code_executor import SandboxLimits, execute_program
 from multiturn.backends import ScriptedBackend, cut_continuation
 from multiturn.environments import (
     FeedbackEnvironment,
@@ -18,6 +17,7 @@ from multiturn.environments import (
 )
 from multiturn.loop import run_episodes
 from rollouts.completion import RolloutCompletion, stop_ids
+from sandbox.executor import SandboxLimits, execute_program
 from tests.cli_helpers import fake_teacher_argv
 from tests.conftest import ROOT
 from utils.dataset_loader import Task, load_apps, load_mbpp

@@ -249,11 +249,11 @@ def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_stud
 
 
 def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_logprobs(tiny_student):
-    from evaluation.code_executor import SandboxPool
     from multiturn.backends import HFContinuer, KVContinuer, continuer_for
     from rollouts.hf import HFRollout
     from rollouts.kv_sampler import KVCacheRollout
     from rollouts.sampling import FULL_SOFTMAX
+    from sandbox.executor import SandboxPool
     from training.batching import completion_logprobs, pad_rollout_batch
 
     model, tok = tiny_student()
@@ -310,7 +310,7 @@ def test_kv_continuer_stops_at_a_stop_string_and_at_each_rows_budget(tiny_studen
 
 
 def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm2_tokenizer):
-    from evaluation.code_executor import SandboxPool
+    from sandbox.executor import SandboxPool
 
     tok = smollm2_tokenizer
     task = small_tasks(1)[0]

@@ -8,10 +8,10 @@ import math
 import pytest
 
 import phase4_evaluate as phase4
-from evaluation.code_executor import SandboxLimits
 from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
 from rollouts.completion import RolloutCompletion
 from rollouts.models import resolve_model
+from sandbox.executor import SandboxLimits
 from tests.canned_responses import WRONG_CODE
 from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import small_tasks, tiny_config

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.code_executor import ExecutionResult
 from rollouts.completion import MultiTurnInfo, RolloutCompletion, completion_record
+from sandbox.executor import ExecutionResult
 from synthesis.generate_traces import (
     TeacherTrace,
     TraceTurn,
@@ -192,8 +192,8 @@ def _scripted_feedback(code):
 
 
 def test_phase4_rows_are_written_byte_identically_to_the_untyped_writers(tmp_path):
-    from evaluation.code_executor import SandboxLimits, SandboxPool
     from evaluation.evaluate import execute_samples, generate_cached, write_samples
+    from sandbox.executor import SandboxLimits, SandboxPool
 
     tasks = load_mbpp(EMBEDDED_MBPP)[0][:2]
     code = tasks[0].reference_solutions[0]
@@ -284,8 +284,7 @@ def test_a_completion_is_cached_as_the_row_its_untyped_dict_was_and_the_old_row_
 
 
 def test_phase4_multi_turn_statistics_read_the_judged_samples():
-    from evaluation.evaluate import read_samples
-    from multiturn.sampler import pass_rate_by_turn, tool_statistics
+    from evaluation.evaluate import pass_rate_by_turn, read_samples, tool_statistics
 
     judged = read_samples(GOLDEN_EVAL / "samples.jsonl")[-1]  # the feedback sample: wrong, then right
     tool = dataclasses.replace(judged, mode="tool", tool_successes=1)

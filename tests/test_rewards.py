@@ -1,6 +1,6 @@
 import pytest
 
-from evaluation.code_executor import ExecutionResult
+from sandbox.executor import ExecutionResult
 from training.rewards import REWARD_FUNCTIONS, compute_rewards, get_reward_function
 from utils.thinking_extraction import extract_thinking_and_code_unified as extract
 

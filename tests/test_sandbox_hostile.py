@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_program
+from sandbox.executor import SandboxLimits, SandboxPool, execute_program
 from tests.conftest import ROOT
 from tests.task_factory import assert_task, call_task, stdin_task
 from utils.dataset_loader import Task
@@ -121,7 +121,7 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
 
         # an ended program is reaped by its zygote asynchronously: under load the zygote (nice 19 here)
         # can wait seconds for a CPU, and a program whose other threads are still exiting cannot be
-        # reaped yet (measured; see sandbox_worker._zygote), so wait a bounded time for the teardown
+        # reaped yet (measured; see sandbox.worker._zygote), so wait a bounded time for the teardown
         deadline = time.monotonic() + 3.0
         while (left := leftovers()) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -317,8 +317,8 @@ def test_cannot_read_files_outside(pool, sentinel_dir):
 
 
 def test_cannot_read_the_harness_or_task_files(pool, sentinel_dir):
-    secret_line = (ROOT / "evaluation" / "code_executor.py").read_text().splitlines()[0]
-    code = f"print(open({str(ROOT / 'evaluation' / 'code_executor.py')!r}).readline())\n"
+    secret_line = (ROOT / "sandbox" / "executor.py").read_text().splitlines()[0]
+    code = f"print(open({str(ROOT / 'sandbox' / 'executor.py')!r}).readline())\n"
     run_hostile(pool, code, _secret_task(secret_line), sentinel_dir)
     fixture = ROOT / "data" / "embedded" / "mbpp_fixtures.jsonl"
     first = fixture.read_text().splitlines()[0]

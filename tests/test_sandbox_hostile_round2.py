@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many, execute_program
-from evaluation.judge import plan_assert, stdout_matches
+from sandbox.executor import SandboxLimits, SandboxPool, execute_many, execute_program
+from sandbox.judge import plan_assert, stdout_matches
 from tests.task_factory import assert_task, call_task, stdin_task
 from tests.test_sandbox_hostile import (
     ALWAYS_EQ,
@@ -186,7 +186,7 @@ print(-1)
 FRESH_PROCESS = """
 import json, sys
 sys.path.insert(0, {root!r})
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_program
+from sandbox.executor import SandboxLimits, SandboxPool, execute_program
 from utils.dataset_loader import Task
 task = Task(
     task_id="t/one", source="t", problem="p", test_type="stdin", tests=({{"input": "1 2\\n", "output": "3\\n"}},)
@@ -669,7 +669,7 @@ def test_programs_run_when_the_python_environment_lives_below_tmp(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     script = (
-        "from evaluation.code_executor import execute_program\n"
+        "from sandbox.executor import execute_program\n"
         "from utils.dataset_loader import Task\n"
         "task = Task(task_id='t/1', source='mbpp', problem='p', test_type='assert',\n"
         "            tests=('assert add(1, 2) == 3',), fn_name='add')\n"

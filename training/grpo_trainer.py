@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from config import Config, save_config
-from evaluation.code_executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
 from multiturn.sampler import multi_turn_sampler
 from rollouts.completion import RolloutCompletion
+from sandbox.executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
 from training.launch import check_accelerator, local_world_size, sandbox_workers

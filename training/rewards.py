@@ -1,7 +1,7 @@
 """Rewards: from sandbox verdicts and parsed responses to one scalar per sample (pure, no I/O).
 
 A reward function has the signature ``(results, parsed) -> list[float | None]`` where ``results``
-are `evaluation.judge.ExecutionResult`s and ``parsed`` the `ParsedResponse`s of
+are `sandbox.judge.ExecutionResult`s and ``parsed`` the `ParsedResponse`s of
 `utils.thinking_extraction.extract_thinking_and_code_unified`. ``None`` means "could not be
 verified" (the sandbox itself failed): such a sample gets no advantage at all, rather than being
 punished as wrong. The trainer re-runs such a program once; if the harness fails on it again, it
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluation.judge import ExecutionResult
 from rollouts.completion import RolloutCompletion
+from sandbox.judge import ExecutionResult
 from utils.dataset_loader import Task
 from utils.thinking_extraction import ParsedResponse
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 
 from config import Config
-from evaluation.code_executor import SandboxLimits, SandboxPool, execute_many
 from multiturn.sampler import multi_turn_metrics, shaping_reward
 from rollouts.completion import RolloutCompletion
+from sandbox.executor import SandboxLimits, SandboxPool, execute_many
 from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_thinking_and_code_unified

@@ -23,7 +23,7 @@ Loaders convert the original schemas to this record:
   Codewars' one-element-list wrapping (the sandbox accepts ``out == exp`` or ``out == exp[0]``).
   Problems without usable tests are skipped and counted in a `LoadReport`, never silently.
 
-What this module does not know: how tests are executed (evaluation.code_executor) or how a
+What this module does not know: how tests are executed (sandbox.executor) or how a
 prompt is worded (utils.prompts).
 """
 

@@ -1,13 +1,13 @@
 """The sandbox's wire format, shared by both sides of the trust boundary (standard library only).
 
-Framing: a 4-byte big-endian length, then UTF-8 JSON. The trusted parent (`sandbox_pool`) and the
-worker (`sandbox_worker`) talk in frames; the worker also reads frames that the untrusted program
+Framing: a 4-byte big-endian length, then UTF-8 JSON. The trusted parent (`sandbox.pool`) and the
+worker (`sandbox.worker`) talk in frames; the worker also reads frames that the untrusted program
 writes on its result channel (`parse_frames`, `FrameBuffer`: never an exception, whatever arrives).
 
 Values: the program's return values cross the boundary as tagged JSON. `encode_value` runs in the
 untrusted child; `decode_value` runs in the judging process and builds plain Python data only, so
 no object of the program ever exists where the verdict is made. Expected values never travel in
-any message: they stay in `evaluation.judge`.
+any message: they stay in `sandbox.judge`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The sandbox worker: the untrusted side's host, a pre-started process that runs programs.
 
-Started by `evaluation.sandbox_pool` as `python -I sandbox_worker.py IN_FD OUT_FD` (standard
-library only; the wire format is `sandbox_protocol`, the one module both sides import). Linux only.
+Started by `sandbox.pool` as `python -I worker.py IN_FD OUT_FD` (standard
+library only; the wire format is `sandbox.protocol`, the one module both sides import). Linux only.
 
 Trust boundary. The worker never receives expected outputs: it is sent the program, the test
 *inputs* (stdin texts, call arguments, the expressions of MBPP asserts) and limits, and it sends
 back what the program produced (stdout bytes, return values encoded as tagged JSON, errors) and
 what the supervisor measured (times, exit statuses, kills). The verdict is made in the judging
-process (`evaluation.judge`).
+process (`sandbox.judge`).
 
 Processes (only the last one runs untrusted code):
 
@@ -57,11 +57,11 @@ import tempfile
 import time
 from typing import Any
 
-if __package__:  # imported as evaluation.sandbox_worker (tests)
-    from evaluation.sandbox_protocol import FrameBuffer, encode_value, read_message, write_message
+if __package__:  # imported as sandbox.worker (tests)
+    from sandbox.protocol import FrameBuffer, encode_value, read_message, write_message
 else:  # run as a script by the pool: `python -I` puts neither the project nor this folder on sys.path
     sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-    from sandbox_protocol import FrameBuffer, encode_value, read_message, write_message  # type: ignore[no-redef]
+    from protocol import FrameBuffer, encode_value, read_message, write_message  # type: ignore[no-redef]
 
     del sys.path[0]
 

@@ -1,7 +1,7 @@
-"""The sandbox worker pool: pre-started `sandbox_worker` processes and the pipes to them.
+"""The sandbox worker pool: pre-started `sandbox.worker` processes and the pipes to them.
 
 The pool sends each worker a job (the program, its test *inputs* and limits; never an expected
-value: those stay in `evaluation.judge`) and reads the reply under a deadline and a size bound. It
+value: those stay in `sandbox.judge`) and reads the reply under a deadline and a size bound. It
 trusts nothing a worker sends: any error replaces that worker and fails only that program.
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.sandbox_protocol import HEADER, MAX_MESSAGE
+from sandbox.protocol import HEADER, MAX_MESSAGE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-WORKER_SCRIPT = Path(__file__).resolve().with_name("sandbox_worker.py")  # run, never imported here
+WORKER_SCRIPT = Path(__file__).resolve().with_name("worker.py")  # run, never imported here
 PRELOAD = (
     "collections",
     "itertools",
@@ -86,7 +86,7 @@ class SandboxLimits:
         return min(n_tests * self.test_timeout + 2.0, 60.0)
 
     def job_limits(self, n_tests: int) -> dict[str, float | int]:
-        """The `limits` of a worker job (`evaluation.sandbox_protocol`) running `n_tests` tests."""
+        """The `limits` of a worker job (`sandbox.protocol`) running `n_tests` tests."""
         return {
             "test_timeout": self.test_timeout,
             "total_timeout": self.total_for(n_tests),

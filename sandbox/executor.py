@@ -3,19 +3,19 @@
 Phases 1-4, the trainer and the preflight call `execute_program` / `execute_many` here. The
 sandbox is split along its trust boundary; expected values never leave the judging process:
 
-    judge.plan_tests(task) ─► job: program + test inputs ─► sandbox_pool ─► sandbox_worker ─► program
-    judge.judge(planned, reply) ◄─ outputs / values (sandbox_protocol codec) ◄─────────────┘
+    judge.plan_tests(task) ─► job: program + test inputs ─► pool ─► worker ─► program
+    judge.judge(planned, reply) ◄─ outputs / values (protocol codec) ◄────────┘
     (expected values: here only)
 
-- `evaluation.judge` (pure): plans a task's tests into the worker's job and the expectations kept
+- `sandbox.judge` (pure): plans a task's tests into the worker's job and the expectations kept
   here, and judges a reply into `TestOutcome`s (the comparison rules are documented there);
-- `evaluation.sandbox_pool`: the pre-started worker processes and the pipes to them;
-- `evaluation.sandbox_protocol` (standard library only): framing and the tagged-value codec, the
+- `sandbox.pool`: the pre-started worker processes and the pipes to them;
+- `sandbox.protocol` (standard library only): framing and the tagged-value codec, the
   one module both sides import;
-- `evaluation.sandbox_worker`: the untrusted side's host (isolation, timing, the program process).
+- `sandbox.worker`: the untrusted side's host (isolation, timing, the program process).
 
 This module also re-exports the names callers use (`SandboxPool`, `SandboxLimits`,
-`ExecutionResult`, ...), so that `from evaluation.code_executor import ...` stays the one import
+`ExecutionResult`, ...), so that `from sandbox.executor import ...` stays the one import
 of the sandbox for the rest of the project.
 """
 
@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from evaluation.judge import (
+from sandbox.judge import (
     STATUSES,
     AssertPlan,
     ExecutionResult,
@@ -38,7 +38,7 @@ from evaluation.judge import (
     plan_tests,
     summarize,
 )
-from evaluation.sandbox_pool import SandboxError, SandboxLimits, SandboxPool, default_pool, task_secret_paths
+from sandbox.pool import SandboxError, SandboxLimits, SandboxPool, default_pool, task_secret_paths
 from utils.code_parser import check_syntax
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_function_from_code
@@ -227,7 +227,7 @@ def _main(argv: list[str] | None = None) -> int:
     from utils.jsonl import iter_jsonl, write_jsonl_atomic
 
     parser = argparse.ArgumentParser(
-        prog="python -m evaluation.code_executor",
+        prog="python -m sandbox.executor",
         description="Execute model samples against their tasks' tests in the sandbox and write one verdict per sample.",
     )
     parser.add_argument("--tasks", required=True, help="Task file (JSONL task records, e.g. data/val.jsonl).")

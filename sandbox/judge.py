@@ -2,7 +2,7 @@
 
 Pure (no processes, no I/O): `plan_tests` turns a task into a *job* for the worker (the program's
 inputs only) and *expectations* that stay here; `judge` turns the worker's reply into one
-`TestOutcome` per test. `evaluation.code_executor` wires the two around `sandbox_pool`.
+`TestOutcome` per test. `sandbox.executor` wires the two around `sandbox.pool`.
 
 How a verdict is made:
 - stdin tests: the worker gets only the input text; stdout comes back and is compared here;
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evaluation.sandbox_protocol import Opaque, decode_value
+from sandbox.protocol import Opaque, decode_value
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
 
