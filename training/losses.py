@@ -1,6 +1,6 @@
 """The math of the combined objective, as pure tensor functions (no configs, no models).
 
-    L = w_grpo * L_grpo + w_teacher(step) * L_teacher_sft + w_self(step) * L_self_sft
+    L = w_grpo * L_grpo + w_opd * L_opd + w_teacher(step) * L_teacher_sft + w_self(step) * L_self_sft
 
 Shapes: P prompts, G samples per prompt, B = P * G sequences, T completion tokens, V vocabulary.
 Functions return `(value, metrics)` where metrics are floats under namespaced keys.
@@ -15,6 +15,11 @@ Conventions pinned here (and tested in tests/test_losses.py):
   (PPO; eps_high > eps_low is DAPO's clip-higher, arXiv:2503.14476).
 - KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman), added per token; its value
   estimates KL(policy || ref), its expected gradient as a loss is that of KL(ref || policy).
+- On-policy distillation (OPD; Agarwal et al. arXiv:2306.13649, Qwen3 report arXiv:2505.09388): the teacher
+  scores the student's own sample and each token gets the advantage a_t = teacher_logp_t - student_logp_t
+  (a one-sample estimate of -KL(student || teacher) at that token, optionally clipped), trained with the same
+  surrogate, mask and aggregation as GRPO. At ratio 1 (mu = 1) w_grpo * L_grpo + w_opd * L_opd has the
+  gradient of one surrogate with the per-token advantage w_grpo * A_seq + w_opd * a_t.
 - Aggregation (one function, four modes): token-mean (DAPO), seq-mean-token-mean (original GRPO),
   seq-mean-token-sum-norm (Dr. GRPO: token sums divided by a constant length), micro-token-mean (TRL's
   bnpo). The trainer normalizes the first three over the whole optimizer step (`step_denominator`).
@@ -124,14 +129,15 @@ def clipped_surrogate(
     clip_low: float = 0.2,
     clip_high: float | None = None,
 ) -> tuple[torch.Tensor, dict]:
-    """Per-token PPO loss (B, T) from logp/old_logp (B, T), advantages (B,), mask (B, T) in {0, 1}.
+    """Per-token PPO loss (B, T) from logp/old_logp (B, T), advantages (B,) (one per sequence: GRPO) or
+    (B, T) (one per token: OPD), mask (B, T) in {0, 1}.
 
     metrics: clip_ratio/low_mean (share of tokens where the lower clip was active, A < 0),
     clip_ratio/high_mean (upper clip active, A > 0), ratio/mean.
     """
     clip_high = clip_low if clip_high is None else clip_high
     ratio = torch.exp(logp - old_logp)  # (B, T)
-    adv = advantages.unsqueeze(1)  # (B, 1)
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or (B, T)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
@@ -322,6 +328,71 @@ def grpo_loss(
     return loss, metrics
 
 
+def opd_token_advantages(
+    student_logp: torch.Tensor, teacher_logp: torch.Tensor, mask: torch.Tensor, clip: float = 0.0
+) -> tuple[torch.Tensor, dict]:
+    """The reverse-KL advantage of on-policy distillation, per token.
+
+    student_logp: (B, T) the sampling policy's log-prob of each sampled token; teacher_logp: (B, T) the
+    teacher's log-prob of the same token given the same prefix; mask (B, T) in {0, 1} (0: padding, prompt,
+    environment tokens). Returns (advantages (B, T), metrics), detached:
+
+        a_t = teacher_logp_t - student_logp_t, clamped to [-clip, clip] when clip > 0, 0 where mask == 0
+
+    Positive where the teacher finds the student's token likelier than the student did (pushed up),
+    negative where the teacher finds it unlikely (pushed down); its expectation over the student's samples
+    is -KL(student || teacher) per token, so the surrogate with it minimizes the reverse KL, mode-seeking
+    (a token the teacher rules out, logp -inf or vLLM's -9999, is what `clip` bounds).
+
+    metrics: opd/kl (mean of student - teacher over masked tokens: the per-token reverse-KL estimate, before
+    the clip), opd/advantage_mean (after the clip), opd/clipped_frac (share of tokens the clip changed).
+    """
+    keep = mask.bool()
+    raw = (teacher_logp - student_logp).detach()  # (B, T)
+    clipped = raw.clamp(-clip, clip) if clip > 0 else raw
+    advantages = torch.where(keep, clipped, torch.zeros_like(clipped))
+    m = keep.float()
+    n = m.sum().clamp(min=1.0)
+    metrics = {
+        "opd/kl": float((-raw * m).sum() / n),
+        "opd/advantage_mean": float((advantages * m).sum() / n),
+        "opd/clipped_frac": float(((clipped != raw).float() * m).sum() / n),
+    }
+    return advantages, metrics
+
+
+def opd_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    mask: torch.Tensor,
+    advantage_clip: float = 0.0,
+    clip_low: float = 0.2,
+    clip_high: float | None = None,
+    aggregation: str = "token-mean",
+    norm_length: int | None = None,
+    denominator: float | None = None,
+    token_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """The on-policy distillation term for one mini-batch: the clipped surrogate with the per-token
+    advantage of `opd_token_advantages` (taken against `old_logp`, the policy that sampled), aggregated
+    like GRPO's so that the two terms share one normalizer.
+
+    logp/old_logp/teacher_logp/mask: (B, T); `denominator`, `token_weights`: as in `grpo_loss` (importance
+    weights multiply this surrogate too: the same tokens came from the same sampler).
+    metrics: those of `opd_token_advantages` and loss/opd.
+    """
+    keep = mask.bool()
+    old_logp = torch.where(keep, old_logp, logp.detach())  # as in grpo_loss: no exp() overflow off the mask
+    advantages, metrics = opd_token_advantages(old_logp, teacher_logp, mask, advantage_clip)
+    per_token, _ = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
+    if token_weights is not None:
+        per_token = per_token * token_weights
+    loss = aggregate_loss(per_token, mask, aggregation, norm_length, denominator)
+    metrics["loss/opd"] = float(loss.detach())
+    return loss, metrics
+
+
 def masked_sft_nll(
     logits: torch.Tensor, labels: torch.Tensor, num_tokens: float | None = None
 ) -> tuple[torch.Tensor, dict]:
@@ -375,13 +446,19 @@ def combine_losses(
     grpo_weight: float,
     teacher_weight: float,
     self_weight: float,
+    opd: torch.Tensor | None = None,
+    opd_weight: float = 0.0,
 ) -> tuple[torch.Tensor, dict]:
-    """w_grpo * L_grpo + w_teacher * L_teacher + w_self * L_self; a missing term (None) counts as 0."""
+    """w_grpo * L_grpo + w_opd * L_opd + w_teacher * L_teacher + w_self * L_self; a missing term (None) counts
+    as 0. The OPD term's weight and loss are reported only when it is present (a run without it logs what it
+    always did)."""
     terms = [
         (grpo, grpo_weight, "grpo"),
         (teacher_sft, teacher_weight, "teacher_sft"),
         (self_sft, self_weight, "self_sft"),
     ]
+    if opd is not None:
+        terms.append((opd, opd_weight, "opd"))
     present = [(t, w) for t, w, _ in terms if t is not None and w != 0]
     if not present:
         raise ValueError("combine_losses needs at least one loss term with a nonzero weight")
