@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast test-contract preflight teacher bench eval-humaneval ablation lint clean
+.PHONY: help install run test test-fast test-contract preflight teacher bench eval-humaneval ablation lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -82,6 +82,9 @@ lint: install ## ruff format --check, ruff check (with RUF100) and mypy, configu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+docs: install ## Regenerate docs/configuration.md from config.py (tests/test_config_docs.py fails when it is stale)
+	$(PY) scripts/gen_config_docs.py
 
 clean: ## Remove generated data and outputs (keeps .venv and data/embedded)
 	find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +

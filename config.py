@@ -468,7 +468,7 @@ class GRPOConfig:
         "grpo.vllm_server_url; each new adapter is loaded into it by name (trainer and server must see the "
         "output folder at the same path). 'kv': the batched KV-cache sampler of rollouts/kv_sampler.py (CPU "
         "only, Llama/Qwen2/Qwen3 decoders; the current adapter is merged into a sampling copy of the weights "
-        "before every rollout; ~3x generate's tokens/s on CPU, see the README; the cpu preset's default). "
+        "before every rollout; ~3x generate's tokens/s on CPU, see docs/results.md; the cpu preset's default). "
         "Phase 4 samples with evaluation.backend.",
         choices=("hf", "kv", "vllm", "vllm_server"),
     )
@@ -644,7 +644,7 @@ class SandboxConfig:
         "When running as root: each program in its own PID, mount and IPC namespaces inside a minimal "
         "read-only root (no network, no host files but the interpreter, fresh tmpfs scratch), a dedicated "
         "uid and a memory cgroup for its whole process tree. Off only for debugging; without root it is "
-        'off anyway ("basic" isolation; see README, The sandbox).',
+        'off anyway ("basic" isolation; see docs/sandbox.md).',
     )
 
 
