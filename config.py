@@ -284,6 +284,19 @@ class TeacherConfig:
         ge=1,
     )
     request_timeout: float = option(600.0, "Seconds before one request is abandoned and retried.")
+    logprob_source: str = option(
+        "server",
+        "On-policy distillation (dual_source.opd_weight > 0): where the teacher's log-probs of the student's "
+        "samples come from. 'server': the served teacher at api_url (vLLM's prompt_logprobs on /v1/completions; "
+        "`transformers serve` cannot); 'local': model_name (hub name, folder or embedded:*) plus local_adapter "
+        "loaded in the trainer's process, one teacher-forced forward per sample (CPU experiments).",
+        choices=("server", "local"),
+    )
+    local_adapter: str = option(
+        "",
+        "logprob_source=local: a LoRA adapter folder put on model_name (e.g. a phase 3 final_model). Empty: the "
+        "bare model.",
+    )
     max_retries: int = option(
         5,
         "Retries on connection errors, timeouts, 429 and 5xx (exponential backoff with jitter). "
@@ -550,6 +563,23 @@ class DualSourceConfig:
         "How many later steps may replay one buffered success (then it leaves the buffer; finding it again "
         "renews it). Bounds how often a few lucky samples are imitated while no new success arrives.",
         ge=0,
+    )
+    opd_weight: float = option(
+        0.0,
+        "Weight of on-policy distillation: the teacher scores every token of the student's own samples and each "
+        "token gets the advantage teacher_logp - student_logp (reverse KL), trained with GRPO's surrogate, mask "
+        "and normalizer beside GRPO's sequence advantage. Costs one teacher scoring request per sample per "
+        "rollout batch (teacher.logprob_source). With it on, dynamic filtering keeps zero-spread groups (their "
+        "tokens still carry the teacher's signal).",
+        ge=0,
+        note="0: off",
+    )
+    opd_advantage_clip: float = option(
+        0.0,
+        "Clamp each OPD token advantage to [-c, c]: bounds the push from tokens the teacher rules out "
+        "(log-prob -inf, which vLLM reports as -9999).",
+        ge=0,
+        note="0: no clip",
     )
     teacher_sft_weight: float = option(
         0.3,

@@ -16,7 +16,9 @@ It checks, with the same library functions the phases use (nothing is re-impleme
     the loop (program cut at its tag, result inserted, action mask exactly the policy's tokens, hidden
     tests never shown), and a hostile program inside <program> reads nothing, scores nothing and
     leaves nothing behind;
-  - the teacher endpoint answers, if one is running (WARN when none is).
+  - the teacher endpoint answers, if one is running (WARN when none is);
+  - with on-policy distillation on (dual_source.opd_weight > 0), the teacher (teacher.logprob_source)
+    shares the student's tokenizer and answers the log-prob of every token of a short completion.
 
 Each line is `✓ PASS`, `✗ FAIL` (with a hint) or `⚠ WARN`; the exit code is non-zero on any FAIL.
 Functions are named check_* so pytest does not collect this file (tests/test_preflight.py runs it).
@@ -682,6 +684,53 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
     )
 
 
+def check_teacher_logprobs(report: Report, config: Config, tokenizer: Any, url: str | None = None) -> None:
+    """On-policy distillation (dual_source.opd_weight > 0): the teacher (teacher.logprob_source) reads the
+    student's token ids and scores one short completion, each token a finite log-prob."""
+    source = config.teacher.logprob_source
+    section(f"On-policy distillation teacher ({source})")
+    import dataclasses
+
+    from rollouts.completion import RolloutCompletion
+    from synthesis.teacher_query import TeacherFatalError
+    from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError, build_teacher_scorer
+    from utils.sft_data import encode_prompt
+    from utils.student_model import ModelLoadError
+
+    teacher = dataclasses.replace(config.teacher, api_url=url) if url and source == "server" else config.teacher
+    prompt = encode_prompt(tokenizer, get_unified_prompt("Write add(a, b) returning a + b."))
+    answer = tokenizer(f"```python\n{ADD}\n```", add_special_tokens=False)["input_ids"]
+    sample = RolloutCompletion("", tuple(answer), tuple(prompt), "stop")
+    scorer = None
+    try:
+        scorer = build_teacher_scorer(
+            teacher, tokenizer, config.student.model_name, config.paths.model_cache_dir, config.student.torch_dtype
+        )
+        scores = scorer.score([sample])
+    except TokenizerMismatchError as exc:
+        report.fail(str(exc), "pick a teacher of the student's family")
+        return
+    except (TeacherScoringError, TeacherFatalError) as exc:
+        report.fail(
+            f"the teacher does not answer prompt log-probs: {exc}",
+            "serve the teacher with vLLM (`vllm serve ...`) at teacher.api_url, or set teacher.logprob_source=local",
+        )
+        return
+    except (ModelLoadError, OSError) as exc:
+        report.fail(f"could not load the teacher: {str(exc).splitlines()[0]}", "check teacher.model_name")
+        return
+    finally:
+        if scorer is not None:
+            scorer.close()
+    values = scores.logprobs[0]
+    report.expect(
+        len(values) == len(answer) and all(math.isfinite(v) for v in values),
+        f"teacher scored {len(answer)} completion tokens in {scores.seconds:.2f} s "
+        f"(mean log-prob {sum(values) / max(len(values), 1):.2f})",
+        f"the teacher's log-probs are not one finite value per token: {values[:8]}",
+    )
+
+
 def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
     """The GPU configuration (`--preset gpu`): each a PASS or a FAIL with the fix."""
     section(f"GPU setup ({num_processes} training process(es))")
@@ -758,6 +807,8 @@ def main(
             check_sft_labels(report, tokenizer)
             check_multi_turn(report, config, tokenizer)
             check_training_step(report, config, model, tokenizer)
+            if config.dual_source.opd_weight > 0:
+                check_teacher_logprobs(report, config, tokenizer, teacher_url)
     if config.preset == "gpu":
         check_gpu_setup(report, config, num_processes)
     check_teacher_endpoint(report, config, teacher_url or config.teacher.api_url)

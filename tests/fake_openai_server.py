@@ -161,6 +161,10 @@ class FakeVLLMServer:
       string in the responder's text ends the sample there (v1/engine/output_processor.py trims the ids
       after the token that completed it: a responder that writes one returns exactly those ids), the text
       cut before it, or after it with `include_stop_str_in_output`, and named in `stop_reason`.
+    - `prompt_logprobs=N` adds `choices[0].prompt_logprobs`: None for the first prompt token, then per token a
+      map {"<token id>": {"logprob", "rank", "decoded_token"}} holding at least that token itself
+      (`prompt_logprob(prefix ids, token)` gives its value); `max_tokens` below 1 is refused without `echo`
+      (SamplingParams: "max_tokens must be at least 1").
     Each completion request is recorded with the adapter digest it used (`calls`).
     """
 
@@ -179,6 +183,8 @@ class FakeVLLMServer:
     responder: Any = None  # (prompt_ids, index, rng) -> (text, ids without the stop token); None: a few random ids
     stop_with: Any = None  # None: the request's first stop id; "length": run to max_tokens
     logprob: float = -0.5
+    # the teacher's log-prob of `token` after `prefix` (prompt log-probs); None: -(token % 7) / 4
+    prompt_logprob: Any = None
     port: int = 0
     loaded: dict = field(default_factory=dict)  # adapter name -> (path, digest of its weights when loaded)
     events: list = field(default_factory=list)  # ("load" | "unload", name)
@@ -266,6 +272,10 @@ class FakeVLLMServer:
             prompt = body.get("prompt")
             if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
                 return error("this fake takes one prompt of token ids", "BadRequestError", 400)
+            if int(body.get("max_tokens", 16)) < 1 and not body.get("echo"):
+                return error(
+                    f"max_tokens must be at least 1, got {body['max_tokens']}.", "BadRequestError", 400, "max_tokens"
+                )
             sampling = {
                 k: body[k] if body.get(k) is not None else self.generation_defaults.get(k)
                 for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -309,6 +319,13 @@ class FakeVLLMServer:
                     }
                 if body.get("return_token_ids"):
                     choice.update(token_ids=ids, prompt_token_ids=prompt)
+                if body.get("prompt_logprobs") is not None:
+                    value = self.prompt_logprob or (lambda prefix, token: -(token % 7) / 4)
+                    choice["prompt_logprobs"] = [None] + [
+                        {str(t): {"logprob": value(prompt[:i], t), "rank": 1, "decoded_token": f"t{t}"}}
+                        for i, t in enumerate(prompt)
+                        if i > 0
+                    ]
                 choices.append(choice)
             return JSONResponse(
                 {

@@ -229,6 +229,7 @@ def test_choice_lists_equal_the_library_constants():
     from rollouts.kv_sampler import SAMPLER_DTYPES
     from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
     from training.rewards import CORRECTNESS_REWARDS
+    from training.teacher_logprobs import LOGPROB_SOURCES
     from utils.dataset_loader import APPS_DIFFICULTIES, TEST_TYPES
     from utils.prompts import MODES
 
@@ -242,6 +243,7 @@ def test_choice_lists_equal_the_library_constants():
         ("training", "lr_scheduler"): SCHEDULES,
         ("multi_turn", "mode"): MODES,
         ("grpo", "sampler_dtype"): tuple(SAMPLER_DTYPES),
+        ("teacher", "logprob_source"): LOGPROB_SOURCES,
     }
     config = cfg.Config()
     declared = {

@@ -112,3 +112,26 @@ def test_multi_turn_checks_pass_and_a_leaking_action_mask_fails(monkeypatch, smo
     test_all.check_multi_turn(report, config, smollm2_tokenizer)
     assert report.count("FAIL") >= 1
     assert "action mask covers exactly the policy's tokens" in capsys.readouterr().out
+
+
+def test_the_opd_teacher_check_passes_on_prompt_logprobs_and_fails_without_them(smollm2_tokenizer, capsys):
+    from config import build_config
+    from tests.fake_openai_server import FakeTeacher, FakeVLLMServer, RunningServer
+
+    config = build_config(
+        "cpu",
+        overrides=[
+            "dual_source.opd_weight=1",
+            "teacher.model_name=teacher",
+            "teacher.tokenizer=embedded:SmolLM2-135M-Instruct",
+        ],
+    )
+    report = test_all.Report()
+    with RunningServer(FakeVLLMServer(base_model="teacher")) as server:
+        test_all.check_teacher_logprobs(report, config, smollm2_tokenizer, server.url)
+    assert report.count("FAIL") == 0 and "✓ PASS teacher scored" in capsys.readouterr().out
+    report = test_all.Report()
+    with RunningServer(FakeTeacher(model="teacher")) as server:  # `transformers serve`: no prompt log-probs
+        test_all.check_teacher_logprobs(report, config, smollm2_tokenizer, server.url)
+    out = capsys.readouterr().out
+    assert report.count("FAIL") == 1 and "does not answer prompt log-probs" in out and "logprob_source=local" in out

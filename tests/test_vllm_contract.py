@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import typing
 
 import pytest
@@ -191,6 +192,48 @@ def test_tool_mode_teacher_requests_are_what_vllms_completion_endpoint_accepts()
     assert (params.temperature, params.top_p, params.max_tokens) == (0.6, 0.95, 300)
     # what the client reads of a choice: the text, and the stop string vLLM names when it cut one
     assert {"text", "finish_reason", "stop_reason"} <= set(CompletionResponseChoice.model_fields)
+
+
+def test_teacher_logprob_requests_are_what_vllm_accepts_and_its_answers_parse():
+    """On-policy distillation's scoring request (training.teacher_logprobs): a token-id prompt with
+    prompt_logprobs=0 and one generated token; 0 tokens is refused by vLLM without echo. The answer is built
+    by vLLM's own response classes (an int-keyed map of Logprob per prompt position) and read back by our
+    parser after the JSON round trip the server does."""
+    from vllm.entrypoints.openai.completion.protocol import (
+        CompletionRequest,
+        CompletionResponse,
+        CompletionResponseChoice,
+    )
+    from vllm.entrypoints.serve.engine.protocol import UsageInfo
+    from vllm.exceptions import VLLMValidationError
+    from vllm.logprobs import Logprob
+
+    from training.teacher_logprobs import parse_prompt_logprobs, prompt_logprobs_request
+
+    ids = [151644, 872, 198, 9707, 151645]
+    request = CompletionRequest.model_validate(prompt_logprobs_request("Qwen/Qwen3-32B-FP8", ids))
+    assert not request.model_extra and request.prompt == ids and not request.echo
+    served_defaults = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}  # the generation config must not matter
+    params = request.to_sampling_params(request.max_tokens, served_defaults)
+    assert (params.prompt_logprobs, params.max_tokens, params.temperature, params.logprobs) == (0, 1, 0.0, None)
+    with pytest.raises(VLLMValidationError, match="max_tokens must be at least 1"):  # why max_tokens is 1, not 0
+        CompletionRequest.model_validate({**prompt_logprobs_request("m", ids), "max_tokens": 0}).to_sampling_params(
+            0, {}
+        )
+    # prompt_logprobs=0 returns the prompt token itself; a token that is not the top one comes with the top one
+    # too, and vLLM turns -inf into -9999
+    entries = [None] + [
+        {t: Logprob(logprob=-0.25 * i, rank=2, decoded_token="x"), 7: Logprob(logprob=-0.01, rank=1)}
+        for i, t in enumerate(ids[1:], start=1)
+    ]
+    entries[-1] = {ids[-1]: Logprob(logprob=-9999.0, rank=5000)}
+    response = CompletionResponse(
+        model="Qwen/Qwen3-32B-FP8",
+        choices=[CompletionResponseChoice(index=0, text="a", prompt_logprobs=entries)],
+        usage=UsageInfo(prompt_tokens=len(ids), completion_tokens=1, total_tokens=len(ids) + 1),
+    )
+    raw = json.loads(response.model_dump_json())
+    assert parse_prompt_logprobs(raw, ids, 2) == (-0.75, -9999.0)
 
 
 def test_the_server_flags_the_readme_gives_are_engine_arguments():

@@ -11,8 +11,10 @@ sandbox, then planned and applied, one backward pass per row chunk and loss term
 1 and clipping is inert. Log-probs cover the whole completion, thinking and code.
 
 The reference policy is the same model with its LoRA adapter disabled (no second copy of the base
-weights). Teacher-SFT draws a batch of verified traces per micro-batch slot; self-SFT trains on each
-group's best passing sample (`training.sft_sources`).
+weights). With `dual_source.opd_weight` > 0 (on-policy distillation) the teacher scores every rollout's
+tokens (`training.teacher_logprobs`) before the update is planned, and each GRPO pass adds the OPD term on
+the same forward (`training.losses.opd_loss`). Teacher-SFT draws a batch of verified traces per
+micro-batch slot; self-SFT trains on each group's best passing sample (`training.sft_sources`).
 
 Runs under `accelerate launch` unchanged: each process rolls out its own share of the prompts
 (groups never straddle processes, so advantages need no communication) and DDP averages the
@@ -43,6 +45,7 @@ from training.passes import PassRunner
 from training.rewards import ScoredSample, load_reward_functions
 from training.scoring import score_rollouts
 from training.sft_sources import SuccessBuffer, build_teacher_sft, self_sft_examples
+from training.teacher_logprobs import TeacherScorer, build_teacher_scorer
 from training.update_plan import UpdatePlan, plan_step, plan_update, step_loss_metrics
 from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
@@ -64,6 +67,7 @@ class GRPOTrainer:
         accelerator: Any = None,
         rollout: Any = None,
         pool: SandboxPool | None = None,
+        teacher_scorer: TeacherScorer | None = None,
     ) -> None:
         self.config = config
         self.accelerator = accelerator or make_accelerator(config, output_dir)
@@ -107,7 +111,22 @@ class GRPOTrainer:
             config.dual_source.grpo_weight,
             training.forward_chunk_size,
             tokenizer.pad_token_id,
+            config.dual_source.opd_weight,
+            config.dual_source.opd_advantage_clip,
         )
+        # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
+        self.opd = config.dual_source.opd_weight > 0
+        self.teacher_scorer = teacher_scorer
+        if self.opd and teacher_scorer is None:
+            self.teacher_scorer = build_teacher_scorer(
+                config.teacher,
+                tokenizer,
+                config.student.model_name,
+                config.paths.model_cache_dir,
+                config.student.torch_dtype,
+                self.accelerator.device,
+                training.forward_chunk_size,
+            )
         self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
         # each process on this machine takes its share of the cores (see training.launch)
@@ -209,15 +228,18 @@ class GRPOTrainer:
                     sums[key] = sums.get(key, 0.0) + value
         if world > 1:
             self.passes.synchronizing_pass()
+        opd_keys = ("opd/kl", "opd/advantage_mean", "opd/clipped_frac") if self.opd else ()
         if step.grpo_tokens > 0:  # a rank without GRPO samples contributes zeros to the step's means
-            for key in ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean"):
+            for key in ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean", *opd_keys):
                 sums.setdefault(key, 0.0)
         present = {
             "grpo": step.grpo_tokens > 0,
             "teacher_sft": step.teacher_tokens > 0,
             "self_sft": step.self_tokens > 0,
+            "opd": self.opd and step.grpo_tokens > 0,
         }
-        totals = step_loss_metrics(sums, present, self.config.dual_source.grpo_weight, w_teacher, w_self)
+        d = self.config.dual_source
+        totals = step_loss_metrics(sums, present, d.grpo_weight, w_teacher, w_self, d.opd_weight)
         grad_norm = 0.0
         if self.config.training.max_grad_norm > 0:
             grad_norm = float(
@@ -249,6 +271,12 @@ class GRPOTrainer:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, self.tokenizer.pad_token_id) if self_examples else None
+        teacher_logps = None
+        if self.opd:
+            assert self.teacher_scorer is not None  # built in __init__ when the term is on
+            scores = self.teacher_scorer.score([s.completion for group in groups for s in group])
+            teacher_logps = scores.logprobs
+            rollout_metrics = {**rollout_metrics, **scores.metrics()}
         plan = plan_update(
             groups,
             self.accelerator.unwrap_model(self.model),
@@ -259,6 +287,7 @@ class GRPOTrainer:
             self.config.training.forward_chunk_size,
             self_batch,
             len(self_examples),
+            teacher_logps,
         )
         self.model.train()
         step_metrics = []
@@ -312,6 +341,8 @@ class GRPOTrainer:
         self.sinks.close()
         if self._own_pool:
             self.pool.close()
+        if self.teacher_scorer is not None:
+            self.teacher_scorer.close()
         return last
 
     # ---------------------------------------------------------------- checkpoints

@@ -18,7 +18,7 @@ import torch
 
 from config import GRPOConfig
 from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
-from training.losses import grpo_loss, masked_sft_nll, truncated_importance_weights
+from training.losses import grpo_loss, masked_sft_nll, opd_loss, truncated_importance_weights
 from training.update_plan import StepPlan, UpdatePlan
 
 Pass = Callable[[], dict[str, float]]
@@ -34,6 +34,8 @@ class PassRunner:
     grpo_weight: float  # dual_source.grpo_weight
     chunk_size: int  # training.forward_chunk_size: sequences per forward
     pad_token_id: int
+    opd_weight: float = 0.0  # dual_source.opd_weight: 0 leaves the GRPO pass exactly as without the term
+    opd_advantage_clip: float = 0.0  # dual_source.opd_advantage_clip
 
     def grpo_pass(
         self,
@@ -45,8 +47,10 @@ class PassRunner:
         scale: float,
         denominator: float,
         metric_tokens: float,
+        teacher_logp: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Forward + backward of the GRPO term for `rows` of one micro-batch.
+        """Forward + backward of the GRPO term for `rows` of one micro-batch (and, with `teacher_logp` and
+        opd_weight > 0, of the on-policy distillation term on the same forward: same tokens, same normalizer).
 
         The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
         the chunks' losses and gradients sum to the step's objective (times `scale`). Returned values
@@ -85,10 +89,29 @@ class PassRunner:
                 token_weights=weights,
             )
             metrics.update(is_metrics)
-            self.accelerator.backward(self.grpo_weight * scale * loss)
+            if teacher_logp is not None and self.opd_weight > 0:
+                opd, opd_metrics = opd_loss(
+                    logp,
+                    old,
+                    teacher_logp[index, :width],
+                    part["completion_mask"],
+                    self.opd_advantage_clip,
+                    grpo.clip_range,
+                    grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
+                    grpo.loss_aggregation,
+                    grpo.max_new_tokens,
+                    denominator,
+                    token_weights=weights,
+                )
+                metrics.update(opd_metrics)
+                self.accelerator.backward(scale * (self.grpo_weight * loss + self.opd_weight * opd))
+            else:
+                self.accelerator.backward(self.grpo_weight * scale * loss)
         share = float(part["completion_mask"].sum()) / metric_tokens
-        sums = {key: value * share for key, value in metrics.items() if key != "loss/grpo"}
+        sums = {key: value * share for key, value in metrics.items() if key not in ("loss/grpo", "loss/opd")}
         sums["loss/grpo"] = metrics["loss/grpo"] * scale
+        if "loss/opd" in metrics:
+            sums["loss/opd"] = metrics["loss/opd"] * scale
         return sums
 
     def sft_pass(self, batch: dict, weight: float, name: str, denominator: float) -> dict[str, float]:
@@ -129,6 +152,7 @@ class PassRunner:
             if slot < len(plan.batches):
                 old = plan.old_logps[slot] if plan.old_logps else None
                 ref = plan.ref_logps[slot] if plan.ref_logps else None
+                teacher = plan.teacher_logps[slot] if plan.teacher_logps else None
                 advantages = plan.advantages[plan.micro_batches[slot]].to(self.accelerator.device)
                 for rows in row_chunks(len(plan.micro_batches[slot]), self.chunk_size):
                     passes.append(
@@ -142,12 +166,13 @@ class PassRunner:
                             step.grpo_scale,
                             step.denominators[slot],
                             step.metric_tokens,
+                            teacher,
                         )
                     )
-            teacher = step.teacher_batches[slot] if slot < len(step.teacher_batches) else None
-            if teacher is not None:
+            traces = step.teacher_batches[slot] if slot < len(step.teacher_batches) else None
+            if traces is not None:
                 passes.append(
-                    functools.partial(self.sft_pass, teacher, w_teacher, "teacher_sft", step.teacher_tokens / world)
+                    functools.partial(self.sft_pass, traces, w_teacher, "teacher_sft", step.teacher_tokens / world)
                 )
         if plan.self_batch is not None and w_self > 0:
             passes.append(

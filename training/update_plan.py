@@ -13,8 +13,8 @@ per row chunk and loss term, then the optimizer step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -45,6 +45,8 @@ class UpdatePlan:
     old_logps: list[torch.Tensor]  # (B, T) per micro-batch; empty when mu == 1 (old = current, detached)
     self_batch: dict[str, torch.Tensor] | None  # every self-SFT example of the step, one `collate_sft` batch
     num_self_examples: int
+    # on-policy distillation: the teacher's log-prob of each completion token (B, T) per micro-batch; empty when off
+    teacher_logps: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -96,16 +98,35 @@ def plan_update(
     forward_chunk_size: int,
     self_batch: dict | None,
     num_self_examples: int,
+    teacher_logps: Sequence[Sequence[float]] | None = None,
 ) -> UpdatePlan:
     """Advantages, filtering, micro-batches and the no-grad log-probs of one rollout batch (see the module
-    docstring). `policy` is the unwrapped peft model (its adapter is disabled for the reference)."""
+    docstring). `policy` is the unwrapped peft model (its adapter is disabled for the reference).
+
+    `teacher_logps` (on-policy distillation): per sample, group by group, the teacher's log-prob of each of its
+    completion tokens; padded like the completions into one (B, T) tensor per micro-batch. With them, dynamic
+    filtering is off: a group without reward spread still carries the teacher's per-token signal."""
     advantages, adv_metrics = rollout_advantages(groups, grpo.scale_rewards)
     samples = [s for group in groups for s in group]
-    micro = split_micro_batches(advantages, num_slots, grpo.dynamic_filtering)
+    micro = split_micro_batches(advantages, num_slots, grpo.dynamic_filtering and teacher_logps is None)
     batches = [
         {k: v.to(device) for k, v in pad_rollout_batch([samples[k].completion for k in m], pad_id).items()}
         for m in micro
     ]
+    teacher = []
+    if teacher_logps is not None:
+        if len(teacher_logps) != len(samples):
+            raise ValueError(f"{len(teacher_logps)} teacher log-prob rows for {len(samples)} samples")
+        for m, batch in zip(micro, batches, strict=True):
+            rows = torch.zeros(batch["completion_ids"].shape, dtype=torch.float32)  # (B, T), 0 on padding
+            for row, k in enumerate(m):
+                values = list(teacher_logps[k])
+                if len(values) != len(samples[k].completion.token_ids):
+                    raise ValueError(
+                        f"sample {k}: {len(values)} teacher log-probs for {len(samples[k].completion.token_ids)} tokens"
+                    )
+                rows[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+            teacher.append(rows.to(device))
     ref_logps, old_logps = [], []
     with torch.no_grad(), dropout_disabled(policy):
         for batch in batches:
@@ -124,6 +145,7 @@ def plan_update(
         old_logps,
         self_batch,
         num_self_examples,
+        teacher,
     )
 
 
@@ -168,18 +190,24 @@ def plan_step(
 
 
 def step_loss_metrics(
-    sums: dict[str, float], present: dict[str, bool], grpo_weight: float, w_teacher: float, w_self: float
+    sums: dict[str, float],
+    present: dict[str, bool],
+    grpo_weight: float,
+    w_teacher: float,
+    w_self: float,
+    opd_weight: float = 0.0,
 ) -> dict:
     """Per-step loss metrics from the passes' sums. Every pass already divided by the step's global
     normalizer, so the sums are this rank's shares: averaged over ranks they are the step's values. A
     term that has data on some rank is reported by every rank (0 where it had none), so that the
-    average is right; `loss/total` is the objective actually optimized."""
-    out = {k: v for k, v in sums.items() if not k.startswith(("loss/teacher_sft", "loss/self_sft", "loss/grpo"))}
-    terms = {
-        name: torch.tensor(sums.get(f"loss/{name}", 0.0)) if present[name] else None
-        for name in ("grpo", "teacher_sft", "self_sft")
-    }
+    average is right; `loss/total` is the objective actually optimized. The OPD term counts when
+    `present` says so (it shares GRPO's tokens)."""
+    names = ("grpo", "teacher_sft", "self_sft", "opd")
+    out = {k: v for k, v in sums.items() if not k.startswith(tuple(f"loss/{name}" for name in names))}
+    terms = {name: torch.tensor(sums.get(f"loss/{name}", 0.0)) if present.get(name) else None for name in names}
     if all(v is None for v in terms.values()):
         return out
-    _, combined = combine_losses(terms["grpo"], terms["teacher_sft"], terms["self_sft"], grpo_weight, w_teacher, w_self)
+    _, combined = combine_losses(
+        terms["grpo"], terms["teacher_sft"], terms["self_sft"], grpo_weight, w_teacher, w_self, terms["opd"], opd_weight
+    )
     return {**out, **combined}
