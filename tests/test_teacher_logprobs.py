@@ -158,4 +158,4 @@ def test_build_teacher_scorer_local_loads_the_model_and_its_adapter(tmp_path, ti
     one = [sample([3, 4, 5], [6, 7, 8])]
     a, b = bare.score(one).logprobs[0], with_adapter.score(one).logprobs[0]
     assert a != pytest.approx(b)
-    assert not any(p.requires_grad for p in with_adapter.model.parameters())  # type: ignore[attr-defined]
+    assert not any(p.requires_grad for p in with_adapter.model.parameters())
