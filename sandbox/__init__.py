@@ -6,7 +6,9 @@ task's tests into a job and judges the reply; expected values never leave this s
 pre-started workers and the pipes to them; it trusts nothing a worker sends).
 
 Untrusted side: `worker`, run by the pool as its own process (`python -I worker.py`, standard library
-only), hosts the program processes (namespaces, uid, cgroup and rlimits where the host allows).
+only), hosts the program processes (namespaces, uid, cgroup and rlimits where the host allows); its
+pieces, one per kind of process, are `supervisor`, `zygote`, `harness` (the program process) and
+`isolation` (system calls, root file system, cgroup). The judging side imports none of them.
 
 `protocol` (standard library only) is the wire format, the one module both sides import.
 

@@ -1,0 +1,239 @@
+"""The program process: the trusted harness prefix and the untrusted program body (standard library only).
+
+A program process is cloned by the zygote (`sandbox.zygote`) as a spare; `_program_process` prepares its
+scratch space, takes its one job's fds from the supervisor, sets its limits and uid (`_enter_program`),
+writes the ready byte, and only then runs the program: `_child_calls` (assert and call tests: one
+encoded value per test on the result channel) or `_child_stdin` (stdin tests: the program as `__main__`
+once per test, each on its own memfds). Everything after the ready byte is the program's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import sys
+import tempfile
+
+from sandbox.isolation import (
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    PR_SET_PDEATHSIG,
+    _chown,
+    _close_from,
+    _fresh_scratch,
+    _fresh_stdio,
+    _memfd,
+    _mount,
+    _prctl,
+    _read_all,
+    _setgid,
+    _setsid,
+    _setuid,
+)
+from sandbox.protocol import encode_value, write_message
+
+# --------------------------------------------------------------------------------------------
+# The program process: harness prefix (trusted) and program body (untrusted)
+# --------------------------------------------------------------------------------------------
+
+_HARNESS_FAILED = 125  # exit code of a program process whose harness prefix failed (before the ready byte)
+_RESULT_FD, _READY_FD, _STDIO_BASE = 3, 4, 10  # stdin mode: k-th test of the run reads fd 10 + 2k, writes 11 + 2k
+
+
+def _enter_program(ctx: dict, job: dict, workdir: str, fds: dict[int, int]) -> None:
+    """Before any untrusted code: fds, limits, uid, working directory."""
+    if ctx["cgroup"]:  # born in the worker's memory cgroup: the program is the one the OOM killer takes
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    lifted = {target: fcntl.fcntl(source, fcntl.F_DUPFD, max(fds) + 1) for target, source in fds.items()}
+    for target, source in lifted.items():
+        os.dup2(source, target)
+    _close_from(max(fds) + 1)  # nothing inherited survives: no pipe to the supervisor, no other job's fd
+    limits = job["limits"]
+    memory = limits["memory_mb"] * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (ctx["base_address_space"] + memory,) * 2)
+    cpu = int(math.ceil(limits["total_timeout"])) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * 1024 * 1024,) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(fds) + 128,) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    uid = ctx["uid"]
+    if uid is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"],) * 2)
+        os.setgroups([])
+        _setgid(uid)
+        _setuid(uid)
+    else:  # without a dedicated uid the count includes the user's other processes
+        n = _process_count(os.getuid()) + limits["max_processes"]
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    _setsid()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
+    os.chdir(workdir)
+
+
+def _process_count(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+PRELUDE = (
+    "import sys, os, math, re, string, heapq, bisect, itertools, functools, collections, operator, random\n"
+    "from typing import *\n"
+    "from collections import *\n"
+    "from itertools import *\n"
+    "from functools import *\n"
+    "from math import *\n"
+    "from heapq import *\n"
+    "from bisect import *\n"
+)
+
+
+def _child_calls(job: dict) -> None:
+    """Program body for assert/call tests: set up once, then report one value per test on fd 3."""
+    send = write_message  # bound before the program runs and can rebind module globals
+    namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
+    try:
+        exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
+        code = compile(job["code"], "<solution>", "exec")
+    except SyntaxError as exc:
+        send(
+            _RESULT_FD,
+            {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"},
+        )
+        return
+    for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
+        try:
+            exec(code if source is None else compile(source, f"<{phase}>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
+        except BaseException as exc:  # noqa: BLE001 - the program may raise anything, SystemExit included
+            send(_RESULT_FD, {"k": "setup_err", "type": type(exc).__name__, "msg": _trim(exc), "phase": phase})
+            return
+    fn_name: str = job.get("fn_name")  # type: ignore[assignment]  # absent only for assert tests
+    for index in job["run"]:
+        test = job["tests"][index]
+        try:
+            if test["kind"] == "expr":
+                value = eval(compile(test["src"], "<test>", "eval"), namespace)
+            elif test["kind"] == "exec":
+                exec(compile(test["src"], "<test>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
+                value = True
+            else:  # call: a plain function, or a method of a fresh Solution()
+                target = namespace.get(fn_name)
+                if "Solution" in namespace and isinstance(namespace["Solution"], type):
+                    target = getattr(namespace["Solution"](), fn_name)
+                if target is None:
+                    raise NameError(f"name '{fn_name}' is not defined")
+                value = target(*json.loads(test["args"]))
+            send(_RESULT_FD, {"k": "val", "i": index, "v": encode_value(value)})
+        except BaseException as exc:  # noqa: BLE001
+            send(_RESULT_FD, {"k": "err", "i": index, "type": type(exc).__name__, "msg": _trim(exc)})
+
+
+def _child_stdin(job: dict) -> None:
+    """Program body for stdin tests: run the program as __main__ once per test, each test on its own
+    stdin/stdout memfds, and report each test's exit status on fd 3 (the output stays in the memfd)."""
+    send, dup2, fresh_stdio = write_message, os.dup2, _fresh_stdio  # bound before the program can patch them
+    try:
+        code = compile(job["code"], "<solution>", "exec")
+    except SyntaxError as exc:
+        send(
+            _RESULT_FD,
+            {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"},
+        )
+        return
+    for k, index in enumerate(job["run"]):
+        dup2(_STDIO_BASE + 2 * k, 0)
+        dup2(_STDIO_BASE + 2 * k + 1, 1)
+        fresh_stdio(stderr=False)
+        status, error = 0, None
+        try:
+            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - running the program is the sandbox's job
+        except SystemExit as exc:
+            status = 0 if exc.code is None else (exc.code if isinstance(exc.code, int) and 0 <= exc.code < 256 else 1)
+            if status:
+                error = f"SystemExit: {exc.code}"[:300]
+        except BaseException as exc:  # noqa: BLE001 - the program may raise anything
+            status, error = 1, f"{type(exc).__name__}: {_trim(exc)}"
+        try:
+            sys.stdout.flush()
+        except BaseException as exc:  # noqa: BLE001 - a closed or full stdout is the program's problem
+            status, error = status or 1, error or f"{type(exc).__name__}: {_trim(exc)}"
+        send(_RESULT_FD, {"k": "done", "i": index, "exit": status, "error": error})
+
+
+def _trim(exc: BaseException, limit: int = 300) -> str:
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001 - __str__ is the program's code
+        text = "?"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _recv_fds_all(sock: socket.socket) -> tuple[dict, list[int]]:
+    """One request and its fds, which may span several messages (at most 253 fds per message)."""
+    message, fds, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+    if not message:
+        return {}, fds
+    request = json.loads(message)
+    while len(fds) < request.get("nfds", 0):
+        _, more, _, _ = socket.recv_fds(sock, 1 << 12, 253)
+        if not more:
+            break
+        fds += more
+    return request, fds
+
+
+def _program_process(ctx: dict, handoff_fd: int) -> None:
+    """The cloned child: PID 1 of fresh PID, mount and IPC namespaces (as root). Prepares its scratch
+    space while it waits, as a spare, for its one job; then takes the job's fds from the supervisor,
+    sets its own limits, signals ready and runs the program's tests of this run."""
+    exit_ = os._exit
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if ctx["namespaces"]:
+            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"], ctx["scratch_mounts"])
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        handoff = socket.socket(fileno=handoff_fd)
+        request, fds = _recv_fds_all(handoff)
+        if not request:  # the supervisor dropped this spare
+            exit_(0)
+        handoff.close()
+        job_fd, ready, res, err, outs = fds[0], fds[1], fds[2], fds[3], fds[4:]
+        job = json.loads(_read_all(job_fd, os.fstat(job_fd).st_size))
+        os.close(job_fd)
+        stdin_mode = job["mode"] == "stdin"
+        if ctx["namespaces"]:
+            workdir = "/tmp"
+        else:
+            workdir = tempfile.mkdtemp(dir=ctx["base"])
+            if ctx["uid"] is not None:
+                _chown(workdir, ctx["uid"], ctx["uid"])
+        layout = {0: os.open(os.devnull, os.O_RDONLY), 1: err, 2: err, _RESULT_FD: res, _READY_FD: ready}
+        if stdin_mode:
+            for k, index in enumerate(job["run"]):
+                layout[_STDIO_BASE + 2 * k] = _memfd("in", job["inputs"][index].encode("utf-8"))
+                layout[_STDIO_BASE + 2 * k + 1] = outs[k]
+        _enter_program(ctx, job, workdir, layout)
+        _fresh_stdio()
+        os.write(_READY_FD, b"R")  # from here on, everything this process does is the program's
+        os.close(_READY_FD)
+    except BaseException:  # noqa: BLE001 - the harness failed before any untrusted code ran
+        exit_(_HARNESS_FAILED)
+    try:
+        (_child_stdin if stdin_mode else _child_calls)(job)
+        sys.stdout.flush()
+    finally:
+        exit_(0)

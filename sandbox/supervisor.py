@@ -1,0 +1,351 @@
+"""The supervisor: runs the parent's jobs and keeps every clock (standard library only).
+
+It never forks a program itself: it asks the zygote (`sandbox.zygote`) for program processes, hands each
+its job's fds, times the run from the ready byte, reads the reports under deadlines and a size bound, and
+turns what came back (or how the run ended) into one record per test (`Supervisor.run_job`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import time
+from typing import Any
+
+from sandbox.harness import _HARNESS_FAILED
+from sandbox.isolation import Cgroup, _memfd, _read_all
+from sandbox.protocol import FrameBuffer
+
+# --------------------------------------------------------------------------------------------
+# The supervisor
+# --------------------------------------------------------------------------------------------
+
+
+class HarnessError(RuntimeError):
+    """The sandbox itself failed (never something a program can cause)."""
+
+
+class ParentClosed(Exception):  # noqa: N818 - a signal to shut down, not an error
+    """The parent closed its pipe mid-run (`SandboxPool.close`): stop the program and exit."""
+
+
+def _wait_readable(fds: list[int], timeout: float) -> list[int]:
+    try:
+        ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+    except InterruptedError:
+        return []
+    return ready
+
+
+class Supervisor:
+    """Runs jobs for the parent. Timing is its own: a run's clock starts at the ready byte the
+    harness writes before any untrusted code, and a report counts only if it arrived before the
+    run's deadline. Every test gets `test_timeout` from that clock: all tests of a program first run
+    together in one process (a report arriving within `test_timeout` of the start proves that test
+    took less); the tests left without a report then run again, each in a fresh process of its own
+    with its own `test_timeout`. No program can move these clocks or pool time across tests."""
+
+    def __init__(self, zygote_sock: socket.socket, cgroup: Cgroup | None, base: str | None, parent_fd: int) -> None:
+        self.zygote, self.cgroup, self.base, self.parent_fd = zygote_sock, cgroup, base, parent_fd
+        self.notes: list[tuple[dict, list[int]]] = []
+        self.unwaited: set[int] = set()  # programs whose exit note is not awaited
+        self.spares: list[socket.socket] = []  # handoff sockets of program processes waiting for a job
+
+    # ---------------------------------------------------------------- talking to the zygote
+
+    def _note(self, kind: str, pid: int | None, deadline: float) -> tuple[dict, list[int]]:
+        while True:
+            for k, (note, fds) in enumerate(self.notes):
+                if note.get("k") == kind and (pid is None or note.get("pid") == pid):
+                    del self.notes[k]
+                    return note, fds
+            if not _wait_readable([self.zygote.fileno()], deadline - time.monotonic()):
+                raise HarnessError(f"the zygote did not send {kind!r} in time")
+            message, fds, _, _ = socket.recv_fds(self.zygote, 1 << 12, 4)
+            if not message:
+                raise HarnessError("the zygote exited")
+            note = json.loads(message)
+            if note.get("k") == "exit" and note.get("pid") in self.unwaited:
+                self.unwaited.discard(note["pid"])  # before its pid can be reused: the zygote reaps, then notes
+                continue
+            self.notes = self.notes[-64:]  # notes nobody waits for (a run that failed early) do not pile up
+            self.notes.append((note, fds))
+
+    def spawn_spare(self) -> None:
+        """Ask the zygote for the next program process now: it builds its namespaces and scratch
+        space while the current program runs or the parent prepares the next job."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            socket.send_fds(self.zygote, [b'{"k": "launch", "nfds": 1}'], [theirs.fileno()])
+        finally:
+            theirs.close()
+        self.spares.append(mine)
+
+    @staticmethod
+    def _send_fds_all(sock: socket.socket, fds: list[int]) -> None:
+        socket.send_fds(sock, [json.dumps({"k": "job", "nfds": len(fds)}).encode()], fds[:253])
+        for start in range(253, len(fds), 253):
+            socket.send_fds(sock, [b"{}"], fds[start : start + 253])
+
+    def _launch(self, fds: list[int]) -> tuple[int, int]:
+        if not self.spares:
+            self.spawn_spare()
+        handoff = self.spares.pop(0)
+        try:
+            note, pidfds = self._note("pid", None, time.monotonic() + 30.0)  # FIFO: this spare's
+            if len(pidfds) != 1:
+                raise HarnessError(f"the zygote could not start a program process: {note.get('error')}")
+            try:
+                self._send_fds_all(handoff, fds)
+            except OSError as exc:
+                os.close(pidfds[0])
+                raise HarnessError(f"the program process died before its job: {exc}") from None
+        finally:
+            handoff.close()
+        if self.base is None:  # basic isolation sweeps every child of the zygote after a run: no spare
+            self.spawn_spare()
+        return note["pid"], pidfds[0]
+
+    # ---------------------------------------------------------------- one run of some tests
+
+    def _run(self, job: dict, indices: list[int], program_deadline: float) -> tuple[dict, dict]:
+        """Run `indices` in one fresh program process; return (reports by index, how the run ended)."""
+        limits, stdin_mode = job["limits"], job["mode"] == "stdin"
+        cap = limits["output_bytes"]
+        job_fd = _memfd("job", json.dumps(dict(job, run=indices)).encode("utf-8"))
+        ready_r, ready_w = os.pipe()
+        res_r, res_w = os.pipe()
+        err = _memfd("err")
+        outs = [_memfd(f"out{i}") for i in indices] if stdin_mode else []
+        oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+        try:
+            pid, pidfd = self._launch([job_fd, ready_w, res_w, err, *outs])
+        finally:
+            for fd in (job_fd, ready_w, res_w):
+                os.close(fd)
+        reports: dict[int, dict] = {}
+        end: dict[str, Any] = {"killed": None}
+        killed = False
+        try:
+            ready = False
+            if ready_r in _wait_readable([ready_r], 30.0):
+                ready = os.read(ready_r, 1) == b"R"
+            start = time.monotonic()
+            if not ready:
+                end["harness"] = True
+            deadline = min(start + limits["test_timeout"], program_deadline)
+            frames = FrameBuffer(4 * cap)
+            os.set_blocking(res_r, False)
+            previous = start
+            exited = not ready
+            while ready and not exited and len(reports) < len(indices):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    end["killed"] = "timeout"
+                    break
+                for fd in _wait_readable([res_r, pidfd, self.parent_fd], left):
+                    if fd == self.parent_fd:  # during a run the parent sends nothing: this is its close
+                        raise ParentClosed
+                    if fd == pidfd:
+                        exited = True
+                        continue
+                    try:
+                        chunk = os.read(res_r, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        exited = True  # the program closed its result channel: treat as done
+                        continue
+                    try:
+                        messages = frames.feed(chunk)
+                    except OverflowError:
+                        end["killed"] = "output_limit"
+                        exited = True
+                        break
+                    now = time.monotonic()
+                    for message in messages:
+                        if self._accept(message, indices, reports, now - previous):
+                            previous = now
+            killed = self._kill(pidfd)
+            if len(reports) == len(indices) and self.base is None:
+                # every test reported: the exit status is not needed, only the exit itself (a PID 1
+                # exits after every process of its namespace); the zygote's note is dropped later
+                _wait_readable([pidfd], 30.0)
+                self.unwaited.add(pid)
+                status = 0
+            else:
+                note, _ = self._note("exit", pid, time.monotonic() + 30.0)
+                status = note["status"]
+            if end["killed"] is None and ready:  # what it wrote before it exited (all within the deadline)
+                try:
+                    while chunk := os.read(res_r, 1 << 16):
+                        for message in frames.feed(chunk):
+                            self._accept(message, indices, reports, time.monotonic() - previous)
+                except (BlockingIOError, OverflowError):
+                    pass
+            if self.base is not None:  # basic isolation: nothing but this worker kills leftovers
+                self.zygote.send(json.dumps({"k": "sweep", "workdirs": self._workdirs()}).encode())
+                self._note("swept", None, time.monotonic() + 30.0)
+            end.update(
+                time=time.monotonic() - start,
+                exit=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                oom=(self.cgroup.oom_kills() if self.cgroup else 0) > oom_before,
+                err_size=os.fstat(err).st_size,
+            )
+            if end.get("harness") and end["exit"] == _HARNESS_FAILED:
+                raise HarnessError("the sandbox could not set up the program's process")
+            if end.get("harness"):
+                raise HarnessError(f"the program's process ended before the harness was ready ({status})")
+            if stdin_mode:
+                for k, index in enumerate(indices):
+                    data = _read_all(outs[k], cap + 1)
+                    reports.setdefault(index, {})["stdout"] = data
+        finally:
+            if not killed:  # whatever went wrong above, nothing of the program outlives this run
+                self._kill(pidfd)
+                _wait_readable([pidfd], 10.0)
+            for fd in (ready_r, res_r, err, pidfd, *outs):
+                os.close(fd)
+        return reports, end
+
+    @staticmethod
+    def _kill(pidfd: int) -> bool:
+        """SIGKILL the program process: PID 1 of its namespace, so every process of it goes too."""
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
+
+    def _workdirs(self) -> list[str]:
+        try:
+            return [os.path.join(self.base or "", name) for name in os.listdir(self.base or "")]
+        except OSError:
+            return []
+
+    @staticmethod
+    def _accept(message: object, indices: list[int], reports: dict, elapsed: float) -> bool:
+        if not isinstance(message, dict):
+            return False
+        kind, index = message.get("k"), message.get("i")
+        if kind == "setup_err":  # the program failed before its first test: every test of the run fails so
+            for i in indices:
+                reports.setdefault(
+                    i,
+                    {
+                        "k": "setup_err",
+                        "type": message.get("type"),
+                        "msg": message.get("msg"),
+                        "phase": message.get("phase"),
+                        "time": elapsed,
+                    },
+                )
+            return True
+        if kind in ("val", "err", "done") and type(index) is int and index in indices and index not in reports:
+            reports[index] = dict(message, time=elapsed)
+            return True
+        return False
+
+    # ---------------------------------------------------------------- a whole job
+
+    def run_job(self, job: dict) -> dict:
+        limits = job["limits"]
+        start = time.monotonic()
+        program_deadline = start + limits["total_timeout"]
+        n = len(job["inputs"]) if job["mode"] == "stdin" else len(job["tests"])
+        if self.cgroup is not None:  # the program's whole process tree (its memfds and tmpfs files included)
+            self.cgroup.set_limit((limits["memory_mb"] + 64) * 1024 * 1024)
+        tests: dict[int, dict] = {}
+        budget = [64 << 20]  # bytes of values and outputs one reply may carry
+        pending, together = list(range(n)), True
+        while pending:
+            if time.monotonic() >= program_deadline:
+                for i in pending:
+                    tests[i] = {
+                        "status": "timeout",
+                        "error": "program time limit reached before this test ran",
+                        "time": 0.0,
+                    }
+                break
+            run = pending if together else pending[:1]
+            reports, end = self._run(job, run, program_deadline)
+            for index in run:
+                if index in reports and (reports[index].get("k") or not together):
+                    tests[index] = self._record(job, reports[index], end, budget)
+                elif not together or len(run) == 1:
+                    tests[index] = self._record(job, reports.get(index, {}), end, budget)
+            pending = [i for i in pending if i not in tests]
+            together = False
+        return {
+            "id": job.get("id"),
+            "tests": [tests[i] for i in range(n)],
+            "setup_error": None,
+            "wall_time": time.monotonic() - start,
+        }
+
+    @staticmethod
+    def _record(job: dict, report: dict, end: dict, budget: list[int]) -> dict:
+        """One test's record for the parent: what the program reported, or how its run ended."""
+        cap = job["limits"]["output_bytes"]
+        file_cap = job["limits"]["file_size_mb"] * 1024 * 1024  # RLIMIT_FSIZE stopped a write at this size
+        record: dict = {"time": float(report.get("time", end.get("time", 0.0)))}
+        kind = report.get("k")
+        stdout = report.get("stdout", b"")
+        if kind is None:  # no report: the run's end decides
+            if end.get("killed") == "timeout":
+                return dict(record, status="timeout", error="time limit exceeded")
+            if end.get("killed") == "output_limit" or end.get("err_size", 0) > min(cap, file_cap - 1):
+                return dict(record, status="output_limit", error="output limit exceeded")
+            if end.get("signal") == signal.SIGKILL and end.get("oom"):
+                return dict(record, status="memory_limit", error="memory limit of the process tree exceeded")
+            if end.get("signal") is not None:
+                return dict(record, status="crashed", signal=end["signal"], error=f"killed by signal {end['signal']}")
+            if job["mode"] == "stdin":  # it exited by itself (os._exit) during this test: its status is the test's
+                if len(stdout) > cap:
+                    return dict(record, status="output_limit", error="output limit exceeded")
+                return dict(
+                    record,
+                    status="done",
+                    exit_code=end.get("exit"),
+                    stdout=stdout.decode("utf-8", "replace"),
+                    error=f"program exited (code {end.get('exit')})" if end.get("exit") else None,
+                )
+            return dict(
+                record,
+                status="crashed",
+                signal=None,
+                exit_code=end.get("exit"),
+                error=f"program exited (code {end.get('exit')}) before returning a result",
+            )
+        if kind == "setup_err" or kind == "err":
+            return dict(
+                record,
+                status="error",
+                type=str(report.get("type"))[:100],
+                error=str(report.get("msg"))[:500],
+                phase=str(report.get("phase") or "test")[:20],
+            )
+        if kind == "done":
+            if len(stdout) > cap:
+                return dict(record, status="output_limit", error="output limit exceeded")
+            budget[0] -= len(stdout)
+            if budget[0] < 0:
+                return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
+            exit_code = report.get("exit")
+            error = report.get("error")
+            return dict(
+                record,
+                status="done",
+                exit_code=exit_code if type(exit_code) is int else 1,
+                stdout=stdout.decode("utf-8", errors="replace"),
+                error=str(error)[:500] if error else None,
+            )
+        size = len(json.dumps(report.get("v")))
+        budget[0] -= size
+        if budget[0] < 0 or size > 4 * cap:
+            return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
+        return dict(record, status="ok", value=report.get("v"))
