@@ -28,12 +28,14 @@ from config import (
 )
 from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
+from synthesis.teacher_query import TeacherFatalError
 from training.checkpointing import CHECKPOINT_PREFIX, checkpoint_folders
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
+from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, attach_lora, load_student
@@ -85,6 +87,13 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
             f"no teacher traces at {traces}: run phase 2 first, pass --teacher_traces FILE, or train "
             "without teacher-SFT: --set dual_source.teacher_sft_weight=0."
         )
+    adapter = config.teacher.local_adapter
+    if ds.opd_weight > 0 and config.teacher.logprob_source == "local" and adapter:
+        if not (Path(adapter) / "adapter_config.json").is_file():
+            raise RunSetupError(
+                f"teacher.local_adapter={adapter} is not a LoRA adapter folder (no adapter_config.json): point it at "
+                "a phase 3 final_model or checkpoint-*/adapter, or leave it empty for the bare teacher.model_name."
+            )
     output_dir = Path(config.paths.output_dir)
     earlier = previous_run(output_dir)
     if resume_from is None and earlier and not overwrite_output_dir:
@@ -235,6 +244,9 @@ def cli(argv: list[str] | None = None) -> int:
         RunSetupError,
         RewardFunctionError,
         LaunchError,
+        TokenizerMismatchError,
+        TeacherScoringError,
+        TeacherFatalError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

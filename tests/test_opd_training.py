@@ -198,3 +198,34 @@ def test_phase3_trains_with_a_local_teacher_from_the_config(tmp_path):
     assert row["weight/opd"] == 0.5 and row["opd/teacher_s"] > 0 and row["opd/teacher_tokens"] > 0
     # the teacher is the untrained student at step 1: the reverse KL is 0 up to float noise
     assert row["opd/kl"] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_phase3_refuses_a_missing_adapter_and_a_mismatched_teacher_in_one_line(tmp_path, monkeypatch, capsys):
+    import phase1_prepare_data as phase1
+    import phase3_train_grpo as phase3
+    import training.grpo_trainer as trainer_module
+    from config import build_config
+    from training.teacher_logprobs import TokenizerMismatchError
+
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
+    argv = [
+        "--preset",
+        "cpu",
+        "--train_file",
+        str(tmp_path / "data" / "train.jsonl"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_steps",
+        "1",
+        *("--set", "student.model_name=embedded:tiny-random", "--set", "dual_source.teacher_sft_weight=0"),
+        *("--set", "dual_source.opd_weight=1", "--set", "teacher.logprob_source=local"),
+    ]
+    assert phase3.cli([*argv, "--set", f"teacher.local_adapter={tmp_path / 'nothing'}"]) == 1
+    assert "is not a LoRA adapter folder" in capsys.readouterr().err
+
+    def mismatched(*args, **kwargs):
+        raise TokenizerMismatchError("on-policy distillation needs the teacher to read the student's token ids")
+
+    monkeypatch.setattr(trainer_module, "build_teacher_scorer", mismatched)
+    assert phase3.cli(argv) == 1
+    assert "error: on-policy distillation needs the teacher" in capsys.readouterr().err

@@ -216,6 +216,8 @@ def test_teacher_logprob_requests_are_what_vllm_accepts_and_its_answers_parse():
     served_defaults = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}  # the generation config must not matter
     params = request.to_sampling_params(request.max_tokens, served_defaults)
     assert (params.prompt_logprobs, params.max_tokens, params.temperature, params.logprobs) == (0, 1, 0.0, None)
+    # the cost the docs state: a prompt-log-prob request never reads the prefix cache (the whole sequence is prefilled)
+    assert params.skip_reading_prefix_cache
     with pytest.raises(VLLMValidationError, match="max_tokens must be at least 1"):  # why max_tokens is 1, not 0
         CompletionRequest.model_validate({**prompt_logprobs_request("m", ids), "max_tokens": 0}).to_sampling_params(
             0, {}
