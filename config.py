@@ -302,6 +302,21 @@ class TeacherConfig:
         "Retries on connection errors, timeouts, 429 and 5xx (exponential backoff with jitter). "
         "Other 4xx errors are not retried.",
     )
+    source: str = option(
+        "server",
+        "Phase 2's teacher. 'server': the model at api_url answers every task. 'references': the tasks' own "
+        "reference solutions, each run against its tests in the sandbox and dropped when it fails (no server, "
+        "seconds of CPU; up to num_samples_per_problem references per task): real teacher-SFT data without a "
+        "large model (synthesis/reference_traces.py).",
+        choices=("server", "references"),
+    )
+    reference_thinking: str = option(
+        "short",
+        "source=references: the traces' <think> block. 'short': one sentence of facts from the task and the "
+        "program (the entry point and its signature), no invented reasoning, so the target has the prompt's "
+        "shape (closed <think>, then code); 'none': the python block alone.",
+        choices=("short", "none"),
+    )
 
     @property
     def base_url(self) -> str:
@@ -779,6 +794,41 @@ class EvaluationConfig:
 
 
 @dataclass(frozen=True)
+class CurriculumConfig:
+    enabled: bool = option(
+        False,
+        "Phase 3's difficulty filter: estimate each training task's pass rate from the rollouts already made "
+        "(and an optional prior) and skip, when drawing prompts, the tasks whose last groups all passed or "
+        "all failed (their GRPO groups would have no correctness spread). Off: the plain seeded epoch order.",
+    )
+    min_samples: int = option(
+        0,
+        "Samples a task needs in its estimate before the filter may skip it (0 = one group, "
+        "grpo.num_samples_per_prompt).",
+        ge=0,
+    )
+    window: int = option(
+        0,
+        "Samples kept per task: the estimate is over its newest `window` samples, so a task the policy learns "
+        "to solve moves (0 = one group).",
+        ge=0,
+    )
+    revisit_after: int = option(
+        3,
+        "A skipped task is drawn again after it has been skipped this many times (the policy changes; a task "
+        "that failed every sample may have become solvable). 0 = never revisit.",
+        ge=0,
+    )
+    prior_file: str = option(
+        "",
+        "A pre-pass: phase 4's per-sample file (eval_samples.jsonl, rows with task_id and passed) from an "
+        "evaluation of the starting model on the training tasks (`phase4_evaluate.py --eval_file "
+        "data/train.jsonl`). Its samples seed every task's estimate, so the filter acts from the first step. "
+        "Empty: no prior; a task is drawn until its own rollouts say otherwise.",
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     preset: str = option("gpu", "Which preset the values started from (informational).")
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -793,6 +843,7 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     @property
     def evaluation_backend(self) -> str:

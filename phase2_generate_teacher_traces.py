@@ -3,6 +3,7 @@
     python phase2_generate_teacher_traces.py --test_connection      # is the teacher up? thinking on?
     python phase2_generate_teacher_traces.py                        # every training task x num_samples
     python phase2_generate_teacher_traces.py --max_tasks 5 --num_samples 2
+    python phase2_generate_teacher_traces.py --teacher references   # no server: the tasks' own verified solutions
 
 The teacher is `vllm serve Qwen/Qwen3-32B-FP8 --port 8129 --reasoning-parser qwen3` on a GPU, or the
 local CPU stand-in (`make teacher`). Writes data/teacher_traces.jsonl (one record per sample, see
@@ -32,6 +33,7 @@ from config import (
 from multiturn.environments import make_environment
 from sandbox.executor import SandboxLimits, SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
+from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks
 from utils.jsonl import write_json_atomic
@@ -149,8 +151,13 @@ def main(
 
     Raises TeacherFatalError (the server is unusable), ModelLoadError (tool mode: no teacher tokenizer),
     DataFormatError, TraceFileBusy, TraceSettingsChanged. Failed requests do not raise: they are counted
-    (`api_errors`) and kept as api_error rows for the next run.
+    (`api_errors`) and kept as api_error rows for the next run. With teacher.source=references no server is
+    asked: the tasks' reference solutions are verified in the sandbox instead (`reference_main`).
     """
+    if config.teacher.source == "references":
+        return reference_main(
+            config, input_path or config.paths.train_file, output_path or config.paths.teacher_traces_file, overwrite
+        )
     return asyncio.run(
         generate_all(
             config,
@@ -227,6 +234,61 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
     return payload
 
 
+def reference_main(config: Config, input_path: Path, output_path: Path, overwrite: bool) -> dict:
+    """teacher.source=references: every task's reference solutions (up to num_samples_per_problem), run against
+    its tests in the sandbox; the passing ones become trace records, the failing ones are dropped. Returns the
+    statistics as written to `<output>.stats.json` (with the zero counters `exit_status` reads)."""
+    tasks = read_tasks(input_path)
+    task_ids = {t.task_id for t in tasks}
+    if config.teacher.max_tasks > 0:
+        tasks = tasks[: config.teacher.max_tasks]
+    n = config.teacher.num_samples_per_problem
+    print(
+        f"{len(tasks)} tasks x up to {n} reference solutions from {input_path} -> {output_path}; "
+        f"each verified in the sandbox, thinking: {config.teacher.reference_thinking}"
+    )
+    start = time.monotonic()
+    limits = SandboxLimits.from_config(config.sandbox)
+    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
+        stats = write_reference_traces(
+            tasks,
+            output_path,
+            n,
+            pool,
+            limits,
+            config.prompt.num_visible_tests,
+            config.teacher.reference_thinking,
+            overwrite=overwrite,
+        )
+    save_config(config, output_path.with_suffix(".config.json"))
+    print("\n" + "=" * 50 + "\nReference teacher statistics (this run)\n" + "=" * 50)
+    print(stats.table())
+    if stats.dropped_examples:
+        print("dropped (failed their tests): " + ", ".join(stats.dropped_examples))
+    fit = teacher_sft_fit(config, output_path, task_ids)
+    if fit is not None:
+        print(
+            f"teacher-SFT: {fit['too_long']} of {fit['usable']} usable traces in the file do not fit "
+            f"dual_source.sft_max_length={fit['sft_max_length']} (phase 3 leaves them out)"
+        )
+    payload = {
+        **stats.to_dict(),
+        "total": stats.candidates,
+        "api_errors": 0,
+        "errors": {},
+        "kept_old_file": False,
+        "elapsed_s": round(time.monotonic() - start, 2),
+        "teacher_sft_fit": fit,
+        "output": str(output_path),
+        "teacher_model": REFERENCE_TEACHER,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    stats_path = output_path.with_suffix(".stats.json")
+    write_json_atomic(stats_path, payload)
+    print(f"\nWrote {output_path} and {stats_path}")
+    return payload
+
+
 def teacher_prompter(config: Config) -> TextPrompter:
     """Tool mode renders the teacher's chat prompt here and continues its text through /v1/completions, so it
     needs the teacher's tokenizer: teacher.tokenizer, else teacher.model_name (a hub name downloads only the
@@ -268,6 +330,7 @@ FLAGS = (
     ConfigFlag("--model", "teacher.model_name"),
     ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
     ConfigFlag("--max_tokens", "teacher.max_tokens"),
+    ConfigFlag("--teacher", "teacher.source"),
     ConfigFlag(
         "--mode",
         "multi_turn.mode",
@@ -312,7 +375,14 @@ def cli(argv: list[str] | None = None) -> int:
         result = main(
             config, Path(args.input) if args.input else None, Path(args.output) if args.output else None, args.overwrite
         )
-    except (TeacherFatalError, DataFormatError, TraceFileBusy, TraceSettingsChanged, ModelLoadError) as exc:
+    except (
+        TeacherFatalError,
+        DataFormatError,
+        TraceFileBusy,
+        TraceSettingsChanged,
+        ModelLoadError,
+        MixedTraceFile,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

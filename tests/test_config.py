@@ -227,6 +227,7 @@ def test_choice_lists_equal_the_library_constants():
     import dataclasses
 
     from rollouts.kv_sampler import SAMPLER_DTYPES
+    from synthesis.reference_traces import TEACHER_SOURCES, THINKING_MODES
     from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
     from training.rewards import CORRECTNESS_REWARDS
     from training.teacher_logprobs import LOGPROB_SOURCES
@@ -244,6 +245,8 @@ def test_choice_lists_equal_the_library_constants():
         ("multi_turn", "mode"): MODES,
         ("grpo", "sampler_dtype"): tuple(SAMPLER_DTYPES),
         ("teacher", "logprob_source"): LOGPROB_SOURCES,
+        ("teacher", "source"): TEACHER_SOURCES,
+        ("teacher", "reference_thinking"): THINKING_MODES,
     }
     config = cfg.Config()
     declared = {

@@ -38,6 +38,7 @@ from rollouts.completion import RolloutCompletion
 from sandbox.executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
+from training.curriculum import build_curriculum, zero_spread_share
 from training.launch import check_accelerator, local_world_size, sandbox_workers
 from training.losses import lr_factor, scheduled_weight
 from training.metric_sinks import MetricSinks, make_accelerator, reduce_over_processes
@@ -142,6 +143,11 @@ class GRPOTrainer:
         self.eot = end_of_turn_id(tokenizer)
         self.sinks = MetricSinks(config, self.output_dir, self.accelerator)
         self.user_rewards = load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+        # the difficulty filter (training.curriculum): None when curriculum.enabled is off
+        self.curriculum = build_curriculum(
+            config.curriculum, self.group_size, [t.task_id for t in tasks], training.seed
+        )
+        self._curriculum_metrics: dict[str, float] = {}
 
     # ---------------------------------------------------------------- schedules and data order
 
@@ -153,6 +159,9 @@ class GRPOTrainer:
         """This process's task indices for a rollout batch: epoch permutations seeded by (seed, epoch)."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         per_batch = self.prompts_per_rollout * world
+        if self.curriculum is not None:  # the filtered draw: the same on every process (identical state)
+            indices, self._curriculum_metrics = self.curriculum.draw(per_batch)
+            return indices[rank * self.prompts_per_rollout : (rank + 1) * self.prompts_per_rollout]
         start = rollout_batch * per_batch
         indices = []
         for position in range(start, start + per_batch):
@@ -174,7 +183,8 @@ class GRPOTrainer:
     def collect_rollouts(self) -> tuple[list[list[ScoredSample]], dict]:
         """Sample, execute and score G completions for each prompt of the next rollout batch."""
         cfg = self.config
-        tasks = [self.tasks[i] for i in self._prompt_indices(self.state.rollout_batches)]
+        chosen = self._prompt_indices(self.state.rollout_batches)
+        tasks = [self.tasks[i] for i in chosen]
         prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=cfg.multi_turn.mode) for t in tasks]
         start = time.monotonic()
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -190,7 +200,27 @@ class GRPOTrainer:
         rollout_time = time.monotonic() - start
         groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.limits, self.user_rewards)
         generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted
-        return groups, {"time/rollout_s": rollout_time, "tokens_per_s": generated / max(rollout_time, 1e-9), **metrics}
+        metrics = {"time/rollout_s": rollout_time, "tokens_per_s": generated / max(rollout_time, 1e-9), **metrics}
+        if self.curriculum is not None:
+            metrics.update(self._observe_curriculum(chosen, groups))
+        return groups, metrics
+
+    def _observe_curriculum(self, chosen: list[int], groups: list[list[ScoredSample]]) -> dict[str, float]:
+        """Add this batch's outcomes to the curriculum (every process's groups: summed over processes, so all
+        hold the same estimates) and return the filter's metrics, with this batch's zero-spread share."""
+        assert self.curriculum is not None
+        n = len(self.tasks)
+        counts = [0.0] * (2 * n)  # passes of task i at i, samples at n + i
+        for index, group in zip(chosen, groups, strict=True):
+            counts[index] += sum(s.result.passed for s in group)
+            counts[n + index] += len(group)
+        counts = self._global_sums(counts)
+        for i in range(n):
+            if counts[n + i]:
+                passes, samples = round(counts[i]), round(counts[n + i])
+                self.curriculum.observe(i, [True] * passes + [False] * (samples - passes))
+        spread = zero_spread_share([[s.result.passed for s in group] for group in groups])
+        return {**self._curriculum_metrics, **self.curriculum.summary(), "curriculum/zero_spread_share": spread}
 
     def _self_sft_examples(self, groups: list[list[ScoredSample]]) -> list[dict]:
         return self_sft_examples(groups, self.buffer, self.config.dual_source.sft_max_length)
@@ -359,7 +389,11 @@ class GRPOTrainer:
             self.config,
             self.state,
             self.total_steps,
-            {"teacher": self.teacher_rng.getstate(), "self_sft_buffer": self.buffer.state()},
+            {
+                "teacher": self.teacher_rng.getstate(),
+                "self_sft_buffer": self.buffer.state(),
+                **({"curriculum": self.curriculum.state()} if self.curriculum is not None else {}),
+            },
         )
 
     def load_checkpoint(self, path: Path) -> None:
@@ -368,3 +402,7 @@ class GRPOTrainer:
         )
         self.teacher_rng.setstate(rank_state["teacher"])
         self.buffer.load(rank_state["self_sft_buffer"])
+        if self.curriculum is not None:
+            if "curriculum" not in rank_state:
+                raise ValueError(f"{path} was saved without curriculum.enabled; resume it with the filter off")
+            self.curriculum.load(rank_state["curriculum"])

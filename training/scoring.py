@@ -89,6 +89,17 @@ def score_rollouts(
         "sandbox/error_confirmed": len(confirmed) / count,
         "format/closed_think": sum(p.think_closed for p in parsed) / count,
     }
+    sampled = [
+        lp
+        for _, s in flat
+        if s.logprobs is not None
+        for lp, sampled_by_policy in zip(s.logprobs, s.action_mask or (1,) * len(s.logprobs), strict=True)
+        if sampled_by_policy
+    ]
+    if sampled:  # kv / vLLM samplers report each sampled token's log-prob at the sampling temperature
+        # E[-log p(token)] under the sampling distribution is its per-token entropy: a Monte Carlo estimate of how
+        # diverse the policy's samples are (a collapsing entropy is what takes pass@k down with it)
+        metrics["entropy/token_mean"] = -sum(sampled) / len(sampled)
     if config.multi_turn.mode != "single":
         metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
     return groups, metrics
