@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast test-contract preflight teacher bench eval-humaneval ablation lint docs clean
+.PHONY: help install run test test-fast test-contract preflight teacher bench eval-humaneval ablation learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -77,6 +77,15 @@ ABLATION_ARGS ?=
 ablation: install ## Train and evaluate the five loss-term variants (resumable; ABLATION_ARGS for flags)
 	$(PY) benchmarks/bench_ablation.py $(ABLATION_ARGS)
 	@echo "Results: benchmarks/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
+
+# Issue 27's held-out experiment: the five variants trained on real MBPP's standard training split, sampled
+# pass@k on MBPP test (500 problems) and HumanEval greedy (a day or more of CPU; resumable; niced).
+# MBPP_PATH: a local MBPP file (empty: the hub); LEARNING_ARGS passes flags, e.g. LEARNING_ARGS="--eval_tasks 100".
+MBPP_PATH ?= ../shared/data/mbpp.jsonl
+LEARNING_ARGS ?=
+learning-heldout: install ## Issue 27: five variants on MBPP train, pass@k on MBPP test (resumable; LEARNING_ARGS)
+	nice -n 19 $(PY) benchmarks/bench_learning_heldout.py $(if $(MBPP_PATH),--mbpp_path $(MBPP_PATH)) --humaneval $(LEARNING_ARGS)
+	@echo "Results: benchmarks/results/learning_heldout.json, .md, .png (adapters and caches: outputs/learning_heldout)"
 
 lint: install ## ruff format --check, ruff check (with RUF100) and mypy, configured in pyproject.toml
 	$(VENV)/bin/ruff format --check .

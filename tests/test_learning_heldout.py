@@ -101,3 +101,17 @@ def test_toy_experiment_reports_every_field_and_resumes_without_redoing_anything
     assert [v.get("pass_at_k") for v in again["variants"]] == [v.get("pass_at_k") for v in report["variants"]]
     with pytest.raises(SystemExit, match="another recipe"):
         harness.main([*argv, "--lr", "0.1"])
+
+
+def test_make_plans_the_experiment_niced_with_humaneval():
+    import subprocess
+
+    planned = subprocess.run(
+        ["make", "-n", "learning-heldout", "MBPP_PATH=m.jsonl", "LEARNING_ARGS=--eval_tasks 3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "nice -n 19" in planned and "benchmarks/bench_learning_heldout.py --mbpp_path m.jsonl --humaneval" in planned
+    assert "--eval_tasks 3" in planned
