@@ -172,17 +172,14 @@ def main(
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     if accelerator.is_main_process:
         model.print_trainable_parameters()
-    trainer = GRPOTrainer(
-        config,
-        model,
-        tokenizer,
-        tasks,
-        teacher_examples,
-        output_dir,
-        accelerator,
-        rollout=training_rollout(config, tokenizer, output_dir, accelerator, tasks),
-    )
-    summary = trainer.train(resume_from)
+    rollout = training_rollout(config, tokenizer, output_dir, accelerator, tasks)
+    trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator, rollout=rollout)
+    try:
+        summary = trainer.train(resume_from)
+    finally:  # the server backend unloads its last adapter and closes its connections
+        close = getattr(rollout, "close", None)
+        if close is not None:
+            close()
     if accelerator.is_main_process:
         png = plot_metrics(output_dir / "metrics.jsonl", output_dir / "training_curves.png")
         print(f"\nfinal adapter: {output_dir / 'final_model'}; metrics: {output_dir / 'metrics.jsonl'}; curves: {png}")

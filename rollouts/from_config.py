@@ -119,7 +119,10 @@ def training_rollout(
             ranks,
             g.vllm_sleep_mode,
         )
-        if _has_cuda():  # vLLM's worker selected its device in this process: say which (scripts/gpu_smoke.sh checks it)
+        # Under external_launcher (several processes) vLLM's worker runs in this process and selected its device
+        # here: say which (scripts/gpu_smoke.sh checks it). One process: the engine lives in vLLM's own
+        # subprocess, and this process's current device says nothing about it.
+        if ranks.world_size > 1 and _has_cuda():
             import torch
 
             print(

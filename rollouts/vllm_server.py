@@ -206,6 +206,15 @@ class VLLMServerRollout(AdapterSyncedSampler):
         return self.sample(prompts, num_samples, self.sync_adapter(model, step))
 
     def close(self) -> None:
+        """Unload the run's last adapter (main process; a long-lived server would otherwise keep one registered
+        adapter per finished run), then close the connections. An unload that fails is reported, not raised:
+        the run's results are already saved."""
+        if self.adapter_name is not None and self.handoff.is_main:
+            try:
+                self._run(self._adapter_call("unload_lora_adapter", {"lora_name": self.adapter_name}))
+            except ServerRolloutError as failed:
+                print(f"warning: could not unload the last adapter from the rollout server: {failed}", flush=True)
+            self.adapter_name = None
         self._run(self.client.close())
         self.loop.close()
 

