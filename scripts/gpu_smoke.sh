@@ -9,7 +9,7 @@
 #
 # Legs: phase 1; phase 3 with grpo.rollout_backend=vllm (one process per visible GPU, up to 2; one on CPU);
 # phase 4 of the result and the base model with vLLM (--baseline); a 2-step --mode tool run (multi-turn
-# rollouts continued on the same engine); scripts/check_vllm_adapter.py with and without the adapter.
+# rollouts continued on the same engine); scripts/check_vllm_adapter.py.
 # Every check can fail:
 #   - with 2 GPUs, each training process's engine sits on its own GPU (cuda:LOCAL_RANK). With one process
 #     the engine lives in vLLM's own subprocess and nothing here can see its device, so there is no check;
@@ -17,9 +17,10 @@
 #   - at most one adapter folder is left in .vllm_adapters;
 #   - training moved the adapter (some lora_B entry of final_model is non-zero: B starts at 0);
 #   - phase 4 scored both roles on the same tasks;
-#   - vLLM samples with the adapter it is handed: a perturbed adapter's log-probs match HF+peft with it and
-#     are far from the base model's; the same check run without the LoRA request must FAIL (it is run, and a
-#     pass there fails the smoke test);
+#   - vLLM samples with the adapter it is handed: samples drawn with a perturbed adapter's LoRA request match
+#     HF+peft with that adapter and are far from the base model's, and a control drawn without the request on
+#     the same engine must NOT match (so the check shows on every run that it tells the two apart;
+#     `scripts/check_vllm_adapter.py --without_adapter` plants the defect and fails);
 #   - the tool-mode run logged its multi_turn/* metrics and kept |logp_vllm - logp_train| small on the
 #     policy's tokens (inserted results are masked).
 set -euo pipefail
@@ -37,10 +38,10 @@ if [ "$CPU_MODE" = 1 ]; then
   TOLERANCE=0.001
   export VLLM_HOST_IP=${VLLM_HOST_IP:-127.0.0.1} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
   export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0} HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
-  SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=64 --set multi_turn.max_total_tokens=192
+  SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=48 --set multi_turn.max_total_tokens=160
          --set training.per_device_train_batch_size=2 --set grpo.num_samples_per_prompt=4)
   STEPS=2
-  EVAL=(--max_tasks 4 --num_samples 2 --k 1 2 --max_new_tokens 64)
+  EVAL=(--max_tasks 4 --num_samples 2 --k 1 2 --max_new_tokens 48)
 else
   MODEL=${1:-Qwen/Qwen3-0.6B}
   OUT=${OUT:-outputs/gpu_smoke}
@@ -73,16 +74,10 @@ $PY phase4_evaluate.py "${COMMON[@]}" --set evaluation.backend=vllm --model_path
 step "phase 3: 2 steps in --mode tool on the same backend"
 "${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --set paths.output_dir="$OUT/tool" --mode tool --max_steps 2 \
     2>&1 | tee "$OUT/train_tool.log"
-step "check_vllm_adapter: a perturbed adapter, sampled with it (must pass) and without it (must fail)"
+step "check_vllm_adapter: a perturbed adapter, sampled with its LoRA request (must match) and without (must not)"
 $PY scripts/check_vllm_adapter.py --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" 2>&1 \
-    | tee "$OUT/adapter_check.log"
-if $PY scripts/check_vllm_adapter.py --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" --without_adapter \
-    > "$OUT/adapter_check_without.log" 2>&1; then
-  echo "gpu_smoke: FAIL: check_vllm_adapter passed although vLLM sampled without the adapter" >&2
-  tail -n 3 "$OUT/adapter_check_without.log" >&2
-  exit 1
-fi
-grep "check_vllm_adapter:" "$OUT/adapter_check_without.log" >&2
+    | tee "$OUT/adapter_check.log" | grep "check_vllm_adapter" >&2
+grep -q "check_vllm_adapter: OK" "$OUT/adapter_check.log" || { echo "gpu_smoke: FAIL: vLLM did not sample with the adapter" >&2; exit 1; }
 step "checks"
 $PY - "$OUT" "$GPUS" "$TOLERANCE" <<'PYEOF'
 import json, re, sys
