@@ -29,7 +29,7 @@ from config import (
 from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
 from synthesis.teacher_query import TeacherFatalError
-from training.checkpointing import CHECKPOINT_PREFIX, checkpoint_folders
+from training.checkpointing import CHECKPOINT_PREFIX, CheckpointMismatchError, checkpoint_folders
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
@@ -244,6 +244,7 @@ def cli(argv: list[str] | None = None) -> int:
         TokenizerMismatchError,
         TeacherScoringError,
         TeacherFatalError,
+        CheckpointMismatchError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -562,3 +562,67 @@ def test_a_program_that_breaks_the_harness_twice_scores_as_a_failure(tmp_path, p
     assert metrics["sandbox/error_retried"] == pytest.approx(2 / n) and metrics[
         "sandbox/error_confirmed"
     ] == pytest.approx(1 / n)
+
+
+# ---------------------------------------------------------------- resuming on other hardware (GPU review 4-6)
+
+
+def saved_then_fresh(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool, **{"training.max_steps": 10})
+    trainer.train_on_rollouts(*trainer.collect_rollouts())
+    path = trainer.save_checkpoint()
+    return path, make_trainer(tmp_path, pool, **{"training.max_steps": 10})
+
+
+def test_resume_maps_every_saved_tensor_to_the_cpu_first(tmp_path, pool, monkeypatch):
+    """Rank 0 saved its optimizer state from cuda:0; loaded without map_location, every rank would put a copy on
+    GPU 0 (a CUDA context and the whole state there) before load_state_dict moves it to the rank's device."""
+    path, fresh = saved_then_fresh(tmp_path, pool)
+    real_load, locations = torch.load, {}
+
+    def recording_load(file, *args, **kwargs):
+        locations[getattr(file, "name", str(file))] = kwargs.get("map_location")
+        return real_load(file, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recording_load)
+    fresh.load_checkpoint(path)
+    assert {"optimizer.pt", "scheduler.pt", "rank-0.pt"} <= {name.rsplit("/", 1)[-1] for name in locations}
+    assert set(locations.values()) == {"cpu"}, locations
+
+
+def test_resume_with_fewer_visible_gpus_restores_this_devices_rng_only(tmp_path, pool, monkeypatch):
+    """A checkpoint written by a process that saw 4 GPUs, resumed where 2 are visible: torch's
+    set_rng_state_all indexes a generator per saved state and raises IndexError; only this process's device
+    state is needed."""
+    path, fresh = saved_then_fresh(tmp_path, pool)
+    rank_state = torch.load(path / "rank-0.pt", weights_only=False)
+    states = [torch.full((8,), i, dtype=torch.uint8) for i in range(4)]
+    torch.save({**rank_state, "cuda": states}, path / "rank-0.pt")  # the old format: one state per visible GPU
+    restored = []
+
+    def set_rng_state_all(all_states):
+        if len(all_states) > 2:
+            raise IndexError("tuple index out of range")  # torch/cuda/random.py with 2 default generators
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_rng_state_all)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": restored.append((state, device)))
+    fresh.load_checkpoint(path)
+    assert len(restored) == 1 and restored[0][1] == 1 and torch.equal(restored[0][0], states[1])
+
+
+def test_resume_with_another_number_of_processes_is_refused(tmp_path, pool):
+    """The data position (rollout batches x prompts x processes) and an epoch run's total steps depend on the
+    number of processes; resuming a 2-process checkpoint in 1 process would re-train seen prompts and move the
+    LR schedule, silently."""
+    from training.checkpointing import CheckpointMismatchError
+
+    path, fresh = saved_then_fresh(tmp_path, pool)
+    saved = json.loads((path / "trainer_state.json").read_text())
+    (path / "trainer_state.json").write_text(json.dumps({**saved, "num_processes": 2}))
+    torch.save(torch.load(path / "rank-0.pt", weights_only=False), path / "rank-1.pt")
+    with pytest.raises(CheckpointMismatchError, match=r"2 processes.*--num_processes 2"):
+        fresh.load_checkpoint(path)
+    assert fresh.state.global_step == 0  # nothing was restored

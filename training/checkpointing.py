@@ -102,7 +102,10 @@ def save_checkpoint(
             "numpy": np.random.get_state(),
             "python": random.getstate(),
             **rank_state,
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            # this process's own device only: a resume may see fewer GPUs than this process did
+            "cuda": {"device": torch.cuda.current_device(), "state": torch.cuda.get_rng_state()}
+            if torch.cuda.is_available()
+            else None,
         },
         tmp / rank_state_name(accelerator.process_index),
     )
@@ -125,6 +128,23 @@ def save_checkpoint(
     return final
 
 
+class CheckpointMismatchError(ValueError):
+    """A checkpoint that this run cannot continue exactly (another number of processes)."""
+
+
+def restore_cuda_rng(saved: Any) -> None:
+    """This process's CUDA generator from a rank file: {"device", "state"} (this process's device when it was
+    saved), or, in checkpoints written before that, one state per GPU the saving process saw, of which only the
+    current device's is restored (torch's set_rng_state_all raises IndexError when fewer GPUs are visible)."""
+    if saved is None or not torch.cuda.is_available():
+        return
+    device = torch.cuda.current_device()
+    if isinstance(saved, dict):
+        torch.cuda.set_rng_state(saved["state"], device)
+    elif device < len(saved):
+        torch.cuda.set_rng_state(saved[device], device)
+
+
 def load_checkpoint(
     path: Path, accelerator: Any, model: Any, optimizer: Any, scheduler: Any, state: TrainerState
 ) -> dict:
@@ -133,24 +153,32 @@ def load_checkpoint(
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
+    saved = json.loads((path / "trainer_state.json").read_text())
+    saved_processes = saved.get("num_processes", accelerator.num_processes)
+    if saved_processes != accelerator.num_processes:
+        raise CheckpointMismatchError(
+            f"{path} was saved by {saved_processes} processes and this run has {accelerator.num_processes}: the "
+            f"data position and the learning-rate schedule depend on the number of processes, so resume with "
+            f"accelerate launch --num_processes {saved_processes} (or start a fresh run)."
+        )
     set_peft_model_state_dict(
         accelerator.unwrap_model(model), load_file(str(path / "adapter" / "adapter_model.safetensors"))
     )
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    saved = json.loads((path / "trainer_state.json").read_text())
+    # map_location: rank 0 saved its state from its own GPU; unmapped, every rank would first put a copy on
+    # that GPU (load_state_dict then moves each value to the parameter's device)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
     rank_file = path / rank_state_name(accelerator.process_index)
     if not rank_file.is_file():
         raise FileNotFoundError(
             f"{rank_file} is missing: {path} was saved by {saved.get('num_processes', '?')} process(es); resume "
             f"with the same number (accelerate launch --num_processes N)."
         )
-    rank_state = torch.load(rank_file, weights_only=False)
+    rank_state = torch.load(rank_file, map_location="cpu", weights_only=False)
     torch.set_rng_state(rank_state["torch"])
     np.random.set_state(rank_state["numpy"])
     random.setstate(rank_state["python"])
-    if rank_state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rank_state["cuda"])
+    restore_cuda_rng(rank_state.get("cuda"))
     state.global_step = saved["global_step"]
     state.rollout_batches = saved["rollout_batches"]
     if accelerator.is_main_process:
