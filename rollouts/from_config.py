@@ -147,7 +147,8 @@ def training_rollout(
         g.max_new_tokens,
         sampling,
         template,
-        batch_size=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
+        # prompts per `generate` call (each returns G sequences): one micro-batch of per_device x G sequences
+        batch_size=config.training.per_device_train_batch_size,
     )
 
 

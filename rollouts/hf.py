@@ -101,6 +101,7 @@ class HFRollout:
         chat_template_kwargs: dict | None = None,
         batch_size: int = 8,
     ) -> None:
+        """batch_size: prompts per `generate` call; each call holds batch_size x num_samples sequences."""
         self.tokenizer = tokenizer
         self.max_new_tokens, self.sampling = max_new_tokens, sampling
         self.chat_template_kwargs = chat_template_kwargs

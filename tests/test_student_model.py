@@ -246,3 +246,46 @@ def test_saving_over_an_adapter_never_leaves_the_folder_missing(tiny, tmp_path):
     saved = load_file(str(path / "adapter_model.safetensors"))
     assert all(float(v.abs().sum()) > 0 for k, v in saved.items() if "lora_B" in k)  # the new one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final_model"]
+
+
+def test_the_hf_rollout_generates_a_micro_batch_of_sequences_per_call(tiny, tmp_path):
+    """per_device_train_batch_size prompts x G samples per `generate` call, not per_device x G prompts x G
+    (G^2: the 1-GPU recipe's 2 x 8 prompts x 8 samples would put 128 sequences of KV in one call)."""
+    from rollouts.from_config import training_rollout
+    from tests.trainer_helpers import tiny_config
+
+    model, tokenizer = tiny
+    config = tiny_config(
+        tmp_path,
+        **{"grpo.rollout_backend": "hf", "training.per_device_train_batch_size": 2, "grpo.num_samples_per_prompt": 4},
+    )
+    rows_per_call = []
+    real_generate = model.generate
+
+    def counting_generate(*args, **kwargs):
+        rows_per_call.append(kwargs["input_ids"].shape[0] * kwargs["num_return_sequences"])
+        return real_generate(*args, **kwargs)
+
+    model.generate = counting_generate
+    rollout = training_rollout(config, tokenizer, tmp_path)
+    groups = rollout.generate(model, [f"prompt {i}" for i in range(4)], 4, 0)
+    assert [len(group) for group in groups] == [4, 4, 4, 4]
+    assert rows_per_call == [8, 8]
+
+
+def test_saving_an_adapter_never_asks_the_hub(tiny, tmp_path, monkeypatch):
+    """peft's save_embedding_layers="auto" looks up the base model's config.json on huggingface.co whenever the
+    base is not a local folder (every vLLM hand-off, every checkpoint): one or two requests per step, each up
+    to its timeout when the hub is unreachable."""
+    import peft.utils.save_and_load as peft_save
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError(f"the hub was asked: {args}")
+
+    monkeypatch.setattr(peft_save, "check_file_exists_on_hf_hub", no_hub)
+    model, tokenizer = tiny
+    model = sm.attach_lora(model, 4, 8, 0.0, ("all-linear",))
+    model.peft_config["default"].base_model_name_or_path = "Qwen/Qwen3-1.7B"  # a hub name, as on a GPU run
+    sm.save_adapter(model, tokenizer, tmp_path / "handoff", dtype=torch.float32)  # the vLLM hand-off
+    sm.save_adapter(model, tokenizer, tmp_path / "final")  # final_model
+    assert (tmp_path / "handoff" / "adapter_model.safetensors").is_file()

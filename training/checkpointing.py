@@ -111,7 +111,7 @@ def save_checkpoint(
     )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(tmp / "adapter")
+        accelerator.unwrap_model(model).save_pretrained(tmp / "adapter", save_embedding_layers=False)  # no hub lookup
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         trainer_state = {
