@@ -307,7 +307,7 @@ def continuer_for(rollout: Any) -> BackendFor:
 
         def vllm_continuer(model: Any, step: int) -> VLLMContinuer:
             if rollout.sleep_mode:
-                rollout.llm.wake_up()
+                rollout.wake()
             handoff = rollout.handoff
             request = rollout.sync_adapter(model, step) if handoff is not None else model
             continuer = VLLMContinuer(

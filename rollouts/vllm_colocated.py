@@ -82,6 +82,16 @@ class VLLMRollout(AdapterSyncedSampler):
         if sleep_mode:  # give the memory back until the first rollout
             self.llm.sleep(level=1)
 
+    def wake(self) -> None:
+        """Wake the sleeping engine, after handing the trainer's cached device blocks back: with one process the
+        engine wakes in vLLM's own process (`cuMemCreate` for its whole share), which cannot use blocks this
+        process's caching allocator still holds from the update (as TRL, empty_cache before llm.wake_up). A no-op
+        on a machine without CUDA."""
+        import torch
+
+        torch.cuda.empty_cache()
+        self.llm.wake_up()
+
     def lora_request_for(self, name: str, int_id: int, path: str | Path) -> Any:
         from vllm.lora.request import LoRARequest
 
@@ -117,7 +127,7 @@ class VLLMRollout(AdapterSyncedSampler):
 
     def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
         if self.sleep_mode:
-            self.llm.wake_up()
+            self.wake()
         request = self.sync_adapter(model, step)
         results = self.sample(prompts, num_samples, request)
         if self.handoff is not None:

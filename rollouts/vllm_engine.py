@@ -19,7 +19,11 @@ Everything here is plain Python that never imports vLLM, so it is tested on CPU;
 - Log-probs. `logprobs_mode="processed_logprobs"` makes vLLM report the log-probs of the
   distribution it sampled from (after temperature), the quantity the trainer recomputes.
 - Sleep mode. `enable_sleep_mode=True` lets `LLM.sleep(level=1)` offload the weights to CPU memory
-  and drop the KV cache during the update; vLLM keeps LoRA state out of the pool that sleep frees.
+  and drop the KV cache during the update. The LoRA buffers are allocated with the weights (vLLM 0.33.0,
+  v1/worker/gpu_worker.py, `load_model` under the "weights" pool), so level-1 sleep offloads and restores them
+  with the weights: the loaded adapter survives. With one process the engine runs in vLLM's own process, so
+  before each wake-up the trainer hands its cached blocks back (`VLLMRollout.wake`: empty_cache); vLLM refuses
+  sleep mode on CPU, so this is read from source and tested with the fake engine only.
 """
 
 from __future__ import annotations

@@ -365,11 +365,12 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     longest = max(prompt_lengths(tok, tasks, config.prompt.num_visible_tests, template, "feedback"))
     assert engine.kwargs["max_model_len"] == longest + 300  # the mode's prompt plus the whole sample
     trainer = GRPOTrainer(config, model, tok, tasks, [], tmp_path, rollout=rollout)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: engine.events.append("empty_cache"))
     groups, metrics = trainer.collect_rollouts()
     # the fake policy writes no code: every sample gets a feedback turn, then runs out of answers
     assert metrics["multi_turn/turns_mean"] == 2.0 and metrics["multi_turn/truncated"] == 1.0
     assert {c.lora.lora_name for c in engine.calls} == {"policy-0"} and len(engine.calls) == 2
-    assert engine.events == ["sleep1", "wake_up", "generate", "generate", "sleep1"]
+    assert engine.events == ["sleep1", "empty_cache", "wake_up", "generate", "generate", "sleep1"]
     assert sorted(p.name for p in (tmp_path / ".vllm_adapters").iterdir()) == ["step-0"]
     for s in (s for g in groups for s in g):
         c = s.completion
