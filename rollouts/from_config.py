@@ -83,6 +83,18 @@ def colocated_engine(
     return vllm, build_engine(vllm, kwargs, ranks)
 
 
+def sample_budget(config: Config) -> int:
+    """Tokens one sample may add after its prompt: grpo.max_new_tokens single-turn; in tool/feedback mode the whole
+    sample (turns, results, feedback) up to multi_turn.max_total_tokens, re-sent with the prompt each turn."""
+    if config.multi_turn.mode == "single":
+        return config.grpo.max_new_tokens
+    return max(config.grpo.max_new_tokens, config.multi_turn.max_total_tokens)
+
+
+def budget_name(config: Config) -> str:
+    return "grpo.max_new_tokens" if config.multi_turn.mode == "single" else "multi_turn.max_total_tokens"
+
+
 def training_rollout(
     config: Config, tokenizer: Any, output_dir: Path, accelerator: Any = None, tasks: Sequence | None = None
 ) -> Any:
@@ -93,7 +105,7 @@ def training_rollout(
     if g.rollout_backend == "vllm_server":
         from rollouts.vllm_server import VLLMServerRollout, server_client
 
-        return VLLMServerRollout(
+        server = VLLMServerRollout(
             server_client(g.vllm_server_url),
             tokenizer,
             g.max_new_tokens,
@@ -103,6 +115,12 @@ def training_rollout(
             template,
             share=share_from_main(accelerator),
         )
+        if tasks:  # the server's context must hold the longest prompt plus what the mode appends to it
+            lengths = prompt_lengths(
+                tokenizer, tasks, config.prompt.num_visible_tests, template, config.multi_turn.mode
+            )
+            server.check_context(max(lengths), sample_budget(config), budget_name(config))
+        return server
     if g.rollout_backend == "vllm":
         ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
         vllm, llm = colocated_engine(
@@ -111,10 +129,7 @@ def training_rollout(
             config.student.model_name,
             tasks or [],
             config.prompt.num_visible_tests,
-            # multi-turn: a sample grows to max_total_tokens after its prompt (turns, results, feedback)
-            g.max_new_tokens
-            if config.multi_turn.mode == "single"
-            else max(g.max_new_tokens, config.multi_turn.max_total_tokens),
+            sample_budget(config),  # multi-turn: a sample grows to max_total_tokens after its prompt
             config.lora.r,
             ranks,
             g.vllm_sleep_mode,

@@ -131,6 +131,25 @@ class VLLMServerRollout(AdapterSyncedSampler):
     def _run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
 
+    def check_context(self, longest_prompt: int, budget: int, budget_name: str) -> None:
+        """Refuse, before training, a server whose `--max-model-len` cannot hold the longest prompt plus `budget`
+        tokens: vLLM refuses a longer input (a 4xx that ends training mid-run) and clamps `max_tokens` to what is
+        left (samples silently cut short). A server whose /v1/models does not report the limit is not checked."""
+        limit = self._run(self._served_context())
+        needed = longest_prompt + budget
+        if limit is not None and limit < needed:
+            raise ServerRolloutError(
+                f"the rollout server at {self.client.base_url} holds {limit} tokens per sequence (--max-model-len) "
+                f"and this run needs {needed}: the longest prompt ({longest_prompt} tokens) plus {budget} "
+                f"({budget_name}). Restart it with --max-model-len {needed} or more, or lower {budget_name}."
+            )
+
+    async def _served_context(self) -> int | None:
+        """The base model's `max_model_len` from GET /v1/models (vLLM reports it on each model card)."""
+        limits = [card.get("max_model_len") for card in await self.client.model_cards() if not card.get("parent")]
+        known = [int(limit) for limit in limits if isinstance(limit, int)]
+        return min(known) if known else None
+
     def sync_adapter(self, model: Any, step: int) -> str:
         """Publish the current adapter every `gen_update_steps` steps and have the server load it (the main
         process loads it and unloads the previous one; every process waits); returns the name to sample with."""

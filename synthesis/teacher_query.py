@@ -198,6 +198,16 @@ class TeacherClient:
             return []  # some servers do not implement /v1/models; requests may still work
         return [m.id for m in getattr(page, "data", []) or []]
 
+    async def model_cards(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """GET /v1/models as plain dicts (vLLM's cards carry `max_model_len`, and `parent` on a LoRA adapter's);
+        [] when the server does not answer it."""
+        try:
+            raw = await asyncio.wait_for(self._client.get("/models", cast_to=object), timeout)
+        except (TimeoutError, openai.APIError):
+            return []
+        data = raw.get("data", []) if isinstance(raw, dict) else []
+        return [card for card in data if isinstance(card, dict)]
+
     async def complete(self, messages: Sequence[Mapping[str, str | None]]) -> TeacherResponse:
         """One chat completion with retries. Never raises for a bad sample; raises TeacherFatalError
         for mistakes that would fail every request."""

@@ -171,6 +171,7 @@ class FakeVLLMServer:
     base_model: str = "base"
     runtime_lora_updating: bool = True
     max_lora_rank: int = 16
+    max_model_len: int = 4096  # `--max-model-len`: /v1/models reports it on the base model's card
     generation_defaults: dict = field(
         default_factory=lambda: {
             "top_k": 20,
@@ -206,8 +207,9 @@ class FakeVLLMServer:
 
         @app.get("/v1/models")
         async def models() -> JSONResponse:
-            names = [self.base_model, *self.loaded]
-            return JSONResponse({"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+            cards = [{"id": self.base_model, "object": "model", "max_model_len": self.max_model_len}]
+            cards += [{"id": n, "object": "model", "parent": self.base_model} for n in self.loaded]
+            return JSONResponse({"object": "list", "data": cards})
 
         if self.runtime_lora_updating:
 

@@ -239,3 +239,31 @@ def test_tool_mode_training_continues_each_sample_on_the_server_token_for_token(
     assert all(tuple(b["prompt"]) in continued for b in second_turns)  # the policy's ids, then the result's
     assert all(b["stop"] == ["</program>"] and b["include_stop_str_in_output"] and b["n"] == 1 for b in bodies)
     assert {name for name, _, _, _ in state.calls} == {n for kind, n in state.events if kind == "load"}
+
+
+@pytest.mark.parametrize("mode", ["single", "tool"])
+def test_a_server_context_too_short_for_the_run_is_refused_at_start(tmp_path, mode):
+    """The server refuses an input longer than --max-model-len (a non-retried 4xx mid-training) and clamps
+    max_tokens to what is left (single-turn samples silently shorter). In tool/feedback mode each turn re-sends
+    prompt + everything so far, up to prompt + multi_turn.max_total_tokens."""
+    from rollouts.from_config import prompt_lengths
+
+    tokenizer = load_student("embedded:tiny-random", "float32", device="cpu")[1]
+    tasks = small_tasks(4)
+    config = server_config(
+        tmp_path, "http://unused/v1", **{"multi_turn.mode": mode, "multi_turn.max_total_tokens": 400}
+    )
+    template = {"enable_thinking": config.student.enable_thinking}
+    longest = max(prompt_lengths(tokenizer, tasks, config.prompt.num_visible_tests, template, mode))
+    budget = config.grpo.max_new_tokens if mode == "single" else 400
+    needed = longest + budget
+    for max_model_len, refused in ((needed - 1, True), (needed, False)):
+        with RunningServer(FakeVLLMServer(base_model="embedded:tiny-random", max_model_len=max_model_len)) as server:
+            config = server_config(
+                tmp_path, server.url, **{"multi_turn.mode": mode, "multi_turn.max_total_tokens": 400}
+            )
+            if refused:
+                with pytest.raises(ServerRolloutError, match=rf"--max-model-len {needed}\b"):
+                    training_rollout(config, tokenizer, tmp_path, None, tasks)
+            else:
+                training_rollout(config, tokenizer, tmp_path, None, tasks).close()
