@@ -129,43 +129,34 @@ class VLLMContinuer:
         self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
     ) -> list[Continuation]:
         stops = stop_ids(self.tokenizer)
-        results: list[Continuation | None] = [None] * len(sequences)
-        for budget in sorted(set(max_new_tokens)):
-            rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
-            kwargs = {
-                "n": 1,
-                "max_tokens": budget,
-                **self.sampling.vllm_kwargs(),
-                "stop_token_ids": stops,
-                "skip_special_tokens": True,
-            }
-            if self.logprobs:
-                kwargs["logprobs"] = 0  # the sampled token's own log-prob
-            if stop_strings:
-                kwargs.update(stop=list(stop_strings), include_stop_str_in_output=True)
-            params = self.vllm.SamplingParams(**kwargs)
-            outputs = self.llm.generate(
-                [{"prompt_token_ids": sequences[i]} for i in rows],
-                params,
-                lora_request=self.lora_request,
-                use_tqdm=False,
+        shared = {**self.sampling.vllm_kwargs(), "n": 1, "stop_token_ids": stops, "skip_special_tokens": True}
+        if self.logprobs:
+            shared["logprobs"] = 0  # the sampled token's own log-prob
+        if stop_strings:
+            shared.update(stop=list(stop_strings), include_stop_str_in_output=True)
+        # one call, one SamplingParams per sequence: after the first turn most samples have a budget of their own,
+        # and a call per distinct budget would decode them nearly one at a time (vLLM batches across params)
+        params = [self.vllm.SamplingParams(**shared, max_tokens=budget) for budget in max_new_tokens]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in sequences], params, lora_request=self.lora_request, use_tqdm=False
+        )
+        results: list[Continuation] = []
+        for output in outputs:
+            c = output.outputs[0]
+            ids = list(c.token_ids)
+            if c.finish_reason == "stop" and isinstance(c.stop_reason, str):
+                finish = "stop_string"
+            elif c.finish_reason == "stop" or (ids and ids[-1] in stops):
+                finish = "stop"
+            else:
+                finish = "length"
+            logprobs = (
+                [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
+                if getattr(c, "logprobs", None)
+                else None
             )
-            for i, output in zip(rows, outputs, strict=True):
-                c = output.outputs[0]
-                ids = list(c.token_ids)
-                if c.finish_reason == "stop" and isinstance(c.stop_reason, str):
-                    finish = "stop_string"
-                elif c.finish_reason == "stop" or (ids and ids[-1] in stops):
-                    finish = "stop"
-                else:
-                    finish = "length"
-                logprobs = (
-                    [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
-                    if getattr(c, "logprobs", None)
-                    else None
-                )
-                results[i] = Continuation(ids, c.text, finish, logprobs)
-        return results  # type: ignore[return-value]
+            results.append(Continuation(ids, c.text, finish, logprobs))
+        return results
 
 
 def server_continuation(raw: Any, prompt_ids: list[int], stops: set[int]) -> Continuation:

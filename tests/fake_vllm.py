@@ -156,6 +156,7 @@ class FakeLLM:
         self.rank = rank
         self.model, self.kwargs = model, kwargs
         self.calls: list[Call] = []
+        self.call_params: list[list[SamplingParams]] = []  # every call's SamplingParams, one per prompt
         self.loaded: dict[int, str] = {}  # adapter id -> digest of the weights read when first seen
         self.asleep = False
         self.events: list[str] = []
@@ -180,7 +181,7 @@ class FakeLLM:
     def generate(
         self,
         prompts: Any,
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
         *,
         use_tqdm: bool = True,
         lora_request: LoRARequest | None = None,
@@ -191,12 +192,18 @@ class FakeLLM:
         if lora_request is not None and not self.kwargs.get("enable_lora"):
             raise ValueError(f"LoRA is not enabled! Got lora_request={lora_request.lora_name}")
         digest = self._load(lora_request) if lora_request is not None else None
-        params = sampling_params or SamplingParams()
-        self.calls.append(Call(lora_request, digest, len(prompts), params))
+        if isinstance(sampling_params, list):  # one per prompt (vllm/entrypoints/llm.py: lengths must match)
+            if len(sampling_params) != len(prompts):
+                raise ValueError("The lengths of prompts and sampling_params must be the same.")
+            per_prompt = sampling_params
+        else:
+            per_prompt = [sampling_params or SamplingParams()] * len(prompts)
+        self.calls.append(Call(lora_request, digest, len(prompts), per_prompt[0] if per_prompt else SamplingParams()))
+        self.call_params.append(per_prompt)
         self.events.append("generate")
         limit = self.kwargs.get("max_model_len")
         outputs = []
-        for number, prompt in enumerate(prompts):
+        for number, (prompt, params) in enumerate(zip(prompts, per_prompt, strict=True)):
             ids = list(prompt["prompt_token_ids"])
             if limit is not None and len(ids) + 1 > limit:
                 raise ValueError(

@@ -376,3 +376,21 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
         c = s.completion
         assert len(c.logprobs) == len(c.token_ids) == len(c.action_mask) and 0 in c.action_mask
         assert all(lp == 0.0 for lp, m in zip(c.logprobs, c.action_mask, strict=True) if m == 0)
+
+
+def test_the_vllm_continuer_decodes_every_budget_in_one_generate_call(monkeypatch, smollm2_tokenizer):
+    """After the first turn most samples have their own remaining budget; one `generate` per distinct budget
+    decoded them nearly one at a time. vLLM takes one SamplingParams per prompt in a single call."""
+    from multiturn.backends import VLLMContinuer
+    from rollouts.sampling import SamplingSettings
+    from tests import fake_vllm
+
+    fake = fake_vllm.install(monkeypatch)
+    engine = fake.LLM(model="m", enable_lora=False)
+    continuer = VLLMContinuer(engine, fake, smollm2_tokenizer, SamplingSettings(), None, True)
+    sequences = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]]
+    results = continuer.continue_sequences(sequences, [5, 9, 5, 12], ("</program>",))
+    assert len(engine.calls) == 1 and engine.calls[0].num_prompts == 4
+    assert [p.max_tokens for p in engine.call_params[0]] == [5, 9, 5, 12]
+    assert all(p.stop == ["</program>"] and p.include_stop_str_in_output for p in engine.call_params[0])
+    assert [len(r.token_ids) <= budget for r, budget in zip(results, [5, 9, 5, 12], strict=True)] == [True] * 4

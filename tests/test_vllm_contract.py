@@ -123,6 +123,9 @@ def test_the_engine_methods_we_call_have_the_arguments_we_pass():
     generate = inspect.signature(LLM.generate).parameters
     assert {"prompts", "sampling_params", "use_tqdm", "lora_request"} <= set(generate)
     assert generate["lora_request"].kind is inspect.Parameter.KEYWORD_ONLY
+    # multi-turn continuation passes one SamplingParams per prompt in a single call
+    accepted = str(generate["sampling_params"].annotation)  # 0.32.0: SamplingParams | Sequence[SamplingParams] | None
+    assert "Sequence[" in accepted and "SamplingParams]" in accepted, accepted
     assert "level" in inspect.signature(LLM.sleep).parameters and "tags" in inspect.signature(LLM.wake_up).parameters
     from vllm.inputs import TokensPrompt
 
