@@ -637,7 +637,9 @@ class TrainingConfig:
     seed: int = option(
         42,
         "Seed for torch, numpy and random (sampling order, dropout, rollouts). Phase 4 seeds its sampling "
-        "with it too: the same config, tasks and machine give the same completions.",
+        "with it too: the same config, tasks and machine give the same completions (hf and kv: torch seeded "
+        "before each model; vLLM single-turn: every prompt's request seeded from it and the prompt, so a rerun "
+        "with part of the work cached repeats itself; vLLM in tool/feedback mode is not seeded per request).",
     )
     warmup_steps: int = option(0, "Linear learning-rate warmup from 0 over this many optimizer steps.")
     lr_scheduler: str = option(

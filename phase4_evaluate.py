@@ -173,9 +173,11 @@ def vllm_generators(
             "sampler": sampler,
         }
     return {
-        "trained": lambda prompts, n: rollout.sample(prompts, n, request),
-        "model": lambda prompts, n: rollout.sample(prompts, n, None),
-        "baseline": lambda prompts, n: rollout.sample(prompts, n, None),
+        # seeded per prompt from training.seed: the same config gives the same completions, cache or not, and the
+        # trained and baseline roles draw the same random numbers for a task (a paired comparison)
+        "trained": lambda prompts, n: rollout.sample(prompts, n, request, seed=config.training.seed),
+        "model": lambda prompts, n: rollout.sample(prompts, n, None, seed=config.training.seed),
+        "baseline": lambda prompts, n: rollout.sample(prompts, n, None, seed=config.training.seed),
         # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
         "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH},
     }

@@ -11,6 +11,7 @@ and check the arguments against the real classes (tests/test_vllm_contract.py). 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,12 @@ def vllm_sampling_kwargs(
     if logprobs:
         kwargs["logprobs"] = 0
     return kwargs
+
+
+def prompt_seed(seed: int, prompt: str) -> int:
+    """A request seed for one prompt: stable across runs, processes and call order (sha256, not hash())."""
+    digest = hashlib.sha256(f"{seed}\n{prompt}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def sampled_logprobs(completion: Any) -> list[float] | None:
@@ -107,11 +114,21 @@ class VLLMRollout(AdapterSyncedSampler):
         self._synced_step = step
         return self.lora_request
 
-    def sample(self, prompts: list[str], num_samples: int, lora_request: Any) -> list[list[RolloutCompletion]]:
-        """n completions per prompt with the given adapter request (None: the base model)."""
+    def sample(
+        self, prompts: list[str], num_samples: int, lora_request: Any, seed: int | None = None
+    ) -> list[list[RolloutCompletion]]:
+        """n completions per prompt with the given adapter request (None: the base model). With `seed`, each
+        prompt's request is seeded from (seed, prompt) (`prompt_seed`): its n samples are then the same whatever
+        else is in the call or was sampled before it (vLLM's unseeded requests draw from the engine's one
+        random stream, so a rerun that finds part of the work cached, or another role sampled first, differs)."""
         end = set(stop_ids(self.tokenizer))
-        params = self.vllm.SamplingParams(
-            **vllm_sampling_kwargs(num_samples, self.max_new_tokens, self.sampling, sorted(end), logprobs=self.logprobs)
+        kwargs = vllm_sampling_kwargs(
+            num_samples, self.max_new_tokens, self.sampling, sorted(end), logprobs=self.logprobs
+        )
+        params: Any = (
+            self.vllm.SamplingParams(**kwargs)
+            if seed is None
+            else [self.vllm.SamplingParams(**kwargs, seed=prompt_seed(seed, p)) for p in prompts]
         )
         encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
         outputs = self.llm.generate(

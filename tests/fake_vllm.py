@@ -210,8 +210,11 @@ class FakeLLM:
                     f"The decoder prompt (length {len(ids)}) is longer than the maximum model length of {limit}."
                 )
             completions = []
+            # a seeded request draws from its own generator (vLLM: per-request generators); others share the
+            # engine's stream, which continues from call to call
+            rng = random.Random(params.seed) if params.seed is not None else self.rng
             for i in range(params.n):
-                text, body = type(self).responder(ids, i, self.rng)
+                text, body = type(self).responder(ids, i, rng)
                 stop = self.stop_with if self.stop_with is not None else (params.stop_token_ids or [None])[0]
                 hit = min(((text.index(s), s) for s in params.stop if s in text), default=None)
                 if hit is not None and len(body) <= params.max_tokens:

@@ -435,3 +435,32 @@ def test_gpu_preflight_reports_each_gpu_requirement(monkeypatch, capsys):
     assert "✓ PASS vLLM's memory share 0.30 fits" in out
     assert "vLLM is importable" in out
     assert report.count("FAIL") >= 4
+
+
+def test_phase4_vllm_gives_the_same_completions_whatever_was_cached_or_sampled_before(tmp_path, vllm):
+    """The same config must give the same completions: unseeded vLLM requests draw from the engine's one random
+    stream, so the baseline of a rerun that found the trained role cached (or added --baseline later) differed
+    from a fresh run's. Each prompt's request is seeded from training.seed and the prompt."""
+    config, adapter, eval_file = eval_setup(tmp_path)
+    fake_vllm.FakeLLM.responder = staticmethod(
+        lambda ids, i, rng: (f"def f(): return {rng.randrange(10**6)}", [rng.randrange(5, 50) for _ in range(4)])
+    )
+    runs = {}
+    for name in ("fresh", "rerun"):
+        (tmp_path / name).mkdir()
+        runs[name] = dataclasses.replace(
+            config, paths=dataclasses.replace(config.paths, output_dir=str(tmp_path / name))
+        )
+    try:
+        run_phase4(runs["fresh"], adapter, tmp_path / "fresh", eval_file, baseline=True)  # trained, then baseline
+        run_phase4(runs["rerun"], adapter, tmp_path / "rerun", eval_file, baseline=False)  # trained only
+        run_phase4(runs["rerun"], adapter, tmp_path / "rerun", eval_file, baseline=True)  # trained cached: baseline
+    finally:
+        fake_vllm.FakeLLM.responder = staticmethod(fake_vllm.default_responder)
+
+    def baseline_of(name):
+        rows = [json.loads(row) for row in (tmp_path / name / "samples.jsonl").read_text().splitlines()]
+        return [row["completion"] for row in rows if row["model"] == "baseline"]
+
+    assert baseline_of("fresh") and baseline_of("fresh") == baseline_of("rerun")
+    assert all(p.seed is not None for call in fake_vllm.ENGINES[-1].call_params for p in call)
