@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=4, help="Evaluation samples per task (default 4).")
     parser.add_argument("--temperature", type=float, default=0.8, help="Evaluation temperature (default 0.8).")
     parser.add_argument("--opd_clip", type=float, default=0.0, help="dual_source.opd_advantage_clip (default 0).")
+    parser.add_argument("--prompts", type=int, default=2, help="Student prompts per step (the cpu preset's 2).")
+    parser.add_argument("--group", type=int, default=4, help="Student samples per prompt (the cpu preset's 4).")
+    parser.add_argument("--kl_coef", type=float, default=0.05, help="Students' grpo.kl_coef (default 0.05).")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--model", default="", help="Student and teacher base (default: the embedded SmolLM2).")
     parser.add_argument("--max_new_tokens", type=int, default=128, help="Rollout and evaluation tokens (default 128).")
@@ -179,19 +182,16 @@ def main(argv: list[str] | None = None) -> dict:
         "dual_source.teacher_sft_weight=0",
         "dual_source.self_sft_weight=0",
         f"dual_source.opd_advantage_clip={args.opd_clip}",
+        f"training.per_device_train_batch_size={args.prompts}",
+        f"grpo.num_samples_per_prompt={args.group}",
+        f"grpo.kl_coef={args.kl_coef}",
         "teacher.logprob_source=local",
         f"teacher.model_name={model}",
         f"teacher.local_adapter={adapter}",
     ]
     chosen = args.variants or list(VARIANTS)
-    configs = {}
-    for name in chosen:
-        weights = [f"dual_source.{k}={v}" for k, v in VARIANTS[name].items()]
-        configs[name] = build_config("cpu", overrides=[*student_common, f"paths.output_dir={out / name}", *weights])
-        print(f"\nstudent {name}: {args.steps} steps ({', '.join(weights)})", flush=True)
-        seconds[name] = train(configs[name], out / name, train_file, traces)
-
-    # ---- evaluation: held-out pass@1 per step, the teacher on both task sets
+    # ---- evaluation helpers: the base student and the teacher first (is the teacher better?), then each
+    # student right after its training, so that an interrupted benchmark has its first results on disk
     evals = out / "eval"
     evals.mkdir(exist_ok=True)
     points: dict[str, dict[int, str]] = {}  # variant -> step -> evaluation name
@@ -209,6 +209,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.steps not in steps:
         steps.append(args.steps)
     for name in chosen:
+        weights = [f"dual_source.{k}={v}" for k, v in VARIANTS[name].items()]
+        config = build_config("cpu", overrides=[*student_common, f"paths.output_dir={out / name}", *weights])
+        print(f"\nstudent {name}: {args.steps} steps ({', '.join(weights)})", flush=True)
+        seconds[name] = train(config, out / name, train_file, traces)
         points[name] = {0: "base"}
         for step in steps:
             label = f"{name}-step{step}"
@@ -312,6 +316,11 @@ def markdown(report: dict, chosen: list[str], steps: list[int]) -> str:
             f"- {name}: pass rate {', '.join(f'{p:.2f}' for p in tr['pass_rate'])}; mean step "
             f"{sum(tr['step_s']) / max(len(tr['step_s']), 1):.1f} s"
             + (f", of which teacher scoring {sum(teacher) / len(teacher):.2f} s" if teacher else "")
+            + (
+                "; opd/kl (student − teacher log-prob per token) " + ", ".join(f"{k:.3f}" for k in tr["opd_kl"])
+                if all(k is not None for k in tr["opd_kl"]) and tr["opd_kl"]
+                else ""
+            )
         )
     return "\n".join(lines) + "\n"
 
