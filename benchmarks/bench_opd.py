@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--val_ratio", type=float, default=0.5, help="Share of tasks held out (default 0.5).")
     parser.add_argument("--samples", type=int, default=4, help="Evaluation samples per task (default 4).")
     parser.add_argument("--temperature", type=float, default=0.8, help="Evaluation temperature (default 0.8).")
+    parser.add_argument("--eval_tasks", type=int, default=0, help="Evaluate the first N tasks of each set (0: all).")
     parser.add_argument("--opd_clip", type=float, default=0.0, help="dual_source.opd_advantage_clip (default 0).")
     parser.add_argument("--prompts", type=int, default=2, help="Student prompts per step (the cpu preset's 2).")
     parser.add_argument("--group", type=int, default=4, help="Student samples per prompt (the cpu preset's 4).")
@@ -100,15 +101,16 @@ def train(config, folder: Path, train_file: Path, traces: Path) -> float:
     return time.monotonic() - start
 
 
-def evaluate(config, model_path: str, out: Path, eval_set) -> dict:
-    """phase 4 of `model_path` on `eval_set` into out.json / out.samples.jsonl (cached)."""
+def evaluate(config, model_path: str, out: Path, eval_set, max_tasks: int = 0) -> dict:
+    """phase 4 of `model_path` on `eval_set` (its first `max_tasks`, 0: all) into out.json / out.samples.jsonl
+    (cached)."""
     import phase4_evaluate as phase4
 
     result = out.with_suffix(".json")
     samples = out.with_suffix(".samples.jsonl")
     if result.is_file() and samples.is_file():
         return json.loads(result.read_text())
-    return phase4.main(config, model_path, False, result, samples, eval_set, None)
+    return phase4.main(config, model_path, False, result, samples, eval_set, max_tasks or None)
 
 
 def read_metrics(folder: Path) -> list[dict]:
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def run(name: str, model_path: str, eval_set) -> None:
         print(f"\nevaluating {name}", flush=True)
-        results[name] = evaluate(base_config, model_path, evals / name, eval_set)
+        results[name] = evaluate(base_config, model_path, evals / name, eval_set, args.eval_tasks)
 
     run("base", model, held_out)
     run("teacher", str(adapter), held_out)
@@ -235,8 +237,13 @@ def main(argv: list[str] | None = None) -> dict:
         "command": "python benchmarks/bench_opd.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": vars(args),
         "model": model,
-        "held_out": {"name": held_out.name, "version": held_out.version, "tasks": len(held_out.tasks)},
+        "held_out": {
+            "name": held_out.name,
+            "version": held_out.version,
+            "tasks": results["base"]["eval_set"]["num_tasks"],
+        },
         "train_tasks": len(train_set.tasks),
+        "train_tasks_evaluated": results["base-train"]["eval_set"]["num_tasks"],
         "decoding": results["base"]["decoding"],
         "teacher": {
             "held_out": pass1("teacher"),
@@ -291,7 +298,8 @@ def markdown(report: dict, chosen: list[str], steps: list[int]) -> str:
         f"Command: `{report['command']}`",
         "",
         f"Teacher ({report['model']} + a teacher-SFT adapter on {report['train_tasks']} training tasks' references): "
-        f"pass@1 {cell(t['train_tasks'])} on the training tasks (base {cell(t['base_train_tasks'])}; "
+        f"pass@1 {cell(t['train_tasks'])} on {report['train_tasks_evaluated']} of the training tasks (base "
+        f"{cell(t['base_train_tasks'])}; "
         f"teacher − base {delta(t['teacher_minus_base_train_tasks'])}), {cell(t['held_out'])} held out "
         f"(teacher − base {delta(t['teacher_minus_base_held_out'])}).",
         "",
