@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import run_script
 from tests.conftest import ROOT
 
 # vLLM's CPU platform: bind the engine's queues to loopback, size the KV cache explicitly (1 GiB; without it
@@ -160,17 +161,11 @@ def vllm_server(student_folder, tmp_path_factory):
 
 
 def run_product(label: str, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """A phase script (or `accelerate launch ...` when args start with '-m'), as a user runs it, with progress."""
+    """A script run as a user runs it (`tests.cli_helpers.run_script`; `-m accelerate.commands.launch ...` too),
+    with a progress line before and after."""
     progress(f"{label} ...")
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    done = run_script(*args, timeout=timeout, env=env)
     progress(f"{label}: exit {done.returncode} in {time.monotonic() - started:.0f} s")
     return done
 

@@ -114,15 +114,21 @@ def served_models(url: str) -> list[str]:
         return [model["id"] for model in json.load(answer)["data"]]
 
 
-def test_phase3_vllm_server_single_mode(vllm_server, data_dir, tmp_path):
-    url, log_path = vllm_server
-    done = phase3(
-        "phase 3, vllm_server, single mode",
+def server_phase3(label: str, url: str, data_dir: Path, output_dir: Path, *flags: str):
+    """Phase 3 for 2 steps with the vllm_server backend on the session's server."""
+    return phase3(
+        label,
         data_dir,
-        tmp_path / "run",
+        output_dir,
         None,
+        *flags,
         sets=("grpo.rollout_backend=vllm_server", f"grpo.vllm_server_url={url}"),
     )
+
+
+def test_phase3_vllm_server_single_mode(vllm_server, data_dir, tmp_path):
+    url, log_path = vllm_server
+    done = server_phase3("phase 3, vllm_server, single mode", url, data_dir, tmp_path / "run")
     diffs = assert_sampler_matches_trainer(tmp_path / "run", done)
     log = log_path.read_text()
     assert log.count("load_lora_adapter") >= 2, "the server never loaded the policy's adapters"
@@ -133,15 +139,7 @@ def test_phase3_vllm_server_single_mode(vllm_server, data_dir, tmp_path):
 
 def test_phase3_vllm_server_tool_mode(vllm_server, data_dir, tmp_path):
     url, _ = vllm_server
-    done = phase3(
-        "phase 3, vllm_server, tool mode",
-        data_dir,
-        tmp_path / "run",
-        None,
-        "--mode",
-        "tool",
-        sets=("grpo.rollout_backend=vllm_server", f"grpo.vllm_server_url={url}"),
-    )
+    done = server_phase3("phase 3, vllm_server, tool mode", url, data_dir, tmp_path / "run", "--mode", "tool")
     assert_sampler_matches_trainer(tmp_path / "run", done)
     rows = metrics_rows(tmp_path / "run")
     assert all(row["multi_turn/turns_mean"] >= 1 for row in rows), rows
