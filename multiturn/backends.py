@@ -99,7 +99,7 @@ class HFContinuer:
 
 
 class VLLMContinuer:
-    """`continue_sequences` on a vLLM engine, one `generate` call per distinct budget.
+    """`continue_sequences` on a vLLM engine: one `generate` call for all sequences, one `SamplingParams` each.
 
     `vllm_module` is the imported `vllm` (or tests/fake_vllm.py's stand-in); `lora_request` the
     adapter to sample with (None: the base model). vLLM keeps the stop token as the last id, and
