@@ -42,6 +42,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402
+
+# Every flag that changes a number: a resumed experiment must have the same values.
+RECIPE_FLAGS = (
+    "steps tasks train_file eval_set eval_tasks mbpp_path apps_path samples k "
+    "temperature eval_max_new_tokens max_new_tokens lr teacher teacher_traces teacher_batch seed model"
+)
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -75,7 +83,7 @@ def variants(grpo: float, teacher: float, self_sft: float) -> tuple[Variant, ...
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=60, help="Optimizer steps per trained variant (default 60).")
+    add_experiment_flags(parser, output_dir="outputs/ablation", steps=60, samples=1, temperature=0.0)
     parser.add_argument(
         "--tasks",
         type=int,
@@ -93,14 +101,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("val", "humaneval", "mbpp_test", "apps_test"),
         help="Held-out evaluation set (phase 4 --eval_set; val = phase 1's split; default humaneval).",
     )
-    parser.add_argument("--eval_tasks", type=int, default=0, help="Evaluate on the first N tasks of the set (0 = all).")
     parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test.")
     parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test.")
-    parser.add_argument("--samples", type=int, default=1, help="Completions per evaluation task (default 1, greedy).")
     parser.add_argument("--k", type=int, nargs="+", help="The k values of pass@k (default: 1 and --samples).")
-    parser.add_argument(
-        "--temperature", type=float, default=0.0, help="Evaluation temperature (default 0 = greedy, needs --samples 1)."
-    )
     parser.add_argument(
         "--eval_max_new_tokens", type=int, default=256, help="Evaluation completion budget (default 256)."
     )
@@ -122,46 +125,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--teacher_batch", type=int, default=2, help="Teacher-SFT examples per micro-batch (default 2)."
     )
-    parser.add_argument("--seed", type=int, default=42, help="The one seed: split, task sample, LoRA init, data order.")
-    parser.add_argument(
-        "--model", default=None, help="Student model (default: the cpu preset's embedded SmolLM2-135M)."
-    )
     parser.add_argument("--variants", nargs="+", help="Run only these variants (names above; default all five).")
-    parser.add_argument("--output_dir", default="outputs/ablation", help="Data, adapters, caches (resumable).")
-    parser.add_argument(
-        "--results_dir",
-        default=str(ROOT / "benchmarks" / "results"),
-        help="Where ablation.json/.md/.png go (default benchmarks/results).",
-    )
     args = parser.parse_args(argv)
     if args.temperature == 0 and args.samples > 1:
         parser.error("--temperature 0 is greedy: every sample would be the same; use --samples 1 or a temperature > 0")
     return args
-
-
-def recipe_of(args: argparse.Namespace) -> dict:
-    """Every setting that changes a number; a resumed ablation must have the same."""
-    keys = (
-        "steps",
-        "tasks",
-        "train_file",
-        "eval_set",
-        "eval_tasks",
-        "mbpp_path",
-        "apps_path",
-        "samples",
-        "k",
-        "temperature",
-        "eval_max_new_tokens",
-        "max_new_tokens",
-        "lr",
-        "teacher",
-        "teacher_traces",
-        "teacher_batch",
-        "seed",
-        "model",
-    )
-    return {k: getattr(args, k) for k in keys}
 
 
 def prepare_data(args: argparse.Namespace, out: Path, base_config) -> tuple[Path, Path, int]:
@@ -334,16 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
     from evaluation.evaluate import delta_intervals
     from utils.jsonl import write_json_atomic
 
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    recipe = recipe_of(args)
-    recipe_file = out / "recipe.json"
-    if recipe_file.is_file() and json.loads(recipe_file.read_text()) != recipe:
-        raise SystemExit(
-            f"error: {out} holds an ablation with a different recipe ({recipe_file}); resume it with the "
-            "same flags, or pick another --output_dir."
-        )
-    write_json_atomic(recipe_file, recipe)
+    out = claim_work_folder(args, RECIPE_FLAGS)
     ks = tuple(args.k or sorted({1, args.samples}))
     base_overrides = [
         f"paths.data_dir={out / 'data'}",
@@ -428,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     first = results[chosen[0].name]
     report = {
-        "recipe": recipe,
+        "recipe": recipe_values(args, RECIPE_FLAGS),
         "k_values": list(ks),
         "train_tasks": num_train,
         "train_file": str(train_file),

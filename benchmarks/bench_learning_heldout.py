@@ -47,16 +47,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from benchmarks.experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402
+
 ORDER = ("base", "full", "teacher_sft", "grpo", "grpo_teacher")
+# Every flag that changes a number: a resumed experiment must have the same values.
+RECIPE_FLAGS = (
+    "mbpp_path steps samples temperature eval_tasks eval_max_new_tokens max_new_tokens "
+    "lr teacher_batch curriculum humaneval seed model sets"
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mbpp_path", help="Local MBPP file (default: the hub).")
-    parser.add_argument("--steps", type=int, default=200, help="Optimizer steps per trained variant (default 200).")
-    parser.add_argument("--samples", type=int, default=8, help="Samples per MBPP test problem (default 8).")
-    parser.add_argument("--temperature", type=float, default=0.8, help="MBPP sampling temperature (default 0.8).")
-    parser.add_argument("--eval_tasks", type=int, default=0, help="Only the first N MBPP test problems (0 = all 500).")
+    add_experiment_flags(parser, output_dir="outputs/learning_heldout", steps=200, samples=8, temperature=0.8)
     parser.add_argument("--eval_max_new_tokens", type=int, default=256, help="Evaluation budget (default 256).")
     parser.add_argument("--max_new_tokens", type=int, default=160, help="Training rollout budget (default 160).")
     parser.add_argument("--lr", type=float, default=5e-4, help="Learning rate (default 5e-4).")
@@ -64,39 +68,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save_steps", type=int, default=10, help="Checkpoint every N steps (default 10).")
     parser.add_argument("--curriculum", action="store_true", help="Phase 3's difficulty filter on (every variant).")
     parser.add_argument("--humaneval", action="store_true", help="Also HumanEval greedy (164 problems, 256 tokens).")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--model", default=None, help="Student (default: the cpu preset's embedded SmolLM2-135M).")
     parser.add_argument("--variants", nargs="+", choices=ORDER, help="Only these variants (default all five).")
     parser.add_argument(
         "--set", dest="sets", action="append", default=[], help="Extra config override for every variant (repeatable)."
     )
-    parser.add_argument("--output_dir", default="outputs/learning_heldout", help="Work folder (resumable).")
-    parser.add_argument("--results_dir", default=str(ROOT / "benchmarks" / "results"), help="Where the report goes.")
     parser.add_argument("--half_width", type=float, default=0.03, help="Target paired half-width (default 0.03).")
     args = parser.parse_args(argv)
     if args.samples < 2:
         parser.error("--samples must be >= 2: sampled pass@1 and the power analysis need several samples per problem")
     return args
-
-
-def recipe_of(args: argparse.Namespace) -> dict:
-    keys = (
-        "mbpp_path",
-        "steps",
-        "samples",
-        "temperature",
-        "eval_tasks",
-        "eval_max_new_tokens",
-        "max_new_tokens",
-        "lr",
-        "teacher_batch",
-        "curriculum",
-        "humaneval",
-        "seed",
-        "model",
-        "sets",
-    )
-    return {k: getattr(args, k) for k in keys}
 
 
 def ks_for(samples: int) -> list[int]:
@@ -210,16 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
     from evaluation.eval_sets import load_eval_set
     from utils.jsonl import write_json_atomic
 
-    out = Path(args.output_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    recipe = recipe_of(args)
-    recipe_file = out / "recipe.json"
-    if recipe_file.is_file() and json.loads(recipe_file.read_text()) != recipe:
-        raise SystemExit(
-            f"error: {out} holds an experiment with another recipe ({recipe_file}); resume it with the same flags, "
-            "or pick another --output_dir."
-        )
-    write_json_atomic(recipe_file, recipe)
+    out = claim_work_folder(args, RECIPE_FLAGS)
     overrides = base_overrides(args, out)
     config = build_config("cpu", overrides=[*overrides, f"paths.output_dir={out}"])
     train_file, traces, trace_stats = prepare_data(config, out)
@@ -349,7 +320,7 @@ def build_report(args, out: Path, chosen: list[str], table: dict, command: str, 
     first = next(iter(results.values()), None)
     return {
         "command": command,
-        "recipe": recipe_of(args),
+        "recipe": recipe_values(args, RECIPE_FLAGS),
         "complete": all(e["evaluated"] for e in entries) and len(entries) == len(ORDER),
         "eval_set": {
             "name": first["eval_set"]["name"] if first else "mbpp_test",

@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.experiment_cli import add_experiment_flags  # noqa: E402
+
 VARIANTS = {  # dual_source overrides
     "grpo": {"grpo_weight": 1.0, "opd_weight": 0.0},
     "opd": {"grpo_weight": 0.0, "opd_weight": 1.0},
@@ -43,24 +45,17 @@ VARIANTS = {  # dual_source overrides
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="On-policy distillation vs GRPO on CPU: held-out pass@1 per step.")
-    parser.add_argument("--output_dir", default="outputs/bench_opd", help="Work folder (resumable).")
-    parser.add_argument("--results_dir", default=str(ROOT / "benchmarks" / "results"), help="Where the report goes.")
-    parser.add_argument("--steps", type=int, default=10, help="Optimizer steps per student run (default 10).")
+    add_experiment_flags(parser, output_dir="outputs/bench_opd", steps=10, samples=4, temperature=0.8)
     parser.add_argument("--eval_every", type=int, default=5, help="Evaluate every N steps (default 5).")
     parser.add_argument("--teacher_steps", type=int, default=30, help="Teacher-SFT steps (default 30).")
     parser.add_argument("--teacher_batch", type=int, default=8, help="Reference traces per teacher step (default 8).")
     parser.add_argument("--teacher_lr", type=float, default=1e-3, help="Teacher-SFT learning rate (default 1e-3).")
     parser.add_argument("--lr", type=float, default=5e-4, help="Student learning rate (the cpu preset's 5e-4).")
     parser.add_argument("--val_ratio", type=float, default=0.5, help="Share of tasks held out (default 0.5).")
-    parser.add_argument("--samples", type=int, default=4, help="Evaluation samples per task (default 4).")
-    parser.add_argument("--temperature", type=float, default=0.8, help="Evaluation temperature (default 0.8).")
-    parser.add_argument("--eval_tasks", type=int, default=0, help="Evaluate the first N tasks of each set (0: all).")
     parser.add_argument("--opd_clip", type=float, default=0.0, help="dual_source.opd_advantage_clip (default 0).")
     parser.add_argument("--prompts", type=int, default=2, help="Student prompts per step (the cpu preset's 2).")
     parser.add_argument("--group", type=int, default=4, help="Student samples per prompt (the cpu preset's 4).")
     parser.add_argument("--kl_coef", type=float, default=0.05, help="Students' grpo.kl_coef (default 0.05).")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--model", default="", help="Student and teacher base (default: the embedded SmolLM2).")
     parser.add_argument("--max_new_tokens", type=int, default=128, help="Rollout and evaluation tokens (default 128).")
     parser.add_argument("--variants", nargs="*", choices=sorted(VARIANTS), help="Only these student runs.")
     return parser.parse_args(argv)

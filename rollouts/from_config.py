@@ -102,18 +102,17 @@ def training_rollout(
     g = config.grpo
     template = chat_template_kwargs(config)
     sampling = SamplingSettings.from_section(g)
+
+    def vllm_rollout_args() -> tuple:
+        """What both vLLM backends take after their engine; the adapter hand-off folder is made only when asked."""
+        handoff = adapter_handoff(config, output_dir, accelerator)
+        return tokenizer, g.max_new_tokens, sampling, handoff, g.gen_update_steps, template
+
     if g.rollout_backend == "vllm_server":
         from rollouts.vllm_server import VLLMServerRollout, server_client
 
         server = VLLMServerRollout(
-            server_client(g.vllm_server_url),
-            tokenizer,
-            g.max_new_tokens,
-            sampling,
-            adapter_handoff(config, output_dir, accelerator),
-            g.gen_update_steps,
-            template,
-            share=share_from_main(accelerator),
+            server_client(g.vllm_server_url), *vllm_rollout_args(), share=share_from_main(accelerator)
         )
         if tasks:  # the server's context must hold the longest prompt plus what the mode appends to it
             lengths = prompt_lengths(
@@ -144,17 +143,7 @@ def training_rollout(
                 f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
                 flush=True,
             )
-        return VLLMRollout(
-            llm,
-            tokenizer,
-            g.max_new_tokens,
-            sampling,
-            adapter_handoff(config, output_dir, accelerator),
-            g.gen_update_steps,
-            template,
-            sleep_mode=g.vllm_sleep_mode,
-            vllm_module=vllm,
-        )
+        return VLLMRollout(llm, *vllm_rollout_args(), sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
     if g.rollout_backend == "kv":
         return KVCacheRollout(tokenizer, g.max_new_tokens, sampling, template, g.sampler_dtype)
     return HFRollout(

@@ -184,10 +184,7 @@ class TraceStats:
             ("API errors", self.api_errors),
             ("truncated (length)", self.truncated),
         ]
-        lines = [
-            f"{name + ':':20s} {count:7d}" + (f"  ({count / n:6.1%})" if name != "total responses" else "")
-            for name, count in rows
-        ]
+        lines = count_lines(rows[:1], 20) + count_lines(rows[1:], 20, share_of=n)
         lines.append(f"{'already present:':20s} {self.skipped_existing:7d}  (skipped, from earlier runs)")
         if self.retried:
             lines.append(f"{'retried:':20s} {self.retried:7d}  (had failed with an API error before)")
@@ -195,6 +192,20 @@ class TraceStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def verdict_fields(result: ExecutionResult) -> dict[str, Any]:
+    """The sandbox's verdict on a trace's code, as TeacherTrace's fields."""
+    names = ("passed", "pass_fraction", "tests_passed", "tests_total", "status", "error")
+    return {name: getattr(result, name) for name in names}
+
+
+def count_lines(rows: Sequence[tuple[str, int]], width: int, share_of: int = 0) -> list[str]:
+    """`name:  count` lines, names padded to `width`; with `share_of`, each count's share of it after it."""
+    return [
+        f"{name + ':':{width}s} {count:7d}" + (f"  ({count / share_of:6.1%})" if share_of else "")
+        for name, count in rows
+    ]
 
 
 def build_record(
@@ -228,12 +239,7 @@ def build_record(
         response=response.text,
         reasoning=response.reasoning,
         syntax_ok=parsed.syntax_ok,
-        passed=result.passed,
-        pass_fraction=result.pass_fraction,
-        tests_passed=result.tests_passed,
-        tests_total=result.tests_total,
-        status=result.status,
-        error=result.error,
+        **verdict_fields(result),
     )
 
 

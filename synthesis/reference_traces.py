@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.executor import ExecutionResult, SandboxLimits, SandboxPool, execute_many
-from synthesis.generate_traces import TeacherTrace, TraceFileBusy, latest_records
+from synthesis.generate_traces import TeacherTrace, TraceFileBusy, count_lines, latest_records, verdict_fields
 from utils.dataset_loader import Task
 from utils.jsonl import FileBusyError, JsonlAppender
 from utils.prompts import get_unified_prompt
@@ -102,15 +102,9 @@ class ReferenceStats:
         return asdict(self)
 
     def table(self) -> str:
-        rows = [
-            ("tasks", self.tasks),
-            ("without a reference", self.without_reference),
-            ("references run", self.candidates),
-            ("passed (written)", self.passed),
-            ("failed (dropped)", self.dropped),
-            ("already present", self.skipped_existing),
-        ]
-        lines = [f"{name + ':':22s} {count:7d}" for name, count in rows]
+        names = ("tasks", "without a reference", "references run", "passed (written)", "failed (dropped)")
+        counts = (self.tasks, self.without_reference, self.candidates, self.passed, self.dropped)
+        lines = count_lines([*zip(names, counts, strict=True), ("already present", self.skipped_existing)], 22)
         if self.dropped_statuses:
             lines.append("dropped by status:     " + ", ".join(f"{k} {v}" for k, v in self.dropped_statuses.items()))
         return "\n".join(lines)
@@ -135,12 +129,7 @@ def reference_trace(
         code=code,
         response=response,
         syntax_ok=parsed.syntax_ok,
-        passed=result.passed,
-        pass_fraction=result.pass_fraction,
-        tests_passed=result.tests_passed,
-        tests_total=result.tests_total,
-        status=result.status,
-        error=result.error,
+        **verdict_fields(result),
     )
 
 

@@ -18,10 +18,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 from accelerate import Accelerator
 
-from tests.trainer_helpers import ScriptedRollout, lora_state, small_tasks, teacher_examples, tiny_config
+from tests.trainer_helpers import (
+    ScriptedRollout,
+    lora_state,
+    small_tasks,
+    teacher_examples,
+    tiny_config,
+    tiny_lora_student,
+)
 from training.checkpointing import resolve_checkpoint
 from training.grpo_trainer import GRPOTrainer
-from utils.student_model import attach_lora, load_student
 
 
 def main(out_dir: str, uneven: bool = False) -> None:
@@ -41,9 +47,7 @@ def main(out_dir: str, uneven: bool = False) -> None:
         overrides.update({"training.lr_scheduler": "linear"})
     config = tiny_config(out_dir, **overrides)
     torch.manual_seed(1234 + accelerator.process_index)  # ranks sample differently; DDP must still agree
-    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
-    torch.manual_seed(0)  # identical adapter initialisation on every rank
-    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    model, tokenizer = tiny_lora_student(config, adapter_seed=0)  # identical adapter on every rank
     torch.manual_seed(1234 + accelerator.process_index)
     tasks = small_tasks(16)  # more tasks than one rollout batch of both ranks: no epoch wrap
     trainer = GRPOTrainer(

@@ -15,27 +15,9 @@ import bench_ablation
 
 
 def tiny(tmp_path, *extra):
-    return [
-        "--steps",
-        "1",
-        "--tasks",
-        "2",
-        "--eval_set",
-        "val",
-        "--eval_tasks",
-        "2",
-        "--max_new_tokens",
-        "8",
-        "--eval_max_new_tokens",
-        "8",
-        "--model",
-        "embedded:tiny-random",
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--results_dir",
-        str(tmp_path / "results"),
-        *extra,
-    ]
+    sizes = "--steps 1 --tasks 2 --eval_set val --eval_tasks 2 --max_new_tokens 8 --eval_max_new_tokens 8"
+    folders = ["--output_dir", str(tmp_path / "out"), "--results_dir", str(tmp_path / "results")]
+    return [*sizes.split(), "--model", "embedded:tiny-random", *folders, *extra]
 
 
 def test_variants_differ_only_in_their_loss_weights():
@@ -98,7 +80,7 @@ def test_tiny_ablation_reports_and_resumes_without_retraining(tmp_path):
     assert adapter.is_file() and (out / "full" / "evaluation_results.json").is_file()
 
     # another recipe in the same folder is refused instead of mixing numbers
-    with pytest.raises(SystemExit, match="different recipe"):
+    with pytest.raises(SystemExit, match="another recipe"):
         bench_ablation.main(tiny(tmp_path, "--variants", "base", "teacher_sft", "full", "--lr", "0.1"))
 
 

@@ -16,13 +16,12 @@ import pytest
 import torch
 
 from rollouts.completion import RolloutCompletion
-from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
+from tests.trainer_helpers import ScriptedRollout, scripted_trainer, small_tasks, teacher_examples
 from training import passes
 from training.batching import completion_logprobs, pad_rollout_batch, slice_rollout_batch
-from training.grpo_trainer import GRPOTrainer
 from training.losses import IGNORE_INDEX, aggregation_units, grpo_loss, step_denominator
 from utils.sft_data import encode_prompt, end_of_turn_id
-from utils.student_model import attach_lora, load_student
+from utils.student_model import load_student
 
 RESULT = "\n<result>\n3\n</result>\n"  # what a tool environment inserts after a program
 
@@ -58,15 +57,7 @@ class ScriptedToolRollout(ScriptedRollout):
 
 
 def make_trainer(tmp_path, pool, rollout_class=ScriptedToolRollout, **overrides):
-    config = tiny_config(tmp_path / "out", **overrides)
-    torch.manual_seed(0)
-    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
-    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
-    tasks = small_tasks()
-    rollout = rollout_class(tokenizer, {t.problem: t for t in tasks})
-    return GRPOTrainer(
-        config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool
-    )
+    return scripted_trainer(tmp_path / "out", pool, rollout_class, **overrides)
 
 
 def _samples(groups):

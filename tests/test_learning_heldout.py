@@ -45,27 +45,10 @@ def test_ks_are_powers_of_two_up_to_the_samples():
 
 @pytest.mark.slow
 def test_toy_experiment_reports_every_field_and_resumes_without_redoing_anything(tmp_path):
-    argv = [
-        "--mbpp_path",
-        str(_mini_mbpp(tmp_path / "mbpp.jsonl")),
-        "--steps",
-        "1",
-        "--samples",
-        "2",
-        "--max_new_tokens",
-        "8",
-        "--eval_max_new_tokens",
-        "8",
-        "--model",
-        "embedded:tiny-random",
-        "--variants",
-        "base",
-        "full",
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--results_dir",
-        str(tmp_path / "results"),
-    ]
+    sizes = "--steps 1 --samples 2 --max_new_tokens 8 --eval_max_new_tokens 8 --model embedded:tiny-random"
+    folders = ["--output_dir", str(tmp_path / "out"), "--results_dir", str(tmp_path / "results")]
+    argv = ["--mbpp_path", str(_mini_mbpp(tmp_path / "mbpp.jsonl")), *sizes.split(), "--variants", "base", "full"]
+    argv += folders
     report = harness.main(argv)
     out, results = tmp_path / "out", tmp_path / "results"
     assert {p.name for p in results.iterdir()} == {

@@ -11,11 +11,9 @@ import torch
 from synthesis.teacher_query import TeacherClient
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
 from tests.test_action_mask import ScriptedToolRollout
-from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
+from tests.trainer_helpers import ScriptedRollout, scripted_trainer
 from training.batching import completion_logprobs, pad_rollout_batch
-from training.grpo_trainer import GRPOTrainer
 from training.teacher_logprobs import ServedTeacherScorer, TeacherScores
-from utils.student_model import attach_lora, load_student
 
 OPD_ONLY = {
     "dual_source.opd_weight": 1.0,
@@ -48,23 +46,7 @@ class ShiftedStudent:
 
 
 def make_trainer(tmp_path, pool, scorer, rollout_class=ScriptedToolRollout, **overrides):
-    config = tiny_config(tmp_path / "out", **overrides)
-    torch.manual_seed(0)
-    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
-    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
-    tasks = small_tasks()
-    rollout = rollout_class(tokenizer, {t.problem: t for t in tasks})
-    trainer = GRPOTrainer(
-        config,
-        model,
-        tokenizer,
-        tasks,
-        teacher_examples(tasks),
-        tmp_path / "out",
-        rollout=rollout,
-        pool=pool,
-        teacher_scorer=scorer,
-    )
+    trainer = scripted_trainer(tmp_path / "out", pool, rollout_class, teacher_scorer=scorer, **overrides)
     scorer.trainer = trainer
     return trainer
 

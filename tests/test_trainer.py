@@ -12,7 +12,15 @@ import torch
 from rollouts.completion import RolloutCompletion
 from synthesis.generate_traces import load_teacher_examples
 from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
-from tests.trainer_helpers import ScriptedRollout, base_state, lora_state, small_tasks, teacher_examples, tiny_config
+from tests.trainer_helpers import (
+    ScriptedRollout,
+    base_state,
+    lora_state,
+    scripted_trainer,
+    small_tasks,
+    teacher_examples,
+    tiny_config,
+)
 from training.batching import (
     chunked_completion_logprobs,
     completion_logprobs,
@@ -445,26 +453,13 @@ def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
             self.finished = True
 
     recorder = Recorder()
-    config = tiny_config(tmp_path / "out", **{"training.max_steps": 2, "training.save_steps": 0})
-    torch.manual_seed(0)
-    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
-    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
-    tasks = small_tasks()
-    trainer = GRPOTrainer(
-        config,
-        model,
-        tokenizer,
-        tasks,
-        teacher_examples(tasks),
-        tmp_path / "out",
-        accelerator=Accelerator(cpu=True, log_with=[recorder]),
-        rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}),
-        pool=pool,
-    )
+    overrides = {"training.max_steps": 2, "training.save_steps": 0}
+    accelerator = Accelerator(cpu=True, log_with=[recorder])
+    trainer = scripted_trainer(tmp_path / "out", pool, accelerator=accelerator, **overrides)
     trainer.train()
     assert [step for step, _ in recorder.logged] == [1, 2] and "reward/mean" in recorder.logged[0][1]
-    assert recorder.config["lora.r"] == config.lora.r and recorder.finished
-    assert tracker_run_name(config, tmp_path / "out") == "out"
+    assert recorder.config["lora.r"] == trainer.config.lora.r and recorder.finished
+    assert tracker_run_name(trainer.config, tmp_path / "out") == "out"
     assert tracker_run_name(tiny_config(tmp_path, **{"training.run_name": "exp-7"}), tmp_path) == "exp-7"
 
 

@@ -61,6 +61,40 @@ def tiny_config(output_dir, **overrides):
     return build_config("cpu", overrides=sets)
 
 
+def tiny_lora_student(config, adapter_seed: int = 0):
+    """The config's student in float32 on CPU with a fresh LoRA adapter; `adapter_seed` fixes the adapter's
+    initialisation, so two trainers built by this helper start from the same weights."""
+    from utils.student_model import attach_lora, load_student
+
+    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
+    torch.manual_seed(adapter_seed)
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    return model, tokenizer
+
+
+def scripted_trainer(
+    output_dir, pool, rollout_class=ScriptedRollout, teacher_scorer=None, accelerator=None, **overrides
+):
+    """A GRPOTrainer on six embedded MBPP tasks with a scripted rollout (no sampling), for trainer-path tests."""
+    from training.grpo_trainer import GRPOTrainer
+
+    config = tiny_config(output_dir, **overrides)
+    model, tokenizer = tiny_lora_student(config)
+    tasks = small_tasks()
+    return GRPOTrainer(
+        config,
+        model,
+        tokenizer,
+        tasks,
+        teacher_examples(tasks),
+        output_dir,
+        accelerator,
+        rollout=rollout_class(tokenizer, {t.problem: t for t in tasks}),
+        pool=pool,
+        teacher_scorer=teacher_scorer,
+    )
+
+
 def small_tasks(n: int = 6):
     return load_mbpp(EMBEDDED_MBPP)[0][:n]
 
