@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402
+from experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
 
 # Every flag that changes a number: a resumed experiment must have the same values.
 RECIPE_FLAGS = (

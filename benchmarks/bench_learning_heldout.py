@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from benchmarks.experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402
+from experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
 
 ORDER = ("base", "full", "teacher_sft", "grpo", "grpo_teacher")
 # Every flag that changes a number: a resumed experiment must have the same values.

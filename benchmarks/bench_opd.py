@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.experiment_cli import add_experiment_flags  # noqa: E402
+from experiment_cli import add_experiment_flags  # noqa: E402  (benchmarks/ is on sys.path)
 
 VARIANTS = {  # dual_source overrides
     "grpo": {"grpo_weight": 1.0, "opd_weight": 0.0},

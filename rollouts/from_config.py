@@ -103,7 +103,7 @@ def training_rollout(
     template = chat_template_kwargs(config)
     sampling = SamplingSettings.from_section(g)
 
-    def vllm_rollout_args() -> tuple:
+    def vllm_rollout_args() -> tuple[Any, int, SamplingSettings, AdapterHandoff, int, dict[str, Any]]:
         """What both vLLM backends take after their engine; the adapter hand-off folder is made only when asked."""
         handoff = adapter_handoff(config, output_dir, accelerator)
         return tokenizer, g.max_new_tokens, sampling, handoff, g.gen_update_steps, template
