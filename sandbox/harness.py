@@ -36,7 +36,7 @@ from sandbox.isolation import (
     _setsid,
     _setuid,
 )
-from sandbox.protocol import encode_value, write_message
+from sandbox.protocol import ValueTooLarge, encode_json, write_frame, write_message
 
 # --------------------------------------------------------------------------------------------
 # The program process: harness prefix (trusted) and program body (untrusted)
@@ -103,7 +103,9 @@ PRELUDE = (
 
 def _child_calls(job: dict) -> None:
     """Program body for assert/call tests: set up once, then report one value per test on fd 3."""
-    send = write_message  # bound before the program runs and can rebind module globals
+    send, encode, frame = write_message, encode_json, write_frame  # bound before the program can rebind them
+    too_large = ValueTooLarge
+    limit = job["limits"]["output_bytes"]  # one value's encoded size, like one test's stdout
     namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
     try:
         exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
@@ -136,7 +138,10 @@ def _child_calls(job: dict) -> None:
                 if target is None:
                     raise NameError(f"name '{fn_name}' is not defined")
                 value = target(*json.loads(test["args"]))
-            send(_RESULT_FD, {"k": "val", "i": index, "v": encode_value(value)})
+            text = encode(value, limit)
+            frame(_RESULT_FD, b'{"k": "val", "i": %d, "v": %s}' % (index, text.encode("ascii")))
+        except too_large:
+            send(_RESULT_FD, {"k": "big", "i": index})
         except BaseException as exc:  # noqa: BLE001
             send(_RESULT_FD, {"k": "err", "i": index, "type": type(exc).__name__, "msg": _trim(exc)})
 

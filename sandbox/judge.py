@@ -597,10 +597,9 @@ def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[Test
             actual = decode_value(test.get("value"))
             try:
                 ok = call_output_matches(actual, expectation) if mode_is_call else check_value(expectation, actual)
-                shown = f"got {actual!r}"[:200]
             except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
-                ok, shown = False, "the returned value could not be compared"
-            outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else shown, t))
+                ok = False
+            outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else _shown(actual), t))
         elif status == "error":
             kind, phase = _text(test.get("type"), 100) or "Error", _text(test.get("phase"), 20)
             where = f" during {phase}" if phase and phase != "test" else ""
@@ -616,6 +615,15 @@ def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[Test
         else:
             outcomes.append(TestOutcome(False, "runtime_error", "test did not run", t))
     return outcomes
+
+
+def _shown(actual: Any) -> str:
+    """The start of a wrong value for the error message; repr can fail on plain data too (an int
+    over Python's 4300-digit str() limit), which must not change the verdict."""
+    try:
+        return f"got {actual!r}"[:200]
+    except (ValueError, RecursionError, MemoryError):
+        return f"got a value of type {type(actual).__name__}"
 
 
 def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None) -> ExecutionResult:

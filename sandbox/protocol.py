@@ -17,6 +17,7 @@ import binascii
 import json
 import math
 import os
+import re
 import struct
 from typing import Any
 
@@ -29,7 +30,11 @@ MAX_MESSAGE = 256 * 1024 * 1024
 
 
 def write_message(fd: int, obj: object) -> None:
-    data = json.dumps(obj, allow_nan=True).encode("utf-8")
+    write_frame(fd, json.dumps(obj, allow_nan=True).encode("utf-8"))
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    """One frame of already encoded JSON."""
     payload = HEADER.pack(len(data)) + data
     view = memoryview(payload)
     while view:
@@ -101,43 +106,126 @@ def nesting_ok(value: object, limit: int = 0, max_nodes: int = 5_000_000) -> boo
 # builtin types are encoded as themselves; subclasses are converted through their base type
 # (a Counter becomes a dict, a numpy scalar a number), and anything else becomes an opaque
 # record that never equals an expected value.
+#
+# The child writes the JSON text itself (`encode_json`) and counts its exact size while it writes:
+# a value whose text would pass the limit stops there (`ValueTooLarge`, reported as the program's
+# output_limit), so neither a shared-reference bomb (`x = [x, x]` 40 times: 2**40 leaves) nor
+# characters that JSON escapes at 6 bytes each can grow a message, the worker's reply or the time
+# spent encoding beyond the limit.
 
 MAX_DEPTH = 200
 _BASES: tuple[type[Any], ...] = (bool, int, float, str, tuple, list, dict, frozenset, set, bytes)
+_INT_DIGITS = 4000  # below Python's 4300-digit str() limit; larger ints travel as hex (no digit limit)
+_json_string = json.encoder.encode_basestring_ascii  # the C escaper json.dumps uses
 
 
-def encode_value(value: Any, depth: int = 0) -> object:
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply to compare")
-    t = type(value)
-    if value is None or t is bool or t is str:
-        return value
-    if t is int:
-        return value
-    if t is float:
-        return value if math.isfinite(value) else {"__t": "float", "v": repr(value)}
-    if t is list:
-        return [encode_value(v, depth + 1) for v in value]
-    if t is tuple:
-        return {"__t": "tuple", "v": [encode_value(v, depth + 1) for v in value]}
-    if t is dict:
-        return {
-            "__t": "dict",
-            "v": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()],
-        }
-    if t is set or t is frozenset:
-        return {"__t": t.__name__, "v": [encode_value(v, depth + 1) for v in value]}
-    if t is bytes:
-        return {"__t": "bytes", "v": base64.b64encode(value).decode("ascii")}
-    if t is complex:
-        return {"__t": "complex", "v": [value.real, value.imag]}
-    module = getattr(t, "__module__", "")
-    if module == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
-        return encode_value(value.tolist(), depth + 1)
-    for base in _BASES:
-        if isinstance(value, base):  # subclass: convert through the base type's constructor
-            return encode_value(base(value), depth + 1)
-    return {"__t": "object", "type": f"{module}.{getattr(t, '__qualname__', '?')}"}
+class ValueTooLarge(Exception):  # noqa: N818 - an outcome (the program's output_limit), not a harness error
+    """The encoded value would exceed the output limit."""
+
+
+class _Writer:
+    """JSON text of one value, with its exact length bounded while it is written."""
+
+    def __init__(self, limit: int) -> None:
+        self.parts: list[str] = []
+        self.left = limit
+
+    def emit(self, text: str) -> None:
+        self.left -= len(text)
+        if self.left < 0:
+            raise ValueTooLarge
+        self.parts.append(text)
+
+    def reserve(self, size: int) -> None:
+        """Fail before building a text known to be at least `size` long (a huge str or int)."""
+        if size > self.left:
+            raise ValueTooLarge
+
+    def value(self, value: Any, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise ValueError("value nested too deeply to compare")
+        t = type(value)
+        if value is None:
+            self.emit("null")
+        elif t is bool:
+            self.emit("true" if value else "false")
+        elif t is str:
+            self.reserve(len(value) + 2)
+            self.emit(_json_string(value))
+        elif t is int:
+            self.reserve(value.bit_length() // 4)  # at least this many hex digits, fewer decimal ones
+            if value.bit_length() <= _INT_DIGITS * 3:  # < 10**(3 * 0.301 * 4000): fits str()
+                self.emit(int.__repr__(value))
+            else:
+                self.tagged("int", lambda: self.emit(_json_string(hex(value))))
+        elif t is float:
+            if math.isfinite(value):
+                self.emit(float.__repr__(value))  # what json.dumps writes; -0.0 stays -0.0
+            else:
+                self.tagged("float", lambda: self.emit(_json_string(repr(value))))
+        elif t is list:
+            self.sequence(value, depth)
+        elif t is tuple or t is set or t is frozenset:
+            self.tagged(t.__name__, lambda: self.sequence(value, depth))
+        elif t is dict:
+            self.tagged("dict", lambda: self.pairs(value, depth))
+        elif t is bytes:
+            self.reserve(len(value) * 4 // 3)
+            self.tagged("bytes", lambda: self.emit('"' + base64.b64encode(value).decode("ascii") + '"'))
+        elif t is complex:
+            self.tagged("complex", lambda: self.sequence([value.real, value.imag], depth))
+        else:
+            self.other(value, t, depth)
+
+    def other(self, value: Any, t: type, depth: int) -> None:
+        module = getattr(t, "__module__", "")
+        if module == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
+            return self.value(value.tolist(), depth + 1)
+        for base in _BASES:
+            if isinstance(value, base):  # subclass: convert through the base type's constructor
+                return self.value(base(value), depth + 1)
+        name = f"{module}.{getattr(t, '__qualname__', '?')}"[:200]
+        self.emit('{"__t": "object", "type": ' + _json_string(name) + "}")
+        return None
+
+    def tagged(self, tag: str, body: Any) -> None:
+        self.emit('{"__t": "' + tag + '", "v": ')
+        body()
+        self.emit("}")
+
+    def sequence(self, items: Any, depth: int) -> None:
+        self.emit("[")
+        for k, item in enumerate(items):
+            if k:
+                self.emit(", ")
+            self.value(item, depth + 1)
+        self.emit("]")
+
+    def pairs(self, mapping: dict, depth: int) -> None:
+        self.emit("[")
+        for k, (key, item) in enumerate(mapping.items()):
+            self.emit(", [" if k else "[")
+            self.value(key, depth + 1)
+            self.emit(", ")
+            self.value(item, depth + 1)
+            self.emit("]")
+        self.emit("]")
+
+
+def encode_json(value: Any, limit: int = MAX_MESSAGE) -> str:
+    """The tagged JSON text of a value (runs in the untrusted child); raises ValueTooLarge when the
+    text would be longer than `limit` characters, before it is built."""
+    writer = _Writer(limit)
+    writer.value(value, 0)
+    return "".join(writer.parts)
+
+
+def encode_value(value: Any, limit: int = MAX_MESSAGE) -> object:
+    """`encode_json` as a JSON object (what `decode_value` reads)."""
+    return json.loads(encode_json(value, limit))
+
+
+_HEX_INT = re.compile(r"-?0x[0-9a-f]+")
 
 
 class Opaque:
@@ -190,6 +278,8 @@ def decode_value(data: object, depth: int = 0) -> object:
         if tag in ("set", "frozenset") and type(v) is list:
             items = frozenset(_hashable(decode_value(x, depth + 1)) for x in v)
             return items if tag == "frozenset" else set(items)
+        if tag == "int" and type(v) is str and _HEX_INT.fullmatch(v):
+            return int(v, 16)  # base 16 has no digit limit
         if tag == "float" and v in ("inf", "-inf", "nan"):
             return float(v)
         if tag == "bytes" and type(v) is str:

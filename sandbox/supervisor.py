@@ -245,7 +245,7 @@ class Supervisor:
                     },
                 )
             return True
-        if kind in ("val", "err", "done") and type(index) is int and index in indices and index not in reports:
+        if kind in ("val", "big", "err", "done") and type(index) is int and index in indices and index not in reports:
             reports[index] = dict(message, time=elapsed)
             return True
         return False
@@ -329,10 +329,15 @@ class Supervisor:
                 error=str(report.get("msg"))[:500],
                 phase=str(report.get("phase") or "test")[:20],
             )
+        if kind == "big":  # the child's encoder stopped at the limit (see sandbox.protocol.encode_json)
+            return dict(record, status="output_limit", error="the returned value exceeds the output limit")
         if kind == "done":
             if len(stdout) > cap:
                 return dict(record, status="output_limit", error="output limit exceeded")
-            budget[0] -= len(stdout)
+            text = stdout.decode("utf-8", errors="replace")
+            # charged at its size in the reply: JSON writes a non-ASCII character (and U+FFFD for each
+            # byte that is not UTF-8) as 6 bytes, so the raw byte count would let a reply grow 6-fold
+            budget[0] -= _json_size(text)
             if budget[0] < 0:
                 return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
             exit_code = report.get("exit")
@@ -341,11 +346,15 @@ class Supervisor:
                 record,
                 status="done",
                 exit_code=exit_code if type(exit_code) is int else 1,
-                stdout=stdout.decode("utf-8", errors="replace"),
+                stdout=text,
                 error=str(error)[:500] if error else None,
             )
-        size = len(json.dumps(report.get("v")))
+        size = len(json.dumps(report.get("v")))  # the size it takes in the reply (the child's frame may be forged)
         budget[0] -= size
-        if budget[0] < 0 or size > 4 * cap:
+        if budget[0] < 0 or size > cap:
             return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
         return dict(record, status="ok", value=report.get("v"))
+
+
+def _json_size(text: str) -> int:
+    return len(json.encoder.encode_basestring_ascii(text))  # the escaper json.dumps uses

@@ -185,7 +185,7 @@ HOSTILE = {
         "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.type = lambda *a: int\n"
         "builtins.AssertionError = StopIteration\ndef add(a, b):\n    return -1\n",
         ASSERT_TASK,
-        "runtime_error",
+        "wrong_answer",  # -1 is judged: the child's encoder no longer calls json.dumps (the patched isinstance)
     ),
     "patch_encoder_via_gc": (
         "import gc\nfor f in gc.get_objects():\n    if callable(f) and getattr(f, '__name__', '') in "
