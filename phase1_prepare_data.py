@@ -199,6 +199,11 @@ def main(config: Config) -> dict:
         )
     overlap = {t.task_id for t in train} & {t.task_id for t in val}
     assert not overlap, f"a task is in both splits: {sorted(overlap)[:5]}"
+    from sandbox.judge import untrusted_task_ids  # planning only (pure): no process starts here
+
+    # tests that only the program's own process can judge: such results earn no training reward
+    untrusted = untrusted_task_ids(train + val, include_challenge=True)
+    print(f"tasks with a test judged inside the program's process (no reward signal): {len(untrusted)}")
 
     out_dir = Path(config.paths.data_dir)
     payloads = {"train.jsonl": _jsonl_bytes(train), "val.jsonl": _jsonl_bytes(val)}
@@ -210,6 +215,7 @@ def main(config: Config) -> dict:
         "sources": [r.to_dict() for r in reports],
         "counts": table,
         "totals": {"train": len(train), "val": len(val)},
+        "untrusted_tasks": untrusted,
         "files": {
             name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()
         },

@@ -54,7 +54,7 @@ from rollouts.models import adapter_rank, default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import build_engine, engine_kwargs, max_model_len
-from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths
+from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
@@ -277,6 +277,9 @@ def main(
         "eval_file": eval_set.origin,
         "eval_set": {**eval_set.label(), "num_tasks": len(tasks), "complete": len(tasks) == len(eval_set.tasks)},
         "decoding": decoding,
+        # tasks with a test only the program's own process can judge (a forgeable verdict, counted as
+        # judged there; the training rewards give such results no signal)
+        "untrusted_tasks": untrusted_task_ids(tasks, config.sandbox.include_challenge_tests),
         "config": config_to_dict(config),
         **summaries[main_role],
         "baseline": summaries.get("baseline"),
@@ -301,6 +304,10 @@ def main(
         f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%}, valid Python "
         f"{fmt['valid_python']:.1%}; mean completion tokens {summaries[main_role]['mean_completion_tokens']:.0f}"
     )
+    if result["untrusted_tasks"]:
+        print(
+            f"{len(result['untrusted_tasks'])} tasks have a test judged inside the program's process (untrusted_tasks)"
+        )
     print(f"\nWrote {output} and {samples_output}")
     return result
 

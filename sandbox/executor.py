@@ -34,9 +34,11 @@ from sandbox.judge import (
     ExecutionResult,
     PlannedTests,
     TestOutcome,
+    decode_references,
     judge,
     plan_tests,
     summarize,
+    untrusted_task_ids,
 )
 from sandbox.pool import SandboxError, SandboxLimits, SandboxPool, default_pool, task_secret_paths
 from utils.code_parser import check_syntax
@@ -57,6 +59,7 @@ __all__ = [
     "execute_program",
     "plan_tests",
     "task_secret_paths",
+    "untrusted_task_ids",
     "wrap_like_apps",
 ]
 
@@ -131,12 +134,32 @@ def execute_program(
         return _sandbox_failure(
             f"sandbox worker sent a reply of the wrong shape ({type(tests).__name__})", n, start, sample_id
         )
+    if planned.reference_job is not None and planned.references is None:
+        error = _compute_references(planned, pool, limits)
+        if error is not None:
+            return _sandbox_failure(error, n, start, sample_id)
     try:
         outcomes = judge(planned, tests, task.test_type == "call")
     except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
         message = f"unjudgeable result: {type(exc).__name__}"
         outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
-    return summarize(outcomes, time.monotonic() - start, sample_id)
+    return summarize(outcomes, time.monotonic() - start, sample_id, planned.untrusted)
+
+
+def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: SandboxLimits) -> str | None:
+    """Run the plan's program-free job once (a fresh sandbox process with no program in it) and keep
+    the reference values on the plan; returns an error only when the harness itself failed."""
+    assert planned.reference_job is not None
+    job = dict(planned.reference_job, id="reference", limits=limits.job_limits(planned.total))
+    try:
+        raw = pool.run(job)
+    except SandboxError as exc:
+        return f"reference run: {exc}"
+    tests = raw.get("tests")
+    if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != planned.total:
+        return f"reference run: {raw.get('sandbox_error') or 'a reply of the wrong shape'}"
+    planned.references = decode_references([t if isinstance(t, dict) else {} for t in tests])
+    return None
 
 
 _WRAPPABLE_ERRORS = (

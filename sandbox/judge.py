@@ -38,6 +38,7 @@ import json
 import math
 import re
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -82,6 +83,9 @@ class ExecutionResult:
     wall_time: float = 0.0
     test_outcomes: list[TestOutcome] = field(default_factory=list)
     sample_id: str | None = None  # the caller's id, for matching results of a batch
+    # tests whose verdict came from inside the program's process (an assert no process here can
+    # split): a program could forge them, so the training rewards give such a result no signal
+    untrusted_tests: int = 0
 
     @property
     def pass_fraction(self) -> float:
@@ -142,10 +146,13 @@ class AssertPlan:
     check: str  # eq, ne, in, not_in, is, truthy, falsy, isclose, exec_ok
     expected: Any = None
     tolerance: tuple[float, float] = (1e-9, 0.0)
-    trusted: bool = True  # False: the verdict comes from inside the child (forgeable)
+    trusted: bool = True  # False: the verdict comes from inside the child (forgeable): it earns no reward
+    reference_test: dict | None = None  # "tree" leaves that need no program: computed in a program-free process
 
 
-def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPlan:
+def plan_assert(
+    source: str, shadowed: frozenset[str] = frozenset(), imported: frozenset[str] = frozenset()
+) -> AssertPlan:
     """Split an assert statement into the part the child evaluates and the check done here.
 
     The child only ever evaluates expressions that produce the program's values, never a
@@ -156,7 +163,12 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
     structure is evaluated here on plain data (`_TreeEvaluator`). Only an assert whose leaves would
     still compare inside the child (e.g. `all(f(x) == y for ...)`) runs whole in the child and is
     marked untrusted. `shadowed`: names the program defines (its function), which must not be
-    taken for the builtins of the same name.
+    taken for the builtins of the same name; `imported`: names the task's test imports bind.
+
+    A leaf that needs nothing of the program (`sys.getsizeof((1, 2))`, `list(range(5))`: only
+    builtins, standard modules and `imported` names) is a *reference* leaf: it is computed in a
+    fresh process that never ran the program (`reference_test`), so a program that patches
+    `sys.getsizeof` or a builtin changes only its own side of the comparison.
     """
     fallback = AssertPlan({"kind": "exec", "src": source}, "exec_ok", trusted=False)
     try:
@@ -201,7 +213,7 @@ def plan_assert(source: str, shadowed: frozenset[str] = frozenset()) -> AssertPl
             return AssertPlan(expr(test), "truthy")
     except NotLiteralError:
         pass
-    return _plan_tree(test, shadowed) or fallback
+    return _plan_tree(test, shadowed, imported) or fallback
 
 
 def _compares(node: ast.AST) -> bool:
@@ -245,7 +257,7 @@ _TREE_COMPARE = {
 _LEAF = "__leaf_"
 
 
-def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
+def _plan_tree(test: ast.AST, shadowed: frozenset[str], imported: frozenset[str]) -> AssertPlan | None:
     """Replace every maximal sub-expression this process cannot evaluate by a leaf the child computes."""
     leaves: list[str] = []
 
@@ -292,23 +304,66 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str]) -> AssertPlan | None:
         skeleton = Splitter().visit(ast.parse(ast.unparse(test), mode="eval").body)
     except (NotLiteralError, SyntaxError, RecursionError):
         return None
-    # A comparison of two values the child computes (`f(x) == sys.getsizeof(x)`, `f(r) == Node(1)`)
-    # has no expected side here; such an assert keeps running whole in the child, marked untrusted.
-    trusted = all(
-        not (_has_leaf(a) and _has_leaf(b))
-        for node in ast.walk(skeleton)
-        if isinstance(node, ast.Compare)
-        for a, b in zip([node.left, *node.comparators[:-1]], node.comparators, strict=True)
-    )
-    if not trusted:
-        return None
+    # Every leaf is computed in a process and compared here as plain data. A leaf that needs the
+    # program runs in the program's process; any other runs in a process the program never touched,
+    # so nothing the program patches (sys.getsizeof, builtins.range) reaches the side it is compared
+    # with. Two program leaves compared (`f(1) == f(2)`) are judged here on their values: an object of
+    # the program comes back opaque and equals nothing.
+    program = tuple(k for k, leaf in enumerate(leaves) if not _program_free(leaf, shadowed, imported))
+    reference = tuple(k for k in range(len(leaves)) if k not in program)
     return AssertPlan(
-        {"kind": "expr", "src": "(" + "".join(f"{leaf}, " for leaf in leaves) + ")"}, "tree", (skeleton, len(leaves))
+        _tuple_expr(leaves[k] for k in program),
+        "tree",
+        (skeleton, len(leaves), program, reference),
+        reference_test=_tuple_expr(leaves[k] for k in reference) if reference else None,
     )
 
 
-def _has_leaf(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Name) and n.id.startswith(_LEAF) for n in ast.walk(node))
+def _tuple_expr(sources: Any) -> dict:
+    return {"kind": "expr", "src": "(" + "".join(f"{src}, " for src in sources) + ")"}
+
+
+_BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
+
+
+def _program_free(source: str, shadowed: frozenset[str], imported: frozenset[str]) -> bool:
+    """True when an expression uses only builtins, standard modules and the test's imports: its value
+    does not depend on the program (names it binds itself, a comprehension's, do not count)."""
+    bound: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(source, mode="eval")):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    free = used - bound
+    allowed = (_BUILTIN_NAMES | sys.stdlib_module_names | imported) - shadowed
+    return free <= allowed
+
+
+def reference_imports(plans: list, imported: frozenset[str]) -> str:
+    """Import lines for the standard modules the plans' reference leaves name without importing."""
+    names: set[str] = set()
+    for plan in plans:
+        if plan.reference_test is not None:
+            tree = ast.parse(plan.reference_test["src"], mode="eval")
+            names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    modules = sorted((names & sys.stdlib_module_names) - imported - _BUILTIN_NAMES)
+    return "".join(f"import {m}\n" for m in modules)
+
+
+def imported_names(imports: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """Names the task's test import lines bind (a line that does not parse binds nothing)."""
+    names: set[str] = set()
+    for line in imports:
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+    return frozenset(names)
 
 
 class _TreeEvaluator:
@@ -382,8 +437,9 @@ def _is_isclose(func: ast.AST) -> bool:
     )
 
 
-def check_value(plan: AssertPlan, actual: Any) -> bool:
-    """Apply a planned check to a decoded (plain data) value."""
+def check_value(plan: AssertPlan, actual: Any, reference: Any = ()) -> bool:
+    """Apply a planned check to a decoded (plain data) value; `reference`: the decoded values of the
+    plan's reference leaves (from the program-free process)."""
     c, e = plan.check, plan.expected
     if c == "eq":
         return _equal(actual, e)
@@ -416,11 +472,16 @@ def check_value(plan: AssertPlan, actual: Any) -> bool:
             and math.isclose(actual, e, rel_tol=plan.tolerance[0], abs_tol=plan.tolerance[1])
         )
     if c == "tree":
-        skeleton, n_leaves = e
-        if not isinstance(actual, tuple) or len(actual) != n_leaves or _contains_opaque(actual):
+        skeleton, n_leaves, program, references = e
+        sides = ((actual, program), (reference, references))
+        if any(not isinstance(v, tuple) or len(v) != len(ix) or _contains_opaque(v) for v, ix in sides):
             return False
+        leaves: list[Any] = [None] * n_leaves
+        for values, indices in sides:
+            for k, value in zip(indices, values, strict=True):
+                leaves[k] = value
         try:
-            return bool(_TreeEvaluator(actual).eval(skeleton))
+            return bool(_TreeEvaluator(tuple(leaves)).eval(skeleton))
         except Exception:  # noqa: BLE001 - a type error, overflow... is a failed assert
             return False
     if c == "exec_ok":
@@ -493,10 +554,19 @@ def stdout_matches(actual: str, expected: str, rel_tol: float = 1e-5, abs_tol: f
 class PlannedTests:
     job: dict  # sent to the worker (inputs only)
     expectations: list  # kept here: expected stdout, expected call value, or AssertPlan
+    # the program-free job that computes the reference leaves (one test per planned test), or None;
+    # its decoded values are kept in `references` once run (they do not depend on the program)
+    reference_job: dict | None = None
+    references: list | None = field(default=None, compare=False)
 
     @property
     def total(self) -> int:
         return len(self.expectations)
+
+    @property
+    def untrusted(self) -> int:
+        """Tests whose verdict can only come from inside the program's process."""
+        return sum(isinstance(e, AssertPlan) and not e.trusted for e in self.expectations)
 
 
 def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
@@ -512,17 +582,37 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
         )
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
     shadowed = frozenset({task.fn_name} if task.fn_name else ())
-    plans = [plan_assert(a, shadowed) for a in asserts]
+    imported = imported_names(task.test_imports)
+    plans = [plan_assert(a, shadowed, imported) for a in asserts]
+    imports = "\n".join(task.test_imports)
+    reference_job = None
+    if any(p.reference_test is not None for p in plans):
+        # no program and no setup code (MBPP's setup uses the program's classes): only the imports
+        reference_job = {
+            "mode": "calls",
+            "tests": [p.reference_test or {"kind": "expr", "src": "()"} for p in plans],
+            "imports": imports + "\n" + reference_imports(plans, imported),
+            "setup": "",
+            "prelude": False,
+            "code": "",
+        }
     return PlannedTests(
         {
             "mode": "calls",
             "tests": [p.worker_test for p in plans],
-            "imports": "\n".join(task.test_imports),
+            "imports": imports,
             "setup": task.test_setup_code,
             "prelude": False,
         },
         plans,
+        reference_job,
     )
+
+
+def untrusted_task_ids(tasks: list[Task], include_challenge: bool = False) -> list[str]:
+    """Tasks with a test whose verdict can only come from inside the program's process (phases 1
+    and 4 report them; the training rewards give their results no signal). 0 of real MBPP's 974."""
+    return [t.task_id for t in tasks if t.test_type == "assert" and plan_tests(t, include_challenge).untrusted]
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,9 +675,9 @@ def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
     return outcomes
 
 
-def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[TestOutcome]:
+def _judge_calls(raw: dict, expectations: list, mode_is_call: bool, references: list | None) -> list[TestOutcome]:
     outcomes = []
-    for test, expectation in zip(raw["tests"], expectations, strict=True):
+    for k, (test, expectation) in enumerate(zip(raw["tests"], expectations, strict=True)):
         common = _common_outcome(test)
         if common is not None:
             outcomes.append(common)
@@ -596,7 +686,10 @@ def _judge_calls(raw: dict, expectations: list, mode_is_call: bool) -> list[Test
         if status == "ok":
             actual = decode_value(test.get("value"))
             try:
-                ok = call_output_matches(actual, expectation) if mode_is_call else check_value(expectation, actual)
+                if mode_is_call:
+                    ok = call_output_matches(actual, expectation)
+                else:
+                    ok = check_value(expectation, actual, references[k] if references is not None else ())
             except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
                 ok = False
             outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else _shown(actual), t))
@@ -626,18 +719,33 @@ def _shown(actual: Any) -> str:
         return f"got a value of type {type(actual).__name__}"
 
 
-def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None) -> ExecutionResult:
+def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None, untrusted: int = 0) -> ExecutionResult:
     n_pass = sum(o.passed for o in outcomes)
     failed = [o for o in outcomes if not o.passed]
     if not failed:
-        return ExecutionResult(True, n_pass, len(outcomes), "passed", None, wall, outcomes, sample_id)
+        return ExecutionResult(True, n_pass, len(outcomes), "passed", None, wall, outcomes, sample_id, untrusted)
     first = failed[0]
-    return ExecutionResult(False, n_pass, len(outcomes), first.status, first.error, wall, outcomes, sample_id)
+    return ExecutionResult(
+        False, n_pass, len(outcomes), first.status, first.error, wall, outcomes, sample_id, untrusted
+    )
+
+
+def decode_references(raw_tests: list[dict]) -> list:
+    """The reference leaves' values from the program-free run: a tuple per test, or an Opaque where a
+    leaf could not be computed (the test then fails: a leaf that errs is no pass)."""
+    out: list = []
+    for test in raw_tests:
+        value = decode_value(test.get("value")) if test.get("status") == "ok" else None
+        out.append(
+            value if isinstance(value, tuple) else Opaque(f"reference not computed: {_text(test.get('error'), 100)}")
+        )
+    return out
 
 
 def judge(planned: PlannedTests, raw_tests: list[dict], mode_is_call: bool) -> list[TestOutcome]:
-    """One outcome per planned test from the worker's per-test records (already shape-checked)."""
+    """One outcome per planned test from the worker's per-test records (already shape-checked);
+    `planned.references` must be filled when the plan has a `reference_job`."""
     reply = {"tests": raw_tests}
     if planned.job["mode"] == "stdin":
         return _judge_stdin(reply, planned.expectations)
-    return _judge_calls(reply, planned.expectations, mode_is_call)
+    return _judge_calls(reply, planned.expectations, mode_is_call, planned.references)

@@ -72,18 +72,34 @@ def test_call_output_normalization():
         ("assert f(1)", "truthy", None, True),
         ("assert math.isclose(f(2), 12.56, rel_tol=0.001)", "isclose", 12.56, True),
         ("assert f(1) == 1,0", "eq", 1, True),  # MBPP 362: parses as an assert with a message
-        ("assert f(x) == sys.getsizeof(x)", "exec_ok", None, False),  # MBPP 596
-        ("assert f(root) == Node(1)", "exec_ok", None, False),
+        ("assert f(x) == sys.getsizeof(x)", "tree", None, True),  # MBPP 596: sys.getsizeof runs program-free
+        ("assert f(root) == Node(1)", "tree", None, True),  # both leaves need the program: compared here
+        ("assert all(f(x) == y for x, y in z)", "exec_ok", None, False),  # a comparison inside a leaf
         ("x = 1", "exec_ok", None, False),
     ],
 )
 def test_plan_assert(source, check, expected, trusted):
     plan = plan_assert(source)
     assert (plan.check, plan.trusted) == (check, trusted)
-    if trusted:
+    if trusted and check != "tree":
         assert plan.expected == expected and plan.worker_test["kind"] == "expr"
         # the worker gets only the side that calls the candidate, never the expected value
         assert plan.worker_test["src"] in ("f(1)", "set(f(1))", "f(2)")
+
+
+def test_leaves_that_need_no_program_are_computed_apart_from_it():
+    # issue 29: a leaf of builtins, standard modules and the test's imports goes to the program-free
+    # process; a leaf that names the program's function (or anything else) to the program's process
+    plan = plan_assert("assert f((1, 2)) == sys.getsizeof((1, 2)) + len(list(range(3)))", frozenset({"f"}))
+    assert plan.worker_test["src"] == "(f((1, 2)), )"
+    assert plan.reference_test == {"kind": "expr", "src": "(sys.getsizeof((1, 2)), range(3), )"}  # list() runs here
+    assert check_value(plan, (59,), (56, [0, 1, 2])) and not check_value(plan, (59,), (57, [0, 1, 2]))
+    assert not check_value(plan, (59,), Opaque("reference not computed"))
+    # a name the program defines is never taken for a builtin or module of the same name
+    shadowed = plan_assert("assert f(1) == len(range(3))", frozenset({"f", "range"}))
+    assert shadowed.reference_test is None and shadowed.worker_test["src"] == "(f(1), range(3), )"
+    from_imports = plan_assert("assert f(1) == pi", frozenset({"f"}), frozenset({"pi"}))
+    assert from_imports.reference_test == {"kind": "expr", "src": "(pi, )"}
 
 
 def test_check_value_is_plain_python_equality_on_decoded_data():

@@ -39,6 +39,7 @@ RESULT_KEYS = {
     "pass_at_k_ci95",
     "delta_ci95",
     "multi_turn",
+    "untrusted_tasks",
 }
 
 

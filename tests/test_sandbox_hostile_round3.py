@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.executor import SandboxPool
-from tests.task_factory import call_task, stdin_task
+from sandbox.executor import SandboxPool, plan_tests, untrusted_task_ids
+from tests.conftest import SHARED_DATA
+from tests.task_factory import assert_task, call_task, stdin_task
 from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, run
+from utils.dataset_loader import load_apps, load_mbpp
 
 
 @pytest.fixture()
@@ -67,3 +69,67 @@ def test_a_correct_huge_int_passes(pool):
     assert result.passed, result
     wrong = run(pool, code.replace("b ** e", "b ** e + 1"), call_task("t/bigint", "power", ([7, 6000], big)))
     assert wrong.status == "wrong_answer", wrong
+
+
+# ------------------------------------------------------------------------------------------
+# item 1 / class 7: no verdict from inside the program's process
+# ------------------------------------------------------------------------------------------
+
+SIZE_TASK = assert_task(  # the shape of MBPP 596: both sides of the comparison are computed
+    "t/size",
+    "tuple_size",
+    'assert tuple_size(("A", 1, "B", 2)) == sys.getsizeof(("A", 1, "B", 2))',
+    "assert tuple_size((1, 2, 3)) == sys.getsizeof((1, 2, 3))",
+)
+
+
+def test_patched_reference_function_is_no_false_pass(pool):
+    """Found on c225caf (the round-2 false pass): `f(x) == sys.getsizeof(x)` ran whole in the
+    program's process, so a program that replaced sys.getsizeof passed without solving the task.
+    The reference side is now computed in a fresh process that never ran the program."""
+    code = "import sys\nsys.getsizeof = lambda x: 7\ndef tuple_size(t):\n    return 7\n"
+    result = run(pool, code, SIZE_TASK)
+    assert result.status == "wrong_answer" and result.tests_passed == 0, result
+
+
+def test_patched_builtin_under_a_reference_leaf_is_no_false_pass(pool):
+    """Found on c225caf: the same through a builtin the program patches for the test's own use."""
+    task = assert_task("t/rng", "count", "assert count(5) == len(list(range(5)))")
+    code = "import builtins\nbuiltins.range = lambda n: [0]\ndef count(n):\n    return 1\n"
+    result = run(pool, code, task)
+    assert result.status == "wrong_answer", result
+    assert run(pool, "def count(n):\n    return n\n", task).passed  # the reference side is range(5) itself
+
+
+def test_reference_side_passes_a_correct_program(pool):
+    code = "import sys\ndef tuple_size(t):\n    return sys.getsizeof(t)\n"
+    result = run(pool, code, SIZE_TASK)
+    assert result.passed and result.untrusted_tests == 0, result
+
+
+def test_a_test_judged_inside_the_program_gives_no_reward(pool):
+    """An assert this process cannot split (a comparison inside a generator) still runs in the child;
+    its verdict is marked, and the training rewards give such a result no signal (None)."""
+    from training.rewards import binary_correctness, fraction_correctness
+    from utils.thinking_extraction import extract_thinking_and_code_unified
+
+    task = assert_task("t/gen", "double", "assert all(double(x) == 2 * x for x in range(3))")
+    code = "import builtins\nbuiltins.all = lambda it: True\ndef double(x):\n    return 0\n"
+    result = run(pool, code, task)
+    assert result.untrusted_tests == 1, result
+    parsed = [extract_thinking_and_code_unified("```python\n" + code + "```")]
+    assert binary_correctness([result], parsed) == [None]
+    assert fraction_correctness([result], parsed) == [None]
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
+def test_real_mbpp_and_apps_have_no_test_judged_inside_the_program():
+    # issue 29 measurement: on c225caf MBPP 596's 3 asserts (sys.getsizeof) ran whole in the child;
+    # now every one of MBPP's 2938 asserts (challenge tests included) is judged outside it, and only
+    # 596 needs the program-free reference run. APPS has no asserts (153 stdin/call tasks).
+    mbpp = load_mbpp(SHARED_DATA / "mbpp.jsonl")[0]
+    apps = load_apps(SHARED_DATA / "apps_sample.jsonl")[0]
+    plans = [plan_tests(t, include_challenge=True) for t in mbpp]
+    assert sum(p.total for p in plans) == 2938 and untrusted_task_ids(mbpp, include_challenge=True) == []
+    assert [t.task_id for t, p in zip(mbpp, plans, strict=True) if p.reference_job] == ["mbpp/596"]
+    assert untrusted_task_ids(apps) == [] and all(plan_tests(t).reference_job is None for t in apps)

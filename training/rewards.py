@@ -43,12 +43,18 @@ from utils.thinking_extraction import ParsedResponse
 RewardFunction = Callable[[Sequence[Any], Sequence[ParsedResponse]], list[float | None]]
 
 
+def _unverifiable(result: Any) -> bool:
+    """A harness failure, or a verdict that came from inside the program's process (a test no
+    process outside it can judge: the program could forge it; see docs/sandbox.md, class 7)."""
+    return result.status == "sandbox_error" or getattr(result, "untrusted_tests", 0) > 0
+
+
 def binary_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
-    return [None if r.status == "sandbox_error" else float(r.passed) for r in results]
+    return [None if _unverifiable(r) else float(r.passed) for r in results]
 
 
 def fraction_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
-    return [None if r.status == "sandbox_error" else float(r.pass_fraction) for r in results]
+    return [None if _unverifiable(r) else float(r.pass_fraction) for r in results]
 
 
 def format_scores(parsed: Sequence[ParsedResponse]) -> list[float]:
