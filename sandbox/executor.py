@@ -40,7 +40,14 @@ from sandbox.judge import (
     summarize,
     untrusted_task_ids,
 )
-from sandbox.pool import SandboxError, SandboxLimits, SandboxPool, default_pool, task_secret_paths
+from sandbox.pool import (
+    SandboxError,
+    SandboxIsolationWarning,
+    SandboxLimits,
+    SandboxPool,
+    default_pool,
+    task_secret_paths,
+)
 from utils.code_parser import check_syntax
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_function_from_code
@@ -51,6 +58,7 @@ __all__ = [
     "ExecutionResult",
     "PlannedTests",
     "SandboxError",
+    "SandboxIsolationWarning",
     "SandboxLimits",
     "SandboxPool",
     "TestOutcome",

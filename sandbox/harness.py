@@ -26,6 +26,7 @@ from sandbox.isolation import (
     PR_SET_PDEATHSIG,
     _chown,
     _close_from,
+    _deny_keyrings,
     _fresh_scratch,
     _fresh_stdio,
     _memfd,
@@ -63,6 +64,7 @@ def _enter_program(ctx: dict, job: dict, workdir: str, fds: dict[int, int]) -> N
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * 1024 * 1024,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(fds) + 128,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _deny_keyrings()  # the one kernel store shared by a uid's processes that no namespace covers
     uid = ctx["uid"]
     if uid is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"],) * 2)

@@ -10,6 +10,7 @@ destructive functions disabled), prepared once in the supervisor before the zygo
 from __future__ import annotations
 
 import ctypes
+import errno
 import io
 import os
 import resource
@@ -65,6 +66,46 @@ def _pivot_root(new_root: str) -> None:
 
 def _prctl(option: int, value: int) -> None:
     _libc.prctl(option, value, 0, 0, 0)
+
+
+# The kernel keyrings (add_key, request_key, keyctl) are per uid, not per namespace: every program
+# of a worker shares its uid's user keyring, which outlives them, so a key one program stores the
+# next could read (and in basic mode they are the user's own keys). Programs never need them: a
+# seccomp filter set before the program runs makes these calls fail with EPERM. Numbers per
+# architecture; any other architecture's calls (the 32-bit and x32 ABIs) are refused outright.
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_KEYRING_SYSCALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def keyring_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF seccomp program (code, jt, jf, k) that refuses the keyring calls (pure)."""
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    calls = _KEYRING_SYSCALLS[machine]
+    program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[machine]), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
+    program.append((jge, len(calls) + 1, 0, 0x40000000))  # x32 numbers: to the deny below
+    program += [(jeq, len(calls) - k, 0, nr) for k, nr in enumerate(calls)]  # a match: to the deny
+    return program + [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+
+def _deny_keyrings() -> None:
+    """Install `keyring_filter` on this process and everything it starts (inherited, irrevocable)."""
+    import platform
+
+    program = keyring_filter(platform.machine())
+    filters = (_SockFilter * len(program))(*(_SockFilter(*op) for op in program))
+    fprog = _SockFprog(len(program), filters)
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
 def _close_from(first: int) -> None:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,21 @@ class SandboxLimits:
 
 class SandboxError(RuntimeError):
     """The harness itself failed (not the program)."""
+
+
+class SandboxIsolationWarning(UserWarning):
+    """The pool runs programs with less than the full isolation (see docs/sandbox.md, class 6)."""
+
+
+def isolation_shortfall(info: dict) -> str | None:
+    """What a worker's ready message says is missing from the full isolation, or None (pure)."""
+    missing = []
+    if info.get("isolation") != "namespaces":
+        why = info.get("isolation_error") or ("not root" if info.get("uid") is None else "isolate=False")
+        missing.append(f"basic isolation, no namespaces ({why}): programs share the host's /tmp and network")
+    elif not info.get("memory_cgroup"):
+        missing.append(f"no memory cgroup ({info.get('cgroup_error', 'unavailable')}): only the per-process limit")
+    return "; ".join(missing) or None
 
 
 def _secret_paths(extra: Sequence[str | os.PathLike] = ()) -> list[str]:
@@ -277,6 +293,9 @@ class SandboxPool:
         for _ in range(self.size):
             self._spawn()
         self.isolation = self._all[0].info.get("isolation", "basic")
+        shortfall = isolation_shortfall(self._all[0].info)
+        if shortfall:  # the fallback is documented, never silent: every caller's log shows it
+            warnings.warn(f"sandbox: {shortfall}", SandboxIsolationWarning, stacklevel=2)
 
     def _spawn(self) -> None:
         worker = _Worker(self._init)

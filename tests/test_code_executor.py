@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from sandbox.executor import SandboxLimits, SandboxPool, execute_many, execute_program, wrap_like_apps
+from sandbox.executor import (
+    SandboxIsolationWarning,
+    SandboxLimits,
+    SandboxPool,
+    execute_many,
+    execute_program,
+    wrap_like_apps,
+)
 from sandbox.judge import plan_assert
 from tests.cli_helpers import run_script
 from tests.conftest import SHARED_DATA
@@ -133,7 +140,7 @@ def test_sandbox_error_is_distinct_and_the_pool_recovers():
 
 
 def test_basic_isolation_mode_still_judges_correctly():
-    with SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic:
+    with pytest.warns(SandboxIsolationWarning), SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic:
         task = stdin_task("t/7", ("2\n", "4\n"))
         assert basic.isolation == "basic"
         assert execute_program("print(int(input()) * 2)", task, LIMITS, basic).passed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.executor import SandboxPool, plan_tests, untrusted_task_ids
+from sandbox.executor import SandboxIsolationWarning, SandboxPool, execute_program, plan_tests, untrusted_task_ids
 from tests.conftest import SHARED_DATA
 from tests.task_factory import assert_task, call_task, stdin_task
 from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, run
@@ -133,3 +133,62 @@ def test_real_mbpp_and_apps_have_no_test_judged_inside_the_program():
     assert sum(p.total for p in plans) == 2938 and untrusted_task_ids(mbpp, include_challenge=True) == []
     assert [t.task_id for t, p in zip(mbpp, plans, strict=True) if p.reference_job] == ["mbpp/596"]
     assert untrusted_task_ids(apps) == [] and all(plan_tests(t).reference_job is None for t in apps)
+
+
+# ------------------------------------------------------------------------------------------
+# class 2: state surviving between programs through anything still shared
+# ------------------------------------------------------------------------------------------
+
+KEYRING_WRITE = """
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY = {"x86_64": 248, "aarch64": 217}[platform.machine()]
+for ring in (-4, -5, -3):  # user, user-session, session keyrings
+    libc.syscall(ADD_KEY, b"user", b"tgrpo-round3", b"7", 1, ring)
+print(0)
+"""
+KEYRING_READ = """
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+REQUEST_KEY, KEYCTL = {"x86_64": (249, 250), "aarch64": (218, 219)}[platform.machine()]
+found = b"none"
+key = libc.syscall(REQUEST_KEY, b"user", b"tgrpo-round3", None, 0)
+if key > 0:
+    buf = ctypes.create_string_buffer(16)
+    n = libc.syscall(KEYCTL, 11, key, buf, 16)  # KEYCTL_READ
+    found = buf.raw[: max(n, 0)]
+print(found.decode())
+"""
+
+
+def test_kernel_keyring_carries_nothing_between_programs(pool):
+    """Found on c225caf: the kernel's per-uid user keyring is shared by every program of a worker (one
+    uid) and outlives them, and no namespace of the sandbox covers it: a program stored an answer
+    there and the next program read it back and passed. Programs now cannot reach the keyring
+    system calls at all (a seccomp filter set before the program runs)."""
+    task = stdin_task("t/keyring", ("1\n", "7\n"))
+    run(pool, KEYRING_WRITE, task)
+    result = run(pool, KEYRING_READ, task)
+    assert not result.passed and "none" in (result.error or ""), result
+
+
+# ------------------------------------------------------------------------------------------
+# class 8: the documented fallback when namespaces are unavailable
+# ------------------------------------------------------------------------------------------
+
+
+def test_basic_isolation_is_loud():
+    """Found on c225caf: a pool that fell back to basic isolation (no namespaces: not root, or a
+    container that refuses them) said so only in `pool.isolation` and the preflight; the trainer and
+    phase 4 ran untrusted code with weaker isolation without a word. The pool now warns, with the
+    reason, whenever it runs programs without the namespaces or without the memory cgroup."""
+    with (
+        pytest.warns(SandboxIsolationWarning, match="basic"),
+        SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic,
+    ):
+        assert basic.isolation == "basic"
+        # and basic mode keeps the keyrings shut too (its uid is the user's own: their keys)
+        task = stdin_task("t/keyring", ("1\n", "7\n"))
+        execute_program(KEYRING_WRITE, task, LIMITS, basic)
+        result = execute_program(KEYRING_READ, task, LIMITS, basic)
+        assert not result.passed and "none" in (result.error or ""), result
