@@ -370,6 +370,7 @@ class _TreeEvaluator:
     """Evaluates a planned assert skeleton on plain decoded data (no object of the program exists here)."""
 
     MAX_ITEMS = 1_000_000
+    MAX_INT_BITS = 1 << 16  # about 20,000 digits: far above any MBPP/APPS value
 
     def __init__(self, leaves: tuple) -> None:
         self.leaves = leaves
@@ -400,6 +401,10 @@ class _TreeEvaluator:
             return True
         if isinstance(node, ast.BinOp):
             left, right = self.eval(node.left), self.eval(node.right)
+            if not isinstance(node.op, (ast.Add, ast.Sub)) and any(
+                isinstance(x, int) and x.bit_length() > self.MAX_INT_BITS for x in (left, right)
+            ):  # a program's huge ints (they travel as hex) must not buy quadratic time in this process
+                raise OverflowError("integer too large for arithmetic here")
             if isinstance(node.op, ast.Mult) and any(isinstance(x, (str, bytes, list, tuple)) for x in (left, right)):
                 sequence, count = (left, right) if isinstance(right, int) else (right, left)
                 if isinstance(count, int) and len(sequence) * count > self.MAX_ITEMS:

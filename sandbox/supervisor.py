@@ -260,7 +260,9 @@ class Supervisor:
         if self.cgroup is not None:  # the program's whole process tree (its memfds and tmpfs files included)
             self.cgroup.set_limit((limits["memory_mb"] + 64) * 1024 * 1024)
         tests: dict[int, dict] = {}
-        budget = [64 << 20]  # bytes of values and outputs one reply may carry
+        # what one reply may carry: bytes of values and outputs, and JSON nodes of values (each becomes
+        # an object of ~60 bytes, twice, in the judging process: 64 MiB of `[], ` would be 16 M lists)
+        budget = [64 << 20, MAX_REPLY_NODES]
         pending, together = list(range(n)), True
         while pending:
             if time.monotonic() >= program_deadline:
@@ -351,9 +353,26 @@ class Supervisor:
             )
         size = len(json.dumps(report.get("v")))  # the size it takes in the reply (the child's frame may be forged)
         budget[0] -= size
-        if budget[0] < 0 or size > cap:
+        budget[1] -= _count_nodes(report.get("v"), budget[1] + 1)
+        if budget[0] < 0 or budget[1] < 0 or size > cap:
             return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
         return dict(record, status="ok", value=report.get("v"))
+
+
+MAX_REPLY_NODES = 1_000_000
+
+
+def _count_nodes(value: object, limit: int) -> int:
+    """JSON nodes of a decoded value, counted up to `limit` (then `limit`)."""
+    stack, count = [value], 0
+    while stack and count < limit:
+        item = stack.pop()
+        count += 1
+        if type(item) is list:
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.values())
+    return count
 
 
 def _json_size(text: str) -> int:

@@ -9,12 +9,23 @@ program: no process or IPC object of it is left, and the pool keeps working.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from sandbox.executor import SandboxIsolationWarning, SandboxPool, execute_program, plan_tests, untrusted_task_ids
+from sandbox.executor import (
+    SandboxIsolationWarning,
+    SandboxLimits,
+    SandboxPool,
+    execute_many,
+    execute_program,
+    plan_tests,
+    untrusted_task_ids,
+)
 from tests.conftest import SHARED_DATA
 from tests.task_factory import assert_task, call_task, stdin_task
-from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, run
+from tests.test_sandbox_hostile import ASSERT_TASK
+from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, needs_root, run
 from utils.dataset_loader import load_apps, load_mbpp
 
 
@@ -192,3 +203,285 @@ def test_basic_isolation_is_loud():
         execute_program(KEYRING_WRITE, task, LIMITS, basic)
         result = execute_program(KEYRING_READ, task, LIMITS, basic)
         assert not result.passed and "none" in (result.error or ""), result
+
+
+ABSTRACT_SOCKET_SERVER = """
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind("\\0tgrpo-round3")
+server.listen(8)
+if libc.fork() == 0:  # a background server, as the program's own process
+    libc.setsid()
+    while True:
+        conn, _ = server.accept()
+        conn.sendall(b"7")
+        conn.close()
+print(0)
+"""
+ABSTRACT_SOCKET_CLIENT = """
+import socket
+try:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect("\\0tgrpo-round3")
+    print(c.recv(8).decode())
+except OSError as exc:
+    print("none", exc)
+"""
+
+
+def test_abstract_socket_server_does_not_outlive_its_program(pool):
+    # held on c225caf: abstract unix sockets live in the worker's network namespace, which every
+    # program of the worker shares, but the server dies with its program's PID namespace
+    task = stdin_task("t/abstract", ("1\n", "7\n"))
+    run(pool, ABSTRACT_SOCKET_SERVER, task)
+    result = run(pool, ABSTRACT_SOCKET_CLIENT, task)
+    assert not result.passed and "none" in (result.error or ""), result
+
+
+POSIX_MQ = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    libc.mq_open
+except AttributeError:
+    libc = ctypes.CDLL("librt.so.1", use_errno=True)
+libc.mq_open.restype = ctypes.c_int
+q = libc.mq_open(b"/tgrpo-round3", os.O_CREAT | os.O_RDWR | os.O_NONBLOCK, 0o666, None)
+buf = ctypes.create_string_buffer(8192)
+n = libc.mq_receive(q, buf, 8192, None) if q >= 0 else -1
+if n > 0:
+    print(buf.raw[:n].decode())
+else:
+    libc.mq_send(q, b"7", 1, 0)
+    print("none")
+"""
+
+
+def test_posix_message_queue_carries_nothing_between_programs(pool):
+    # held on c225caf: POSIX message queues belong to the IPC namespace, fresh for every program
+    task = stdin_task("t/mq", ("1\n", "7\n"))
+    run(pool, POSIX_MQ, task)
+    result = run(pool, POSIX_MQ, task)
+    assert not result.passed and "none" in (result.error or ""), result
+
+
+def test_reference_run_after_a_hostile_program_is_not_poisoned(pool):
+    # held: the program runs before its task's reference job, on the same worker; whatever it leaves
+    # (files in its scratch space, keys, patched modules) is gone or unreachable when the reference runs
+    code = """
+    import sys, ctypes
+    for path in ("/tmp/sitecustomize.py", "/dev/shm/sitecustomize.py", "/var/tmp/sitecustomize.py"):
+        try:
+            open(path, "w").write("import sys; sys.getsizeof = lambda x: 7\\n")
+        except OSError:
+            pass
+    sys.getsizeof = lambda x: 7
+    def tuple_size(t):
+        return 7
+    """
+    result = run(pool, code, SIZE_TASK)
+    assert result.tests_passed == 0, result
+
+
+# ------------------------------------------------------------------------------------------
+# class 3: racing the supervisor's clocks and its reading of reports
+# ------------------------------------------------------------------------------------------
+
+
+def test_program_in_a_c_call_past_the_deadline_times_out(pool):
+    # held: a C call ignores Python's signal handling; the supervisor's deadline kills it regardless
+    # (a SIGSTOP to itself was tried too: as PID 1 of its namespace the kernel ignores it)
+    code = "import ctypes\ndef add(a, b):\n    ctypes.CDLL(None).sleep(30)\n    return a + b\n"
+    result = run(pool, code, ASSERT_TASK)
+    assert result.status == "timeout", result
+    assert_pool_healthy(pool)
+
+
+def test_late_forged_frames_do_not_replace_reports(pool):
+    # held: after each test reported its wrong value, a thread forges the right ones; first report wins
+    code = """
+    import json, os, struct, threading, time
+    def forge():
+        time.sleep(0.1)
+        for i, v in enumerate((3, 4, 5)):
+            data = json.dumps({"k": "val", "i": i, "v": v}).encode()
+            os.write(3, struct.pack(">I", len(data)) + data)
+    def add(a, b):
+        if a == 0:
+            threading.Thread(target=forge).start()
+        return -1
+    """
+    result = run(pool, code, ASSERT_TASK)
+    assert result.tests_passed == 0 and result.status == "wrong_answer", result
+
+
+def test_alarm_storm_interrupting_the_harness_send(pool):
+    # held: a signal handler that raises fires every 10 microseconds, inside the harness's own sends;
+    # torn frames and an early exit are the program's failure, never sandbox_error
+    code = """
+    import signal
+    def boom(*args):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGALRM, boom)
+    signal.setitimer(signal.ITIMER_REAL, 0.00001, 0.00001)
+    def add(a, b):
+        return "x" * 200000
+    """
+    result = run(pool, code, ASSERT_TASK)
+    assert not result.passed and result.status != "sandbox_error", result
+    assert_pool_healthy(pool)
+
+
+# ------------------------------------------------------------------------------------------
+# class 4: type confusion in the value codec, and the judging process's own resources
+# ------------------------------------------------------------------------------------------
+
+
+def test_range_is_not_a_list(pool):
+    """Guards this round's codec: a range travels as a range (equal to a range, never to a list, as
+    in Python), and only a short one is rebuilt in the judging process."""
+    task = assert_task("t/range", "span", "assert span(3) == [0, 1, 2]", "assert list(span(3)) == [0, 1, 2]")
+    result = run(pool, "def span(n):\n    return range(n)\n", task)
+    assert [o.passed for o in result.test_outcomes] == [False, True], result
+    # a compound assert: the range comes back as a value and list() runs in the judging process
+    huge = assert_task("t/range2", "span", "assert len(span(3)) == 3 and list(span(3)) == [0, 1, 2]")
+    assert run(pool, "def span(n):\n    return range(n)\n", huge).passed
+    assert run(pool, "def span(n):\n    return range(10 ** 12)\n", huge).status == "wrong_answer"
+
+
+def test_huge_ints_buy_no_quadratic_time_in_the_judge(pool):
+    """Guards this round's codec: ints now travel at any size (as hex), so a tree assert's arithmetic
+    on two multi-million-bit ints would cost the judging process minutes; it refuses such operands."""
+    big = SandboxPool(workers=1, limits=SandboxLimits(test_timeout=2.0, output_bytes=4 << 20))
+    # a compound assert: its leaves come back as values and `//` runs in the judging process
+    task = assert_task("t/div", "f", "assert f(1) // f(2) == 1 and f(0) == 0")
+    code = "def f(n):\n    return n and ((1 << 10_000_000) - 1 if n == 1 else (1 << 5_000_000) - 3)\n"
+    with big:
+        result = execute_program(code, task, big.limits, big)
+    assert result.status == "wrong_answer", result
+
+
+def test_many_small_nodes_are_an_output_limit(pool):
+    """Found on c225caf: 40 values of 250,000 empty lists each (1 MB of JSON apiece, within the byte
+    budget) became 10 million lists in the judging process, twice (reply and decoded value). A reply
+    now carries at most a million JSON nodes; past that a test is the program's output_limit."""
+    many = call_task("t/nodes", "add", *[([i, 1], i + 1) for i in range(40)])
+    result = run(pool, "def add(a, b):\n    return [[]] * 250_000\n", many, limit_s=120)
+    assert "output_limit" in {o.status for o in result.test_outcomes}, result.status
+    assert result.status != "sandbox_error"
+
+
+def test_huge_exception_type_name(pool):
+    # held: an exception class named with 2 Mi characters (12 MB escaped) overflows the result channel
+    code = "class E(Exception):\n    pass\nE.__name__ = 'é' * (1 << 21)\nraise E('x')\n"
+    result = run(pool, code, ASSERT_TASK)
+    assert result.status in ("output_limit", "runtime_error"), result
+    assert_pool_healthy(pool)
+
+
+def test_flood_of_empty_frames(pool):
+    # held: a million empty frames on the result channel: garbage, then the channel's byte limit
+    code = "import os\nos.write(3, b'\\x00' * (4 << 20))\ndef add(a, b):\n    return a + b + 1\n"
+    result = run(pool, code, ASSERT_TASK)
+    assert not result.passed and result.status != "sandbox_error", result
+    assert_pool_healthy(pool)
+
+
+# ------------------------------------------------------------------------------------------
+# class 7: reading a task's hidden tests
+# ------------------------------------------------------------------------------------------
+
+MEMORY_SEARCH = """
+import gc
+def add(a, b):
+    target = str(int("918273644") + 1)  # not a constant of this code
+    for obj in gc.get_objects():
+        if isinstance(obj, (dict, list, tuple)):
+            try:
+                if any(v is target for v in (obj.values() if isinstance(obj, dict) else obj)):
+                    continue
+                if target in repr(obj)[:200000]:
+                    return int(target)
+            except Exception:
+                pass
+    return 0
+"""
+
+
+def test_the_expected_side_never_reaches_the_program(pool):
+    """Found on c225caf: an assert whose expected side is computed (`math.floor(918273645.5)`) ran
+    whole in the program's process, so the program found the expected value in the harness's job
+    in its own memory and returned it. That side is now computed in the program-free process."""
+    task = assert_task("t/hidden", "add", "assert add(1, 2) == math.floor(918273645.5)", test_imports=("import math",))
+    result = run(pool, MEMORY_SEARCH, task)
+    assert result.status == "wrong_answer", result
+
+
+def test_a_literal_expected_value_never_reaches_the_program(pool):
+    # held on c225caf: a literal expected value stays in the judging process
+    task = assert_task("t/hidden2", "add", "assert add(1, 2) == 918273645")
+    assert run(pool, MEMORY_SEARCH, task).status == "wrong_answer"
+
+
+# ------------------------------------------------------------------------------------------
+# class 6: host resources, neighbours and the shared installation
+# ------------------------------------------------------------------------------------------
+
+
+@needs_root
+def test_python_installation_is_read_only(pool):
+    # held: a program that could write a .pyc or sitecustomize into the interpreter the workers (and
+    # the judging process) import from would run code outside the sandbox
+    import json as json_module
+    import site
+
+    targets = [Path(json_module.__file__).parent / "__pycache__" / "tgrpo_round3.pyc"]
+    targets += [Path(p) / "sitecustomize_tgrpo_round3.py" for p in site.getsitepackages()]
+    code = f"""
+    for p in {[str(t) for t in targets]!r}:
+        try:
+            open(p, "w").write("x")
+            print("wrote", p)
+        except OSError:
+            pass
+    print("done")
+    """
+    try:
+        result = run(pool, code, stdin_task("t/ro", ("1\n", "done\n")))
+        assert result.passed, result  # nothing was written
+        assert not any(t.exists() for t in targets)
+    finally:
+        for t in targets:
+            t.unlink(missing_ok=True)
+
+
+@needs_root
+def test_program_cannot_raise_its_own_memory_limit(pool):
+    # held: the cgroup file system is not in the program's root, and the uid could not write it anyway
+    code = """
+    import os
+    for line in open("/proc/self/cgroup"):
+        path = "/sys/fs/cgroup/" + line.strip().split(":", 2)[2].lstrip("/")
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            try:
+                open(os.path.join(path, name), "w").write("max")
+            except OSError:
+                pass
+    block = bytearray(600 << 20)
+    def add(a, b):
+        return a + b
+    """
+    result = run(pool, code, ASSERT_TASK)
+    assert result.status == "memory_limit", result
+
+
+def test_kill_everything_spares_the_neighbour():
+    # held: kill(-1, SIGKILL) from a program reaches only its own PID namespace (and, as its uid,
+    # nothing of another worker): the program running beside it on the other worker still passes
+    killer = "import ctypes, signal\nctypes.CDLL(None).kill(-1, signal.SIGKILL)\ndef add(a, b):\n    return a + b + 1\n"
+    slow = "import time\ndef add(a, b):\n    time.sleep(0.3)\n    return a + b\n"
+    with SandboxPool(workers=2, limits=LIMITS) as two:
+        results = execute_many([(slow, ASSERT_TASK), (killer, ASSERT_TASK)] * 2, two, LIMITS)
+        assert [r.passed for r in results] == [True, False, True, False], results
+        assert_pool_healthy(two)
