@@ -267,8 +267,9 @@ def test_posix_message_queue_carries_nothing_between_programs(pool):
 
 
 def test_reference_run_after_a_hostile_program_is_not_poisoned(pool):
-    # held: the program runs before its task's reference job, on the same worker; whatever it leaves
-    # (files in its scratch space, keys, patched modules) is gone or unreachable when the reference runs
+    # found on c225caf (item 1's false pass, here with state left behind too); now: the program runs
+    # before its task's reference job, on the same worker, and whatever it leaves (files in its scratch
+    # space, patched modules) is gone or unreachable when the reference side is computed
     code = """
     import sys, ctypes
     for path in ("/tmp/sitecustomize.py", "/dev/shm/sitecustomize.py", "/var/tmp/sitecustomize.py"):
@@ -339,8 +340,9 @@ def test_alarm_storm_interrupting_the_harness_send(pool):
 
 
 def test_range_is_not_a_list(pool):
-    """Guards this round's codec: a range travels as a range (equal to a range, never to a list, as
-    in Python), and only a short one is rebuilt in the judging process."""
+    """Found on c225caf (a false fail): a range came back opaque, so a correct program failed a
+    compound assert on it. A range now travels as a range (equal to a range, never to a list, as in
+    Python), and only a short one is rebuilt in the judging process."""
     task = assert_task("t/range", "span", "assert span(3) == [0, 1, 2]", "assert list(span(3)) == [0, 1, 2]")
     result = run(pool, "def span(n):\n    return range(n)\n", task)
     assert [o.passed for o in result.test_outcomes] == [False, True], result
@@ -351,8 +353,9 @@ def test_range_is_not_a_list(pool):
 
 
 def test_huge_ints_buy_no_quadratic_time_in_the_judge(pool):
-    """Guards this round's codec: ints now travel at any size (as hex), so a tree assert's arithmetic
-    on two multi-million-bit ints would cost the judging process minutes; it refuses such operands."""
+    """Guards this round's codec (on c225caf such ints could not travel at all: runtime_error): ints
+    now travel at any size (as hex), so a tree assert's arithmetic on two multi-million-bit ints would
+    cost the judging process minutes; it refuses such operands."""
     big = SandboxPool(workers=1, limits=SandboxLimits(test_timeout=2.0, output_bytes=4 << 20))
     # a compound assert: its leaves come back as values and `//` runs in the judging process
     task = assert_task("t/div", "f", "assert f(1) // f(2) == 1 and f(0) == 0")
