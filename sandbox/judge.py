@@ -14,9 +14,11 @@ How a verdict is made:
   this way: ``==``, ``!=``, ``in``, ``not in``, ``is True/False/None``, ``not X``, a bare ``X``
   (truthiness) and ``math.isclose(X, EXPECTED, ...)``; compound asserts become a "tree" whose
   leaves the worker computes and whose boolean structure is evaluated here (`_TreeEvaluator`).
-  An assert whose both sides come from the program runs whole inside the child, whose report a
-  hostile program could forge: `plan_assert` marks these ``trusted=False``; the share on real
-  MBPP is measured in tests/test_judge.py.
+  A leaf that needs nothing of the program (``sys.getsizeof(x)``) is computed by a program-free
+  job (`PlannedTests.reference_job`) in a fresh process, never in the program's. Only an assert
+  no process can split runs whole inside the child, whose report a hostile program could forge:
+  `plan_assert` marks it ``trusted=False``, the result counts it in ``untrusted_tests`` and the
+  training rewards give it no signal (0 real MBPP tasks: tests/test_sandbox_hostile_round3.py).
 - Statuses: passed, wrong_answer, runtime_error, syntax_error, timeout, memory_limit,
   output_limit, no_code, sandbox_error. `sandbox_error` means the harness failed, not the
   program; rewards treat it as "no signal" (None), never as wrong.
