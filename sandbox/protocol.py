@@ -119,6 +119,16 @@ _INT_DIGITS = 4000  # below Python's 4300-digit str() limit; larger ints travel 
 _json_string = json.encoder.encode_basestring_ascii  # the C escaper json.dumps uses
 
 
+_dumps = json.dumps
+_SCALARS = frozenset({str, bool, type(None)})
+
+
+def _plain_scalar(x: Any) -> bool:
+    """Written by json.dumps exactly as `_Writer.value` writes it (no tag, no digit limit, finite)."""
+    t = type(x)
+    return t in _SCALARS or (t is int and x.bit_length() <= _INT_DIGITS * 3) or (t is float and math.isfinite(x))
+
+
 class ValueTooLarge(Exception):  # noqa: N818 - an outcome (the program's output_limit), not a harness error
     """The encoded value would exceed the output limit."""
 
@@ -217,6 +227,12 @@ class _Writer:
         self.emit("}")
 
     def sequence(self, items: Any, depth: int) -> None:
+        if len(items) >= 32 and type(items) is list and all(map(_plain_scalar, items)):
+            # a long flat list of plain scalars (the usual big output): json.dumps writes exactly this
+            # text, in C, ten times faster; the encoding time counts against the program's test clock
+            self.reserve(2 * len(items))
+            self.emit(_dumps(items))
+            return
         self.emit("[")
         for k, item in enumerate(items):
             if k:

@@ -134,3 +134,20 @@ def test_the_judging_side_never_imports_the_worker():
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_value_codec_edge_cases_round_trip_exactly():
+    # issue 29: type confusion in the codec; what comes back is what Python would compare
+    from sandbox.protocol import ValueTooLarge, encode_json
+
+    cases = [-0.0, True, 1, 7**6000, -(7**6000), range(2, 9, 3), [0.5] * 40 + [-0.0], [1, True, None, "é\x00"] * 10]
+    for value in cases:
+        back = decode_value(encode_value(value))
+        assert back == value and type(back) is type(value)
+        assert type(value) is int or repr(back) == repr(value)  # -0.0 stays -0.0 (repr refuses huge ints)
+    assert [type(x) for x in decode_value(encode_value([1, True] * 20))] == [int, bool] * 20  # bool stays bool
+    nan = decode_value(encode_value([float("nan")] * 40))
+    assert all(x != x for x in nan)  # NaN is tagged (json.dumps would write a bare NaN) and equals nothing
+    assert encode_json(list(range(100))) == json.dumps(list(range(100)))  # the C fast path writes the same text
+    with pytest.raises(ValueTooLarge):
+        encode_json(["x" * 100] * 100, limit=5000)
