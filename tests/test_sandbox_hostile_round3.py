@@ -9,6 +9,7 @@ program: no process or IPC object of it is left, and the pool keeps working.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -488,3 +489,15 @@ def test_kill_everything_spares_the_neighbour():
         results = execute_many([(slow, ASSERT_TASK), (killer, ASSERT_TASK)] * 2, two, LIMITS)
         assert [r.passed for r in results] == [True, False, True, False], results
         assert_pool_healthy(two)
+
+
+def test_tool_call_leaves_nothing_for_the_graded_program(pool):
+    """Found on c225caf (the keyring channel, through the multi-turn tool environment): a `<program>`
+    tool call runs on the same pool as the graded answer, so it could store an answer in the uid's
+    keyring for the graded program to read back and pass."""
+    from multiturn.environments import run_tool_program
+
+    output, _ = run_tool_program(textwrap.dedent(KEYRING_WRITE), pool, LIMITS)
+    assert "0" in output
+    result = run(pool, KEYRING_READ, stdin_task("t/tool", ("1\n", "7\n")))
+    assert not result.passed and "none" in (result.error or ""), result
