@@ -231,6 +231,7 @@ except OSError as exc:
 """
 
 
+@needs_root  # basic mode has no namespaces or sandbox uid (docs/sandbox.md, rows 2 and 6)
 def test_abstract_socket_server_does_not_outlive_its_program(pool):
     # held on c225caf: abstract unix sockets live in the worker's network namespace, which every
     # program of the worker shares, but the server dies with its program's PID namespace
@@ -259,6 +260,7 @@ else:
 """
 
 
+@needs_root  # basic mode has no namespaces or sandbox uid (docs/sandbox.md, rows 2 and 6)
 def test_posix_message_queue_carries_nothing_between_programs(pool):
     # held on c225caf: POSIX message queues belong to the IPC namespace, fresh for every program
     task = stdin_task("t/mq", ("1\n", "7\n"))
@@ -267,6 +269,7 @@ def test_posix_message_queue_carries_nothing_between_programs(pool):
     assert not result.passed and "none" in (result.error or ""), result
 
 
+@needs_root  # basic mode has no namespaces or sandbox uid (docs/sandbox.md, rows 2 and 6)
 def test_reference_run_after_a_hostile_program_is_not_poisoned(pool):
     # found on c225caf (item 1's false pass, here with state left behind too); now: the program runs
     # before its task's reference job, on the same worker, and whatever it leaves (files in its scratch
@@ -480,6 +483,7 @@ def test_program_cannot_raise_its_own_memory_limit(pool):
     assert result.status == "memory_limit", result
 
 
+@needs_root  # basic mode has no namespaces or sandbox uid (docs/sandbox.md, rows 2 and 6)
 def test_kill_everything_spares_the_neighbour():
     # held: kill(-1, SIGKILL) from a program reaches only its own PID namespace (and, as its uid,
     # nothing of another worker): the program running beside it on the other worker still passes
