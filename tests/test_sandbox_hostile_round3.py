@@ -42,6 +42,15 @@ def pool():
 # ------------------------------------------------------------------------------------------
 
 
+def assert_nothing_carried(pool, planter: str, prober: str, name: str) -> None:
+    """`planter` leaves the answer (7) wherever it can; `prober`, the next program on the same pool, prints
+    what it finds there or "none": it must find nothing and must not pass."""
+    task = stdin_task(name, ("1\n", "7\n"))
+    run(pool, planter, task)
+    result = run(pool, prober, task)
+    assert not result.passed and "none" in (result.error or ""), result
+
+
 def test_inflated_stdout_is_an_output_limit_not_a_sandbox_error(pool):
     """Found on c225caf: stdout bytes that are not UTF-8 decode to U+FFFD, which the reply's JSON
     writes as 6 bytes each; 70 tests x 1 MiB of 0xff passed the raw-byte budget and made a 420 MB
@@ -178,10 +187,7 @@ def test_kernel_keyring_carries_nothing_between_programs(pool):
     uid) and outlives them, and no namespace of the sandbox covers it: a program stored an answer
     there and the next program read it back and passed. Programs now cannot reach the keyring
     system calls at all (a seccomp filter set before the program runs)."""
-    task = stdin_task("t/keyring", ("1\n", "7\n"))
-    run(pool, KEYRING_WRITE, task)
-    result = run(pool, KEYRING_READ, task)
-    assert not result.passed and "none" in (result.error or ""), result
+    assert_nothing_carried(pool, KEYRING_WRITE, KEYRING_READ, "t/keyring")
 
 
 # ------------------------------------------------------------------------------------------
@@ -235,10 +241,7 @@ except OSError as exc:
 def test_abstract_socket_server_does_not_outlive_its_program(pool):
     # held on c225caf: abstract unix sockets live in the worker's network namespace, which every
     # program of the worker shares, but the server dies with its program's PID namespace
-    task = stdin_task("t/abstract", ("1\n", "7\n"))
-    run(pool, ABSTRACT_SOCKET_SERVER, task)
-    result = run(pool, ABSTRACT_SOCKET_CLIENT, task)
-    assert not result.passed and "none" in (result.error or ""), result
+    assert_nothing_carried(pool, ABSTRACT_SOCKET_SERVER, ABSTRACT_SOCKET_CLIENT, "t/abstract")
 
 
 POSIX_MQ = """
@@ -263,10 +266,7 @@ else:
 @needs_root  # basic mode has no namespaces or sandbox uid (docs/sandbox.md, rows 2 and 6)
 def test_posix_message_queue_carries_nothing_between_programs(pool):
     # held on c225caf: POSIX message queues belong to the IPC namespace, fresh for every program
-    task = stdin_task("t/mq", ("1\n", "7\n"))
-    run(pool, POSIX_MQ, task)
-    result = run(pool, POSIX_MQ, task)
-    assert not result.passed and "none" in (result.error or ""), result
+    assert_nothing_carried(pool, POSIX_MQ, POSIX_MQ, "t/mq")
 
 
 @needs_root  # basic mode has no namespaces or sandbox uid (docs/sandbox.md, rows 2 and 6)
