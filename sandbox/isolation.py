@@ -75,6 +75,7 @@ def _prctl(option: int, value: int) -> None:
 # architecture; any other architecture's calls (the 32-bit and x32 ABIs) are refused outright.
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _KEYRING_SYSCALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+KEYRING_FILTER_MACHINES = frozenset(_KEYRING_SYSCALLS)
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 
 
@@ -101,6 +102,8 @@ def _deny_keyrings() -> None:
     """Install `keyring_filter` on this process and everything it starts (inherited, irrevocable)."""
     import platform
 
+    if platform.machine() not in KEYRING_FILTER_MACHINES:  # no numbers for it: run without (the pool warns)
+        return
     program = keyring_filter(platform.machine())
     filters = (_SockFilter * len(program))(*(_SockFilter(*op) for op in program))
     fprog = _SockFprog(len(program), filters)

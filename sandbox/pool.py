@@ -106,9 +106,17 @@ class SandboxIsolationWarning(UserWarning):
     """The pool runs programs with less than the full isolation (see docs/sandbox.md, class 6)."""
 
 
-def isolation_shortfall(info: dict) -> str | None:
-    """What a worker's ready message says is missing from the full isolation, or None (pure)."""
+def isolation_shortfall(info: dict, machine: str | None = None) -> str | None:
+    """What a worker's ready message (and this `machine`, default the host's) says is missing from the full
+    isolation, or None (pure given `machine`)."""
+    import platform
+
+    from sandbox.isolation import KEYRING_FILTER_MACHINES
+
+    machine = machine or platform.machine()
     missing = []
+    if machine not in KEYRING_FILTER_MACHINES:
+        missing.append(f"no keyring filter on {machine}: a worker's programs share its uid's kernel keyrings")
     if info.get("isolation") != "namespaces":
         why = info.get("isolation_error") or ("not root" if info.get("uid") is None else "isolate=False")
         missing.append(f"basic isolation, no namespaces ({why}): programs share the host's /tmp and network")
