@@ -53,7 +53,7 @@ ORDER = ("base", "full", "teacher_sft", "grpo", "grpo_teacher")
 # Every flag that changes a number: a resumed experiment must have the same values.
 RECIPE_FLAGS = (
     "mbpp_path steps samples temperature eval_tasks eval_max_new_tokens max_new_tokens "
-    "lr teacher_batch curriculum humaneval seed model sets"
+    "lr teacher_batch curriculum humaneval humaneval_max_new_tokens seed model sets"
 )
 
 
@@ -67,7 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--teacher_batch", type=int, default=4, help="Teacher-SFT examples per micro-batch.")
     parser.add_argument("--save_steps", type=int, default=10, help="Checkpoint every N steps (default 10).")
     parser.add_argument("--curriculum", action="store_true", help="Phase 3's difficulty filter on (every variant).")
-    parser.add_argument("--humaneval", action="store_true", help="Also HumanEval greedy (164 problems, 256 tokens).")
+    parser.add_argument("--humaneval", action="store_true", help="Also HumanEval greedy (164 problems).")
+    parser.add_argument(
+        "--humaneval_max_new_tokens", type=int, default=256, help="HumanEval's greedy budget (default 256)."
+    )
     parser.add_argument("--variants", nargs="+", choices=ORDER, help="Only these variants (default all five).")
     parser.add_argument(
         "--set", dest="sets", action="append", default=[], help="Extra config override for every variant (repeatable)."
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
             "evaluation.num_samples=1",
             "evaluation.temperature=0",
             "evaluation.k_values=[1]",
-            "evaluation.max_new_tokens=256",
+            f"evaluation.max_new_tokens={args.humaneval_max_new_tokens}",
         ],
     )
     d = config.dual_source
