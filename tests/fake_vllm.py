@@ -39,6 +39,7 @@ ENGINE_FIELDS = {
     "enable_lora",
     "max_lora_rank",
     "max_loras",
+    "enable_chunked_prefill",
     "distributed_executor_backend",
     "enable_sleep_mode",
     "logprobs_mode",

@@ -49,6 +49,7 @@ ENGINE_CASES = {
     "rank 1 of 4": {"ranks": RankInfo(1, 1, 4), "lora_rank": 4},
     "sleep mode": {"ranks": RankInfo(), "lora_rank": 16, "sleep_mode": True},
     "base model (phase 4)": {"ranks": RankInfo(), "lora_rank": None, "logprobs": False},
+    "phase 4 on vLLM's CPU platform": {"ranks": RankInfo(), "lora_rank": 8, "logprobs": False, "cpu_platform": True},
 }
 
 

