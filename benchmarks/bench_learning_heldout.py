@@ -342,6 +342,12 @@ def build_report(args, out: Path, chosen: list[str], table: dict, command: str, 
     }
 
 
+def _mean(values: list) -> float:
+    """The mean of the logged values (a step that did not log one is skipped); nan when none was logged."""
+    present = [x for x in values if x is not None]
+    return sum(present) / len(present) if present else float("nan")
+
+
 def _fmt(value, interval=None, signed=False) -> str:
     if value is None:
         return "pending"
@@ -367,18 +373,38 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
         "",
         "| variant | pass@1 [95% CI] | "
         + " | ".join(f"pass@{k}" for k in ks[1:])
-        + " | − base [paired 95% CI] | − full [paired 95% CI] | HumanEval greedy − base |",
-        "|---|---|" + "---|" * (len(ks) - 1) + "---|---|---|",
+        + " | − base [paired 95% CI] | − full [paired 95% CI] | HumanEval greedy pass@1 | HumanEval − base |",
+        "|---|---|" + "---|" * (len(ks) - 1) + "---|---|---|---|",
     ]
     for v in report["variants"]:
         he = v.get("humaneval")
+
+        def versus(other: str, value, interval, name: str = v["name"]) -> str:
+            return "—" if name == other else _fmt(value, interval, True)  # a variant against itself
+
         lines.append(
             f"| {v['label']} | {_fmt(v.get('pass_at_1'), v.get('pass_at_1_ci'))} | "
             + " | ".join(_fmt((v.get("pass_at_k") or {}).get(str(k))) for k in ks[1:])
-            + f" | {_fmt(v.get('delta_vs_base'), v.get('delta_vs_base_ci'), True)}"
-            f" | {_fmt(v.get('delta_vs_full'), v.get('delta_vs_full_ci'), True)}"
-            f" | {_fmt(he['delta_vs_base'], he['delta_vs_base_ci'], True) if he else 'n/a'} |"
+            + f" | {versus('base', v.get('delta_vs_base'), v.get('delta_vs_base_ci'))}"
+            f" | {versus('full', v.get('delta_vs_full'), v.get('delta_vs_full_ci'))}"
+            f" | {_fmt(he['pass_at_1'], he['pass_at_1_ci']) if he else 'n/a'}"
+            f" | {versus('base', he['delta_vs_base'], he['delta_vs_base_ci']) if he else 'n/a'} |"
         )
+    trained = [v for v in report["variants"] if v.get("training") and any(v["training"]["step"])]
+    if trained:
+        lines += [
+            "",
+            "| trained variant | policy entropy, first → last 3 steps (nats/token) | rollouts passing | groups "
+            "without spread | training seconds |",
+            "|---|---|---|---|---|",
+        ]
+        for v in trained:
+            t = v["training"]
+            lines.append(
+                f"| {v['label']} | {_mean(t['entropy'][:3]):.3f} → {_mean(t['entropy'][-3:]):.3f} | "
+                f"{_mean(t['pass_rate']):.3f} | {_mean(t['frac_reward_zero_std']):.2f} | "
+                f"{v['train_seconds'] or 0:.0f} |"
+            )
     power = report["power_full_vs_base"]
     if power:
         needed = ", ".join(f"{m} samples: {n['problems']} problems" for m, n in power["needed"].items())
