@@ -375,8 +375,11 @@ class LoraConfig:
 class GRPOConfig:
     kl_coef: float = option(
         0.05,
-        "Weight of the k3 KL penalty to the frozen base (beta). Higher keeps the policy near the "
-        "base (safer, slower learning); 0 disables it and skips the reference forward pass.",
+        "Weight of the KL penalty to the frozen base (beta): its own term of the objective, beta x the step's "
+        "token mean of the k3 estimate (bounded per token as verl's low_var_kl: log-ratio clamped to +-20, "
+        "value to [-10, 10]), not scaled by dual_source.grpo_weight, so it also anchors a run whose GRPO weight "
+        "is 0. Higher keeps the policy near the base (safer, slower learning); 0 disables it and skips the "
+        "reference forward pass.",
         ge=0,
     )
     clip_range: float = option(
@@ -432,8 +435,10 @@ class GRPOConfig:
     correctness_reward: str = option(
         "binary",
         "'binary': 1 only when every test passes (no credit for near misses, cannot be gamed by "
-        "passing the easy tests); 'fraction': the share of tests passed (denser signal for weak "
-        "students; the cpu preset uses it).",
+        "passing the easy tests); 'fraction': the share of the tests the prompt does not show that pass "
+        "(prompt.num_visible_tests asserts are shown; hard-coding their answers earns nothing), a denser "
+        "signal for weak students. 'fraction' needs scale_rewards=false: z-scored, a group's 1/3 partial credit "
+        "would get the advantage of a full solve.",
         choices=("binary", "fraction"),
     )
     format_reward_weight: float = option(
@@ -442,7 +447,9 @@ class GRPOConfig:
         "0 for none). The weighted bonus is added to the advantage centred within the group but not divided "
         "by the group's std (only correctness is z-scored), so an all-fail group that differs only in format "
         "gets advantages of at most this size, not a full pass/fail signal; metrics report "
-        "frac_format_only_spread.",
+        "frac_format_only_spread. An optimizer step whose only signal is this bonus (no group with "
+        "correctness spread, no SFT or OPD data) is not taken: Adam would scale it to a full-size update "
+        "whatever the weight (metrics: update/skipped).",
     )
     reward_funcs: tuple[str, ...] = option(
         (),
@@ -487,6 +494,27 @@ class GRPOConfig:
         "Drop groups with no learning signal (correctness and format bonus both equal, to 1e-6) from the "
         "GRPO term (DAPO dynamic sampling without resampling): they have zero advantage and only dilute "
         "the token-mean. Groups whose only spread is the format bonus are kept (small advantages).",
+    )
+    dynamic_sampling: bool = option(
+        False,
+        "DAPO dynamic sampling: after scoring a rollout batch, keep only the groups with correctness spread and "
+        "sample the next prompts (in the data order) until the batch has per_device_train_batch_size x "
+        "gradient_accumulation_steps such groups or dynamic_sampling_max_rounds rounds were sampled. Every step "
+        "then has reward signal, at the price of more rollouts (metrics: sampling/rounds, "
+        "sampling/groups_sampled). Prompts sampled for a round count as consumed in the data order.",
+    )
+    dynamic_sampling_max_rounds: int = option(
+        4,
+        "dynamic_sampling: most rollout rounds per batch; a batch still short after them trains on the groups "
+        "with spread it has (or, with none and no other term, skips the step).",
+        ge=1,
+    )
+    mask_truncated_completions: bool = option(
+        False,
+        "Leave completions cut at max_new_tokens (finish_reason 'length') out of the GRPO, OPD and KL terms "
+        "(DAPO's overlong filtering, TRL's option of the same name): they still count in their group's reward "
+        "mean and std, but their tokens get no gradient and leave the normalizer, so the update does not become "
+        "a length penalty when most samples run into the budget.",
     )
     rollout_backend: str = option(
         "hf",
@@ -558,7 +586,9 @@ class DualSourceConfig:
         "teaches the format but also the mistakes.",
     )
     include_thinking: bool = option(True, "Teacher-SFT targets include the <think> block (off: code only).")
-    sft_max_length: int = option(2048, "Max tokens of one SFT example (prompt + response); longer responses are cut.")
+    sft_max_length: int = option(
+        2048, "Max tokens of one SFT example (prompt + response); a longer example is dropped and counted, never cut."
+    )
     sft_weight_schedule: str = option(
         "constant",
         "How the two SFT weights evolve: 'constant', or 'linear'/'cosine' decay to their final values "
@@ -566,8 +596,14 @@ class DualSourceConfig:
         choices=("constant", "linear", "cosine"),
     )
     sft_decay_steps: int = option(0, "Steps over which the SFT weights decay (0: the whole run).")
-    teacher_sft_final_weight: float = option(0.0, "Teacher-SFT weight at the end of the decay.")
-    self_sft_final_weight: float = option(0.0, "Self-SFT weight at the end of the decay.")
+    teacher_sft_final_weight: float = option(
+        0.0,
+        "Teacher-SFT weight at the end of the schedule (a schedule may rise from a teacher_sft_weight of 0).",
+        ge=0,
+    )
+    self_sft_final_weight: float = option(
+        0.0, "Self-SFT weight at the end of the schedule (a schedule may rise from a self_sft_weight of 0).", ge=0
+    )
     self_sft_buffer_size: int = option(
         32,
         "Recent distinct successes kept (per process) for self-SFT, so that steps without a passing sample "
@@ -590,9 +626,11 @@ class DualSourceConfig:
         note="0: off",
     )
     opd_advantage_clip: float = option(
-        0.0,
+        10.0,
         "Clamp each OPD token advantage to [-c, c]: bounds the push from tokens the teacher rules out "
-        "(log-prob -inf, which vLLM reports as -9999).",
+        "(log-prob -inf, which vLLM reports as -9999) and from a weak student's junk tokens, which a strong "
+        "teacher scores at -20 to -40 (metrics: opd/advantage_p01, opd/advantage_p99 before the clip, "
+        "opd/clipped_frac).",
         ge=0,
         note="0: no clip",
     )
@@ -605,8 +643,10 @@ class DualSourceConfig:
     self_sft_weight: float = option(
         0.2,
         "Weight of SFT on the student's own best passing sample per group (one that ended its turn, "
-        "finish_reason stop). The term is one token-mean over all of a step's self-SFT examples (all "
-        "ranks), so its weight does not depend on how many samples passed. Reinforces rare successes; too "
+        "finish_reason stop). Each example weighs as one group of the step: the NLL is summed over the step's "
+        "self-SFT tokens (all ranks) and divided by groups x mean example length, so the term scales with the "
+        "share of groups that succeeded (rejection-sampling fine-tuning) and one lucky sample gets 1/groups of "
+        "it, not all of it; replayed successes count against the same budget. Reinforces rare successes; too "
         "high narrows diversity.",
         ge=0,
     )
@@ -888,6 +928,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "num_samples_per_prompt": 4,
             "max_new_tokens": 128,
             "correctness_reward": "fraction",
+            "scale_rewards": False,  # partial credit: mean-centred advantages (see grpo.correctness_reward)
             "rollout_backend": "kv",
         },
         "training": {
@@ -1230,6 +1271,13 @@ def validate(config: Config) -> None:
         "student.load_in_8bit",
         f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
         "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false",
+    )
+    need(
+        not (config.grpo.correctness_reward == "fraction" and config.grpo.scale_rewards),
+        "grpo.correctness_reward=fraction",
+        "needs grpo.scale_rewards=false: divided by the group's std, a group's partial credit (0, 1/3, 0, 0) "
+        "gets the advantages of a full solve (0, 1, 0, 0). Set grpo.scale_rewards=false (mean-centred "
+        "advantages, Dr. GRPO) or use grpo.correctness_reward=binary",
     )
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")

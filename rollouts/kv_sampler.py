@@ -520,9 +520,19 @@ def _sample_group(
         for i, row in enumerate(rows):
             seen[i, torch.tensor(prompts[row.prompt])] = True
     window = max((len(s) for s in stop_strings), default=0) + 2
+    # With a truncation or penalty on, the sampled distribution is the warped one: its log-probs are what the
+    # trainer's importance weights must see (as vLLM's processed_logprobs). Plain temperature sampling keeps
+    # the full-softmax log-probs, which are the same distribution.
+    warped = knobs.temperature > 0 and (
+        (knobs.top_k or 0) > 0 or knobs.top_p < 1.0 or knobs.min_p > 0 or knobs.repetition_penalty != 1.0
+    )
     for step in range(max_new_tokens):
-        tokens = choose_tokens(warp_logits(logits, knobs, seen), knobs, generator)
-        chosen_logp = token_logprobs(logits, tokens, knobs.temperature)
+        scores = warp_logits(logits, knobs, seen)  # (B, V) float32
+        tokens = choose_tokens(scores, knobs, generator)
+        if warped:
+            chosen_logp = scores.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B,)
+        else:
+            chosen_logp = token_logprobs(logits, tokens, knobs.temperature)
         keep = []
         for position, (token, logp) in enumerate(zip(tokens.tolist(), chosen_logp.tolist(), strict=True)):
             row = rows[alive[position]]

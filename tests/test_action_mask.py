@@ -19,7 +19,7 @@ from rollouts.completion import RolloutCompletion
 from tests.trainer_helpers import ScriptedRollout, scripted_trainer, small_tasks, teacher_examples
 from training import passes
 from training.batching import completion_logprobs, pad_rollout_batch, slice_rollout_batch
-from training.losses import IGNORE_INDEX, aggregation_units, grpo_loss, step_denominator
+from training.losses import IGNORE_INDEX, aggregation_units, grpo_loss, kl_loss, step_denominator
 from utils.sft_data import encode_prompt, end_of_turn_id
 from utils.student_model import load_student
 
@@ -107,19 +107,14 @@ def test_loss_and_denominators_by_hand_with_environment_tokens():
     ):
         assert aggregation_units(mask, mode) == units
         denominator = step_denominator(units, mode, 8)
-        loss, metrics = grpo_loss(
-            logp,
-            logp.detach(),
-            logp.detach() - 0.3 * (1 - mask),
-            advantages,
-            mask,
-            kl_coef=0.1,
-            aggregation=mode,
-            norm_length=8,
-            denominator=denominator,
+        loss, _ = grpo_loss(
+            logp, logp.detach(), advantages, mask, aggregation=mode, norm_length=8, denominator=denominator
         )
         assert float(loss) == pytest.approx(expected, abs=1e-6), mode
-        assert metrics["kl"] == 0.0  # the reference differs only on environment tokens
+        kl, metrics = kl_loss(
+            logp, logp.detach() - 0.3 * (1 - mask), mask, aggregation=mode, norm_length=8, denominator=denominator
+        )
+        assert float(kl) == 0.0 and metrics["kl"] == 0.0  # the reference differs only on environment tokens
 
 
 def test_environment_log_probs_far_from_the_reference_stay_finite():
@@ -129,7 +124,10 @@ def test_environment_log_probs_far_from_the_reference_stay_finite():
     logp = torch.tensor([[-1.0, -200.0, -2.0]], requires_grad=True)
     ref = torch.tensor([[-1.0, -1.0, -2.0]])
     old = torch.tensor([[-1.0, 50.0, -2.0]])
-    loss, metrics = grpo_loss(logp, old, ref, torch.tensor([1.0]), mask, kl_coef=0.1)
+    surrogate, metrics = grpo_loss(logp, old, torch.tensor([1.0]), mask)
+    kl, kl_metrics = kl_loss(logp, ref, mask)
+    loss = surrogate + 0.1 * kl
+    metrics.update(kl_metrics)
     loss.backward()
     assert torch.isfinite(loss) and all(v == v for v in metrics.values())
     assert logp.grad[0, 1] == 0.0 and logp.grad[0, 0] != 0.0

@@ -283,8 +283,6 @@ UNBOUNDED_ON_PURPOSE = {
     "grpo.format_reward_weight": "a weight of the shaping part; any sign is a valid objective",
     "grpo.reward_weights": "a user reward may be weighted negatively (a penalty)",
     "teacher.presence_penalty": "the teacher server checks its own range (OpenAI: -2 to 2)",
-    "dual_source.teacher_sft_final_weight": "not checked yet (candidate: >= 0)",
-    "dual_source.self_sft_final_weight": "not checked yet (candidate: >= 0)",
     "teacher.request_timeout": "not checked yet (candidate: > 0)",
     "teacher.max_retries": "not checked yet (candidate: >= 0)",
     "lora.lora_alpha": "not checked yet (candidate: > 0)",

@@ -13,6 +13,7 @@ from training.losses import (
     group_advantages,
     grpo_loss,
     k3_kl,
+    kl_loss,
     lr_factor,
     masked_sft_nll,
     scheduled_weight,
@@ -143,11 +144,10 @@ def test_masked_sft_nll_chunks_with_a_shared_token_count_add_up():
 
 def test_grpo_loss_at_step_zero_has_zero_kl_and_the_expected_value():
     logp = torch.log(torch.tensor([[0.5, 0.5], [0.25, 0.25]]))
-    loss, m = grpo_loss(logp, logp, logp, torch.tensor([1.0, -1.0]), torch.ones(2, 2), kl_coef=0.05)
+    loss, _ = grpo_loss(logp, logp, torch.tensor([1.0, -1.0]), torch.ones(2, 2))
+    kl, m = kl_loss(logp, logp, torch.ones(2, 2))
     # ratio 1 everywhere: per-token -A -> [-1, -1, 1, 1]; token-mean = 0; KL = 0 (policy == reference)
-    assert loss.item() == pytest.approx(0.0) and m["kl"] == 0.0
-    with pytest.raises(ValueError, match="reference"):
-        grpo_loss(logp, logp, None, torch.tensor([1.0, -1.0]), torch.ones(2, 2), kl_coef=0.1)
+    assert loss.item() == pytest.approx(0.0) and kl.item() == 0.0 and m["kl"] == 0.0
 
 
 def test_masked_sft_nll_matches_cross_entropy_and_ignores_prompt_and_pads():

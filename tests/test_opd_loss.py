@@ -83,13 +83,13 @@ def test_grpo_plus_opd_equals_one_surrogate_with_the_combined_token_advantage():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     seq_adv = torch.tensor([0.8, -0.8])
     w_grpo, w_opd = 1.0, 0.5
-    g, _ = grpo_loss(logp, logp.detach(), None, seq_adv, mask, kl_coef=0.0)
+    g, _ = grpo_loss(logp, logp.detach(), seq_adv, mask)
     o, _ = opd_loss(logp, logp.detach(), teacher, mask)
     (w_grpo * g + w_opd * o).backward()
     combined = logp.grad.clone()
     logp.grad = None
     token_adv = w_grpo * seq_adv.unsqueeze(1) + w_opd * (teacher - logp.detach()) * mask
-    one, _ = grpo_loss(logp, logp.detach(), None, token_adv, mask, kl_coef=0.0)
+    one, _ = grpo_loss(logp, logp.detach(), token_adv, mask)
     one.backward()
     close(combined, logp.grad.tolist())
 

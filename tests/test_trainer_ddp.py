@@ -57,7 +57,7 @@ def check_global_token_mean(rank0, rank1):
         groups = rank["samples"]
         correctness = torch.tensor([[s["correctness"] for s in g] for g in groups])
         bonus = torch.tensor([[config.grpo.format_reward_weight * s["format"] for s in g] for g in groups])
-        adv = group_advantages(correctness, bonus=bonus)[0]
+        adv = group_advantages(correctness, scale=config.grpo.scale_rewards, bonus=bonus)[0]
         for g, group in enumerate(groups):
             if adv[g].abs().sum() > 0:  # dynamic filtering
                 kept += group
@@ -66,7 +66,7 @@ def check_global_token_mean(rank0, rank1):
     completions = [RolloutCompletion("", tuple(s["token_ids"]), tuple(s["prompt_ids"]), "stop") for s in kept]
     batch = pad_rollout_batch(completions, tokenizer.pad_token_id)
     logp = completion_logprobs(model, batch)
-    loss, _ = grpo_loss(logp, logp.detach(), None, torch.tensor(advantages), batch["completion_mask"], kl_coef=0.0)
+    loss, _ = grpo_loss(logp, logp.detach(), torch.tensor(advantages), batch["completion_mask"])
     loss.backward()
     for name, param in model.named_parameters():
         if param.grad is not None:

@@ -3,10 +3,12 @@
 A GRPO group whose G samples all pass, or all fail, has no correctness spread: its advantages are
 (nearly) zero, and the rollouts it cost teach nothing but the format bonus. On real MBPP the 135M
 student passes ~1% of its rollouts, so most groups are all-fail (issue 27). Like PRIME's and
-DeepCoder's online filters, this module keeps, per training task, the outcomes (pass / fail) of its
-newest `window` samples under the policy as it was when they were drawn, and when the next rollout
-batch is drawn it skips a task whose estimate is *settled*: at least `min_samples` samples, all passed
-or all failed. A skipped task comes back after `revisit_after` skips, because the policy moves.
+DeepCoder's online filters, this module keeps, per training task, the correctness rewards of its
+newest `window` samples under the policy as it was when they were drawn (the reward in use: 1/0 for
+`binary`, the share of hidden tests for `fraction`, so partial credit counts as spread exactly where the
+advantage sees it), and when the next rollout batch is drawn it skips a task whose estimate is *settled*:
+at least `min_samples` samples, all with the same reward (all passed, or all equal short of a pass). A
+skipped task comes back after `revisit_after` skips, because the policy moves.
 
 The draw walks the same seeded epoch permutations as the plain order (`order_position`), from a cursor
 kept in the state, so with every task unsettled it draws exactly what the plain order draws. When every
@@ -18,7 +20,7 @@ optionally a prior (`prior_from_samples`: phase 4's per-sample rows of the start
 training tasks, the cheap pre-pass). Its whole state is JSON (`state`/`load`) and rides in the
 trainer's checkpoint, so a resumed run draws what the uninterrupted run would have drawn.
 
-Pure Python and numpy; knows task indices and booleans, not models, tokenizers or the sandbox.
+Pure Python and numpy; knows task indices and reward values, not models, tokenizers or the sandbox.
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ def order_position(seed: int, num_tasks: int, position: int) -> int:
     return int(np.random.default_rng([seed, epoch]).permutation(num_tasks)[offset])
 
 
+# the advantage's own tolerance (training.losses.ZERO_SPREAD_TOL): rewards closer than this are equal
+SPREAD_TOL = 1e-6
+
+
 class Curriculum:
-    """Per-task pass/fail history and the filtered draw; one per process, identical on every process."""
+    """Per-task reward history and the filtered draw; one per process, identical on every process."""
 
     def __init__(self, num_tasks: int, seed: int, min_samples: int, window: int, revisit_after: int) -> None:
         if num_tasks < 1:
@@ -48,33 +54,31 @@ class Curriculum:
         self.min_samples = min_samples
         self.window = window
         self.revisit_after = revisit_after
-        self.history: list[list[bool]] = [[] for _ in range(num_tasks)]  # newest `window` outcomes per task
+        self.history: list[list[float]] = [[] for _ in range(num_tasks)]  # newest `window` rewards per task
         self.skips = [0] * num_tasks  # times skipped since last drawn
         self.cursor = 0  # the next position of the plain order to look at
         self.skipped_total = 0
 
     # ---------------------------------------------------------------- estimates
 
-    def observe(self, task_index: int, outcomes: Iterable[bool]) -> None:
-        """Add a group's outcomes (one bool per sample: passed) to a task's history."""
-        kept = self.history[task_index] + [bool(x) for x in outcomes]
+    def observe(self, task_index: int, outcomes: Iterable[float]) -> None:
+        """Add a group's correctness rewards (one per sample: 1/0 passed, or the share of tests) to a task's
+        history."""
+        kept = self.history[task_index] + [float(x) for x in outcomes]
         self.history[task_index] = kept[-self.window :]
 
     def rate(self, task_index: int) -> float | None:
-        """The task's estimated pass rate (share of its kept samples that passed); None when it has none."""
+        """The task's estimated mean correctness reward (the pass rate for binary rewards); None when it has none."""
         h = self.history[task_index]
         return sum(h) / len(h) if h else None
 
     def settled(self, task_index: int) -> str | None:
-        """'all_pass' / 'all_fail' when the task's estimate rules out spread, else None."""
+        """'all_pass' / 'all_fail' when the task's kept rewards are all equal (no spread for the advantage):
+        'all_pass' when they are all full solves, 'all_fail' otherwise; else None."""
         h = self.history[task_index]
-        if len(h) < self.min_samples:
+        if len(h) < self.min_samples or max(h) - min(h) > SPREAD_TOL:
             return None
-        if all(h):
-            return "all_pass"
-        if not any(h):
-            return "all_fail"
-        return None
+        return "all_pass" if min(h) >= 1.0 - SPREAD_TOL else "all_fail"
 
     # ---------------------------------------------------------------- the draw
 
@@ -134,14 +138,14 @@ class Curriculum:
         for row in rows:
             i = index.get(str(row.get("task_id")))
             if i is not None:
-                self.observe(i, [bool(row.get("passed"))])
+                self.observe(i, [float(bool(row.get("passed")))])
                 used += 1
         return used
 
     def state(self) -> dict[str, Any]:
         return {
             "num_tasks": self.num_tasks,
-            "history": [[int(x) for x in h] for h in self.history],
+            "history": [list(h) for h in self.history],
             "skips": list(self.skips),
             "cursor": self.cursor,
             "skipped_total": self.skipped_total,
@@ -153,17 +157,18 @@ class Curriculum:
                 f"the checkpoint's curriculum has {state['num_tasks']} tasks, this run {self.num_tasks}: "
                 "resume with the same task file"
             )
-        self.history = [[bool(x) for x in h] for h in state["history"]]
+        self.history = [[float(x) for x in h] for h in state["history"]]
         self.skips = list(state["skips"])
         self.cursor = int(state["cursor"])
         self.skipped_total = int(state["skipped_total"])
 
 
-def zero_spread_share(groups_passed: Sequence[Sequence[bool]]) -> float:
-    """Share of groups whose samples all passed or all failed (no correctness spread); groups: (N, G)."""
-    if not groups_passed:
+def zero_spread_share(groups_rewards: Sequence[Sequence[float]]) -> float:
+    """Share of groups whose correctness rewards are all equal (no spread for the advantage); groups: (N, G)."""
+    if not groups_rewards:
         return 0.0
-    return sum(1 for g in groups_passed if len(set(g)) <= 1) / len(groups_passed)
+    flat = sum(1 for g in groups_rewards if not g or max(g) - min(g) <= SPREAD_TOL)
+    return flat / len(groups_rewards)
 
 
 def build_curriculum(section: Any, group_size: int, task_ids: Sequence[str], seed: int) -> Curriculum | None:

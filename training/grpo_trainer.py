@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +41,14 @@ from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
 from training.curriculum import build_curriculum, zero_spread_share
 from training.launch import check_accelerator, local_world_size, sandbox_workers
-from training.losses import lr_factor, scheduled_weight
+from training.losses import group_has_spread, lr_factor, scheduled_weight
 from training.metric_sinks import MetricSinks, make_accelerator, reduce_over_processes
 from training.passes import PassRunner
 from training.rewards import ScoredSample, load_reward_functions
 from training.scoring import score_rollouts
-from training.sft_sources import SuccessBuffer, build_teacher_sft, self_sft_examples
+from training.sft_sources import SuccessBuffer, build_teacher_sft, max_scheduled_weight, self_sft_examples
 from training.teacher_logprobs import TeacherScorer, build_teacher_scorer
-from training.update_plan import UpdatePlan, plan_step, plan_update, step_loss_metrics
+from training.update_plan import UpdatePlan, correctness_rewards, plan_step, plan_update, step_loss_metrics
 from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
 from utils.sft_data import collate_sft, end_of_turn_id
@@ -148,6 +149,12 @@ class GRPOTrainer:
             config.curriculum, self.group_size, [t.task_id for t in tasks], training.seed
         )
         self._curriculum_metrics: dict[str, float] = {}
+        # a term that is off costs nothing: without GRPO, KL, OPD, self-SFT and the curriculum no rollout is sampled
+        self.needs_rollouts = (
+            self.passes.rollout_terms
+            or max_scheduled_weight(config.dual_source, "self_sft") > 0
+            or self.curriculum is not None
+        )
 
     # ---------------------------------------------------------------- schedules and data order
 
@@ -181,7 +188,44 @@ class GRPOTrainer:
     # ---------------------------------------------------------------- one rollout batch
 
     def collect_rollouts(self) -> tuple[list[list[ScoredSample]], dict]:
-        """Sample, execute and score G completions for each prompt of the next rollout batch."""
+        """Sample, execute and score G completions for each prompt of the next rollout batch.
+
+        With `grpo.dynamic_sampling`, only groups with correctness spread are kept and the next prompts are
+        sampled until the batch is full of them or `dynamic_sampling_max_rounds` rounds were sampled (every
+        process runs the same number of rounds: the decision is all-reduced). Returns no groups when nothing
+        in the objective trains on rollouts."""
+        if not self.needs_rollouts:
+            return [], {}
+        grpo = self.config.grpo
+        if not grpo.dynamic_sampling:
+            return self._sample_round()
+        wanted = self.prompts_per_rollout
+        kept: list[list[ScoredSample]] = []
+        rounds: list[tuple[dict, int]] = []
+        sampled = 0
+        for round_index in range(grpo.dynamic_sampling_max_rounds):
+            if round_index > 0:
+                self.state.rollout_batches += 1  # a refill round consumes the next prompts of the data order
+            groups, metrics = self._sample_round()
+            rounds.append((metrics, sum(len(g) for g in groups)))
+            sampled += len(groups)
+            spread = group_has_spread(correctness_rewards(groups)).tolist() if groups else []
+            kept += [g for g, has in zip(groups, spread, strict=True) if has][: wanted - len(kept)]
+            short = float(len(kept) < wanted)
+            if self._global_sums([short])[0] == 0:  # every process is full
+                break
+        merged = merge_round_metrics(rounds)
+        merged.update(
+            {
+                "sampling/rounds": float(len(rounds)),
+                "sampling/groups_sampled": float(sampled),
+                "sampling/groups_kept": float(len(kept)),
+            }
+        )
+        return kept, merged
+
+    def _sample_round(self) -> tuple[list[list[ScoredSample]], dict]:
+        """One rollout round: the next prompts of the data order, G samples each, scored."""
         cfg = self.config
         chosen = self._prompt_indices(self.state.rollout_batches)
         tasks = [self.tasks[i] for i in chosen]
@@ -206,20 +250,20 @@ class GRPOTrainer:
         return groups, metrics
 
     def _observe_curriculum(self, chosen: list[int], groups: list[list[ScoredSample]]) -> dict[str, float]:
-        """Add this batch's outcomes to the curriculum (every process's groups: summed over processes, so all
-        hold the same estimates) and return the filter's metrics, with this batch's zero-spread share."""
+        """Add this batch's correctness rewards (the reward in use: partial credit is spread, as the advantage
+        sees it) to the curriculum: every process's groups, gathered, so all hold the same estimates. Returns
+        the filter's metrics, with this batch's zero-spread share."""
         assert self.curriculum is not None
-        n = len(self.tasks)
-        counts = [0.0] * (2 * n)  # passes of task i at i, samples at n + i
-        for index, group in zip(chosen, groups, strict=True):
-            counts[index] += sum(s.result.passed for s in group)
-            counts[n + index] += len(group)
-        counts = self._global_sums(counts)
-        for i in range(n):
-            if counts[n + i]:
-                passes, samples = round(counts[i]), round(counts[n + i])
-                self.curriculum.observe(i, [True] * passes + [False] * (samples - passes))
-        spread = zero_spread_share([[s.result.passed for s in group] for group in groups])
+        rewards = correctness_rewards(groups)  # (P, G), NaN = unscorable
+        index = torch.tensor(chosen, dtype=torch.float64).reshape(-1, 1)  # (P, 1)
+        rows = torch.cat([index, rewards.to(torch.float64)], dim=1)  # (P, 1 + G)
+        if self.accelerator.num_processes > 1:  # every process draws the same number of prompts
+            rows = self.accelerator.gather(rows.to(self.accelerator.device)).cpu()
+        for row in rows.tolist():
+            values = [v for v in row[1:] if v == v]  # NaN (unscorable) says nothing about the task
+            if values:
+                self.curriculum.observe(int(row[0]), values)
+        spread = zero_spread_share([[v for v in row if v == v] for row in rewards.tolist()])
         return {**self._curriculum_metrics, **self.curriculum.summary(), "curriculum/zero_spread_share": spread}
 
     def _self_sft_examples(self, groups: list[list[ScoredSample]]) -> list[dict]:
@@ -252,31 +296,40 @@ class GRPOTrainer:
         world = self.accelerator.num_processes
         step = plan_step(plan, teacher_batches, w_self > 0, self.config.grpo, world, self._global_sums)
         sums: dict[str, float] = {}
-        for run_pass in self.passes.passes(plan, step, self.micro_batches, w_teacher, w_self):  # DDP: sync once
-            with self.accelerator.no_sync(self.model) if world > 1 else contextlib.nullcontext():
-                for key, value in run_pass().items():
-                    sums[key] = sums.get(key, 0.0) + value
-        if world > 1:
-            self.passes.synchronizing_pass()
-        opd_keys = ("opd/kl", "opd/advantage_mean", "opd/clipped_frac") if self.opd else ()
-        if step.grpo_tokens > 0:  # a rank without GRPO samples contributes zeros to the step's means
-            for key in ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean", *opd_keys):
-                sums.setdefault(key, 0.0)
-        present = {
-            "grpo": step.grpo_tokens > 0,
-            "teacher_sft": step.teacher_tokens > 0,
-            "self_sft": step.self_tokens > 0,
-            "opd": self.opd and step.grpo_tokens > 0,
-        }
-        d = self.config.dual_source
-        totals = step_loss_metrics(sums, present, d.grpo_weight, w_teacher, w_self, d.opd_weight)
+        d, grpo = self.config.dual_source, self.config.grpo
+        totals: dict = {}
         grad_norm = 0.0
-        if self.config.training.max_grad_norm > 0:
-            grad_norm = float(
-                self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm)
-            )
-        self.optimizer.step()
-        if not getattr(self.optimizer, "step_was_skipped", False):  # fp16 overflow: no step, no schedule step
+        if step.has_signal:
+            for run_pass in self.passes.passes(plan, step, self.micro_batches, w_teacher, w_self):  # DDP: sync once
+                with self.accelerator.no_sync(self.model) if world > 1 else contextlib.nullcontext():
+                    for key, value in run_pass().items():
+                        sums[key] = sums.get(key, 0.0) + value
+            if world > 1:
+                self.passes.synchronizing_pass()
+            rollout_terms = step.grpo_tokens > 0 and self.passes.rollout_terms
+            if rollout_terms:  # a rank without GRPO samples contributes zeros to the step's means
+                for key in step_metric_keys(d.grpo_weight > 0, grpo.kl_coef > 0, self.opd):
+                    sums.setdefault(key, 0.0)
+            present = {
+                "grpo": rollout_terms and d.grpo_weight > 0,
+                "teacher_sft": step.teacher_tokens > 0,
+                "self_sft": step.self_tokens > 0,
+                "opd": self.opd and rollout_terms,
+                "kl": rollout_terms and grpo.kl_coef > 0,
+            }
+            totals = step_loss_metrics(sums, present, d.grpo_weight, w_teacher, w_self, d.opd_weight, grpo.kl_coef)
+            if self.config.training.max_grad_norm > 0:
+                grad_norm = float(
+                    self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm)
+                )
+            self.optimizer.step()
+        # No signal beyond the format bonus (or the KL alone): no optimizer step, so Adam cannot scale the bonus
+        # to a full-size update; the schedule still advances with the step count.
+        if not step.has_signal:
+            with warnings.catch_warnings():  # torch warns about a schedule step without an optimizer step
+                warnings.simplefilter("ignore", UserWarning)
+                self.scheduler.step()
+        elif not getattr(self.optimizer, "step_was_skipped", False):  # fp16 overflow: no step, no schedule step
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.global_step += 1
@@ -294,6 +347,7 @@ class GRPOTrainer:
             "self_sft/samples": plan.num_self_examples,
             "teacher_sft/pool": len(self.teacher_sft),
             **self.teacher_stats,
+            "update/skipped": 0.0 if step.has_signal else 1.0,
             "time/update_s": time.monotonic() - start,
         }
 
@@ -302,7 +356,7 @@ class GRPOTrainer:
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, self.tokenizer.pad_token_id) if self_examples else None
         teacher_logps = None
-        if self.opd:
+        if self.opd and groups:
             assert self.teacher_scorer is not None  # built in __init__ when the term is on
             scores = self.teacher_scorer.score([s.completion for group in groups for s in group])
             teacher_logps = scores.logprobs
@@ -318,6 +372,7 @@ class GRPOTrainer:
             self_batch,
             len(self_examples),
             teacher_logps,
+            rollout_terms=self.passes.rollout_terms,
         )
         self.model.train()
         step_metrics = []
@@ -355,9 +410,9 @@ class GRPOTrainer:
                 if main:
                     self.sinks.write(metrics)
                     bar.set_postfix(
-                        reward=f"{metrics['reward/mean']:.3f}",
+                        reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
                         loss=f"{metrics.get('loss/total', float('nan')):.3f}",
-                        pass_rate=f"{metrics['pass_rate']:.2f}",
+                        pass_rate=f"{metrics.get('pass_rate', float('nan')):.2f}",
                         refresh=False,
                     )
                     bar.update(1)
@@ -406,3 +461,30 @@ class GRPOTrainer:
             if "curriculum" not in rank_state:
                 raise ValueError(f"{path} was saved without curriculum.enabled; resume it with the filter off")
             self.curriculum.load(rank_state["curriculum"])
+
+
+def step_metric_keys(grpo: bool, kl: bool, opd: bool) -> tuple[str, ...]:
+    """The per-token metrics the rollout terms that are on report (every rank reports them, 0 where it had none)."""
+    keys: tuple[str, ...] = ("clip_ratio/low_mean", "clip_ratio/high_mean", "ratio/mean") if grpo else ()
+    keys += ("kl",) if kl else ()
+    if opd:
+        keys += ("opd/kl", "opd/advantage_mean", "opd/clipped_frac", "opd/advantage_p01", "opd/advantage_p99")
+    return keys
+
+
+def merge_round_metrics(rounds: list[tuple[dict, int]]) -> dict:
+    """One rollout batch's metrics from several sampling rounds (metrics, samples): times add up, tokens/s is
+    the rounds' total over their total time, every other value is a mean weighted by the round's samples."""
+    total = max(sum(n for _, n in rounds), 1)
+    out: dict = {}
+    for key in {k for metrics, _ in rounds for k in metrics}:
+        present = [(metrics[key], n) for metrics, n in rounds if key in metrics]
+        if key.startswith("time/"):
+            out[key] = sum(v for v, _ in present)
+        else:
+            weight = max(sum(n for _, n in present), 1) if len(present) < len(rounds) else total
+            out[key] = sum(v * n for v, n in present) / weight
+    rollout_s = out.get("time/rollout_s", 0.0)
+    if rollout_s > 0 and all("tokens_per_s" in m for m, _ in rounds):
+        out["tokens_per_s"] = sum(m["tokens_per_s"] * m.get("time/rollout_s", 0.0) for m, _ in rounds) / rollout_s
+    return out

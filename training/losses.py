@@ -1,6 +1,6 @@
 """The math of the combined objective, as pure tensor functions (no configs, no models).
 
-    L = w_grpo * L_grpo + w_opd * L_opd + w_teacher(step) * L_teacher_sft + w_self(step) * L_self_sft
+    L = w_grpo * L_grpo + beta * L_kl + w_opd * L_opd + w_teacher(step) * L_teacher_sft + w_self(step) * L_self_sft
 
 Shapes: P prompts, G samples per prompt, B = P * G sequences, T completion tokens, V vocabulary.
 Functions return `(value, metrics)` where metrics are floats under namespaced keys.
@@ -13,8 +13,10 @@ Conventions pinned here (and tested in tests/test_losses.py):
   mean/std; a group whose valid rewards are all equal (to 1e-6) gets A = 0 exactly.
 - Ratio r_t = exp(logp_t - old_logp_t); surrogate -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
   (PPO; eps_high > eps_low is DAPO's clip-higher, arXiv:2503.14476).
-- KL: the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0 (Schulman), added per token; its value
-  estimates KL(policy || ref), its expected gradient as a loss is that of KL(ref || policy).
+- KL: its own term, beta x the token mean of the k3 estimator exp(ref - logp) - (ref - logp) - 1 >= 0
+  (Schulman), bounded per token as verl's low_var_kl (log-ratio clamped to +-20, value to [-10, 10]); its value
+  estimates KL(policy || ref), its expected gradient as a loss is that of KL(ref || policy). It is not part of
+  the GRPO term, so `grpo_weight` does not scale it.
 - On-policy distillation (OPD; Agarwal et al. arXiv:2306.13649, Qwen3 report arXiv:2505.09388): the teacher
   scores the student's own sample and each token gets the advantage a_t = teacher_logp_t - student_logp_t
   (a one-sample estimate of -KL(student || teacher) at that token, optionally clipped), trained with the same
@@ -55,6 +57,14 @@ def _centered_and_std(values: torch.Tensor, valid: torch.Tensor) -> tuple[torch.
     return centered, var.sqrt()
 
 
+def group_has_spread(rewards: torch.Tensor) -> torch.Tensor:
+    """rewards: (P, G), NaN = unscorable. (P,) bool: the group has at least two valid rewards whose Bessel std
+    reaches ZERO_SPREAD_TOL, i.e. `group_advantages` gives it a nonzero correctness part."""
+    valid = ~torch.isnan(rewards)
+    _, std = _centered_and_std(rewards, valid)
+    return (std.squeeze(1) >= ZERO_SPREAD_TOL) & (valid.sum(dim=1) >= 2)
+
+
 def group_advantages(
     rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4, bonus: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, dict]:
@@ -76,7 +86,7 @@ def group_advantages(
     valid = ~torch.isnan(rewards)  # (P, G)
     too_few = valid.sum(dim=1) < 2  # (P,)
     centered, std = _centered_and_std(rewards, valid)
-    flat = (std.squeeze(1) < ZERO_SPREAD_TOL) | too_few  # (P,)
+    flat = ~group_has_spread(rewards)  # (P,)
     advantages = centered / (std + eps) if scale else centered
     advantages = torch.where(valid & ~flat.unsqueeze(1), advantages, torch.zeros_like(advantages))
     total = rewards
@@ -197,16 +207,25 @@ def truncated_importance_weights(
     return weights * m, metrics
 
 
+# verl's low_var_kl bounds: the log-ratio before exp(), and the per-token value. Unbounded, k3 at logp -25
+# against a reference -1 is 2.6e10, and one such token would set the direction of a whole clipped step.
+K3_LOG_RATIO_BOUND = 20.0
+K3_VALUE_BOUND = 10.0
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 penalty exp(ref - logp) - (ref - logp) - 1, (B, T), >= 0.
+    """Per-token k3 penalty exp(ref - logp) - (ref - logp) - 1, (B, T), in [0, K3_VALUE_BOUND].
 
     Its value, on tokens sampled from the policy, is an unbiased estimate of KL(policy || reference)
     (Schulman). Used as a loss (differentiated through logp, not through the sampling), its expected
     gradient is that of KL(reference || policy), the reverse direction: the two agree to second order
     near the reference, which is where the penalty keeps the policy. tests/test_losses.py checks this.
+    Bounded as verl's low_var_kl: the log-ratio is clamped to +-20 and the value to [-10, 10], so a token
+    the policy has moved far from the reference adds at most 10 and a gradient of at most e^2.5 in size
+    (none beyond the bound), instead of an exponential in the log-ratio.
     """
-    delta = ref_logp - logp
-    return torch.exp(delta) - delta - 1.0
+    delta = (ref_logp - logp).clamp(-K3_LOG_RATIO_BOUND, K3_LOG_RATIO_BOUND)
+    return (torch.exp(delta) - delta - 1.0).clamp(-K3_VALUE_BOUND, K3_VALUE_BOUND)
 
 
 def aggregation_denominator(mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None) -> float:
@@ -285,47 +304,56 @@ def aggregate_loss(
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
-    ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    *,
     clip_low: float = 0.2,
     clip_high: float | None = None,
-    kl_coef: float = 0.05,
     aggregation: str = "token-mean",
     norm_length: int | None = None,
     denominator: float | None = None,
     token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict]:
-    """The GRPO objective for one mini-batch: surrogate + kl_coef * k3 KL, aggregated once.
+    """The GRPO policy-gradient term for one mini-batch: the clipped surrogate, aggregated once.
 
-    logp/old_logp/ref_logp/mask: (B, T); advantages: (B,). ref_logp may be None when kl_coef == 0.
+    logp/old_logp/mask: (B, T); advantages: (B,).
     mask: 1 on the tokens trained on (the policy's), 0 on padding and environment-inserted tokens.
     `denominator`: see `aggregate_loss` (for a chunk of a larger batch; metrics stay chunk means).
-    `token_weights` (B, T): importance weights multiplying the surrogate (not the KL), see
-    `truncated_importance_weights`.
+    `token_weights` (B, T): importance weights multiplying the surrogate, see `truncated_importance_weights`.
+    The KL penalty is its own term (`kl_loss`), weighted by beta alone.
     """
-    # Masked-out positions (padding, environment tokens) take the current log-probs as old and reference:
-    # ratio 1 and KL 0 there, so a token the policy finds very unlikely cannot overflow exp() into
-    # inf * 0 = NaN. Where the mask is 1 nothing changes.
-    keep = mask.bool()
-    old_logp = torch.where(keep, old_logp, logp.detach())
-    if ref_logp is not None:
-        ref_logp = torch.where(keep, ref_logp, logp.detach())
+    # Masked-out positions (padding, environment tokens) take the current log-probs as old: ratio 1 there, so a
+    # token the policy finds very unlikely cannot overflow exp() into inf * 0 = NaN. Where the mask is 1
+    # nothing changes.
+    old_logp = torch.where(mask.bool(), old_logp, logp.detach())
     per_token, metrics = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
     if token_weights is not None:
         per_token = per_token * token_weights
-    m = mask.float()
-    if kl_coef > 0:
-        if ref_logp is None:
-            raise ValueError("kl_coef > 0 needs reference log-probs")
-        kl = k3_kl(logp, ref_logp)
-        per_token = per_token + kl_coef * kl
-        metrics["kl"] = float((kl.detach() * m).sum() / m.sum().clamp(min=1.0))
-    else:
-        metrics["kl"] = 0.0
     loss = aggregate_loss(per_token, mask, aggregation, norm_length, denominator)
     metrics["loss/grpo"] = float(loss.detach())
     return loss, metrics
+
+
+def kl_loss(
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    aggregation: str = "token-mean",
+    norm_length: int | None = None,
+    denominator: float | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """The KL penalty term for one mini-batch: the bounded k3 estimate (`k3_kl`) per token, aggregated like
+    the GRPO term (same tokens, same normalizer) and not importance-weighted (TRL's placement).
+
+    logp/ref_logp/mask: (B, T). metrics: kl (the chunk's token mean), loss/kl.
+    """
+    keep = mask.bool()
+    ref_logp = torch.where(keep, ref_logp, logp.detach())  # KL 0 off the mask: no exp() overflow there
+    kl = k3_kl(logp, ref_logp)
+    m = keep.float()
+    loss = aggregate_loss(kl, mask, aggregation, norm_length, denominator)
+    return loss, {"kl": float((kl.detach() * m).sum() / m.sum().clamp(min=1.0)), "loss/kl": float(loss.detach())}
 
 
 def opd_token_advantages(
@@ -345,7 +373,8 @@ def opd_token_advantages(
     (a token the teacher rules out, logp -inf or vLLM's -9999, is what `clip` bounds).
 
     metrics: opd/kl (mean of student - teacher over masked tokens: the per-token reverse-KL estimate, before
-    the clip), opd/advantage_mean (after the clip), opd/clipped_frac (share of tokens the clip changed).
+    the clip), opd/advantage_mean (after the clip), opd/clipped_frac (share of tokens the clip changed),
+    opd/advantage_p01 and opd/advantage_p99 (the tails before the clip, which a mean hides).
     """
     keep = mask.bool()
     raw = (teacher_logp - student_logp).detach()  # (B, T)
@@ -353,10 +382,14 @@ def opd_token_advantages(
     advantages = torch.where(keep, clipped, torch.zeros_like(clipped))
     m = keep.float()
     n = m.sum().clamp(min=1.0)
+    values = raw[keep].float()  # (N,) the masked tokens' raw advantages
+    tails = torch.quantile(values, torch.tensor([0.01, 0.99])).tolist() if values.numel() else [0.0, 0.0]
     metrics = {
         "opd/kl": float((-raw * m).sum() / n),
         "opd/advantage_mean": float((advantages * m).sum() / n),
         "opd/clipped_frac": float(((clipped != raw).float() * m).sum() / n),
+        "opd/advantage_p01": float(tails[0]),
+        "opd/advantage_p99": float(tails[1]),
     }
     return advantages, metrics
 
@@ -448,10 +481,12 @@ def combine_losses(
     self_weight: float,
     opd: torch.Tensor | None = None,
     opd_weight: float = 0.0,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict]:
-    """w_grpo * L_grpo + w_opd * L_opd + w_teacher * L_teacher + w_self * L_self; a missing term (None) counts
-    as 0. The OPD term's weight and loss are reported only when it is present (a run without it logs what it
-    always did)."""
+    """w_grpo * L_grpo + beta * L_kl + w_opd * L_opd + w_teacher * L_teacher + w_self * L_self; a missing term
+    (None) counts as 0. The OPD and KL terms' weights and losses are reported only when present (a run without
+    them logs what it always did)."""
     terms = [
         (grpo, grpo_weight, "grpo"),
         (teacher_sft, teacher_weight, "teacher_sft"),
@@ -459,6 +494,8 @@ def combine_losses(
     ]
     if opd is not None:
         terms.append((opd, opd_weight, "opd"))
+    if kl is not None:
+        terms.append((kl, kl_coef, "kl"))
     present = [(t, w) for t, w, _ in terms if t is not None and w != 0]
     if not present:
         raise ValueError("combine_losses needs at least one loss term with a nonzero weight")

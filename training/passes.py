@@ -1,7 +1,9 @@
 """The backward passes of one optimizer step, and the order they run in.
 
-An optimizer step is a list of passes (`PassRunner.passes`): per micro-batch slot, the GRPO term on each
-row chunk of its rollout micro-batch, then that slot's teacher-SFT batch; then the self-SFT batch. Each
+An optimizer step is a list of passes (`PassRunner.passes`): per micro-batch slot, the rollout terms (GRPO,
+KL, OPD: one forward, the terms whose weight is nonzero) on each row chunk of its rollout micro-batch, then
+that slot's teacher-SFT batch; then the self-SFT batch. A term with weight 0 costs nothing: no rollout pass
+at all when GRPO, KL and OPD are all off. Each
 pass is one forward + backward whose loss is divided by the step's normalizer for its term (planned in
 `training.update_plan`), so summed over the passes the gradient is the unchunked objective's while only
 one chunk's activations are alive at a time. A pass returns its share of the step's loss metrics.
@@ -18,7 +20,7 @@ import torch
 
 from config import GRPOConfig
 from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
-from training.losses import grpo_loss, masked_sft_nll, opd_loss, truncated_importance_weights
+from training.losses import grpo_loss, kl_loss, masked_sft_nll, opd_loss, truncated_importance_weights
 from training.update_plan import StepPlan, UpdatePlan
 
 Pass = Callable[[], dict[str, float]]
@@ -37,6 +39,11 @@ class PassRunner:
     opd_weight: float = 0.0  # dual_source.opd_weight: 0 leaves the GRPO pass exactly as without the term
     opd_advantage_clip: float = 0.0  # dual_source.opd_advantage_clip
 
+    @property
+    def rollout_terms(self) -> bool:
+        """Whether any term trains on the rollouts' tokens (GRPO, KL or OPD has a nonzero weight)."""
+        return self.grpo_weight > 0 or self.grpo.kl_coef > 0 or self.opd_weight > 0
+
     def grpo_pass(
         self,
         batch: dict,
@@ -49,8 +56,9 @@ class PassRunner:
         metric_tokens: float,
         teacher_logp: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Forward + backward of the GRPO term for `rows` of one micro-batch (and, with `teacher_logp` and
-        opd_weight > 0, of the on-policy distillation term on the same forward: same tokens, same normalizer).
+        """Forward + backward of the rollout terms for `rows` of one micro-batch: GRPO (grpo_weight > 0), the KL
+        penalty (kl_coef > 0, with `ref_logp`) and, with `teacher_logp` and opd_weight > 0, on-policy
+        distillation, all on the same forward: same tokens, same normalizer, each with its own weight.
 
         The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
         the chunks' losses and gradients sum to the step's objective (times `scale`). Returned values
@@ -74,52 +82,66 @@ class PassRunner:
                     grpo.importance_sampling,
                     grpo.importance_sampling_cap,
                 )
-            loss, metrics = grpo_loss(
-                logp,
-                old,
-                ref,
-                advantages[index],
-                part["completion_mask"],
-                grpo.clip_range,
-                grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
-                grpo.kl_coef,
-                grpo.loss_aggregation,
-                grpo.max_new_tokens,
-                denominator,
-                token_weights=weights,
-            )
-            metrics.update(is_metrics)
+            mask = part["completion_mask"]
+            shared: dict[str, Any] = {
+                "aggregation": grpo.loss_aggregation,
+                "norm_length": grpo.max_new_tokens,
+                "denominator": denominator,
+            }
+            clip_high = grpo.clip_range_high if grpo.clip_range_high >= 0 else None
+            terms: list[torch.Tensor] = []
+            metrics: dict[str, float] = {}
+            if self.grpo_weight > 0:
+                loss, grpo_metrics = grpo_loss(
+                    logp,
+                    old,
+                    advantages[index],
+                    mask,
+                    clip_low=grpo.clip_range,
+                    clip_high=clip_high,
+                    token_weights=weights,
+                    **shared,
+                )
+                metrics.update(grpo_metrics)
+                terms.append(self.grpo_weight * loss)
+            if grpo.kl_coef > 0:
+                if ref is None:
+                    raise ValueError("grpo.kl_coef > 0 needs reference log-probs")
+                kl, kl_metrics = kl_loss(logp, ref, mask, **shared)
+                metrics.update(kl_metrics)
+                terms.append(grpo.kl_coef * kl)
             if teacher_logp is not None and self.opd_weight > 0:
                 opd, opd_metrics = opd_loss(
                     logp,
                     old,
                     teacher_logp[index, :width],
-                    part["completion_mask"],
+                    mask,
                     self.opd_advantage_clip,
                     grpo.clip_range,
-                    grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
+                    clip_high,
                     grpo.loss_aggregation,
                     grpo.max_new_tokens,
                     denominator,
                     token_weights=weights,
                 )
                 metrics.update(opd_metrics)
-                self.accelerator.backward(scale * (self.grpo_weight * loss + self.opd_weight * opd))
-            else:
-                self.accelerator.backward(self.grpo_weight * scale * loss)
+                terms.append(self.opd_weight * opd)
+            metrics.update(is_metrics)
+            if terms:
+                self.accelerator.backward(scale * sum(terms))
         share = float(part["completion_mask"].sum()) / metric_tokens
-        sums = {key: value * share for key, value in metrics.items() if key not in ("loss/grpo", "loss/opd")}
-        sums["loss/grpo"] = metrics["loss/grpo"] * scale
-        if "loss/opd" in metrics:
-            sums["loss/opd"] = metrics["loss/opd"] * scale
+        losses = ("loss/grpo", "loss/kl", "loss/opd")
+        sums = {key: value * share for key, value in metrics.items() if key not in losses}
+        sums.update({key: metrics[key] * scale for key in losses if key in metrics})
         return sums
 
     def sft_pass(self, batch: dict, weight: float, name: str, denominator: float) -> dict[str, float]:
         """Forward + backward of one SFT batch (teacher or self) in row chunks; returns its share of the loss.
 
-        The NLL is summed over supervised tokens and divided by `denominator` (the term's supervised
-        tokens of the whole step over all ranks, divided by the number of ranks), so the batches of a
-        step add up to one token-mean per term.
+        The NLL is summed over supervised tokens and divided by `denominator`: for teacher-SFT the term's
+        supervised tokens of the whole step over all ranks, divided by the number of ranks, so the batches of
+        a step add up to one token-mean; for self-SFT groups x mean example length (`plan_step`), so each
+        example weighs as one group of the step.
         """
         device = self.accelerator.device
         if sft_tokens(batch) == 0:  # no rows, or nothing supervised
@@ -149,7 +171,7 @@ class PassRunner:
         world = self.accelerator.num_processes
         passes: list[Pass] = []
         for slot in range(slots):  # `plan.batches` never has more entries than slots
-            if slot < len(plan.batches):
+            if slot < len(plan.batches) and self.rollout_terms:
                 old = plan.old_logps[slot] if plan.old_logps else None
                 ref = plan.ref_logps[slot] if plan.ref_logps else None
                 teacher = plan.teacher_logps[slot] if plan.teacher_logps else None
@@ -175,7 +197,5 @@ class PassRunner:
                     functools.partial(self.sft_pass, traces, w_teacher, "teacher_sft", step.teacher_tokens / world)
                 )
         if plan.self_batch is not None and w_self > 0:
-            passes.append(
-                functools.partial(self.sft_pass, plan.self_batch, w_self, "self_sft", step.self_tokens / world)
-            )
+            passes.append(functools.partial(self.sft_pass, plan.self_batch, w_self, "self_sft", step.self_denominator))
         return passes

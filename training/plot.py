@@ -9,7 +9,7 @@ from utils.jsonl import read_jsonl
 
 PANELS = (
     ("reward", ("reward/mean", "pass_rate", "pass_fraction/mean")),
-    ("losses", ("loss/total", "loss/grpo", "loss/teacher_sft", "loss/self_sft")),
+    ("losses", ("loss/total", "loss/grpo", "loss/kl", "loss/teacher_sft", "loss/self_sft")),
     ("policy drift", ("kl", "clip_ratio/low_mean", "clip_ratio/high_mean")),
     (
         "signal",

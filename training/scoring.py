@@ -20,6 +20,11 @@ from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
+def shown_test_count(task: Task, num_visible_tests: int) -> int:
+    """How many of the task's first tests its prompt shows (`utils.prompts`: MBPP-style asserts only)."""
+    return min(max(num_visible_tests, 0), len(task.tests)) if task.test_type == "assert" else 0
+
+
 def mean_of_present(values: Sequence[float | None]) -> float:
     """Mean of the values that are not None (NaN when all are)."""
     kept = [v for v in values if v is not None]
@@ -67,6 +72,7 @@ def score_rollouts(
         reward_columns([t for t, _ in flat], parsed, results),
         confirmed_failures=confirmed,
         shaping=shaping,
+        shown_tests=[shown_test_count(t, config.prompt.num_visible_tests) for t, _ in flat],
     )
     samples = [ScoredSample(t, s, p, r, w) for (t, s), p, r, w in zip(flat, parsed, results, rewards, strict=True)]
     groups: list[list[ScoredSample]] = [[] for _ in generations]

@@ -95,6 +95,14 @@ def self_sft_examples(groups: Sequence[Sequence[ScoredSample]], buffer: SuccessB
     return [e for e in (build_sft_example(p, c, max_length, m) for p, c, m in chosen) if e]
 
 
+def max_scheduled_weight(section: Any, term: str) -> float:
+    """The largest weight a scheduled SFT term (`teacher_sft` or `self_sft`) reaches in a run: its initial weight,
+    or its final one when a schedule moves it there (a schedule may rise from 0)."""
+    initial = getattr(section, f"{term}_weight")
+    final = getattr(section, f"{term}_final_weight")
+    return max(initial, final) if section.sft_weight_schedule != "constant" else initial
+
+
 def build_teacher_sft(examples: list[TeacherTrace], tokenizer: Any, config: Config) -> tuple[list[dict], dict]:
     """Tokenize every usable teacher trace once. A trace whose prompt + target does not fit
     `sft_max_length` is dropped and counted, never cut. Returns the examples and their statistics:
@@ -102,7 +110,7 @@ def build_teacher_sft(examples: list[TeacherTrace], tokenizer: Any, config: Conf
     imitating them could not finish within grpo.max_new_tokens)."""
     d = config.dual_source
     template = {"enable_thinking": config.student.enable_thinking}
-    if not examples or d.teacher_sft_batch_size <= 0 or d.teacher_sft_weight <= 0:
+    if not examples or d.teacher_sft_batch_size <= 0 or max_scheduled_weight(d, "teacher_sft") <= 0:
         return [], {"teacher_sft/dropped_too_long": 0.0, "teacher_sft/over_rollout_budget": 0.0}
     check_thinking_targets(tokenizer, d.include_thinking, template)
     built, over_budget = [], 0
