@@ -35,7 +35,7 @@ from sandbox.executor import SandboxLimits, SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
 from synthesis.teacher_query import TeacherClient, TeacherFatalError
-from utils.dataset_loader import DataFormatError, read_tasks
+from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
 from utils.jsonl import write_json_atomic
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.sft_data import build_sft_example, teacher_sft_ids
@@ -173,6 +173,7 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
     task_ids = {t.task_id for t in tasks}  # phase 3 trains on every task of the file
     if config.teacher.max_tasks > 0:
         tasks = tasks[: config.teacher.max_tasks]
+    tasks = require_tasks(tasks, input_path, len(task_ids))
     model = resolve_teacher_model(config)
     n = config.teacher.num_samples_per_problem
     config_path = output_path.with_suffix(".config.json")
@@ -242,6 +243,7 @@ def reference_main(config: Config, input_path: Path, output_path: Path, overwrit
     task_ids = {t.task_id for t in tasks}
     if config.teacher.max_tasks > 0:
         tasks = tasks[: config.teacher.max_tasks]
+    tasks = require_tasks(tasks, input_path, len(task_ids))
     n = config.teacher.num_samples_per_problem
     print(
         f"{len(tasks)} tasks x up to {n} reference solutions from {input_path} -> {output_path}; "

@@ -36,7 +36,7 @@ from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
-from utils.dataset_loader import DataFormatError, read_tasks
+from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, attach_lora, load_student
 
@@ -130,7 +130,7 @@ def main(
 
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
-    tasks = read_tasks(train_file or config.paths.train_file)
+    tasks = require_tasks(read_tasks(train_file or config.paths.train_file), train_file or config.paths.train_file)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
     check_run_setup(config, resume_from, traces, overwrite_output_dir)
     set_seed(config.training.seed)

@@ -55,7 +55,7 @@ from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import build_engine, engine_kwargs, is_cpu_platform, max_model_len
 from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
-from utils.dataset_loader import DataFormatError
+from utils.dataset_loader import DataFormatError, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
@@ -194,7 +194,7 @@ def main(
     max_tasks: int | None,
 ) -> dict:
     ev = config.evaluation
-    tasks = list(eval_set.tasks[: max_tasks or None])
+    tasks = require_tasks(eval_set.tasks[: max_tasks or None], eval_set.origin, len(eval_set.tasks))
     base_name, adapter = resolve_model(model_path, config)
     decoding = decoding_label(ev.temperature, ev.top_p, ev.num_samples)
     print(

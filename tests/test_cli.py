@@ -209,3 +209,23 @@ def test_help_shows_each_flags_declared_range(capsys):
     assert "Range: >= 1. [evaluation.num_samples; default: 8]" in text
     assert "Range of each item: >= 1. [evaluation.k_values; default: 1 2 4 8]" in text
     assert "Range: >= 0. [evaluation.temperature;" in text
+
+
+@pytest.mark.parametrize(
+    ("script", "flag"),
+    [
+        ("phase2_generate_teacher_traces.py", "--input"),
+        ("phase3_train_grpo.py", "--train_file"),
+        ("phase4_evaluate.py", "--eval_file"),
+    ],
+)
+def test_an_empty_task_file_is_refused_in_one_line_naming_it(tmp_path, script, flag):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    extra = ["--model_path", "embedded:tiny-random"] if script == "phase4_evaluate.py" else []
+    sets = [f"paths.output_dir={tmp_path / 'out'}", f"paths.data_dir={tmp_path / 'data'}"]
+    proc = run_script(script, *cpu_argv(flag, str(empty), *extra, sets=sets), timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error:") and f"{empty}: no task records" in lines[-1]
+    assert "Traceback" not in proc.stderr

@@ -37,7 +37,7 @@ import os
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -189,6 +189,20 @@ def read_tasks(path: str | Path) -> list[Task]:
         seen[task.task_id] = line_no
         tasks.append(task)
     return tasks
+
+
+def require_tasks(tasks: Sequence[Task], source: str | Path, total: int | None = None) -> list[Task]:
+    """`tasks` as a list, or a DataFormatError naming `source` when there are none: a phase with no task
+    would load a model (or start a server) and end with nothing done. `total`: how many the file held
+    before a limit cut them (a limit that leaves none is named as the cause)."""
+    if tasks:
+        return list(tasks)
+    if total:
+        raise DataFormatError(f"{source}: the task limit leaves none of its {total} tasks; raise it or remove it.")
+    raise DataFormatError(
+        f"{source}: no task records (the file is empty). Run phase 1 (python phase1_prepare_data.py) to write "
+        "data/train.jsonl and data/val.jsonl, or name a task file that has records."
+    )
 
 
 def write_tasks(path: str | Path, tasks: Iterable[Task]) -> Path:
