@@ -592,3 +592,13 @@ def test_resume_with_another_number_of_processes_is_refused(tmp_path, pool):
     with pytest.raises(CheckpointMismatchError, match=r"2 processes.*--num_processes 2"):
         fresh.load_checkpoint(path)
     assert fresh.state.global_step == 0  # nothing was restored
+
+
+def test_metrics_jsonl_holds_strict_json_only(tmp_path, pool):
+    trainer = make_trainer(tmp_path, pool, **{"training.max_steps": 1})
+    (tmp_path / "out").mkdir(parents=True, exist_ok=True)
+    trainer.sinks.open(0)
+    trainer.sinks.write({"step": 1, "entropy/token_mean": float("nan"), "grad_norm": float("inf"), "lr": 0.1234567891})
+    text = (tmp_path / "out" / "metrics.jsonl").read_text()
+    row = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in metrics.jsonl"))
+    assert row == {"step": 1, "entropy/token_mean": None, "grad_norm": None, "lr": 0.123457}

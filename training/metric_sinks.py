@@ -10,6 +10,7 @@ initialised under `training.tracker_project` with the flattened config, run name
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,12 @@ import torch
 
 from config import Config, config_to_dict
 from utils.jsonl import read_jsonl, write_jsonl_atomic
+
+
+def metrics_row(metrics: dict) -> dict:
+    """A metrics.jsonl row: floats rounded to 6 places, and a value that is not a finite number (a mean over
+    nothing, an overflow) written as null, never as the bare NaN/Infinity that strict JSON readers refuse."""
+    return {k: (round(v, 6) if math.isfinite(v) else None) if isinstance(v, float) else v for k, v in metrics.items()}
 
 
 def tracker_run_name(config: Config, output_dir: str | Path) -> str:
@@ -99,9 +106,7 @@ class MetricSinks:
 
     def write(self, metrics: dict) -> None:
         with self.metrics_path.open("a", encoding="utf-8") as handle:
-            handle.write(
-                json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}) + "\n"
-            )
+            handle.write(json.dumps(metrics_row(metrics), allow_nan=False) + "\n")
         if self._trackers:
             scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
             self.accelerator.log(scalars, step=metrics["step"])
