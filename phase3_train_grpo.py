@@ -14,8 +14,10 @@ outputs/training_curves.png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -35,8 +37,10 @@ from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
+from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
 from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
+from utils.run_lock import FolderBusyError, folder_lock
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, attach_lora, load_student
 
@@ -126,9 +130,23 @@ def main(
     train_file: Path | None = None,
     overwrite_output_dir: bool = False,
 ) -> dict:
+    check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
+    output_dir = Path(config.paths.output_dir)
+    # one run per output folder: the global main process holds its lock (a second run is refused, naming the first)
+    main_rank = os.environ.get("RANK", "0") == "0"
+    with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
+        return _train(config, resume_from, teacher_traces, train_file, overwrite_output_dir)
+
+
+def _train(
+    config: Config,
+    resume_from: str | None,
+    teacher_traces: Path | None,
+    train_file: Path | None,
+    overwrite_output_dir: bool,
+) -> dict:
     from transformers import set_seed
 
-    check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
     tasks = require_tasks(read_tasks(train_file or config.paths.train_file), train_file or config.paths.train_file)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
@@ -143,7 +161,10 @@ def main(
         traces, {t.task_id for t in tasks}, config.dual_source.teacher_sft_only_passed
     )
     if accelerator.is_main_process:
-        off = config.dual_source.teacher_sft_weight == 0 or config.dual_source.teacher_sft_batch_size == 0
+        off = (
+            max_scheduled_weight(config.dual_source, "teacher_sft") == 0
+            or config.dual_source.teacher_sft_batch_size == 0
+        )
         print(
             f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
             + (
@@ -245,6 +266,7 @@ def cli(argv: list[str] | None = None) -> int:
         TeacherScoringError,
         TeacherFatalError,
         CheckpointMismatchError,
+        FolderBusyError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

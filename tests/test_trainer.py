@@ -602,3 +602,53 @@ def test_metrics_jsonl_holds_strict_json_only(tmp_path, pool):
     text = (tmp_path / "out" / "metrics.jsonl").read_text()
     row = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name} in metrics.jsonl"))
     assert row == {"step": 1, "entropy/token_mean": None, "grad_norm": None, "lr": 0.123457}
+
+
+def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import phase1_prepare_data as phase1
+    from config import build_config
+    from tests.conftest import ROOT
+    from utils.run_lock import LOCK_NAME
+
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
+    out = tmp_path / "out"
+    argv = cpu_argv(
+        "--max_steps",
+        "2",
+        "--output_dir",
+        str(out),
+        "--train_file",
+        str(tmp_path / "data" / "train.jsonl"),
+        "--teacher_traces",
+        str(tmp_path / "none.jsonl"),
+        sets=[TINY_STUDENT, "grpo.max_new_tokens=8", "dual_source.teacher_sft_weight=0"],
+    )
+    first = subprocess.Popen(
+        [sys.executable, "phase3_train_grpo.py", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / LOCK_NAME).is_file() or not (out / LOCK_NAME).read_text():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.2)
+        second = run_script("phase3_train_grpo.py", *argv, timeout=300)
+        assert second.returncode == 1
+        line = second.stderr.strip().splitlines()[-1]
+        assert line.startswith("error:") and "in use by another run" in line and f"pid {first.pid}" in line
+        assert "Traceback" not in second.stderr
+    finally:
+        stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # one writer: no interleaved rows
+    # released at the end: a third run may resume the folder
+    again = run_script("phase3_train_grpo.py", *argv, "--resume_from_checkpoint", "latest", timeout=300)
+    assert "in use by another run" not in again.stderr
