@@ -278,9 +278,12 @@ class TeacherConfig:
         32, "Requests in flight. vLLM batches them; past the server's batch capacity more only queue.", ge=1
     )
     max_tokens: int = option(
-        8192,
-        "Max completion tokens per request (tool mode: per sample, the <result> blocks included). Qwen3 "
-        "thinking often needs 2-6k tokens on APPS; a truncated answer (finish_reason=length) has no code.",
+        2560,
+        "Max completion tokens per request (tool mode: per sample, the <result> blocks included). A truncated "
+        "answer (finish_reason=length) has no code. Phase 3 drops every trace longer than "
+        "dual_source.sft_max_length (prompt + response), so a budget beyond that minus the prompt buys traces "
+        "that are never trained on; raise both together (the SFT pass's memory: docs/gpu.md). Qwen3 thinking "
+        "often needs 2-6k tokens on APPS: those tasks are lost at this size.",
         ge=1,
     )
     request_timeout: float = option(600.0, "Seconds before one request is abandoned and retried.")
@@ -587,7 +590,7 @@ class DualSourceConfig:
     )
     include_thinking: bool = option(True, "Teacher-SFT targets include the <think> block (off: code only).")
     sft_max_length: int = option(
-        2048, "Max tokens of one SFT example (prompt + response); a longer example is dropped and counted, never cut."
+        3072, "Max tokens of one SFT example (prompt + response); a longer example is dropped and counted, never cut."
     )
     sft_weight_schedule: str = option(
         "constant",
@@ -690,7 +693,9 @@ class TrainingConfig:
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 disables). RL gradients are spiky.")
     weight_decay: float = option(0.0, "AdamW weight decay on the LoRA parameters.")
     gradient_checkpointing: bool = option(
-        False, "Recompute activations in the backward pass: ~30% slower, much less memory for long completions."
+        True,
+        "Recompute activations in the backward pass: ~30% slower update, a fraction of the memory (Qwen3-1.7B "
+        "with LoRA keeps ~158 KB per token and layer without it; docs/gpu.md, 'Memory').",
     )
     forward_chunk_size: int = option(
         4,
@@ -939,6 +944,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "learning_rate": 5e-4,
             "save_steps": 3,
             "forward_chunk_size": 2,
+            "gradient_checkpointing": False,
         },
         "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},

@@ -779,6 +779,64 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
         )
     if os.environ.get("WORLD_SIZE"):
         report.ok(f"running under a launcher with WORLD_SIZE={os.environ['WORLD_SIZE']}")
+    if count:
+        check_gpu_memory(report, config)
+
+
+def student_shape(config: Config) -> Any:
+    """The student's decoder shape: the recipes' models from `KNOWN_SHAPES`, others from their config.json (the
+    hub's or a folder's); None when it cannot be read."""
+    from training.memory_model import KNOWN_SHAPES, ModelShape
+
+    name = config.student.model_name
+    if name in KNOWN_SHAPES:
+        return KNOWN_SHAPES[name]
+    try:
+        from transformers import AutoConfig
+
+        from utils.student_model import resolve_model_path
+
+        return ModelShape.from_hf_config(
+            AutoConfig.from_pretrained(resolve_model_path(name, config.paths.model_cache_dir))
+        )
+    except Exception:  # noqa: BLE001 - no estimate is a warning, never a crash of the preflight
+        return None
+
+
+def check_gpu_memory(report: Report, config: Config, prompt_tokens: int = 512) -> None:
+    """Phase 3's predicted peak on one GPU (`training.memory_model`, measured by benchmarks/bench_memory.py) vs
+    the memory of the visible GPU: a WARN, with the knob to turn, when it does not fit."""
+    import torch
+
+    from training import memory_model
+
+    shape = student_shape(config)
+    if shape is None:
+        report.warn(f"no memory estimate: the config of {config.student.model_name} could not be read")
+        return
+    total = torch.cuda.mem_get_info()[1]
+    est = memory_model.estimate(config, shape, prompt_tokens)
+    need = memory_model.required_bytes(config, est, total)
+    gb = memory_model.GB
+    vllm = config.grpo.rollout_backend == "vllm" and not config.grpo.vllm_sleep_mode
+    detail = (
+        f"predicted peak of phase 3 {need / gb:.1f} GB ({est.largest} {est.peak / gb:.1f} GB"
+        + f" + {memory_model.GPU_ALLOWANCE / gb:.1f} GB CUDA allowance"
+        + (f" + vLLM's share {config.grpo.vllm_gpu_memory_utilization * total / gb:.1f} GB" if vllm else "")
+        + f"; prompts of {prompt_tokens} tokens)"
+    )
+    if config.training.gradient_checkpointing:
+        knobs = "lower training.forward_chunk_size (1), grpo.max_new_tokens or dual_source.sft_max_length"
+    else:
+        knobs = "--set training.gradient_checkpointing=true"
+    if vllm:
+        knobs += ", or grpo.vllm_sleep_mode=true / a lower grpo.vllm_gpu_memory_utilization"
+    report.ok_or_warn(
+        need <= total,
+        f"{detail} fits this GPU ({total / gb:.1f} GB)",
+        f"{detail} exceeds this GPU ({total / gb:.1f} GB): the first update would run out of memory",
+        knobs + " (docs/gpu.md, 'Memory')",
+    )
 
 
 def main(

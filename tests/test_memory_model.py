@@ -1,0 +1,146 @@
+"""The memory model (`training.memory_model`) against what autograd and the allocator do on a small Qwen3, and the
+defaults that follow from it: the formula must predict a measured shape, and the gpu preset and the 1-GPU recipe
+must fit the cards the docs name."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+import torch
+
+from config import build_config
+from tests.conftest import ROOT
+from training import memory_model as mm
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_memory
+
+# A Qwen3 with small widths (every term of the formula present: GQA, q/k norms, tied embeddings)
+SMALL = {
+    "hidden_size": 128,
+    "intermediate_size": 320,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+}
+GB = 1e9
+
+
+def small_lora(dropout: float = 0.0):
+    return build_config("gpu", overrides=["lora.r=8", "lora.lora_alpha=16", f"lora.lora_dropout={dropout}"]).lora
+
+
+def small_shape(layers: int, vocab: int = 2048) -> mm.ModelShape:
+    return mm.ModelShape.from_hf_config(bench_memory.qwen3_config(layers, vocab=vocab, **SMALL))
+
+
+def test_kept_bytes_per_token_and_layer_match_the_formula():
+    """peft's fp32 copy of every adapted layer's input is counted: seven per layer in bf16."""
+    lora = small_lora()
+    measured = bench_memory.kept_per_token_layer(lora, tokens=64, **SMALL)
+    predicted = mm.kept_per_token_layer(small_shape(2), lora.r, mm.LORA_TARGETS, 2, seq_len=64)
+    assert measured == pytest.approx(predicted, rel=0.01)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_formula_predicts_the_measured_peak_of_a_grpo_pass(checkpointing):
+    lora = small_lora()
+    cfg = bench_memory.qwen3_config(2, vocab=4096, **SMALL)
+    model = bench_memory.build_student(cfg, lora)
+    rows, prompt, completion = 2, 16, 48
+    batch = bench_memory.rollout_batch(cfg.vocab_size, rows, prompt, completion)
+    with bench_memory.checkpointing(model, checkpointing):
+        measured, _ = bench_memory.policy_pass_peak(model, batch)
+    peak = mm.policy_pass(small_shape(2, 4096), lora.r, mm.LORA_TARGETS, rows, prompt, completion, checkpointing)
+    assert measured == pytest.approx(peak.activations + peak.head, rel=0.05)
+
+
+def test_the_formula_predicts_the_measured_peak_of_a_teacher_sft_pass():
+    """The SFT pass keeps its bf16 logits alive through the backward, and LoRA dropout adds its masks."""
+    lora = small_lora(dropout=0.05)
+    cfg = bench_memory.qwen3_config(2, vocab=4096, **SMALL)
+    model = bench_memory.build_student(cfg, lora)
+    measured, _ = bench_memory.sft_pass_peak(model, 2, 64, cfg.vocab_size)
+    peak = mm.policy_pass(
+        small_shape(2, 4096),
+        lora.r,
+        mm.LORA_TARGETS,
+        2,
+        0,
+        64,
+        False,
+        dropout_mask=bench_memory.CPU_DROPOUT_MASK,
+        sft=True,
+    )
+    assert measured == pytest.approx(peak.activations + peak.head, rel=0.05)
+
+
+def qwen3_1_7b() -> mm.ModelShape:
+    return mm.KNOWN_SHAPES["Qwen/Qwen3-1.7B"]
+
+
+def test_known_shapes_are_the_written_out_config():
+    assert qwen3_1_7b() == mm.ModelShape.from_hf_config(bench_memory.qwen3_config(28))
+    assert qwen3_1_7b().parameters() == pytest.approx(1.72e9, rel=0.01)  # Qwen3-1.7B: 1.7 B, embeddings tied
+    config = build_config("gpu")
+    assert mm.lora_parameters(qwen3_1_7b(), 64, mm.lora_targets(config.lora.target_modules)) == 69_730_304
+
+
+def required_gb(config, total_gb: float) -> float:
+    est = mm.estimate(config, mm.KNOWN_SHAPES[config.student.model_name])
+    return mm.required_bytes(config, est, total_gb * GB) / GB
+
+
+def test_the_gpu_preset_fits_one_24_gb_gpu_with_hf_rollouts():
+    config = build_config("gpu")
+    assert config.grpo.rollout_backend == "hf"
+    assert required_gb(config, 24) <= 24
+
+
+def test_the_one_gpu_recipe_fits_a_40_gb_gpu_with_its_colocated_engine():
+    config = build_config("gpu", ROOT / "recipes" / "qwen3_1gpu.yaml")
+    assert config.grpo.rollout_backend == "vllm"
+    assert required_gb(config, 40) <= 40
+
+
+def test_without_checkpointing_the_preset_needs_more_than_a_40_gb_gpu():
+    """The measured activations (~158 KB per token and layer) make the unchekpointed update ~37 GB."""
+    config = build_config("gpu", overrides=["training.gradient_checkpointing=false"])
+    assert required_gb(config, 80) > 40
+
+
+def fake_gpu(monkeypatch, total_gb: float) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(total_gb * GB), int(total_gb * GB)))
+
+
+@pytest.mark.parametrize(
+    ("total_gb", "checkpointing", "status"), [(24, False, "WARN"), (24, True, "PASS"), (80, False, "PASS")]
+)
+def test_the_gpu_preflight_warns_when_the_predicted_peak_exceeds_the_gpu(
+    monkeypatch, capsys, total_gb, checkpointing, status
+):
+    import test_all
+
+    fake_gpu(monkeypatch, total_gb)
+    config = build_config("gpu", overrides=[f"training.gradient_checkpointing={checkpointing}"])
+    report = test_all.Report()
+    test_all.check_gpu_memory(report, config)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "predicted peak" in line]
+    assert len(lines) == 1 and status in lines[0], out
+    if status == "WARN":
+        assert "gradient_checkpointing=true" in out
+
+
+def test_phase_two_budget_fits_what_phase_three_trains_on():
+    """Phase 3 drops every teacher trace longer than dual_source.sft_max_length: phase 2's budget, with a 512-token
+    prompt, must fit inside it (8,192 did not fit 2,048: most long traces were paid for and never trained on)."""
+    config = build_config("gpu")
+    assert config.teacher.max_tokens + 512 <= config.dual_source.sft_max_length
+    field = {f.name: f for f in dataclasses.fields(config.dual_source)}["sft_max_length"]
+    assert "dropped" in field.metadata["help"] and "cut." not in field.metadata["help"].replace("never cut.", "")
