@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from config import (
     Config,
@@ -123,6 +124,46 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
             )
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def check_teacher_gpu(config: Config, device: Any) -> None:
+    """On-policy distillation asks the served teacher during the whole of phase 3. A teacher on this machine that
+    shares the trainer's GPU (`vllm serve` takes 0.92 of a GPU by default) leaves the update too little memory, and
+    it would fail at the first step: refused here when the trainer's GPU has less free memory than phase 3's
+    predicted peak (`training.memory_model`, with its CUDA allowance and any colocated vLLM share)."""
+    from urllib.parse import urlparse
+
+    teacher = config.teacher
+    if config.dual_source.opd_weight <= 0 or teacher.logprob_source != "server" or torch_device_type(device) != "cuda":
+        return
+    host = urlparse(teacher.api_url).hostname or ""
+    if host not in LOOPBACK_HOSTS:
+        return
+    import torch
+
+    from training import memory_model
+
+    shape = memory_model.student_shape(config.student.model_name, config.paths.model_cache_dir)
+    if shape is None:
+        return
+    free, total = torch.cuda.mem_get_info(device)
+    need = memory_model.required_bytes(config, memory_model.estimate(config, shape), total)
+    if free < need:
+        gb = memory_model.GB
+        raise RunSetupError(
+            f"on-policy distillation with the teacher at {teacher.api_url}: this process's GPU ({device}) has "
+            f"{free / gb:.1f} GB free of {total / gb:.1f} GB and phase 3 needs ~{need / gb:.1f} GB. The teacher is "
+            "asked every step, so it must be served on other GPUs for the whole run, e.g. "
+            "`CUDA_VISIBLE_DEVICES=1 vllm serve ...` and `CUDA_VISIBLE_DEVICES=0 python phase3_train_grpo.py ...` "
+            "(docs/gpu.md, 'On-policy distillation')."
+        )
+
+
+def torch_device_type(device: Any) -> str:
+    return str(getattr(device, "type", device)).split(":")[0]
+
+
 def main(
     config: Config,
     resume_from: str | None = None,
@@ -153,6 +194,7 @@ def _train(
     check_run_setup(config, resume_from, traces, overwrite_output_dir)
     set_seed(config.training.seed)
     accelerator = make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+    check_teacher_gpu(config, accelerator.device)  # before the student takes its share of the GPU
     if resume_from is None and overwrite_output_dir and accelerator.is_main_process:
         for name in previous_run(output_dir):
             shutil.rmtree(output_dir / name)

@@ -783,26 +783,6 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
         check_gpu_memory(report, config)
 
 
-def student_shape(config: Config) -> Any:
-    """The student's decoder shape: the recipes' models from `KNOWN_SHAPES`, others from their config.json (the
-    hub's or a folder's); None when it cannot be read."""
-    from training.memory_model import KNOWN_SHAPES, ModelShape
-
-    name = config.student.model_name
-    if name in KNOWN_SHAPES:
-        return KNOWN_SHAPES[name]
-    try:
-        from transformers import AutoConfig
-
-        from utils.student_model import resolve_model_path
-
-        return ModelShape.from_hf_config(
-            AutoConfig.from_pretrained(resolve_model_path(name, config.paths.model_cache_dir))
-        )
-    except Exception:  # noqa: BLE001 - no estimate is a warning, never a crash of the preflight
-        return None
-
-
 def check_gpu_memory(report: Report, config: Config, prompt_tokens: int = 512) -> None:
     """Phase 3's predicted peak on one GPU (`training.memory_model`, measured by benchmarks/bench_memory.py) vs
     the memory of the visible GPU: a WARN, with the knob to turn, when it does not fit."""
@@ -810,7 +790,7 @@ def check_gpu_memory(report: Report, config: Config, prompt_tokens: int = 512) -
 
     from training import memory_model
 
-    shape = student_shape(config)
+    shape = memory_model.student_shape(config.student.model_name, config.paths.model_cache_dir)
     if shape is None:
         report.warn(f"no memory estimate: the config of {config.student.model_name} could not be read")
         return

@@ -347,9 +347,9 @@ def markdown(results: dict[str, Any]) -> str:
         if "peak" in entry:
             lines.append(f"| {name} | {entry['peak'] / 1e9:.1f} GB | {entry['largest']} |")
         else:
-            lines.append(
-                f"| {name} | {entry['total'] / 1e9:.1f} GB | activations {entry['activations'] / 1e9:.1f} GB |"
-            )
+            kept, head = entry["activations"] / 1e9, entry["head"] / 1e9
+            parts = f"GRPO pass: activations {kept:.1f} GB, log-prob head {head:.1f} GB"
+            lines.append(f"| {name} | {entry['total'] / 1e9:.1f} GB | {parts} |")
     return "\n".join(lines) + "\n"
 
 

@@ -152,6 +152,19 @@ def test_a_served_teacher_scores_the_trainers_rollouts(tmp_path, pool):
     assert metrics["opd/teacher_tokens"] == sum(len(s.token_ids) for s in samples) and "loss/opd" in metrics
 
 
+def test_a_served_teacher_too_short_for_the_samples_is_refused_before_training(tmp_path, pool):
+    """A teacher started with a small --max-model-len would answer the first long sample with a 400, steps into the
+    run; the trainer reads the limit from /v1/models and refuses at start, naming the value to restart it with."""
+    from training.teacher_logprobs import TeacherScoringError
+
+    state = FakeVLLMServer(base_model="teacher", prompt_logprob=lambda prefix, token: -1.0, max_model_len=64)
+    with RunningServer(state) as server:
+        scorer = ServedTeacherScorer(TeacherClient(server.url, model="teacher"), "teacher")
+        with pytest.raises(TeacherScoringError, match=r"holds 64 tokens per sequence .*--max-model-len \d+ or more"):
+            make_trainer(tmp_path, pool, scorer, **OPD_ONLY)
+    assert state.calls == []  # refused before any scoring request
+
+
 def test_phase3_trains_with_a_local_teacher_from_the_config(tmp_path):
     """phase 3 end to end (hf rollouts on the tiny model), the teacher built from teacher.logprob_source=local."""
     import phase1_prepare_data as phase1
@@ -211,3 +224,25 @@ def test_phase3_refuses_a_missing_adapter_and_a_mismatched_teacher_in_one_line(t
     monkeypatch.setattr(trainer_module, "build_teacher_scorer", mismatched)
     assert phase3.cli(argv) == 1
     assert "error: on-policy distillation needs the teacher" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "free_gb", "refused"),
+    [
+        ("http://localhost:8129/v1", 6.4, True),  # vllm serve's default 0.92 of an 80 GB GPU already taken
+        ("http://localhost:8129/v1", 79.0, False),  # the teacher on another GPU: this one is free
+        ("http://teacher-box:8129/v1", 6.4, False),  # another machine: this GPU's use is someone else's
+    ],
+)
+def test_phase3_refuses_a_local_teacher_on_the_trainers_gpu(monkeypatch, url, free_gb, refused):
+    import phase3_train_grpo as phase3
+    from config import build_config
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(free_gb * 1e9), int(80e9)))
+    config = build_config("gpu", overrides=["dual_source.opd_weight=1", f"teacher.api_url={url}"])
+    if refused:
+        with pytest.raises(phase3.RunSetupError, match=r"6\.4 GB free of 80\.0 GB .*CUDA_VISIBLE_DEVICES=1 vllm serve"):
+            phase3.check_teacher_gpu(config, torch.device("cuda", 0))
+    else:
+        phase3.check_teacher_gpu(config, torch.device("cuda", 0))
+    phase3.check_teacher_gpu(config, torch.device("cpu"))  # no GPU, nothing to share

@@ -36,6 +36,7 @@ import torch
 from config import Config, save_config
 from multiturn.sampler import multi_turn_sampler
 from rollouts.completion import RolloutCompletion
+from rollouts.from_config import budget_name, chat_template_kwargs, prompt_lengths, sample_budget
 from sandbox.executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
@@ -47,7 +48,7 @@ from training.passes import PassRunner
 from training.rewards import ScoredSample, load_reward_functions
 from training.scoring import score_rollouts
 from training.sft_sources import SuccessBuffer, build_teacher_sft, max_scheduled_weight, self_sft_examples
-from training.teacher_logprobs import TeacherScorer, build_teacher_scorer
+from training.teacher_logprobs import ServedTeacherScorer, TeacherScorer, build_teacher_scorer
 from training.update_plan import UpdatePlan, correctness_rewards, plan_step, plan_update, step_loss_metrics
 from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
@@ -129,6 +130,15 @@ class GRPOTrainer:
                 self.accelerator.device,
                 training.forward_chunk_size,
             )
+        if isinstance(self.teacher_scorer, ServedTeacherScorer) and tasks:  # its context, before any step
+            lengths = prompt_lengths(
+                tokenizer,
+                tasks,
+                config.prompt.num_visible_tests,
+                chat_template_kwargs(config),
+                config.multi_turn.mode,
+            )
+            self.teacher_scorer.check_context(max(lengths), sample_budget(config), budget_name(config))
         self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
         # each process on this machine takes its share of the cores (see training.launch)

@@ -1,4 +1,5 @@
-"""Peak GPU memory of phase 3, predicted from the student's shapes and the config (pure arithmetic).
+"""Peak GPU memory of phase 3, predicted from the student's shapes and the config (arithmetic; only
+`student_shape` reads a model's config.json).
 
 The terms are the tensors autograd and the loss actually hold, counted from what
 `benchmarks/bench_memory.py` measured on CPU for a Qwen3 decoder layer with the project's LoRA (bf16 base,
@@ -86,6 +87,21 @@ KNOWN_SHAPES = {
     "Qwen/Qwen3-1.7B": ModelShape(28, 2048, 6144, 16, 8, 128, 151936),
     "Qwen/Qwen3-4B": ModelShape(36, 2560, 9728, 32, 8, 128, 151936),
 }
+
+
+def student_shape(name: str, cache_dir: str = "") -> ModelShape | None:
+    """The decoder shape of model `name`: the recipes' students from `KNOWN_SHAPES`, any other from its config.json
+    (a folder's, or the hub's); None when that cannot be read."""
+    if name in KNOWN_SHAPES:
+        return KNOWN_SHAPES[name]
+    try:
+        from transformers import AutoConfig
+
+        from utils.student_model import resolve_model_path
+
+        return ModelShape.from_hf_config(AutoConfig.from_pretrained(resolve_model_path(name, cache_dir)))
+    except Exception:  # noqa: BLE001 - no shape means no estimate, never a failed run
+        return None
 
 
 def lora_targets(target_modules: tuple[str, ...] | list[str]) -> tuple[str, ...]:

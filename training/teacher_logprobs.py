@@ -156,6 +156,23 @@ class ServedTeacherScorer:
         self.model = model
         self.loop = asyncio.new_event_loop()  # the client's connections live on this one loop
 
+    def check_context(self, longest_prompt: int, budget: int, budget_name: str) -> None:
+        """Refuse, before training, a teacher server whose `--max-model-len` cannot hold the longest prompt plus
+        `budget` completion tokens plus the one token each scoring request generates: vLLM answers a longer
+        request with a 400 (not retried: training would end at the first long sample, hours in). A server whose
+        /v1/models does not report the limit is not checked."""
+        cards = self.loop.run_until_complete(self.client.model_cards())
+        limits = [card.get("max_model_len") for card in cards if not card.get("parent")]
+        known = [int(limit) for limit in limits if isinstance(limit, int)]
+        needed = longest_prompt + budget + 1
+        if known and min(known) < needed:
+            raise TeacherScoringError(
+                f"the teacher server at {self.client.base_url} holds {min(known)} tokens per sequence "
+                f"(--max-model-len) and on-policy distillation needs {needed}: the longest prompt ({longest_prompt} "
+                f"tokens) plus {budget} ({budget_name}) plus the one token each scoring request generates. Restart "
+                f"it with --max-model-len {needed} or more, or lower {budget_name}."
+            )
+
     def score(self, samples: Sequence[RolloutCompletion]) -> TeacherScores:
         start = time.monotonic()
 
