@@ -38,3 +38,28 @@ def test_a_broken_link_is_found(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("[ok](there.md) [anchor](there.md#x) [web](https://example.org) [gone](docs/missing.md)\n")
     assert broken_links(page) == ["docs/missing.md"]
+
+
+CODE_BLOCK = re.compile(r"```bash\n(.*?)```", re.DOTALL)
+
+
+def unpinned_opd_commands(page: Path) -> list[str]:
+    """In every code block that serves a teacher with `vllm serve` and runs phase 3 with on-policy distillation,
+    the GPU commands (joined over their continuation lines; `--preset cpu` runs are not) that do not set
+    CUDA_VISIBLE_DEVICES: with OPD the teacher is asked every step, so server and trainer need their own GPUs."""
+    found = []
+    for block in CODE_BLOCK.findall(page.read_text()):
+        commands = [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip() and not c.startswith("#")]
+        if not any("vllm serve" in c for c in commands) or not any("opd_weight" in c for c in commands):
+            continue
+        for command in commands:
+            gpu = "vllm serve" in command or ("phase3_train_grpo.py" in command and "--preset cpu" not in command)
+            if gpu and "CUDA_VISIBLE_DEVICES=" not in command:
+                found.append(command)
+    return found
+
+
+def test_opd_commands_put_the_teacher_and_the_trainer_on_their_own_gpus():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert {str(p.relative_to(ROOT)): unpinned_opd_commands(p) for p in pages if unpinned_opd_commands(p)} == {}
+    assert sum("opd_weight" in p.read_text() and "CUDA_VISIBLE_DEVICES" in p.read_text() for p in pages) >= 2
