@@ -748,11 +748,18 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
         f"{count} CUDA GPU(s) visible for {num_processes} training process(es)",
         "one GPU per process: lower --num_processes or set CUDA_VISIBLE_DEVICES",
     )
-    if config.student.torch_dtype == "bfloat16":
+    if config.student.torch_dtype == "bfloat16":  # emulation does not count: vLLM refuses bf16 below Ampere
         report.expect(
-            count > 0 and torch.cuda.is_bf16_supported(),
-            "the GPU supports bfloat16",
-            "use --set student.torch_dtype=float16 (pre-Ampere GPUs) or float32",
+            count > 0 and torch.cuda.is_bf16_supported(including_emulation=False),
+            "the GPU supports bfloat16 natively (compute capability 8.0 or higher)",
+            "below Ampere (T4, RTX 20xx) use --set student.torch_dtype=float32: vLLM refuses bfloat16 there and "
+            "torch only emulates it (slowly); float16 would train without loss scaling, its small gradients lost",
+        )
+    if config.student.torch_dtype == "float16" and os.environ.get("ACCELERATE_MIXED_PRECISION") != "fp16":
+        report.warn(
+            "student.torch_dtype=float16 trains without a loss scaler (accelerate's mixed_precision is 'no' unless "
+            "launched with --mixed_precision fp16): per-token gradients of ~1e-5 underflow in the float16 backward",
+            "use float32 (or bfloat16 on Ampere or newer), or accelerate launch --mixed_precision fp16",
         )
     try:
         check_launch_environment()

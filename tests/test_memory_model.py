@@ -144,3 +144,30 @@ def test_phase_two_budget_fits_what_phase_three_trains_on():
     assert config.teacher.max_tokens + 512 <= config.dual_source.sft_max_length
     field = {f.name: f for f in dataclasses.fields(config.dual_source)}["sft_max_length"]
     assert "dropped" in field.metadata["help"] and "cut." not in field.metadata["help"].replace("never cut.", "")
+
+
+def test_the_gpu_preflight_does_not_count_emulated_bfloat16(monkeypatch, capsys):
+    """A T4 (compute capability 7.5) can create bf16 tensors, so torch's default check passes, but vLLM refuses
+    bf16 there and torch only emulates it: the preflight must fail it and advise float32, not float16."""
+    import types
+
+    import test_all
+
+    fake_gpu(monkeypatch, 16)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: types.SimpleNamespace(major=7, minor=5))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda *a: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+    test_all.check_gpu_setup(test_all.Report(), build_config("gpu"), num_processes=1)
+    out = capsys.readouterr().out
+    assert "✗ FAIL the GPU supports bfloat16 natively" in out
+    assert "student.torch_dtype=float32" in out and "torch_dtype=float16" not in out
+
+
+def test_the_gpu_preflight_warns_that_float16_has_no_loss_scaling(monkeypatch, capsys):
+    import test_all
+
+    fake_gpu(monkeypatch, 80)
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    test_all.check_gpu_setup(test_all.Report(), build_config("gpu", overrides=["student.torch_dtype=float16"]), 1)
+    assert "⚠ WARN student.torch_dtype=float16 trains without a loss scaler" in capsys.readouterr().out

@@ -421,7 +421,7 @@ def test_gpu_preflight_reports_each_gpu_requirement(monkeypatch, capsys):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (70, 80))
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     report = test_all.Report()
@@ -429,7 +429,7 @@ def test_gpu_preflight_reports_each_gpu_requirement(monkeypatch, capsys):
     test_all.check_gpu_setup(report, config, num_processes=2)
     out = capsys.readouterr().out
     assert "✗ FAIL 1 CUDA GPU(s) visible for 2 training process(es)" in out
-    assert "✗ FAIL the GPU supports bfloat16" in out
+    assert "✗ FAIL the GPU supports bfloat16 natively" in out
     assert "✗ FAIL DeepSpeed launches are not supported" in out
     assert "✗ FAIL lora.r=600 fits a vLLM max_lora_rank" in out
     assert "✓ PASS vLLM's memory share 0.30 fits" in out
