@@ -293,7 +293,7 @@ def continuer_for(rollout: Any) -> BackendFor:
     if isinstance(rollout, KVCacheRollout):
         return lambda model, step: KVContinuer(rollout, model)
     if isinstance(rollout, HFRollout):
-        return lambda model, step: HFContinuer(model, rollout.tokenizer, rollout.sampling, rollout.batch_size)
+        return lambda model, step: HFContinuer(model, rollout.tokenizer, rollout.sampling, rollout.sequences_per_call)
     if isinstance(rollout, VLLMRollout):
 
         def vllm_continuer(model: Any, step: int) -> VLLMContinuer:

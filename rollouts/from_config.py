@@ -151,8 +151,10 @@ def training_rollout(
         g.max_new_tokens,
         sampling,
         template,
-        # prompts per `generate` call (each returns G sequences): one micro-batch of per_device x G sequences
+        # prompts per `generate` call (each returns G sequences): one micro-batch of per_device x G sequences;
+        # multi-turn continues that many sequences per call too
         batch_size=config.training.per_device_train_batch_size,
+        sequences_per_call=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
     )
 
 
@@ -163,7 +165,9 @@ def evaluation_rollout(config: Config, tokenizer: Any, template: dict[str, Any])
     sampling = SamplingSettings.from_section(ev)
     if config.evaluation_backend == "kv":
         return KVCacheRollout(tokenizer, ev.max_new_tokens, sampling, template, config.grpo.sampler_dtype)
-    return HFRollout(tokenizer, ev.max_new_tokens, sampling, template, batch_size=8)
+    return HFRollout(
+        tokenizer, ev.max_new_tokens, sampling, template, batch_size=8, sequences_per_call=8 * ev.num_samples
+    )
 
 
 def adapter_handoff(config: Config, output_dir: Path, accelerator: Any = None) -> AdapterHandoff:

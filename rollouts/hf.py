@@ -100,12 +100,17 @@ class HFRollout:
         sampling: SamplingSettings,
         chat_template_kwargs: dict | None = None,
         batch_size: int = 8,
+        sequences_per_call: int = 0,
     ) -> None:
-        """batch_size: prompts per `generate` call; each call holds batch_size x num_samples sequences."""
+        """batch_size: prompts per `generate` call; each call holds batch_size x num_samples sequences.
+        sequences_per_call: sequences per `generate` call of the multi-turn continuer built from this rollout
+        (`multiturn.backends.HFContinuer`: every sequence one sample), normally batch_size x num_samples;
+        0: batch_size."""
         self.tokenizer = tokenizer
         self.max_new_tokens, self.sampling = max_new_tokens, sampling
         self.chat_template_kwargs = chat_template_kwargs
         self.batch_size = batch_size
+        self.sequences_per_call = sequences_per_call or batch_size
 
     def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
         was_training = model.training

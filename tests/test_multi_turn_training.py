@@ -394,3 +394,24 @@ def test_the_vllm_continuer_decodes_every_budget_in_one_generate_call(monkeypatc
     assert [p.max_tokens for p in engine.call_params[0]] == [5, 9, 5, 12]
     assert all(p.stop == ["</program>"] and p.include_stop_str_in_output for p in engine.call_params[0])
     assert [len(r.token_ids) <= budget for r, budget in zip(results, [5, 9, 5, 12], strict=True)] == [True] * 4
+
+
+def test_multi_turn_hf_rollouts_continue_a_whole_micro_batch_per_generate_call(tiny_student, tmp_path):
+    """Each multi-turn sequence is one sample, so the hf continuer's batch is per_device_train_batch_size x G
+    sequences, what one single-turn `generate` call holds (it got per_device_train_batch_size: 2 sequences a call
+    under the gpu preset, 32 sequential calls per turn for a rollout batch of 64)."""
+    from multiturn.backends import continuer_for
+    from rollouts.from_config import training_rollout
+
+    model, tok = tiny_student()
+    from config import build_config
+
+    config = build_config("gpu", overrides=["multi_turn.mode=tool"])
+    group = config.training.per_device_train_batch_size * config.grpo.num_samples_per_prompt
+    continuer = continuer_for(training_rollout(config, tok, tmp_path))(model, 0)
+    calls = []
+    generate = model.generate
+    model.generate = lambda **kwargs: calls.append(kwargs["input_ids"].shape[0]) or generate(**kwargs)
+    prompt = encode_prompt(tok, "Say something.")
+    continuer.continue_sequences([prompt] * 2 * group, [2] * 2 * group, ("</program>",))
+    assert calls == [group, group] == [8, 8]
