@@ -682,7 +682,8 @@ class TrainingConfig:
         "Seed for torch, numpy and random (sampling order, dropout, rollouts). Phase 4 seeds its sampling "
         "with it too: the same config, tasks and machine give the same completions (hf and kv: torch seeded "
         "before each model; vLLM single-turn: every prompt's request seeded from it and the prompt, so a rerun "
-        "with part of the work cached repeats itself; vLLM in tool/feedback mode is not seeded per request).",
+        "with part of the work cached repeats itself on CPU, and on a GPU only with VLLM_BATCH_INVARIANT=1, "
+        "otherwise nearly; vLLM in tool/feedback mode is not seeded per request).",
     )
     warmup_steps: int = option(0, "Linear learning-rate warmup from 0 over this many optimizer steps.")
     lr_scheduler: str = option(
@@ -830,6 +831,13 @@ class EvaluationConfig:
         "holds training adapters only); or 'hf' (transformers generate), 'kv' (rollouts/kv_sampler.py, CPU, "
         "in grpo.sampler_dtype), 'vllm' (a vllm.LLM of phase 4's own).",
         choices=("rollout", "hf", "kv", "vllm"),
+    )
+    vllm_gpu_memory_utilization: float = option(
+        0.85,
+        "backend vllm: share of GPU memory phase 4's engine may take. Phase 4 loads no transformers model beside "
+        "it, so it takes most of the GPU for its KV cache (grpo.vllm_gpu_memory_utilization is the training share).",
+        gt=0,
+        le=1,
     )
     bootstrap_resamples: int = option(
         10000,

@@ -145,7 +145,7 @@ def vllm_generators(
     kwargs = engine_kwargs(
         resolve_model_path(base_name, config.paths.model_cache_dir),
         max_model_len=max_model_len(lengths, budget),
-        gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
+        gpu_memory_utilization=ev.vllm_gpu_memory_utilization,  # alone on the GPU: not the training share
         dtype=config.student.torch_dtype,
         seed=config.training.seed,
         lora_rank=adapter_rank(adapter) if adapter is not None else None,

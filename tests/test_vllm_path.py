@@ -274,6 +274,15 @@ def test_phase4_vllm_baseline_samples_without_the_adapter(tmp_path, vllm, monkey
     assert len(engine.calls) == 2  # the whole evaluation set in one call per run (6 tasks x 4 samples)
 
 
+def test_phase4_vllm_engine_takes_the_evaluation_share_of_the_gpu(tmp_path, vllm):
+    """Phase 4's engine is alone on the GPU (no transformers model beside it): it takes
+    evaluation.vllm_gpu_memory_utilization, not the training share grpo.vllm_gpu_memory_utilization (0.3)."""
+    config, adapter, eval_file = eval_setup(tmp_path)
+    run_phase4(config, adapter, tmp_path, eval_file, baseline=False)
+    share = fake_vllm.ENGINES[-1].kwargs["gpu_memory_utilization"]
+    assert share == config.evaluation.vllm_gpu_memory_utilization == 0.85 != config.grpo.vllm_gpu_memory_utilization
+
+
 def test_phase4_vllm_samples_with_the_evaluation_sampling_settings(tmp_path, vllm):
     config, adapter, eval_file = eval_setup(tmp_path)
     config = vllm_config(
@@ -476,3 +485,11 @@ def test_phase4_on_vllms_cpu_platform_prefills_each_seeded_prompt_whole(tmp_path
     engine = fake_vllm.ENGINES[-1]
     assert all(c.params.kwargs.get("seed") is not None for c in engine.calls)  # the requests stay seeded
     assert engine.kwargs.get("enable_chunked_prefill", True) is not cpu_platform  # a GPU keeps chunked prefill
+
+
+def test_the_rerun_promise_is_scoped_to_batch_invariance_on_gpus():
+    """Seeded requests fix the random numbers, not the logits: on a GPU vLLM's kernels are batch-variant unless
+    VLLM_BATCH_INVARIANT=1, so a partially cached rerun repeats a fresh run only nearly there."""
+    seed_help = {f.name: f for f in dataclasses.fields(build_config("gpu").training)}["seed"].metadata["help"]
+    assert "VLLM_BATCH_INVARIANT=1" in seed_help
+    assert "VLLM_BATCH_INVARIANT=1" in (ROOT / "docs" / "phase4-evaluation.md").read_text()
