@@ -802,7 +802,10 @@ def check_gpu_memory(report: Report, config: Config, prompt_tokens: int = 512) -
         report.warn(f"no memory estimate: the config of {config.student.model_name} could not be read")
         return
     total = torch.cuda.mem_get_info()[1]
-    est = memory_model.estimate(config, shape, prompt_tokens)
+    teacher = None  # a local OPD teacher lives in the trainer's process: its weights and forward count too
+    if config.dual_source.opd_weight > 0 and config.teacher.logprob_source == "local":
+        teacher = memory_model.student_shape(config.teacher.model_name, config.paths.model_cache_dir)
+    est = memory_model.estimate(config, shape, prompt_tokens, teacher)
     need = memory_model.required_bytes(config, est, total)
     gb = memory_model.GB
     vllm = config.grpo.rollout_backend == "vllm" and not config.grpo.vllm_sleep_mode

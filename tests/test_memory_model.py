@@ -171,3 +171,13 @@ def test_the_gpu_preflight_warns_that_float16_has_no_loss_scaling(monkeypatch, c
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     test_all.check_gpu_setup(test_all.Report(), build_config("gpu", overrides=["student.torch_dtype=float16"]), 1)
     assert "⚠ WARN student.torch_dtype=float16 trains without a loss scaler" in capsys.readouterr().out
+
+
+def test_a_local_opd_teacher_counts_in_the_estimate():
+    """teacher.logprob_source=local loads the teacher in the trainer's process: its weights sit beside the student
+    for the whole run and its no-grad forward is one more peak."""
+    config = build_config("gpu", overrides=["dual_source.opd_weight=1", "teacher.logprob_source=local"])
+    student, teacher = qwen3_1_7b(), mm.KNOWN_SHAPES["Qwen/Qwen3-4B"]
+    alone, beside = mm.estimate(config, student), mm.estimate(config, student, teacher=teacher)
+    assert beside.parts["grpo update"] - alone.parts["grpo update"] == teacher.parameters() * 2
+    assert "local teacher forward" in beside.parts and "local teacher forward" not in alone.parts
