@@ -107,7 +107,7 @@ def test_the_one_gpu_recipe_fits_a_40_gb_gpu_with_its_colocated_engine():
 
 
 def test_without_checkpointing_the_preset_needs_more_than_a_40_gb_gpu():
-    """The measured activations (~158 KB per token and layer) make the unchekpointed update ~37 GB."""
+    """The measured activations (~158 KB per token and layer) make an update without checkpointing ~47 GB."""
     config = build_config("gpu", overrides=["training.gradient_checkpointing=false"])
     assert required_gb(config, 80) > 40
 
