@@ -278,6 +278,7 @@ def main(
         "eval_file": eval_set.origin,
         "eval_set": {**eval_set.label(), "num_tasks": len(tasks), "complete": len(tasks) == len(eval_set.tasks)},
         "decoding": decoding,
+        "samples": {"per_task": ev.num_samples, "total": len(tasks) * ev.num_samples},
         # tasks with a test only the program's own process can judge (a forgeable verdict, counted as
         # judged there; the training rewards give such results no signal)
         "untrusted_tasks": untrusted_task_ids(tasks, config.sandbox.include_challenge_tests),

@@ -117,6 +117,8 @@ def format_answer(answer: Answer, number: int, total: int) -> str:
         )
     lines.append("--- thinking ---\n" + (parsed.thinking or "(none)"))
     lines.append("--- code ---\n" + (parsed.code or "(no code found)"))
+    if not parsed.code and not (info is not None and info.turns):  # what the model wrote instead of code
+        lines.append("--- the model's text ---\n" + (sample.text.strip() or "(empty)"))
     if answer.verdict is not None:
         result = answer.verdict
         lines.append(

