@@ -46,7 +46,7 @@ def load_evidence(evidence: Path) -> dict:
 
 def counts_per_task(run: dict, task_ids: list[str]) -> np.ndarray:
     """Passing samples per held-out task, in `task_ids` order; shape (T,)."""
-    passes = Counter()
+    passes: Counter[str] = Counter()
     for task_id, _, passed, *_ in run["samples"]:
         passes[task_id] += passed
     return np.array([passes[t] for t in task_ids], dtype=np.int64)
@@ -102,7 +102,7 @@ def build_report(evidence: Path, command: str) -> dict:
     by_k = {}
     for k in ks:
         scores = {
-            arm: {seed: estimate_pass_at_k(samples, c, k) for seed, c in by_seed.items()}
+            arm: {seed: estimate_pass_at_k(samples, c.tolist(), k) for seed, c in by_seed.items()}
             for arm, by_seed in counts.items()
         }
         by_k[str(k)] = analyse(scores, contrasts, trained, RESAMPLES, BOOTSTRAP_SEED)
