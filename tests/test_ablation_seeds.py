@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import ablation_seeds_report as report_mod
 import bench_ablation_seeds as harness
 
-HELDOUT = ["h1", "h2", "h3"]
+HELDOUT = ["mbpp/1", "mbpp/2", "apps/3"]
 
 
 def test_bands_keep_training_tasks_with_spread_and_held_out_tasks_below_all_pass():
@@ -89,7 +89,7 @@ def write_evidence(folder, runs, samples: int = 2):
         "samples": samples,
         "seed": 42,
         "split": {"train": ["t1", "t2"], "heldout": HELDOUT},
-        "counts": {"t1": 1, "t2": 0, "h1": 0, "h2": 1, "h3": 1},
+        "counts": {"t1": 1, "t2": 0, "mbpp/1": 0, "mbpp/2": 1, "apps/3": 1},
         "training_pool": ["t1"],
         "heldout_set": HELDOUT,
     }
@@ -130,6 +130,9 @@ def test_a_report_from_partial_evidence_says_it_is_not_complete(tmp_path):
     assert full_tsft["delta"] == pytest.approx(1 / 3)
     assert full_tsft["ci95_two_way"] is not None  # 3 trained arms, 2 seeds, 5 cells: df 5 - 4 = 1
     assert "grpo_opd - grpo" not in report["pass_at_k"]["1"]["contrasts"]
+    # the MBPP-format subgroup (the first two tasks): full s1 (1 + .5)/2, tsft s1 .5 -> d .25; s2 1 vs .25 -> .75
+    sub = report["pass_at_1_mbpp_format"]
+    assert sub["tasks"] == 2 and sub["contrasts"]["full - tsft"]["per_seed"] == pytest.approx([0.25, 0.75])
     assert report["signal"]["signal_ok"] is False
     assert report["signal"]["runs"]["full-s1"]["ok"] is True
     assert report["failure_taxonomy"]["full"]["truncated"] == pytest.approx(0.5)
@@ -146,6 +149,14 @@ def test_report_only_builds_from_the_evidence_without_running_anything(tmp_path)
     out = harness.main(["--report_only", "--evidence_dir", str(ev), "--results_dir", str(tmp_path / "r")])
     assert out["complete"] is False and not (tmp_path / "outputs").exists()
     assert (tmp_path / "r" / "ablation_seeds.md").is_file()
+
+
+def test_evidence_json_is_compact_and_reads_back(tmp_path):
+    record = run_evidence("full", 1, [2, 1, 0])
+    harness.write_evidence_json(tmp_path / "run.json", record)
+    text = (tmp_path / "run.json").read_text()
+    assert json.loads(text) == record
+    assert text.count("\n") == len(record) + len(record["samples"]) + len(record["metrics"]) + 4  # {, two closing ], }
 
 
 def test_a_report_before_the_pre_pass_is_empty_but_written(tmp_path):
