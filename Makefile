@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation learning-heldout lint docs clean
+.PHONY: help install run test test-fast test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -114,6 +114,15 @@ ABLATION_ARGS ?=
 ablation: install ## Train and evaluate the five loss-term variants (resumable; ABLATION_ARGS for flags)
 	$(PY) benchmarks/bench_ablation.py $(ABLATION_ARGS)
 	@echo "Results: benchmarks/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
+
+# The seeded ablation on the embedded fixtures: five arms x seeds 1-3 plus the base, with intervals that
+# include between-seed variance (~2.5 h on 2 idle cores; load multiplies it). Resumable from the committed
+# evidence in benchmarks/results/ablation_seeds/; SEEDS_ARGS passes flags, e.g. SEEDS_ARGS="--seeds 4 5
+# --arms full tsft" to add seeds to two arms, or SEEDS_ARGS=--report_only to rebuild the report.
+SEEDS_ARGS ?=
+ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the interval (resumable, niced; SEEDS_ARGS)
+	nice -n 10 $(PY) benchmarks/bench_ablation_seeds.py $(SEEDS_ARGS)
+	@echo "Results: benchmarks/results/ablation_seeds.json, .md, .png (evidence: benchmarks/results/ablation_seeds/)"
 
 # Issue 27's held-out experiment: the five variants trained on real MBPP's standard training split, sampled
 # pass@k on MBPP test and HumanEval greedy (resumable; niced).

@@ -1,0 +1,165 @@
+"""The seeded ablation harness (benchmarks/bench_ablation_seeds.py) without training: the pre-pass bands, the
+recipe guard, resumption from committed evidence, and a report from partial evidence."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import ablation_seeds_report as report_mod
+import bench_ablation_seeds as harness
+
+HELDOUT = ["mbpp/1", "mbpp/2", "apps/3"]
+
+
+def test_bands_keep_training_tasks_with_spread_and_held_out_tasks_below_all_pass():
+    counts = {"t1": 0, "t2": 1, "t3": 7, "t4": 8, "t5": 4, "h1": 0, "h2": 7, "h3": 8}
+    pool, heldout = harness.select_bands(counts, ["t1", "t2", "t3", "t4", "t5"], ["h1", "h2", "h3"], 8)
+    assert pool == ["t2", "t3", "t5"]  # 1..7 of 8, split order kept
+    assert heldout == ["h1", "h2"]  # < 8 of 8
+
+
+def test_k_values_are_the_powers_of_two_up_to_the_samples():
+    assert harness.ks_for(8) == [1, 2, 4, 8]
+    assert harness.ks_for(6) == [1, 2, 4]
+
+
+def test_a_recipe_change_is_refused(tmp_path):
+    args = harness.parse_args(["--evidence_dir", str(tmp_path)])
+    harness.check_evidence_recipe(tmp_path, harness.recipe_of(args))
+    harness.check_evidence_recipe(tmp_path, harness.recipe_of(args))  # the same recipe resumes
+    other = harness.parse_args(["--steps", "20", "--evidence_dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="another recipe"):
+        harness.check_evidence_recipe(tmp_path, harness.recipe_of(other))
+    # seeds and arms choose what runs, not how: adding seeds to two arms is the same recipe
+    more = harness.parse_args(["--seeds", "4", "5", "--arms", "full", "tsft", "--evidence_dir", str(tmp_path)])
+    harness.check_evidence_recipe(tmp_path, harness.recipe_of(more))
+
+
+def test_every_recipe_key_exists_in_the_config():
+    keys = [*harness.RECIPE, *harness.TEACHER_RECIPE]
+    keys += [f"dual_source.{k}" for arm in harness.ARMS.values() for k in arm.weights]
+    harness.check_config_keys(keys)
+    with pytest.raises(SystemExit, match="no key grpo.not_a_key"):
+        harness.check_config_keys(["grpo.not_a_key"])
+
+
+def test_arms_differ_only_in_their_weights(tmp_path):
+    runner = harness.Runner(harness.parse_args([]), tmp_path, tmp_path / "ev")
+    full = runner.arm_overrides(harness.ARMS["full"], 2)
+    grpo = runner.arm_overrides(harness.ARMS["grpo"], 2)
+    shared = {k: v for k, v in full.items() if not k.startswith("dual_source.")}
+    assert shared == {k: v for k, v in grpo.items() if not k.startswith("dual_source.")}
+    assert full["training.seed"] == 2 and full["grpo.num_samples_per_prompt"] == 8
+    opd = runner.arm_overrides(harness.ARMS["grpo_opd"], 2)
+    assert opd["teacher.logprob_source"] == "local" and opd["teacher.local_adapter"].endswith("final_model")
+
+
+def run_evidence(arm: str, seed: int, passes: list[int], samples: int = 2, flat: float = 0.25, rate: float = 0.4):
+    """One run's evidence with `passes[i]` of `samples` passing on held-out task i."""
+    rows = [
+        [task, i, int(i < c), "passed" if i < c else "wrong_answer", "stop" if i else "length", 20 + i]
+        for task, c in zip(HELDOUT, passes, strict=True)
+        for i in range(samples)
+    ]
+    return {
+        "arm": arm,
+        "seed": seed,
+        "overrides": {},
+        "train_s": 10.0,
+        "eval_s": 2.0,
+        "load": {"start": [1.0, 1.0, 1.0], "end": [2.0, 2.0, 2.0]},
+        "pass_at_k": {"1": sum(passes) / (samples * len(passes))},
+        "samples": rows,
+        "metrics": [] if arm == "base" else [{"step": 1, "pass_rate": rate, "frac_reward_zero_std": flat}],
+    }
+
+
+def write_evidence(folder, runs, samples: int = 2):
+    (folder / "runs").mkdir(parents=True)
+    args = harness.parse_args(["--samples", str(samples)])
+    (folder / "recipe.json").write_text(json.dumps(harness.recipe_of(args)))
+    prepass = {
+        "samples": samples,
+        "seed": 42,
+        "split": {"train": ["t1", "t2"], "heldout": HELDOUT},
+        "counts": {"t1": 1, "t2": 0, "mbpp/1": 0, "mbpp/2": 1, "apps/3": 1},
+        "training_pool": ["t1"],
+        "heldout_set": HELDOUT,
+    }
+    (folder / "prepass.json").write_text(json.dumps(prepass))
+    for run in runs:
+        (folder / "runs" / f"{run['arm']}-s{run['seed']}.json").write_text(json.dumps(run))
+
+
+def test_a_run_with_evidence_is_not_redone(tmp_path):
+    ev = tmp_path / "ev"
+    write_evidence(ev, [run_evidence("full", 1, [1, 1, 0])])
+    runner = harness.Runner(harness.parse_args([]), tmp_path / "work", ev)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a finished run was started again")
+
+    runner.run = refuse
+    runner.one_run("full", 1, "[1/1]")
+    assert not (tmp_path / "work" / "runs").exists()
+
+
+def test_a_report_from_partial_evidence_says_it_is_not_complete(tmp_path):
+    ev = tmp_path / "ev"
+    runs = [
+        run_evidence("full", 1, [2, 1, 0]),
+        run_evidence("tsft", 1, [1, 1, 0]),
+        run_evidence("full", 2, [2, 2, 0]),
+        run_evidence("tsft", 2, [1, 0, 0]),
+        run_evidence("base", 1, [0, 1, 0]),
+        run_evidence("grpo", 1, [0, 1, 0], flat=0.9),  # no signal: the check must say so
+    ]
+    write_evidence(ev, runs)
+    report = report_mod.build_report(ev, "python benchmarks/bench_ablation_seeds.py")
+    assert report["complete"] is False and report["seeds_done"] == []
+    full_tsft = report["pass_at_k"]["1"]["contrasts"]["full - tsft"]
+    # pass@1 per seed: full s1 (1 + .5 + 0)/3 = .5, tsft s1 (.5 + .5)/3 = 1/3; s2: 2/3 vs 1/6 -> d = 1/6, 1/2
+    assert full_tsft["per_seed"] == pytest.approx([1 / 6, 1 / 2])
+    assert full_tsft["delta"] == pytest.approx(1 / 3)
+    assert full_tsft["ci95_two_way"] is not None  # 3 trained arms, 2 seeds, 5 cells: df 5 - 4 = 1
+    assert "grpo_opd - grpo" not in report["pass_at_k"]["1"]["contrasts"]
+    # the MBPP-format subgroup (the first two tasks): full s1 (1 + .5)/2, tsft s1 .5 -> d .25; s2 1 vs .25 -> .75
+    sub = report["pass_at_1_mbpp_format"]
+    assert sub["tasks"] == 2 and sub["contrasts"]["full - tsft"]["per_seed"] == pytest.approx([0.25, 0.75])
+    assert report["signal"]["signal_ok"] is False
+    assert report["signal"]["runs"]["full-s1"]["ok"] is True
+    assert report["failure_taxonomy"]["full"]["truncated"] == pytest.approx(0.5)
+    paths = report_mod.write_report(report, tmp_path / "results")
+    text = paths[1].read_text()
+    assert "partial" in text and "SIGNAL CHECK FAILED" in text and "raise G" in text
+    assert json.loads(paths[0].read_text())["complete"] is False
+    assert paths[2].is_file()
+
+
+def test_report_only_builds_from_the_evidence_without_running_anything(tmp_path):
+    ev = tmp_path / "ev"
+    write_evidence(ev, [run_evidence("base", 1, [0, 1, 0])])
+    out = harness.main(["--report_only", "--evidence_dir", str(ev), "--results_dir", str(tmp_path / "r")])
+    assert out["complete"] is False and not (tmp_path / "outputs").exists()
+    assert (tmp_path / "r" / "ablation_seeds.md").is_file()
+
+
+def test_evidence_json_is_compact_and_reads_back(tmp_path):
+    record = run_evidence("full", 1, [2, 1, 0])
+    harness.write_evidence_json(tmp_path / "run.json", record)
+    text = (tmp_path / "run.json").read_text()
+    assert json.loads(text) == record
+    assert text.count("\n") == len(record) + len(record["samples"]) + len(record["metrics"]) + 4  # {, two closing ], }
+
+
+def test_a_report_before_the_pre_pass_is_empty_but_written(tmp_path):
+    report = report_mod.build_report(tmp_path, "cmd")
+    assert report["complete"] is False
+    assert report_mod.write_report(report, tmp_path / "r")[1].read_text().startswith("# Seeded ablation")
