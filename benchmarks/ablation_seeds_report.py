@@ -143,6 +143,7 @@ def build_report(evidence: Path, command: str) -> dict:
         "complete": all(p in runs for p in planned),
         "seeds_done": seeds_done,
         "command": command,
+        "run_commands": sorted({r["command"] for r in ev["runs"] if r.get("command")}),
         "recipe": recipe,
         "population": {
             "split": {k: len(v) for k, v in prepass["split"].items()},
@@ -189,7 +190,7 @@ def markdown(report: dict) -> str:
     lines = [
         f"# Seeded ablation of the objective's terms: {report['primary_endpoint']} ({status})",
         "",
-        f"Command: `{report['command']}`",
+        f"Report: `{report['command']}`; runs from: " + (", ".join(f"`{c}`" for c in report["run_commands"]) or "n/a"),
         "",
         f"Population: the embedded fixtures split {pop['split']['train']} training / {pop['split']['heldout']} held "
         f"out; training pool {len(pop['training_pool'])} tasks (base passes 1 .. {pop['prepass_samples'] - 1} of "
@@ -213,7 +214,7 @@ def markdown(report: dict) -> str:
         per_seed = ", ".join(f"s{s} {v:.3f}" for s, v in row["per_seed"].items())
         sd = f"{row['seed_sd']:.3f}" if row["seed_sd"] is not None else "n/a"
         others = [f"{report['pass_at_k'][str(k)]['arms'][arm]['mean']:.3f}" for k in report["k_values"][1:]]
-        label = ARMS[arm].label if arm in ARMS else "base model (no training)"
+        label = ARMS[arm].label if arm in ARMS else "no training"
         lines.append(f"| {arm} ({label}) | {row['mean']:.3f} | {per_seed} | {sd} | " + " | ".join(others) + " |")
     sd = p1["residual_sd"]
     lines += [
@@ -325,7 +326,9 @@ def plot(report: dict, path: Path) -> None:
         err = [[row["mean"] - ci[0]], [ci[1] - row["mean"]]] if ci else None
         left.errorbar([x], [row["mean"]], yerr=err, fmt="D", color="black", capsize=5, zorder=4)
     left.set_xticks(range(len(arms)), arms, rotation=20)
-    left.set_ylabel("held-out pass@1 (dots: seeds; diamond: mean, 95% t over seeds)")
+    left.set_ylim(bottom=0)
+    left.set_ylabel("held-out pass@1")
+    left.set_title("dots: seeds; diamond: mean, 95% t interval over seeds", fontsize=8)
     names = list(p1["contrasts"])
     for y, name in enumerate(names):
         c = p1["contrasts"][name]

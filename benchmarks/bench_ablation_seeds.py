@@ -284,8 +284,8 @@ def set_flags(values: dict) -> list[str]:
 class Runner:
     """The experiment's commands (one process per phase) over one work folder and one evidence folder."""
 
-    def __init__(self, args: argparse.Namespace, work: Path, evidence: Path):
-        self.args, self.work, self.evidence = args, work, evidence
+    def __init__(self, args: argparse.Namespace, work: Path, evidence: Path, command: str = ""):
+        self.args, self.work, self.evidence, self.command = args, work, evidence, command
         self.data = work / "data"
         self.ks = ks_for(args.samples)
         self.common = ["--preset", "cpu"] + (["--set", f"student.model_name={args.model}"] if args.model else [])
@@ -608,6 +608,7 @@ class Runner:
             {
                 "arm": arm_name,
                 "seed": seed,
+                "command": self.command,
                 "overrides": overrides,
                 "train_s": round(train_s, 1),
                 "eval_s": round(eval_s, 1),
@@ -658,7 +659,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
         check_evidence_recipe(evidence, recipe_of(args))
         work = claim_work_folder(args, RECIPE_FLAGS)
-        runner = Runner(args, work, evidence)
+        runner = Runner(args, work, evidence, command)
         runner.prepass()
         runner.references()
         plan = [(seed, arm) for seed in args.seeds for arm in [*args.arms, BASE]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +164,55 @@ def test_a_report_before_the_pre_pass_is_empty_but_written(tmp_path):
     report = report_mod.build_report(tmp_path, "cmd")
     assert report["complete"] is False
     assert report_mod.write_report(report, tmp_path / "r")[1].read_text().startswith("# Seeded ablation")
+
+
+def fake_phases(runner, calls: list):
+    """Stand-in for the phase processes: records each command and writes the files the real phase would."""
+
+    def run(name, command, watch=None, total_steps=0):
+        calls.append((name, command))
+        flag = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
+        if name.endswith(".train"):
+            out = runner.work / "teacher" if name == "teacher.train" else runner.work / "runs" / name[: -len(".train")]
+            (out / "final_model").mkdir(parents=True, exist_ok=True)
+            (out / "final_model" / "adapter_config.json").write_text("{}")
+            (out / "metrics.jsonl").write_text(json.dumps({"step": 1, "pass_rate": 0.3, "frac_reward_zero_std": 0.2}))
+        else:
+            rows = [
+                {
+                    "task_id": t,
+                    "sample_idx": i,
+                    "passed": i == 0,
+                    "status": "passed" if i == 0 else "wrong_answer",
+                    "finish_reason": "stop",
+                    "num_tokens": 9,
+                }
+                for t in HELDOUT
+                for i in range(2)
+            ]
+            Path(flag["--output"]).write_text(json.dumps({"pass_at_k": {"1": 0.5}, "decoding": "T 0.7"}))
+            Path(flag["--samples_output"]).write_text("\n".join(json.dumps(r) for r in rows))
+        return 1.0
+
+    runner.run = run
+
+
+def test_an_opd_run_trains_the_teacher_first_and_scores_with_it(tmp_path):
+    ev = tmp_path / "ev"
+    write_evidence(ev, [])
+    runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
+    calls: list = []
+    fake_phases(runner, calls)
+    runner.one_run("grpo_opd", 1, "[1/1]")
+    assert [name for name, _ in calls] == ["teacher.train", "teacher.eval", "grpo_opd-s1.train", "grpo_opd-s1.eval"]
+    arm_command = " ".join(calls[2][1])
+    assert "teacher.logprob_source=local" in arm_command and "dual_source.opd_weight=1.0" in arm_command
+    assert f"teacher.local_adapter={runner.teacher_adapter}" in arm_command
+    assert "training.seed=1" in " ".join(calls[3][1])  # evaluated on the run's seed
+    assert json.loads((ev / "teacher.json").read_text())["arm"] == "teacher"
+    run = json.loads((ev / "runs" / "grpo_opd-s1.json").read_text())
+    assert run["command"] == "cmd" and len(run["samples"]) == 6 and run["metrics"][0]["pass_rate"] == 0.3
+    # a second OPD seed reuses the teacher: neither trained nor evaluated again
+    calls.clear()
+    runner.one_run("grpo_opd", 2, "[1/1]")
+    assert [name for name, _ in calls] == ["grpo_opd-s2.train", "grpo_opd-s2.eval"]
