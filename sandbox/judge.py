@@ -25,8 +25,10 @@ How a verdict is made:
 
 Output comparison for stdin tests (`stdout_matches`): both texts are split into whitespace-
 separated tokens; the token sequences must have the same length and each pair must be equal as
-strings, or as integers (exactly), or, when both parse as floats, within rel 1e-5 / abs 1e-8
-(numpy.allclose's defaults, as the APPS harness uses). This ignores trailing spaces, trailing
+strings, or, where the expected token is an integer, an integer token of exactly that value (no
+float spelling: `1e9`, `1000000000.0` or `1_000_000_000` never match 1000000007), or, where the
+expected token is a float, a decimal number within rel 1e-5 / abs 1e-8 of it (numpy.allclose's
+defaults, as the APPS harness uses). This ignores trailing spaces, trailing
 newlines, blank lines and line breaks, like the APPS harness. It is **stricter** than the APPS
 harness in one place: the APPS harness finally compares *sets* of tokens, which ignores order and
 duplicates and so accepts some wrong answers (e.g. "2 1" for "1 2"); here order and multiplicity
@@ -522,15 +524,18 @@ def call_output_matches(actual: Any, expected: Any) -> bool:
     return isinstance(expected, list) and len(expected) == 1 and _equal(actual, expected[0])
 
 
-def _as_number(token: str) -> float | None:
-    try:
-        value = float(token)
-    except ValueError:
-        return None
-    return value if not math.isnan(value) else None
-
-
 _INTEGER = re.compile(r"[+-]?\d+")
+# a decimal number as programs print it: no digit separators ("1_000"), no "inf"/"nan" words
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _as_number(token: str) -> float | None:
+    if not _DECIMAL.fullmatch(token):
+        return None
+    try:
+        return float(token)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _integer_digits(token: str) -> str:
@@ -540,15 +545,20 @@ def _integer_digits(token: str) -> str:
 
 
 def stdout_matches(actual: str, expected: str, rel_tol: float = 1e-5, abs_tol: float = 1e-8) -> bool:
-    """Token-wise comparison with numeric tolerance for floats only (see the module docstring)."""
+    """Token-wise comparison with numeric tolerance for floats only (see the module docstring).
+
+    The expected token decides the rule: an expected integer is matched only by an integer token of
+    the same value, never by a float spelling of a nearby number (`1e9` is within the relative
+    tolerance of 1000000007, `1e-9` within the absolute one of 0); only an expected float brings the
+    tolerances."""
     got, want = actual.split(), expected.split()
     if len(got) != len(want):
         return False
     for a, b in zip(got, want, strict=True):
         if a == b:
             continue
-        if _INTEGER.fullmatch(a) and _INTEGER.fullmatch(b):  # integers compare exactly: "1000000000" != "1000000007"
-            if _integer_digits(a) != _integer_digits(b):
+        if _INTEGER.fullmatch(b):
+            if not _INTEGER.fullmatch(a) or _integer_digits(a) != _integer_digits(b):
                 return False
             continue
         x, y = _as_number(a), _as_number(b)

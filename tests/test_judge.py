@@ -22,7 +22,10 @@ from tests.task_factory import assert_task
         ("1 2 \n3  \n", "1 2\n3"),
         ("1 2\r\n3\r\n", "1 2\n3\n"),
         ("0.3333333", "0.333333333"),
-        ("1e3", "1000"),
+        ("1000", "1e3"),  # an expected float token keeps its tolerance
+        ("1000000007.0000001", "1000000007.0"),
+        ("-0", "0"),
+        ("+007", "7"),
         ("YES\n", "YES"),
         ("4 5 2 3 1\n", "4 5 2 3 1 "),
     ],
@@ -44,6 +47,28 @@ def test_stdout_accepted(actual, expected):
     ],
 )
 def test_stdout_rejected(actual, expected):
+    assert not stdout_matches(actual, expected)
+
+
+@pytest.mark.parametrize(
+    "actual, expected",
+    [
+        # an expected integer is matched only by an equal integer token: no float spelling brings the
+        # relative tolerance back (1e9 is within 1e-5 of 1000000007), nor the absolute one (1e-9 ~ 0)
+        ("1000000000.0", "1000000007"),
+        ("1e9", "1000000007"),
+        ("1_000_000_000", "1000000007"),
+        ("1_000_000_007", "1000000007"),
+        ("1e-9", "0"),
+        ("0.0", "0"),
+        ("1e3", "1000"),
+        ("1000.0", "1000"),
+        ("inf", "1000000007"),
+        # a float token written with separators is not a number a program prints by accident
+        ("1_0.5", "10.5"),
+    ],
+)
+def test_stdout_integer_expected_needs_an_integer_token(actual, expected):
     assert not stdout_matches(actual, expected)
 
 
