@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sandbox.protocol import Opaque, decode_value
+from sandbox.protocol import Opaque, decode_value, valid_text
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
 
@@ -76,6 +76,10 @@ class TestOutcome:
     error: str | None = None
     time: float = 0.0
 
+    def __post_init__(self) -> None:
+        # the error text quotes the program (its exception message): only valid Unicode leaves here
+        self.error = None if self.error is None else valid_text(self.error)
+
 
 @dataclass
 class ExecutionResult:
@@ -90,6 +94,9 @@ class ExecutionResult:
     # tests whose verdict came from inside the program's process (an assert no process here can
     # split): a program could forge them, so the training rewards give such a result no signal
     untrusted_tests: int = 0
+
+    def __post_init__(self) -> None:
+        self.error = None if self.error is None else valid_text(self.error)
 
     @property
     def pass_fraction(self) -> float:

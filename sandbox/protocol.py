@@ -65,6 +65,21 @@ def read_message(fd: int) -> object | None:
     return None if body is None else json.loads(body)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: each lone surrogate (JSON's `\\udc80` escape decodes to one, and a
+    program's exception message may hold one) becomes U+FFFD. Every string that leaves the sandbox
+    passes here: a lone surrogate cannot be written as UTF-8, so it would crash whoever writes or
+    tokenizes it (a sample file, a multi-turn observation)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 def parse_frames(data: bytes) -> list[object]:
     """Every complete frame in a buffer written by an untrusted program; unreadable ones become
     {"k": "garbage"} (never an exception, whatever the nesting or encoding)."""
@@ -333,7 +348,7 @@ def decode_value(data: object, depth: int = 0) -> object:
     except (TypeError, ValueError, OverflowError, binascii.Error, RecursionError, MemoryError):
         return Opaque("malformed value")
     if tag == "object":
-        return Opaque(str(data.get("type", "object"))[:200])
+        return Opaque(valid_text(str(data.get("type", "object"))[:200]))
     return Opaque("malformed value")
 
 

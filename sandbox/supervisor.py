@@ -17,7 +17,7 @@ from typing import Any
 
 from sandbox.harness import _HARNESS_FAILED
 from sandbox.isolation import Cgroup, _memfd, _read_all
-from sandbox.protocol import FrameBuffer
+from sandbox.protocol import FrameBuffer, valid_text
 
 # --------------------------------------------------------------------------------------------
 # The supervisor
@@ -284,7 +284,7 @@ class Supervisor:
             together = False
         return {
             "id": job.get("id"),
-            "tests": [tests[i] for i in range(n)],
+            "tests": [_valid_strings(tests[i]) for i in range(n)],
             "setup_error": None,
             "wall_time": time.monotonic() - start,
         }
@@ -360,6 +360,12 @@ class Supervisor:
 
 
 MAX_REPLY_NODES = 1_000_000
+
+
+def _valid_strings(record: dict) -> dict:
+    """The record's texts (error, exception name, phase, stdout: the program chose them) as valid
+    Unicode, so that nothing downstream (tool output, sample files, tokenizers) meets a lone surrogate."""
+    return {k: valid_text(v) if type(v) is str else v for k, v in record.items()}
 
 
 def _count_nodes(value: object, limit: int) -> int:

