@@ -167,7 +167,7 @@ class Supervisor:
                         break
                     now = time.monotonic()
                     for message in messages:
-                        if self._accept(message, indices, reports, now - previous):
+                        if self._accept(message, indices, reports, now - previous, stdin_mode):
                             previous = now
             killed = self._kill(pidfd)
             if len(reports) == len(indices) and self.base is None:
@@ -183,7 +183,7 @@ class Supervisor:
                 try:
                     while chunk := os.read(res_r, 1 << 16):
                         for message in frames.feed(chunk):
-                            self._accept(message, indices, reports, time.monotonic() - previous)
+                            self._accept(message, indices, reports, time.monotonic() - previous, stdin_mode)
                 except (BlockingIOError, OverflowError):
                     pass
             if self.base is not None:  # basic isolation: nothing but this worker kills leftovers
@@ -228,27 +228,24 @@ class Supervisor:
             return []
 
     @staticmethod
-    def _accept(message: object, indices: list[int], reports: dict, elapsed: float) -> bool:
+    def _accept(message: object, indices: list[int], reports: dict, elapsed: float, stdin_mode: bool) -> bool:
+        """Take one frame of the program's result channel. Only the reports its job type produces, with
+        exactly their fields and types, are believed; a frame with a test index that is anything else is
+        that test's failure (`"bad"`), never an error of the sandbox; a frame without one is ignored."""
         if not isinstance(message, dict):
             return False
         kind, index = message.get("k"), message.get("i")
         if kind == "setup_err":  # the program failed before its first test: every test of the run fails so
+            ok = _well_formed(message, _SETUP_ERROR)
             for i in indices:
-                reports.setdefault(
-                    i,
-                    {
-                        "k": "setup_err",
-                        "type": message.get("type"),
-                        "msg": message.get("msg"),
-                        "phase": message.get("phase"),
-                        "time": elapsed,
-                    },
-                )
+                reports.setdefault(i, dict(message, time=elapsed) if ok else {"k": "bad", "time": elapsed})
             return True
-        if kind in ("val", "big", "err", "done") and type(index) is int and index in indices and index not in reports:
-            reports[index] = dict(message, time=elapsed)
-            return True
-        return False
+        if type(index) is not int or index not in indices or index in reports:
+            return False
+        schema = (_STDIN_REPORTS if stdin_mode else _CALL_REPORTS).get(kind) if type(kind) is str else None
+        ok = schema is not None and _well_formed(message, schema)
+        reports[index] = dict(message, time=elapsed) if ok else {"k": "bad", "time": elapsed}
+        return True
 
     # ---------------------------------------------------------------- a whole job
 
@@ -323,6 +320,8 @@ class Supervisor:
                 exit_code=end.get("exit"),
                 error=f"program exited (code {end.get('exit')}) before returning a result",
             )
+        if kind == "bad":
+            return dict(record, status="crashed", signal=None, error="the program sent a malformed report")
         if kind == "setup_err" or kind == "err":
             return dict(
                 record,
@@ -360,6 +359,26 @@ class Supervisor:
 
 
 MAX_REPLY_NODES = 1_000_000
+
+# The reports a program process writes (sandbox.harness), field by field: a field's allowed types, or
+# None for any JSON value. Anything else on the result channel was written by the program itself.
+_ANY = None
+_SETUP_ERROR: dict[str, tuple[type, ...] | None] = {"k": (str,), "type": (str,), "msg": (str,), "phase": (str,)}
+_CALL_REPORTS: dict[str, dict[str, tuple[type, ...] | None]] = {
+    "val": {"k": (str,), "i": (int,), "v": _ANY},
+    "big": {"k": (str,), "i": (int,)},
+    "err": {"k": (str,), "i": (int,), "type": (str,), "msg": (str,)},
+}
+_STDIN_REPORTS: dict[str, dict[str, tuple[type, ...] | None]] = {
+    "done": {"k": (str,), "i": (int,), "exit": (int,), "error": (str, type(None))},
+}
+
+
+def _well_formed(message: dict, schema: dict[str, tuple[type, ...] | None]) -> bool:
+    """Exactly the schema's fields, each of an allowed exact type (a bool is no int here)."""
+    if message.keys() != schema.keys():
+        return False
+    return all(types is None or type(message[key]) in types for key, types in schema.items())
 
 
 def _valid_strings(record: dict) -> dict:

@@ -66,3 +66,43 @@ def test_tool_output_is_valid_text(pool):
     output.encode("utf-8")
     assert output.startswith("a\n")
     assert_pool_healthy(pool)
+
+
+# ------------------------------------------------------------------------------------------
+# no sandbox_error on demand: every report is validated per job type
+# ------------------------------------------------------------------------------------------
+
+FORGE = (
+    "import json, os, struct\n"
+    "def forge(report):\n"
+    "    body = json.dumps(report).encode()\n"
+    "    os.write(3, struct.pack('>I', len(body)) + body)\n"
+)
+CALL_FORGERIES = [
+    {"k": "done", "i": 0, "stdout": 5},  # a stdin report in a calls job, with a field the supervisor fills itself
+    {"k": "done", "i": 0, "stdout": "3", "exit": 0},
+    {"k": "err", "i": 0, "type": ["x"], "msg": {"a": 1}},
+    {"k": "setup_err", "type": 1, "msg": None, "phase": ["test"]},
+    {"k": "val", "i": 0},  # no value at all
+]
+STDIN_FORGERIES = [
+    {"k": "done", "i": 0, "exit": "0", "error": [1]},
+    {"k": "done", "i": 0, "exit": 0, "error": None, "stdout": 7},
+    {"k": "val", "i": 0, "v": 3},  # a calls report in a stdin job
+    {"k": "big", "i": 0},
+]
+
+
+@pytest.mark.parametrize("report", CALL_FORGERIES, ids=lambda r: json.dumps(r)[:40])
+def test_malformed_call_reports_are_the_programs_failure(pool, report):
+    code = FORGE + f"forge({report!r})\nos._exit(0)\ndef add(a, b):\n    return a + b\n"
+    for task in (assert_task("t/f", "add", "assert add(1, 2) == 3"), call_task("t/f", "add", ([1, 2], 3))):
+        result = run(pool, code, task)
+        assert not result.passed and result.status == "runtime_error", result
+
+
+@pytest.mark.parametrize("report", STDIN_FORGERIES, ids=lambda r: json.dumps(r)[:40])
+def test_malformed_stdin_reports_are_the_programs_failure(pool, report):
+    code = FORGE + f"forge({report!r})\nprint(3)\nos._exit(0)\n"
+    result = run(pool, code, stdin_task("t/f", ("1\n", "3\n")))
+    assert not result.passed and result.status == "runtime_error", result
