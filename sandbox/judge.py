@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sandbox.protocol import Opaque, decode_value, valid_text
+from sandbox.protocol import Opaque, decode_value, hashing_is_bounded, valid_text
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
 
@@ -234,11 +234,39 @@ def _compares(node: ast.AST) -> bool:
     )
 
 
-# the tree evaluator works on decoded plain data, so it may also aggregate (len, sum, min, ...)
+def _bounded_set(items: Any) -> set:
+    items = list(items)
+    if not hashing_is_bounded(items):  # see sandbox.protocol.hashing_is_bounded
+        raise OverflowError("too many values of one hash")
+    return set(items)
+
+
+def _bounded_frozenset(items: Any = ()) -> frozenset:
+    return frozenset(_bounded_set(items))
+
+
+def _bounded_dict(pairs: Any = ()) -> dict:
+    pairs = list(pairs.items() if isinstance(pairs, dict) else pairs)
+    if not hashing_is_bounded([key for key, _ in pairs]):
+        raise OverflowError("too many keys of one hash")
+    return dict(pairs)
+
+
+def _bounded_round(number: Any, ndigits: Any = None) -> Any:
+    if isinstance(ndigits, int) and abs(ndigits) > 400:  # round(5, -10**8) computes 10**(10**8)
+        raise OverflowError("too many digits to round to")
+    return round(number, ndigits)
+
+
+# the tree evaluator works on decoded plain data, so it may also aggregate (len, sum, min, ...); every
+# call that builds a hash table from a program's values goes through a bounded builder
 _TREE_CALLS: dict[str, Callable[..., Any]] = {
     **_SAFE_CALLS,
+    "set": _bounded_set,
+    "frozenset": _bounded_frozenset,
+    "dict": _bounded_dict,
     "len": len,
-    "round": round,
+    "round": _bounded_round,
     "sum": sum,
     "min": min,
     "max": max,
@@ -380,7 +408,6 @@ def imported_names(imports: tuple[str, ...] | list[str]) -> frozenset[str]:
 class _TreeEvaluator:
     """Evaluates a planned assert skeleton on plain decoded data (no object of the program exists here)."""
 
-    MAX_ITEMS = 1_000_000
     MAX_INT_BITS = 1 << 16  # about 20,000 digits: far above any MBPP/APPS value
 
     def __init__(self, leaves: tuple) -> None:
@@ -393,9 +420,10 @@ class _TreeEvaluator:
             return node.value
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             items = [self.eval(e) for e in node.elts]
-            return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](items)
+            builders: dict[type, Callable[[list], Any]] = {ast.Tuple: tuple, ast.List: list, ast.Set: _bounded_set}
+            return builders[type(node)](items)
         if isinstance(node, ast.Dict):
-            return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values, strict=True)}
+            return _bounded_dict([(self.eval(k), self.eval(v)) for k, v in zip(node.keys, node.values, strict=True)])
         if isinstance(node, ast.BoolOp):
             values = (self.eval(v) for v in node.values)
             return all(values) if isinstance(node.op, ast.And) else any(values)
@@ -412,14 +440,14 @@ class _TreeEvaluator:
             return True
         if isinstance(node, ast.BinOp):
             left, right = self.eval(node.left), self.eval(node.right)
+            # numbers only: on a program's str, `%` is printf formatting (`"%999999999d" % 1`: a GiB
+            # here) and `*` repetition; on its lists `+` and `*` build whatever it asks for
+            if not all(isinstance(x, (int, float, complex)) for x in (left, right)):
+                raise TypeError("arithmetic here takes numbers only")
             if not isinstance(node.op, (ast.Add, ast.Sub)) and any(
                 isinstance(x, int) and x.bit_length() > self.MAX_INT_BITS for x in (left, right)
             ):  # a program's huge ints (they travel as hex) must not buy quadratic time in this process
                 raise OverflowError("integer too large for arithmetic here")
-            if isinstance(node.op, ast.Mult) and any(isinstance(x, (str, bytes, list, tuple)) for x in (left, right)):
-                sequence, count = (left, right) if isinstance(right, int) else (right, left)
-                if isinstance(count, int) and len(sequence) * count > self.MAX_ITEMS:
-                    raise OverflowError("too large")
             return _TREE_BINOPS[type(node.op)](left, right)
         if isinstance(node, ast.Subscript):
             return self.eval(node.value)[self.eval(node.slice)]

@@ -80,16 +80,40 @@ def valid_text(text: str) -> str:
     return text
 
 
-def parse_frames(data: bytes) -> list[object]:
+MAX_FRAME_NODES = 1_000_000  # JSON values in one frame from a program (a reply's budget: sandbox.supervisor)
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_VALUE_FRAME = re.compile(rb'\{"k": "val", "i": (\d{1,9}), "v": ')  # how the harness starts a value frame
+
+
+def json_nodes_within(body: bytes, limit: int) -> bool:
+    """True when the JSON text `body` holds at most `limit` values, counted on its bytes before anything
+    is parsed: every value but the first follows a `[`, `{`, `,` or `:`, so those bytes bound the count
+    (a 16 MiB frame of `[], ` would otherwise be 4 M lists in the process that parses it). Only when the
+    quick count is over the limit are strings taken out first (a comma inside a string is no value)."""
+
+    def bound(text: bytes) -> int:
+        return text.count(b"[") + text.count(b"{") + text.count(b",") + text.count(b":") + 1
+
+    return bound(body) <= limit or bound(_JSON_STRING.sub(b'""', body)) <= limit
+
+
+def parse_frames(data: bytes, max_nodes: int = MAX_FRAME_NODES) -> list[object]:
     """Every complete frame in a buffer written by an untrusted program; unreadable ones become
-    {"k": "garbage"} (never an exception, whatever the nesting or encoding)."""
-    out, pos = [], 0
+    {"k": "garbage"} (never an exception, whatever the nesting or encoding). A frame of more than
+    `max_nodes` JSON values is never parsed: a value frame of the harness's shape becomes that test's
+    {"k": "big"} (the program's output_limit), anything else garbage."""
+    out: list[object] = []
+    pos = 0
     while pos + HEADER.size <= len(data):
         (size,) = HEADER.unpack_from(data, pos)
         body = data[pos + HEADER.size : pos + HEADER.size + size]
         pos += HEADER.size + size
         if len(body) < size:
             break
+        if not json_nodes_within(body, max_nodes):
+            head = _VALUE_FRAME.match(body)
+            out.append({"k": "big", "i": int(head.group(1))} if head else {"k": "garbage"})
+            continue
         try:
             message = json.loads(body)
         except (ValueError, RecursionError, MemoryError):
@@ -324,15 +348,17 @@ def decode_value(data: object, depth: int = 0) -> object:
         if tag == "tuple" and type(v) is list:
             return tuple(decode_value(x, depth + 1) for x in v)
         if tag == "dict" and type(v) is list:
-            out = {}
-            for pair in v:
-                if type(pair) is not list or len(pair) != 2:
-                    return Opaque("malformed dict")
-                out[_hashable(decode_value(pair[0], depth + 1))] = decode_value(pair[1], depth + 1)
-            return out
+            if not all(type(pair) is list and len(pair) == 2 for pair in v):
+                return Opaque("malformed dict")
+            keys = [_hashable(decode_value(pair[0], depth + 1)) for pair in v]
+            if not hashing_is_bounded(keys):
+                return Opaque("dict whose keys collide")
+            return dict(zip(keys, (decode_value(pair[1], depth + 1) for pair in v), strict=True))
         if tag in ("set", "frozenset") and type(v) is list:
-            items = frozenset(_hashable(decode_value(x, depth + 1)) for x in v)
-            return items if tag == "frozenset" else set(items)
+            elements = [_hashable(decode_value(x, depth + 1)) for x in v]
+            if not hashing_is_bounded(elements):
+                return Opaque("set whose elements collide")
+            return frozenset(elements) if tag == "frozenset" else set(elements)
         if tag == "int" and type(v) is str and _HEX_INT.fullmatch(v):
             return int(v, 16)  # base 16 has no digit limit
         if tag == "range" and type(v) is list and len(v) == 3 and all(type(x) is int for x in v) and v[2]:
@@ -350,6 +376,28 @@ def decode_value(data: object, depth: int = 0) -> object:
     if tag == "object":
         return Opaque(valid_text(str(data.get("type", "object"))[:200]))
     return Opaque("malformed value")
+
+
+MAX_SHARED_HASH = 16
+
+
+def hashing_is_bounded(items: Any) -> bool:
+    """True when putting `items` into a set or dict costs a bounded time per item: no hash value is
+    shared by more than MAX_SHARED_HASH of them. A set probes past every entry of its item's hash
+    with `==`, so n program-chosen values of one hash (ints k * (2**61 - 1) + c all hash to c) cost n**2
+    comparisons: ~7 s of judge CPU for 28,000 of them, minutes at the value cap. Counting the hashes
+    themselves is linear (equal hashes are the same int key). Honest values never come near the bound;
+    a value over it is compared as an Opaque (equal to nothing)."""
+    counts: dict[int, int] = {}
+    try:
+        for item in items:
+            h = hash(item)
+            counts[h] = counts.get(h, 0) + 1
+            if counts[h] > MAX_SHARED_HASH:
+                return False
+    except TypeError:  # unhashable: building the table would fail anyway
+        return True
+    return True
 
 
 def _hashable(value: object) -> object:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sandbox.harness import _HARNESS_FAILED
 from sandbox.isolation import Cgroup, _memfd, _read_all
-from sandbox.protocol import FrameBuffer, valid_text
+from sandbox.protocol import MAX_FRAME_NODES, FrameBuffer, valid_text
 
 # --------------------------------------------------------------------------------------------
 # The supervisor
@@ -358,7 +358,7 @@ class Supervisor:
         return dict(record, status="ok", value=report.get("v"))
 
 
-MAX_REPLY_NODES = 1_000_000
+MAX_REPLY_NODES = MAX_FRAME_NODES  # a frame over it is never parsed (sandbox.protocol.parse_frames)
 
 # The reports a program process writes (sandbox.harness), field by field: a field's allowed types, or
 # None for any JSON value. Anything else on the result channel was written by the program itself.

@@ -176,3 +176,95 @@ def test_value_codec_edge_cases_round_trip_exactly():
     assert encode_json(list(range(100))) == json.dumps(list(range(100)))  # the C fast path writes the same text
     with pytest.raises(ValueTooLarge):
         encode_json(["x" * 100] * 100, limit=5000)
+
+
+# ------------------------------------------------------------------------------------------
+# the judging process's cost is bounded whatever values a program returns
+# ------------------------------------------------------------------------------------------
+
+_P61 = (1 << 61) - 1  # CPython's int hash is n mod 2**61 - 1: these ints all hash alike
+COLLIDING = [k * _P61 + 5 for k in range(1, 28_001)]
+
+
+def _timed(fn):
+    import time
+
+    start = time.process_time()
+    value = fn()
+    return value, time.process_time() - start
+
+
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        {"__t": "set", "v": COLLIDING},
+        {"__t": "frozenset", "v": COLLIDING},
+        {"__t": "dict", "v": [[k, 0] for k in COLLIDING]},
+        {"__t": "set", "v": [{"__t": "tuple", "v": [k]} for k in COLLIDING]},
+    ],
+    ids=["set", "frozenset", "dict", "set-of-tuples"],
+)
+def test_decoding_colliding_hashes_has_a_bounded_cost(encoded):
+    # ~7 s of judge CPU for these 28,000 elements when each was hashed into a set or dict
+    value, seconds = _timed(lambda: decode_value(json.loads(json.dumps(encoded))))
+    assert seconds < 0.5, seconds
+    assert value != set(COLLIDING[:3])  # and what comes back equals nothing it should not
+
+
+def test_ordinary_sets_and_dicts_still_decode_exactly():
+    value = {(1, 2): {3, 4}, "k": frozenset({1.5, None}), 7: {8: [9]}}
+    assert decode_value(encode_value(value)) == value
+    assert decode_value(encode_value(set(range(100_000)))) == set(range(100_000))
+
+
+def test_the_tree_evaluator_hashes_no_colliding_values():
+    for source in ("assert len(set(f(1))) == 28000 and True", "assert len(frozenset(f(1))) == 1 and True"):
+        plan = plan_assert(source)
+        assert plan.check == "tree"
+        _, seconds = _timed(lambda: check_value(plan, (COLLIDING,)))  # noqa: B023 - called at once
+        assert seconds < 0.5, seconds
+    assert check_value(plan_assert("assert len(set(f(1))) == 3 and True"), ([1, 2, 3, 3],))
+    assert check_value(plan_assert("assert dict(f(1)) == {1: 2} and True"), ([[1, 2]],))
+
+
+@pytest.mark.parametrize(
+    "source, leaf",
+    [
+        ("assert f(1) % ('x',) == 'x' and True", "%s"),  # printf formatting ("%999999999d": +380 MiB here)
+        ("assert f(1) * 3 == 'xxx' and True", "x"),
+        ("assert f(1) + [1] == [1] and True", []),
+        ("assert f(1) - 1 == 0 and True", Opaque("X")),
+    ],
+)
+def test_tree_arithmetic_takes_numbers_only(source, leaf):
+    plan = plan_assert(source)
+    assert plan.check == "tree"
+    assert not check_value(plan, (leaf,))
+
+
+def test_tree_arithmetic_on_numbers():
+    assert check_value(plan_assert("assert f(1) % 7 == 3 and f(1) * 2 == 20 and True"), (10, 10))
+    assert check_value(plan_assert("assert f(1) / 4 == 2.5 and True"), (10,))
+    assert not check_value(plan_assert("assert f(1) * f(1) > 0 and True"), (1 << 70_000, 1 << 70_000))
+
+
+def test_frame_nodes_are_counted_before_parsing():
+    # a 4 MiB frame of empty lists: 1.4 M lists in the worker (which is outside the program's memory cgroup)
+    import tracemalloc
+
+    from sandbox.protocol import HEADER, FrameBuffer
+
+    body = b'{"k": "val", "i": 0, "v": [' + b"[], " * (1_400_000) + b"[]]}"
+    tracemalloc.start()
+    try:
+        messages = FrameBuffer(64 << 20).feed(HEADER.pack(len(body)) + body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert messages == [{"k": "big", "i": 0}]
+    assert peak < 8 * len(body), peak  # copies of the bytes only (parsed: ~16 times their size)
+    forged = b'{"i": 0, "k": "val", "v": [' + b"[], " * (1_400_000) + b"[]]}"  # not the harness's frame
+    assert FrameBuffer(64 << 20).feed(HEADER.pack(len(forged)) + forged) == [{"k": "garbage"}]
+    # a value with many commas inside strings is counted exactly (strings are one node each)
+    text = b'{"k": "val", "i": 3, "v": ["' + b",[{" * 400_000 + b'"]}'
+    assert FrameBuffer(64 << 20).feed(HEADER.pack(len(text)) + text)[0]["i"] == 3
