@@ -48,7 +48,7 @@ from sandbox.pool import (
     default_pool,
     task_secret_paths,
 )
-from utils.code_parser import check_syntax
+from sandbox.protocol import wrap_like_apps
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_function_from_code
 
@@ -112,25 +112,14 @@ def execute_program(
             [TestOutcome(False, "runtime_error") for _ in range(n)],
             sample_id,
         )
-    ok, syntax_error = check_syntax(code)  # compile only: nothing runs here
-    if not ok and task.test_type == "stdin" and any(e in (syntax_error or "") for e in _WRAPPABLE_ERRORS):
-        wrapped = wrap_like_apps(code)
-        if check_syntax(wrapped)[0]:
-            code, ok = wrapped, True
-    if not ok:
-        return ExecutionResult(
-            False,
-            0,
-            n,
-            "syntax_error",
-            syntax_error,
-            time.monotonic() - start,
-            [TestOutcome(False, "runtime_error", syntax_error) for _ in range(n)],
-            sample_id,
-        )
     pool = pool or default_pool()
     limits = limits or pool.limits
+    # The program is compiled only in its own process (a 200 KB program can take the compiler ~10 s,
+    # which here would hold the interpreter lock of the whole trainer); a stdin program that compiles
+    # only inside a function (a top-level `return`) is wrapped there as the APPS harness does.
     job = dict(planned.job, code=code, id=sample_id, limits=limits.job_limits(n))
+    if task.test_type == "stdin":
+        job["wrap_like_apps"] = True
     try:
         raw = pool.run(job)
     except SandboxError as exc:
@@ -141,6 +130,18 @@ def execute_program(
     if not isinstance(tests, list) or len(tests) != n or not all(isinstance(x, dict) for x in tests):
         return _sandbox_failure(
             f"sandbox worker sent a reply of the wrong shape ({type(tests).__name__})", n, start, sample_id
+        )
+    syntax_error = _syntax_error(tests)
+    if syntax_error is not None:
+        return ExecutionResult(
+            False,
+            0,
+            n,
+            "syntax_error",
+            syntax_error,
+            time.monotonic() - start,
+            [TestOutcome(False, "runtime_error", syntax_error) for _ in range(n)],
+            sample_id,
         )
     if planned.reference_job is not None and planned.references is None:
         error = _compute_references(planned, pool, limits)
@@ -170,27 +171,15 @@ def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: Sandbo
     return None
 
 
-_WRAPPABLE_ERRORS = (
-    "'return' outside function",
-    "no binding for nonlocal",
-    "nonlocal declaration not allowed at module level",
-)
-
-
-def wrap_like_apps(code: str) -> str:
-    """Put a stdin program inside a function, as the APPS harness does for every program.
-
-    Only used when the program does not compile as a module because of a construct that is legal
-    inside a function (top-level `return`, module-level `nonlocal`); import lines are hoisted,
-    since `from x import *` is not allowed inside a function.
-    """
-    imports, body = [], []
-    for line in code.replace("\r\n", "\n").split("\n"):
-        if line.startswith(("import ", "from ")) and not line.rstrip().endswith(("(", "\\")):
-            imports.append(line)
-        else:
-            body.append("\t" + line if line.strip() else line)
-    return "\n".join(imports + ["def __apps_main__():", *body, "\tpass", "__apps_main__()"])
+def _syntax_error(tests: list[dict]) -> str | None:
+    """The compiler's message when the program's own process could not compile it (every test then
+    reports the same compile-phase SyntaxError), else None."""
+    first = tests[0] if tests else {}
+    if all(
+        t.get("status") == "error" and t.get("phase") == "compile" and t.get("type") == "SyntaxError" for t in tests
+    ):
+        return str(first.get("error") or "SyntaxError")
+    return None
 
 
 def _sandbox_failure(message: str, n: int, start: float, sample_id: str | None) -> ExecutionResult:

@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 import tempfile
+from types import CodeType
 
 from sandbox.isolation import (
     MS_NODEV,
@@ -37,7 +38,7 @@ from sandbox.isolation import (
     _setsid,
     _setuid,
 )
-from sandbox.protocol import ValueTooLarge, encode_json, write_frame, write_message
+from sandbox.protocol import WRAPPABLE_ERRORS, ValueTooLarge, encode_json, wrap_like_apps, write_frame, write_message
 
 # --------------------------------------------------------------------------------------------
 # The program process: harness prefix (trusted) and program body (untrusted)
@@ -103,20 +104,40 @@ PRELUDE = (
 )
 
 
+def _compile_program(job: dict) -> CodeType | None:
+    """The program's code object, compiled here, in its own process and on its own clock (never in the
+    judging process: a 200 KB program can hold a compiler, and so an interpreter lock, for ~10 s). A
+    stdin program that compiles only inside a function (a top-level `return`) is wrapped as the APPS
+    harness does when the job asks for it. On failure the compiler's message is reported as a
+    compile-phase SyntaxError for every test (the judge's `syntax_error`) and None is returned."""
+    source = job["code"]
+    try:
+        try:
+            return compile(source, "<solution>", "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            if not (job.get("wrap_like_apps") and any(e in str(exc.msg) for e in WRAPPABLE_ERRORS)):
+                raise
+            try:
+                return compile(wrap_like_apps(source), "<solution>", "exec", dont_inherit=True)
+            except SyntaxError:
+                raise exc from None
+    except SyntaxError as exc:
+        message = f"line {exc.lineno}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        message = f"{type(exc).__name__}: {exc}"
+    write_message(_RESULT_FD, {"k": "setup_err", "type": "SyntaxError", "msg": message, "phase": "compile"})
+    return None
+
+
 def _child_calls(job: dict) -> None:
     """Program body for assert/call tests: set up once, then report one value per test on fd 3."""
     send, encode, frame = write_message, encode_json, write_frame  # bound before the program can rebind them
     too_large = ValueTooLarge
     limit = job["limits"]["output_bytes"]  # one value's encoded size, like one test's stdout
     namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
-    try:
-        exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
-        code = compile(job["code"], "<solution>", "exec")
-    except SyntaxError as exc:
-        send(
-            _RESULT_FD,
-            {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"},
-        )
+    exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
+    code = _compile_program(job)
+    if code is None:
         return
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
@@ -152,13 +173,8 @@ def _child_stdin(job: dict) -> None:
     """Program body for stdin tests: run the program as __main__ once per test, each test on its own
     stdin/stdout memfds, and report each test's exit status on fd 3 (the output stays in the memfd)."""
     send, dup2, fresh_stdio = write_message, os.dup2, _fresh_stdio  # bound before the program can patch them
-    try:
-        code = compile(job["code"], "<solution>", "exec")
-    except SyntaxError as exc:
-        send(
-            _RESULT_FD,
-            {"k": "setup_err", "type": "SyntaxError", "msg": f"line {exc.lineno}: {exc.msg}", "phase": "compile"},
-        )
+    code = _compile_program(job)
+    if code is None:
         return
     for k, index in enumerate(job["run"]):
         dup2(_STDIO_BASE + 2 * k, 0)

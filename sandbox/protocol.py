@@ -139,6 +139,33 @@ def nesting_ok(value: object, limit: int = 0, max_nodes: int = 5_000_000) -> boo
 
 
 # --------------------------------------------------------------------------------------------
+# Source handling both sides share (pure text: no compiling here)
+# --------------------------------------------------------------------------------------------
+
+WRAPPABLE_ERRORS = (
+    "'return' outside function",
+    "no binding for nonlocal",
+    "nonlocal declaration not allowed at module level",
+)
+
+
+def wrap_like_apps(code: str) -> str:
+    """Put a stdin program inside a function, as the APPS harness does for every program.
+
+    Only used when the program does not compile as a module because of a construct that is legal
+    inside a function (top-level `return`, module-level `nonlocal`); import lines are hoisted,
+    since `from x import *` is not allowed inside a function.
+    """
+    imports, body = [], []
+    for line in code.replace("\r\n", "\n").split("\n"):
+        if line.startswith(("import ", "from ")) and not line.rstrip().endswith(("(", "\\")):
+            imports.append(line)
+        else:
+            body.append("\t" + line if line.strip() else line)
+    return "\n".join(imports + ["def __apps_main__():", *body, "\tpass", "__apps_main__()"])
+
+
+# --------------------------------------------------------------------------------------------
 # Value encoding (runs in the untrusted child; decoding runs in the trusted parent)
 # --------------------------------------------------------------------------------------------
 # Plain JSON for None/bool/int/float/str/list; everything else tagged with "__t". Only exact

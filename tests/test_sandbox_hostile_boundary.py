@@ -106,3 +106,69 @@ def test_malformed_stdin_reports_are_the_programs_failure(pool, report):
     code = FORGE + f"forge({report!r})\nprint(3)\nos._exit(0)\n"
     result = run(pool, code, stdin_task("t/f", ("1\n", "3\n")))
     assert not result.passed and result.status == "runtime_error", result
+
+
+# ------------------------------------------------------------------------------------------
+# no untrusted code compiled in the trusted process
+# ------------------------------------------------------------------------------------------
+
+
+def _keyword_names(n: int) -> list[str]:
+    import itertools
+    import keyword
+    import string
+
+    first, rest = string.ascii_letters + "_", string.ascii_letters + string.digits + "_"
+    names = (a + "".join(b) for size in (1, 2) for a in first for b in itertools.product(rest, repeat=size))
+    return list(itertools.islice((name for name in names if not keyword.iskeyword(name)), n))
+
+
+def test_the_judging_process_never_compiles_a_program(pool):
+    """A 200 KB program of one call with 33,000 keyword arguments takes the compiler ~9 s (its
+    duplicate-keyword check is quadratic), holding the interpreter lock: compiled in the judging
+    process, it froze every other thread of the trainer. Only the program's own process compiles it."""
+    import threading
+    import time
+
+    code = "f(" + ",".join(f"{name}=0" for name in _keyword_names(33_000)) + ")\n"
+    assert len(code) < 200_000
+    task = assert_task("t/kw", "f", "assert f() == 1")
+    gaps, done = [0.0], threading.Event()
+
+    def ticker() -> None:  # another thread of the judging process: how long is it kept from running?
+        last = time.monotonic()
+        while not done.is_set():
+            time.sleep(0.01)
+            now = time.monotonic()
+            gaps[0], last = max(gaps[0], now - last), now
+
+    thread = threading.Thread(target=ticker)
+    thread.start()
+    try:
+        result = run(pool, code, task, limit_s=60)
+    finally:
+        done.set()
+        thread.join()
+    assert gaps[0] < 1.0, gaps  # ~9 s when the compile ran here
+    assert result.status in ("timeout", "runtime_error"), result
+
+
+@pytest.mark.parametrize(
+    "code, task",
+    [
+        ("def add(a, b)\n    return a + b\n", assert_task("t/syn", "add", "assert add(1, 2) == 3")),
+        ("def add(a, b)\n    return a + b\n", call_task("t/syn", "add", ([1, 2], 3))),
+        ("print(int(input()) +)\n", stdin_task("t/syn", ("1\n", "2\n"))),
+        ("x = 1\x00\n", stdin_task("t/syn", ("1\n", "2\n"))),
+    ],
+    ids=["assert", "call", "stdin", "null-byte"],
+)
+def test_syntax_errors_come_from_the_programs_own_process(pool, code, task):
+    result = run(pool, code, task)
+    assert result.status == "syntax_error" and result.error and "line" in result.error, result
+    assert all(o.status == "runtime_error" for o in result.test_outcomes)
+
+
+def test_top_level_return_is_still_wrapped_like_the_apps_harness(pool):
+    code = "n = int(input())\nif n > 0:\n    print(n * 2)\n    return\nprint(0)\n"
+    assert run(pool, code, stdin_task("t/ret", ("2\n", "4\n"), ("0\n", "0\n"))).passed
