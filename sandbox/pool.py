@@ -283,7 +283,10 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
         isolate: bool = True,
         secret_paths: Sequence[str | os.PathLike] = (),
+        network_per_program: bool = True,
     ) -> None:
+        """`network_per_program=False` shares one network namespace among a worker's programs, as before
+        it was per program: only to measure what it costs (benchmarks/bench_executor.py)."""
         self.size = workers or os.cpu_count() or 1
         self.limits = limits or SandboxLimits()
         self._init = {
@@ -293,6 +296,7 @@ class SandboxPool:
             "preload": list(PRELOAD),
             "uid_base": 200000,
             "tmp_size_mb": 512,
+            "network_per_program": network_per_program,
         }
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []

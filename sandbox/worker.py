@@ -20,7 +20,7 @@ Processes (only the last one runs untrusted code):
       -> zygote (forked before the first job: its memory never holds a job or a result; it only
          clones, reaps, and, as root, lives in a minimal read-only root file system)
            -> program process, one per run (cloned ahead as a spare; as root, PID 1 of its own PID,
-              mount and IPC namespaces; takes its one job, joins the memory cgroup's limits, drops
+              mount, IPC and network namespaces; takes its one job, joins the memory cgroup's limits, drops
               to the sandbox uid, closes every inherited fd, writes the ready byte, runs tests)
 
 A run is all tests of a program in one process; a test left without a report within its
@@ -33,7 +33,7 @@ Isolation per program process:
   tmpfs scratch on /tmp (with /var/tmp and /dev/shm), dropped with the namespace and never walked
   by root, a minimal root file system (the interpreter, its libraries and /etc read-only, a few
   device nodes, nothing else: no home folders, no project, no task files, no host sockets, no
-  writable host folder), no network (the supervisor's private network namespace), a dedicated
+  writable host folder), no network (a network namespace of its own, loopback down), a dedicated
   uid, and a memory cgroup that bounds the whole process tree (memfds, tmpfs files and forked
   children included) where the host offers one;
 - rlimits: address space, CPU time, file size, process count, open files, no core dumps;
@@ -130,6 +130,7 @@ def main(argv: list[str]) -> int:
         "scratch_mounts": list(SCRATCH),
         "cgroup_fd": None,
         "cgroup": cgroup is not None,
+        "network_per_program": init.get("network_per_program", True),
         "base": base,
     }
     if cgroup is not None:

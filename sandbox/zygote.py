@@ -1,7 +1,7 @@
 """The zygote: clones program processes from a state that never saw a job (standard library only).
 
 Forked by the worker before its first job, it serves the supervisor's requests over a socket (clone a
-spare program process with `_clone`, in fresh PID, mount and IPC namespaces as root; sweep what a program
+spare program process with `_clone`, in fresh PID, mount, IPC and network namespaces as root; sweep what a program
 left in basic mode) and reaps ended children, all from one loop (`_zygote`).
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 from sandbox.harness import _HARNESS_FAILED, _program_process, _recv_fds_all
 from sandbox.isolation import (
     CLONE_NEWIPC,
+    CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
     PR_SET_CHILD_SUBREAPER,
@@ -83,6 +84,11 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wake-up byte is the signal
     flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC if ctx["namespaces"] else 0
+    if ctx["namespaces"] and ctx.get("network_per_program", True):
+        # a network namespace per program, not only per worker: an abstract unix socket that holds a
+        # reference to itself (its own fd in flight on its queue) outlives its program, and its name
+        # was visible to the next program of the worker (a multi-turn tool call's to the graded answer)
+        flags |= CLONE_NEWNET
     while True:
         try:
             watched: list[Any] = [sock, wake_r]
@@ -125,7 +131,10 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
                 for fd in fds:
                     os.close(fd)
         if pidfd is not None:
-            socket.send_fds(sock, [json.dumps({"k": "pid", "pid": pid}).encode()], [pidfd])
+            try:
+                socket.send_fds(sock, [json.dumps({"k": "pid", "pid": pid}).encode()], [pidfd])
+            except OSError:  # the supervisor is gone (its pool closed while a spare was being cloned)
+                _zygote_exit()
             os.close(pidfd)
 
 

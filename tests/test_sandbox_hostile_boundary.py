@@ -10,12 +10,14 @@ is left and that the pool keeps working.
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
 from sandbox.executor import SandboxPool
 from tests.task_factory import assert_task, call_task, stdin_task
-from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, run
+from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, needs_root, run
+from tests.test_sandbox_hostile_round3 import assert_nothing_carried
 
 
 @pytest.fixture()
@@ -172,3 +174,46 @@ def test_syntax_errors_come_from_the_programs_own_process(pool, code, task):
 def test_top_level_return_is_still_wrapped_like_the_apps_harness(pool):
     code = "n = int(input())\nif n > 0:\n    print(n * 2)\n    return\nprint(0)\n"
     assert run(pool, code, stdin_task("t/ret", ("2\n", "4\n"), ("0\n", "0\n"))).passed
+
+
+# ------------------------------------------------------------------------------------------
+# no state between programs: each program has its own network namespace
+# ------------------------------------------------------------------------------------------
+
+SOCKET_PLANT = """
+import array, socket
+# a datagram socket bound to an abstract name that encodes the answer, kept alive past its program by
+# a message on its own queue that carries its own fd (an in-flight reference the kernel frees late)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(b"\\0tgrpo-carry-7")
+s.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [s.fileno()]))], 0, b"\\0tgrpo-carry-7")
+print(0)
+"""
+SOCKET_PROBE = """
+import socket
+found = "none"
+for digit in range(10):
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(b"\\0tgrpo-carry-%d" % digit)
+        found = str(digit)
+    except OSError:
+        pass
+print(found)
+"""
+
+
+@needs_root
+def test_abstract_socket_carries_nothing_to_the_next_program(pool):
+    """An abstract unix socket that holds a reference to itself outlives its program; in a network
+    namespace shared by a worker's programs its name carried the answer to the next program."""
+    assert_nothing_carried(pool, SOCKET_PLANT, SOCKET_PROBE, "t/abstract")
+
+
+@needs_root
+def test_abstract_socket_carries_nothing_from_a_tool_call_to_the_graded_answer(pool):
+    from multiturn.environments import run_tool_program
+
+    run_tool_program(textwrap.dedent(SOCKET_PLANT), pool, LIMITS)
+    result = run(pool, SOCKET_PROBE, stdin_task("t/abstract", ("1\n", "7\n")))
+    assert not result.passed and "none" in (result.error or ""), result
