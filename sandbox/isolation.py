@@ -244,6 +244,84 @@ class Cgroup:
             pass
 
 
+class CpuGroup:
+    """A CPU cgroup for one worker's programs: its weight equals every other worker's, so one program's
+    busy children get its worker's share of the CPUs, not the machine's (cgroup v2's `cpu` controller,
+    or v1's `cpu` plus `cpuacct`). Its usage counter is what a test's time is charged against
+    (`sandbox.supervisor`): the program's CPU time, which a neighbour's load does not inflate."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.usage_path = ""
+        with open("/proc/self/cgroup") as handle:
+            lines = handle.read().splitlines()
+        hierarchies = {}  # controller -> cgroup folder of this process
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+                    hierarchies["unified"] = f"/sys/fs/cgroup{path}"
+                continue
+            for controller in controllers.split(","):
+                mount = f"/sys/fs/cgroup/{controllers}"
+                if os.path.isdir(mount):
+                    hierarchies[controller] = f"{mount}{path}"
+        name = f"tgrpo-sandbox-{os.getpid()}"
+        if "cpu" in hierarchies and "cpuacct" in hierarchies:  # v1
+            for base in dict.fromkeys((hierarchies["cpu"], hierarchies["cpuacct"])):
+                self.paths.append(self._make(base, name))
+            self.usage_path = f"{self.paths[-1]}/cpuacct.usage"
+            self.scale = 1  # nanoseconds
+        elif "unified" in hierarchies:  # v2: the cpu controller must be enabled for the children of the parent
+            base = hierarchies["unified"]
+            with open(f"{base}/cgroup.controllers") as handle:
+                if "cpu" not in handle.read().split():
+                    raise OSError("no cpu controller")
+            try:
+                with open(f"{base}/cgroup.subtree_control", "w") as handle:
+                    handle.write("+cpu")
+            except OSError:
+                pass
+            self.paths.append(self._make(base, name))
+            self.usage_path = f"{self.paths[-1]}/cpu.stat"
+            self.scale = 1000  # usage_usec
+        else:
+            raise OSError("no cpu cgroup")
+        self.usage_ns()  # readable, or OSError now
+
+    @staticmethod
+    def _make(base: str, name: str) -> str:
+        Cgroup._remove_stale(base)
+        path = f"{base.rstrip('/')}/{name}"
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        return path
+
+    def usage_ns(self) -> int:
+        """CPU time used by every process ever in the group, in nanoseconds."""
+        with open(self.usage_path, "rb") as handle:
+            data = handle.read()
+        if self.scale == 1:
+            return int(data)
+        for line in data.splitlines():
+            key, _, value = line.partition(b" ")
+            if key == b"usage_usec":
+                return int(value) * 1000
+        raise OSError("no usage_usec in cpu.stat")
+
+    def procs_paths(self) -> list[str]:
+        return [f"{path}/cgroup.procs" for path in self.paths]
+
+    def remove(self) -> None:
+        for path in self.paths:
+            try:
+                _rmdir(path)
+            except OSError:
+                pass
+
+
 def isolate_worker() -> None:
     """The supervisor's own isolation: a private network namespace (inherited by every program)."""
     _unshare(CLONE_NEWNET)

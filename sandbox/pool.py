@@ -75,6 +75,10 @@ class SandboxLimits:
     file_size_mb: int = 16
     max_processes: int = 32  # threads count too
     output_bytes: int = 1 << 22  # cap on captured stdout/stderr per test
+    # where the host has a CPU cgroup, a test's time is charged as its CPU time, and wall clock stops it
+    # only at this many times its limit (a program that sleeps or blocks): a neighbour's load slows a
+    # program down but cannot time it out
+    wall_factor: float = 3.0
 
     @classmethod
     def from_config(cls, sandbox: Any) -> SandboxLimits:
@@ -95,6 +99,7 @@ class SandboxLimits:
             "file_size_mb": self.file_size_mb,
             "max_processes": self.max_processes,
             "output_bytes": self.output_bytes,
+            "wall_factor": self.wall_factor,
         }
 
 
@@ -122,6 +127,11 @@ def isolation_shortfall(info: dict, machine: str | None = None) -> str | None:
         missing.append(f"basic isolation, no namespaces ({why}): programs share the host's /tmp and network")
     elif not info.get("memory_cgroup"):
         missing.append(f"no memory cgroup ({info.get('cgroup_error', 'unavailable')}): only the per-process limit")
+    if info.get("isolation") == "namespaces" and "cpu_cgroup" in info and not info["cpu_cgroup"]:
+        missing.append(
+            f"no CPU cgroup ({info.get('cpu_cgroup_error', 'unavailable')}): wall-clock time limits, so a "
+            "neighbour's load can time a program out"
+        )
     return "; ".join(missing) or None
 
 
@@ -284,9 +294,11 @@ class SandboxPool:
         isolate: bool = True,
         secret_paths: Sequence[str | os.PathLike] = (),
         network_per_program: bool = True,
+        cpu_cgroup: bool = True,
     ) -> None:
-        """`network_per_program=False` shares one network namespace among a worker's programs, as before
-        it was per program: only to measure what it costs (benchmarks/bench_executor.py)."""
+        """`network_per_program=False` shares one network namespace among a worker's programs and
+        `cpu_cgroup=False` leaves the workers out of CPU cgroups (wall-clock limits), as before both
+        existed: only to measure what they cost (benchmarks/bench_executor.py)."""
         self.size = workers or os.cpu_count() or 1
         self.limits = limits or SandboxLimits()
         self._init = {
@@ -297,6 +309,7 @@ class SandboxPool:
             "uid_base": 200000,
             "tmp_size_mb": 512,
             "network_per_program": network_per_program,
+            "cpu_cgroup": cpu_cgroup,
         }
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
@@ -319,7 +332,10 @@ class SandboxPool:
         if self._closed:
             raise SandboxError("sandbox pool is closed")
         worker = self._idle.get()
-        budget = job["limits"]["total_timeout"] * 1.5 + 30.0  # the worker enforces the real limits
+        limits = job["limits"]
+        budget = (
+            limits["total_timeout"] * limits.get("wall_factor", 1.0) * 1.5 + 30.0
+        )  # the worker enforces the real limits
         try:
             result = worker.run(job, budget)
         except Exception as exc:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from sandbox.harness import _HARNESS_FAILED
-from sandbox.isolation import Cgroup, _memfd, _read_all
+from sandbox.isolation import Cgroup, CpuGroup, _memfd, _read_all
 from sandbox.protocol import MAX_FRAME_NODES, FrameBuffer, valid_text
 
 # --------------------------------------------------------------------------------------------
@@ -48,8 +48,17 @@ class Supervisor:
     took less); the tests left without a report then run again, each in a fresh process of its own
     with its own `test_timeout`. No program can move these clocks or pool time across tests."""
 
-    def __init__(self, zygote_sock: socket.socket, cgroup: Cgroup | None, base: str | None, parent_fd: int) -> None:
+    def __init__(
+        self,
+        zygote_sock: socket.socket,
+        cgroup: Cgroup | None,
+        base: str | None,
+        parent_fd: int,
+        cpu: CpuGroup | None = None,
+    ) -> None:
         self.zygote, self.cgroup, self.base, self.parent_fd = zygote_sock, cgroup, base, parent_fd
+        self.cpu = cpu
+        self.cpus = len(os.sched_getaffinity(0))  # how fast the group's CPU time can grow per wall second
         self.notes: list[tuple[dict, list[int]]] = []
         self.unwaited: set[int] = set()  # programs whose exit note is not awaited
         self.spares: list[socket.socket] = []  # handoff sockets of program processes waiting for a job
@@ -134,19 +143,29 @@ class Supervisor:
             if ready_r in _wait_readable([ready_r], 30.0):
                 ready = os.read(ready_r, 1) == b"R"
             start = time.monotonic()
+            cpu_start = self.cpu.usage_ns() if self.cpu is not None else 0
             if not ready:
                 end["harness"] = True
-            deadline = min(start + limits["test_timeout"], program_deadline)
+            # With a CPU cgroup the run is charged its CPU time (a neighbour's load cannot make it late),
+            # wall clock only as the backstop (a program that sleeps or blocks); without one, wall clock.
+            wall = limits["test_timeout"] * (limits.get("wall_factor", 1.0) if self.cpu is not None else 1.0)
+            deadline = min(start + wall, program_deadline)
             frames = FrameBuffer(4 * cap)
             os.set_blocking(res_r, False)
             previous = start
             exited = not ready
             while ready and not exited and len(reports) < len(indices):
-                left = deadline - time.monotonic()
+                left = wait = deadline - time.monotonic()
+                if self.cpu is not None:
+                    cpu_left = limits["test_timeout"] - (self.cpu.usage_ns() - cpu_start) / 1e9
+                    if cpu_left <= 0:
+                        left = 0.0
+                    # look again when the group could have used up the rest on every CPU
+                    wait = min(left, max(cpu_left / self.cpus, 0.002))
                 if left <= 0:
                     end["killed"] = "timeout"
                     break
-                for fd in _wait_readable([res_r, pidfd, self.parent_fd], left):
+                for fd in _wait_readable([res_r, pidfd, self.parent_fd], wait):
                     if fd == self.parent_fd:  # during a run the parent sends nothing: this is its close
                         raise ParentClosed
                     if fd == pidfd:
@@ -252,7 +271,7 @@ class Supervisor:
     def run_job(self, job: dict) -> dict:
         limits = job["limits"]
         start = time.monotonic()
-        program_deadline = start + limits["total_timeout"]
+        program_deadline = start + limits["total_timeout"] * (limits.get("wall_factor", 1.0) if self.cpu else 1.0)
         n = len(job["inputs"]) if job["mode"] == "stdin" else len(job["tests"])
         if self.cgroup is not None:  # the program's whole process tree (its memfds and tmpfs files included)
             self.cgroup.set_limit((limits["memory_mb"] + 64) * 1024 * 1024)

@@ -72,6 +72,7 @@ from sandbox.isolation import (
     PR_SET_PDEATHSIG,
     SCRATCH,
     Cgroup,
+    CpuGroup,
     _address_space_now,
     _chmod,
     _fork,
@@ -97,6 +98,7 @@ def main(argv: list[str]) -> int:
     info: dict = {"isolation": "basic", "uid": None}
     root = os.geteuid() == 0
     cgroup, namespaces = None, False
+    cpu: CpuGroup | None = None
     if root and init.get("isolate", True):
         try:
             isolate_worker()
@@ -109,6 +111,13 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             info["memory_cgroup"] = None
             info["cgroup_error"] = str(exc)
+        if init.get("cpu_cgroup", True):
+            try:
+                cpu = CpuGroup()
+                info["cpu_cgroup"] = cpu.paths[0]
+            except (OSError, ValueError) as exc:
+                info["cpu_cgroup"] = None
+                info["cpu_cgroup_error"] = str(exc)
     if root:
         info["uid"] = init.get("uid_base", 200000) + os.getpid()
     # Import what solutions commonly use once here, so each program process starts warm.
@@ -135,6 +144,8 @@ def main(argv: list[str]) -> int:
     }
     if cgroup is not None:
         ctx["cgroup_fd"] = os.open(f"{cgroup.path}/cgroup.procs", os.O_WRONLY)
+    # the zygote joins the CPU cgroup(s) too: every program is born inside, charged to its worker
+    ctx["cpu_fds"] = [os.open(path, os.O_WRONLY) for path in cpu.procs_paths()] if cpu is not None else []
     # Move every object created so far out of the garbage collector's sight: a collection in a
     # forked child would otherwise touch (and copy) every page of the worker's heap.
     gc.collect()
@@ -146,7 +157,7 @@ def main(argv: list[str]) -> int:
         for fd in (in_fd, out_fd):
             os.close(fd)
         try:
-            if ctx["cgroup_fd"] is not None:
+            if ctx["cgroup_fd"] is not None or ctx["cpu_fds"]:
                 _join_cgroup(ctx)
             if namespaces:
                 info.update(build_root(init.get("hide", []), init.get("keep", []), ctx))
@@ -157,8 +168,9 @@ def main(argv: list[str]) -> int:
         _zygote(ctx, theirs)
         os._exit(0)
     theirs.close()
-    if ctx["cgroup_fd"] is not None:
-        os.close(ctx["cgroup_fd"])
+    for fd in [ctx["cgroup_fd"], *ctx["cpu_fds"]]:
+        if fd is not None:
+            os.close(fd)
     hello = json.loads(mine.recv(1 << 16) or b'{"ok": false, "error": "zygote exited"}')
     if not hello.get("ok"):
         write_message(out_fd, {"k": "failed", "error": hello.get("error")})
@@ -167,7 +179,7 @@ def main(argv: list[str]) -> int:
     info["isolation"] = "namespaces" if namespaces else "basic"
     info["helper_pids"] = [zygote]
     write_message(out_fd, {"k": "ready", **info})
-    supervisor = Supervisor(mine, cgroup, base, in_fd)
+    supervisor = Supervisor(mine, cgroup, base, in_fd, cpu)
     if base is None:
         supervisor.spawn_spare()
     try:
@@ -196,6 +208,8 @@ def main(argv: list[str]) -> int:
             pass
         if cgroup is not None:
             cgroup.remove()
+        if cpu is not None:
+            cpu.remove()
         if base is not None:
             remove_tree(base)
 

@@ -59,12 +59,14 @@ def _clone(flags: int) -> int:
 
 
 def _join_cgroup(ctx: dict) -> None:
-    """The zygote joins the memory cgroup once: every process it clones is born inside it (moving
+    """The zygote joins the memory cgroup (and the CPU one) once: every process it clones is born inside it (moving
     each program process in would cost a cgroup migration, milliseconds, per program). Its own
     pages stay charged where they were; program processes raise their OOM score to the maximum, so
     the OOM killer takes them first (lowering the zygote's score needs CAP_SYS_RESOURCE)."""
-    os.write(ctx["cgroup_fd"], b"%d" % os.getpid())
-    os.close(ctx["cgroup_fd"])
+    for fd in [ctx["cgroup_fd"], *ctx["cpu_fds"]]:
+        if fd is not None:
+            os.write(fd, b"%d" % os.getpid())
+            os.close(fd)
 
 
 def _zygote(ctx: dict, sock: socket.socket) -> None:

@@ -217,3 +217,50 @@ def test_abstract_socket_carries_nothing_from_a_tool_call_to_the_graded_answer(p
     run_tool_program(textwrap.dedent(SOCKET_PLANT), pool, LIMITS)
     result = run(pool, SOCKET_PROBE, stdin_task("t/abstract", ("1\n", "7\n")))
     assert not result.passed and "none" in (result.error or ""), result
+
+
+# ------------------------------------------------------------------------------------------
+# CPU fairness: a program's busy children do not decide its neighbour's verdict
+# ------------------------------------------------------------------------------------------
+
+CPU_HOG = """
+import ctypes, time
+libc = ctypes.CDLL(None)
+for _ in range(30):  # 30 busy children, each in its own session (the process limit is 32)
+    if libc.fork() == 0:
+        libc.setsid()
+        while True:
+            pass
+time.sleep(30)
+"""
+HONEST = """
+import time
+start = time.process_time()
+n = 0
+while time.process_time() - start < 0.4:  # 0.4 s of CPU, well inside the 1 s limit
+    n += 1
+print(3)
+"""
+
+
+@needs_root
+def test_busy_children_do_not_time_out_the_neighbour():
+    """30 busy children of one program made an honest program on the other worker time out (2 of 2
+    runs): wall-clock limits turned a neighbour's load into a wrong verdict. Each worker is now a CPU
+    cgroup of its own (equal weights), and a test's time is charged as its CPU time, wall clock only
+    as the backstop."""
+    import threading
+    import time
+
+    from sandbox.executor import execute_program
+
+    honest_task = stdin_task("t/honest", ("1\n", "3\n"))
+    with SandboxPool(workers=2, limits=LIMITS) as pool:
+        hog = threading.Thread(
+            target=execute_program, args=(textwrap.dedent(CPU_HOG), stdin_task("t/hog", *[("", "0")] * 8), LIMITS, pool)
+        )
+        hog.start()  # 8 tests: it runs (and is killed) 9 times in 9 s
+        time.sleep(0.5)  # the hog's children are running
+        results = [execute_program(textwrap.dedent(HONEST), honest_task, LIMITS, pool) for _ in range(2)]
+        hog.join()
+    assert [r.status for r in results] == ["passed", "passed"], results

@@ -298,13 +298,23 @@ def test_c2_scratch_space_is_fresh_for_every_program(pool, folder):
 SLOW_TASK = assert_task("t/slow", "add", "assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5")
 
 
+# A test is charged its CPU time where the host has a CPU cgroup (wall clock only as a backstop), so the
+# "work" these programs spread across tests is CPU work: sleeping is no work and costs no test time.
+SPIN = """
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+"""
+
+
 def test_c3_background_thread_pools_time_across_tests(pool):
     # the third test needs 2.2 s of work, started at import time and spread over the first two tests
     code = """
     import threading, time
     answers = {}
     def work():
-        time.sleep(2.2)
+        spin(2.2)
         answers[(0, 5)] = 5
     threading.Thread(target=work, daemon=True).start()
     def add(a, b):
@@ -312,9 +322,9 @@ def test_c3_background_thread_pools_time_across_tests(pool):
             while (a, b) not in answers:
                 time.sleep(0.01)
             return answers[(a, b)]
-        time.sleep(0.9)
+        spin(0.9)
         return a + b
-    """
+    """.replace("import threading, time", "import threading, time" + SPIN.replace("\n", "\n    "))
     result = run(pool, code, SLOW_TASK)
     assert result.test_outcomes[2].status == "timeout", result
 
@@ -328,15 +338,18 @@ def test_c3_forged_progress_messages_reset_the_test_clock(pool):
         os.write(3, struct.pack('>I', len(data)) + data)
     def forger():
         for i, v in enumerate((3, 4, 5)):
-            time.sleep(0.9)
+            spin(0.9)
             send({'k': 'val', 'i': i, 'v': v})
-        time.sleep(0.2)
+        spin(0.2)
         os._exit(0)
     threading.Thread(target=forger).start()
     def add(a, b):
-        time.sleep(10)
+        spin(10)
         return a + b
-    """
+    """.replace(
+        "import json, os, struct, threading, time",
+        "import json, os, struct, threading, time" + SPIN.replace("\n", "\n    "),
+    )
     result = run(pool, code, SLOW_TASK)
     assert not result.passed and result.status == "timeout", result
 
@@ -348,7 +361,7 @@ def test_c3_stdin_thread_carries_work_into_later_tests(pool):
     if not hasattr(builtins, 'bank'):
         builtins.bank = {}
         def work():
-            time.sleep(2.2)
+            spin(2.2)
             builtins.bank['0 5'] = 5
         threading.Thread(target=work, daemon=True).start()
     line = sys.stdin.readline().strip()
@@ -357,10 +370,12 @@ def test_c3_stdin_thread_carries_work_into_later_tests(pool):
             time.sleep(0.01)
         print(builtins.bank[line])
     else:
-        time.sleep(0.9)
+        spin(0.9)
         a, b = map(int, line.split())
         print(a + b)
-    """
+    """.replace(
+        "import builtins, sys, threading, time", "import builtins, sys, threading, time" + SPIN.replace("\n", "\n    ")
+    )
     result = run(pool, code, STDIN_TASK)
     assert result.test_outcomes[2].status == "timeout", result
 
