@@ -114,10 +114,16 @@ def execute_program(
         )
     pool = pool or default_pool()
     limits = limits or pool.limits
+    if planned.reference_job is not None and planned.references is None:  # once per task, before the program:
+        error = _compute_references(planned, pool, limits)  # it may take some of its inputs
+        if error is not None:
+            return _sandbox_failure(error, n, start, sample_id)
     # The program is compiled only in its own process (a 200 KB program can take the compiler ~10 s,
     # which here would hold the interpreter lock of the whole trainer); a stdin program that compiles
     # only inside a function (a top-level `return`) is wrapped there as the APPS harness does.
     job = dict(planned.job, code=code, id=sample_id, limits=limits.job_limits(n))
+    if "tests" in job:
+        job["tests"] = planned.program_tests()
     if task.test_type == "stdin":
         job["wrap_like_apps"] = True
     try:
@@ -143,12 +149,21 @@ def execute_program(
             [TestOutcome(False, "runtime_error", syntax_error) for _ in range(n)],
             sample_id,
         )
-    if planned.reference_job is not None and planned.references is None:
-        error = _compute_references(planned, pool, limits)
-        if error is not None:
-            return _sandbox_failure(error, n, start, sample_id)
+    derived = None
+    if planned.derived_job is not None:  # functions of the test applied to the program's values, program-free
+        derived_job = dict(planned.derived_job, tests=planned.derived_tests(tests), id="derived")
+        try:
+            derived_raw = pool.run(dict(derived_job, limits=limits.job_limits(n)))
+        except SandboxError as exc:
+            return _sandbox_failure(f"derived run: {exc}", n, start, sample_id)
+        derived_tests = derived_raw.get("tests")
+        if derived_raw.get("sandbox_error") or not isinstance(derived_tests, list) or len(derived_tests) != n:
+            return _sandbox_failure(
+                f"derived run: {derived_raw.get('sandbox_error') or 'a reply of the wrong shape'}", n, start, sample_id
+            )
+        derived = decode_references([t if isinstance(t, dict) else {} for t in derived_tests])
     try:
-        outcomes = judge(planned, tests, task.test_type == "call")
+        outcomes = judge(planned, tests, task.test_type == "call", derived)
     except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
         message = f"unjudgeable result: {type(exc).__name__}"
         outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
@@ -167,7 +182,9 @@ def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: Sandbo
     tests = raw.get("tests")
     if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != planned.total:
         return f"reference run: {raw.get('sandbox_error') or 'a reply of the wrong shape'}"
-    planned.references = decode_references([t if isinstance(t, dict) else {} for t in tests])
+    tests = [t if isinstance(t, dict) else {} for t in tests]
+    planned.references = decode_references(tests)
+    planned.reference_values = [t.get("value") if t.get("status") == "ok" else None for t in tests]
     return None
 
 

@@ -38,7 +38,15 @@ from sandbox.isolation import (
     _setsid,
     _setuid,
 )
-from sandbox.protocol import WRAPPABLE_ERRORS, ValueTooLarge, encode_json, wrap_like_apps, write_frame, write_message
+from sandbox.protocol import (
+    WRAPPABLE_ERRORS,
+    ValueTooLarge,
+    decode_value,
+    encode_json,
+    wrap_like_apps,
+    write_frame,
+    write_message,
+)
 
 # --------------------------------------------------------------------------------------------
 # The program process: harness prefix (trusted) and program body (untrusted)
@@ -150,6 +158,8 @@ def _child_calls(job: dict) -> None:
         test = job["tests"][index]
         try:
             if test["kind"] == "expr":
+                # values computed in another process (a program-free input, a program's result), as plain data
+                namespace.update({name: decode_value(data) for name, data in test.get("bind", {}).items()})
                 value = eval(compile(test["src"], "<test>", "eval"), namespace)
             elif test["kind"] == "exec":
                 exec(compile(test["src"], "<test>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job

@@ -159,10 +159,20 @@ class AssertPlan:
     tolerance: tuple[float, float] = (1e-9, 0.0)
     trusted: bool = True  # False: the verdict comes from inside the child (forgeable): it earns no reward
     reference_test: dict | None = None  # "tree" leaves that need no program: computed in a program-free process
+    # sources of program-free values the child's expressions take as inputs (`shift("abc")` in
+    # `unshift(shift("abc"))`): computed with the reference leaves (after them in `reference_test`) and
+    # passed to the child as plain data, bound to `__ref_<j>`
+    bound_refs: tuple[str, ...] = ()
+    # "tree" leaves that apply a program-free function to the program's values (`np.allclose(f(x), [...])`):
+    # computed in a program-free process after the program ran, its values bound to `__leaf_<k>`
+    derived_test: dict | None = None
 
 
 def plan_assert(
-    source: str, shadowed: frozenset[str] = frozenset(), imported: frozenset[str] = frozenset()
+    source: str,
+    shadowed: frozenset[str] = frozenset(),
+    imported: frozenset[str] = frozenset(),
+    external: frozenset[str] = frozenset(),
 ) -> AssertPlan:
     """Split an assert statement into the part the child evaluates and the check done here.
 
@@ -180,7 +190,15 @@ def plan_assert(
     builtins, standard modules and `imported` names) is a *reference* leaf: it is computed in a
     fresh process that never ran the program (`reference_test`), so a program that patches
     `sys.getsizeof` or a builtin changes only its own side of the comparison.
+
+    Only what calls the program's own names runs in its process. `external`: names bound by the
+    test's star imports of standard modules and by a program-free setup (HumanEval's helpers); they,
+    the test's imports and standard modules are never evaluated there: a program-free value the
+    child's expression takes as input is computed apart and passed in as data (`bound_refs`), and a
+    call of such a function on the program's values (`np.allclose(f(x), [...])`, `is_palindrome(f(s))`)
+    is computed in a program-free process with the program's values passed in (`derived_test`).
     """
+    scope = _Scope(shadowed, imported, external)
     fallback = AssertPlan({"kind": "exec", "src": source}, "exec_ok", trusted=False)
     try:
         tree = parse_quietly(source.strip())
@@ -193,6 +211,8 @@ def plan_assert(
     def expr(node: ast.AST) -> dict:
         if _compares(node):
             raise NotLiteralError("a comparison would run in the child")
+        if scope.needs_split(node):  # something of the expected side would run in the child
+            raise NotLiteralError("a program-free part")
         return {"kind": "expr", "src": ast.unparse(node)}
 
     try:
@@ -224,7 +244,7 @@ def plan_assert(
             return AssertPlan(expr(test), "truthy")
     except NotLiteralError:
         pass
-    return _plan_tree(test, shadowed, imported) or fallback
+    return _plan_tree(test, scope) or fallback
 
 
 def _compares(node: ast.AST) -> bool:
@@ -296,9 +316,73 @@ _TREE_COMPARE = {
 _LEAF = "__leaf_"
 
 
-def _plan_tree(test: ast.AST, shadowed: frozenset[str], imported: frozenset[str]) -> AssertPlan | None:
-    """Replace every maximal sub-expression this process cannot evaluate by a leaf the child computes."""
+class _Scope:
+    """Which names of an assert belong to the program and which never do (see `plan_assert`)."""
+
+    def __init__(self, shadowed: frozenset[str], imported: frozenset[str], external: frozenset[str]) -> None:
+        self.shadowed = shadowed
+        self.allowed = (_BUILTIN_NAMES | sys.stdlib_module_names | imported | external) - shadowed
+        # roots of functions and values that are never the program's (builtins stay where their
+        # expression is evaluated: `sorted(f(x))` in the child, as always)
+        self.external = (sys.stdlib_module_names | imported | external) - shadowed
+
+    def program_free(self, node: ast.AST) -> bool:
+        """True when an expression uses only builtins, standard modules, the test's imports and external
+        names: its value does not depend on the program (names it binds itself, a comprehension's, do not
+        count)."""
+        bound: set[str] = set()
+        used: set[str] = set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name):
+                (used if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+            elif isinstance(n, ast.arg):
+                bound.add(n.arg)
+        return used - bound <= self.allowed
+
+    def root(self, node: ast.AST) -> str | None:
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    def external_call(self, node: ast.AST) -> bool:
+        """A call of a function that is never the program's (`np.allclose`, a setup helper, `math.sqrt`)."""
+        return isinstance(node, ast.Call) and self.root(node.func) in self.external and self.program_free(node.func)
+
+    def external_value(self, node: ast.AST) -> bool:
+        """A program-free value the child must not compute: an external call, or an external name or
+        attribute read as a value (`pi` from `from math import *`, `math.pi`)."""
+        if not self.program_free(node):
+            return False
+        if isinstance(node, ast.Call):
+            return self.external_call(node)
+        return isinstance(node, (ast.Name, ast.Attribute)) and self.root(node) in self.external
+
+    def needs_split(self, node: ast.AST) -> bool:
+        return any(self.external_value(n) or self.external_call(n) for n in _value_nodes(node))
+
+
+def _value_nodes(node: ast.AST) -> list[ast.AST]:
+    """Sub-expressions of `node` (itself included) except callees: `math.sqrt` in `math.sqrt(x)` is no value."""
+    out: list[ast.AST] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        for child in ast.iter_child_nodes(n):
+            if isinstance(n, ast.Call) and child is n.func:
+                if isinstance(child, ast.Attribute):  # `obj.method`: obj is a value
+                    stack.append(child.value)
+                continue
+            stack.append(child)
+    return out
+
+
+def _plan_tree(test: ast.AST, scope: _Scope) -> AssertPlan | None:
+    """Replace every maximal sub-expression this process cannot evaluate by a leaf computed elsewhere."""
+    shadowed = scope.shadowed
     leaves: list[str] = []
+    kinds: list[str] = []  # per leaf: "program", "reference" or "derived"
+    bound_refs: list[str] = []
 
     def evaluable(node: ast.AST) -> bool:
         if isinstance(node, (ast.BoolOp, ast.Compare, ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict)):
@@ -325,13 +409,56 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str], imported: frozenset[str]
             )
         return False
 
+    def leaf(source: str, kind: str) -> ast.Name:
+        leaves.append(source)
+        kinds.append(kind)
+        return ast.Name(id=f"{_LEAF}{len(leaves) - 1}", ctx=ast.Load())
+
+    class BindRefs(ast.NodeTransformer):
+        """In an expression for the child: each maximal external value becomes `__ref_<j>`, computed apart."""
+
+        def visit(self, node: ast.AST) -> Any:
+            if isinstance(node, ast.expr) and scope.external_value(node):
+                bound_refs.append(ast.unparse(node))
+                return ast.Name(id=f"{_REF}{len(bound_refs) - 1}", ctx=ast.Load())
+            if isinstance(node, ast.Call):  # the callee stays (a program's function, or a builtin)
+                node.args = [self.visit(a) for a in node.args]
+                for keyword in node.keywords:
+                    keyword.value = self.visit(keyword.value)
+                return node
+            return super().generic_visit(node)
+
+    def program_leaf(node: ast.AST) -> ast.Name:
+        if _compares(node):
+            raise NotLiteralError("a comparison inside a leaf")
+        return leaf(ast.unparse(BindRefs().visit(node)), "program")
+
+    class Derived(ast.NodeTransformer):
+        """The arguments of an external call: program-free ones stay, the program's become its leaves."""
+
+        def visit(self, node: ast.AST) -> Any:
+            if not isinstance(node, ast.expr) or scope.program_free(node):
+                return node
+            if scope.external_call(node):
+                assert isinstance(node, ast.Call)
+                node.args = [self.visit(a) for a in node.args]
+                for keyword in node.keywords:
+                    keyword.value = self.visit(keyword.value)
+                return node
+            if isinstance(node, (ast.List, ast.Tuple, ast.Starred)):
+                return super().generic_visit(node)
+            return program_leaf(node)
+
     class Splitter(ast.NodeTransformer):
         def generic_visit(self, node: ast.AST) -> ast.AST:
             if isinstance(node, ast.expr) and not evaluable(node):
                 if _compares(node):
                     raise NotLiteralError("a comparison inside a leaf")
-                leaves.append(ast.unparse(node))
-                return ast.Name(id=f"{_LEAF}{len(leaves) - 1}", ctx=ast.Load())
+                if scope.program_free(node):
+                    return leaf(ast.unparse(node), "reference")
+                if scope.external_call(node):
+                    return leaf(ast.unparse(Derived().visit(node)), "derived")
+                return program_leaf(node)
             if isinstance(node, ast.Call):  # the callee is resolved here, not evaluated as a leaf
                 node.args = [self.visit(a) for a in node.args]
                 for keyword in node.keywords:
@@ -343,18 +470,22 @@ def _plan_tree(test: ast.AST, shadowed: frozenset[str], imported: frozenset[str]
         skeleton = Splitter().visit(ast.parse(ast.unparse(test), mode="eval").body)
     except (NotLiteralError, SyntaxError, RecursionError):
         return None
-    # Every leaf is computed in a process and compared here as plain data. A leaf that needs the
-    # program runs in the program's process; any other runs in a process the program never touched,
-    # so nothing the program patches (sys.getsizeof, builtins.range) reaches the side it is compared
-    # with. Two program leaves compared (`f(1) == f(2)`) are judged here on their values: an object of
-    # the program comes back opaque and equals nothing.
-    program = tuple(k for k, leaf in enumerate(leaves) if not _program_free(leaf, shadowed, imported))
-    reference = tuple(k for k in range(len(leaves)) if k not in program)
+    # Every leaf is computed in a process and compared here as plain data: a program leaf in the
+    # program's process, a reference leaf (and every input it takes that needs no program) in a fresh
+    # process that never ran a program, a derived leaf in another one after the program, on the
+    # program's values. Nothing the program patches (sys.getsizeof, builtins.compile, np.allclose)
+    # reaches the side it is compared with; an object of the program comes back opaque.
+    program = tuple(k for k, kind in enumerate(kinds) if kind == "program")
+    reference = tuple(k for k, kind in enumerate(kinds) if kind == "reference")
+    derived = tuple(k for k, kind in enumerate(kinds) if kind == "derived")
+    computed_apart = [leaves[k] for k in reference] + bound_refs
     return AssertPlan(
         _tuple_expr(leaves[k] for k in program),
         "tree",
-        (skeleton, len(leaves), program, reference),
-        reference_test=_tuple_expr(leaves[k] for k in reference) if reference else None,
+        (skeleton, len(leaves), program, reference, derived),
+        reference_test=_tuple_expr(computed_apart) if computed_apart else None,
+        bound_refs=tuple(bound_refs),
+        derived_test=_tuple_expr(leaves[k] for k in derived) if derived else None,
     )
 
 
@@ -363,36 +494,24 @@ def _tuple_expr(sources: Any) -> dict:
 
 
 _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
-
-
-def _program_free(source: str, shadowed: frozenset[str], imported: frozenset[str]) -> bool:
-    """True when an expression uses only builtins, standard modules and the test's imports: its value
-    does not depend on the program (names it binds itself, a comprehension's, do not count)."""
-    bound: set[str] = set()
-    used: set[str] = set()
-    for node in ast.walk(ast.parse(source, mode="eval")):
-        if isinstance(node, ast.Name):
-            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-    free = used - bound
-    allowed = (_BUILTIN_NAMES | sys.stdlib_module_names | imported) - shadowed
-    return free <= allowed
+_REF = "__ref_"
 
 
 def reference_imports(plans: list, imported: frozenset[str]) -> str:
-    """Import lines for the standard modules the plans' reference leaves name without importing."""
+    """Import lines for the standard modules the plans' program-free expressions name without importing."""
     names: set[str] = set()
     for plan in plans:
-        if plan.reference_test is not None:
-            tree = ast.parse(plan.reference_test["src"], mode="eval")
-            names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for test in (plan.reference_test, plan.derived_test):
+            if test is not None:
+                tree = ast.parse(test["src"], mode="eval")
+                names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     modules = sorted((names & sys.stdlib_module_names) - imported - _BUILTIN_NAMES)
     return "".join(f"import {m}\n" for m in modules)
 
 
 def imported_names(imports: tuple[str, ...] | list[str]) -> frozenset[str]:
-    """Names the task's test import lines bind (a line that does not parse binds nothing)."""
+    """Names the task's test import lines bind (a line that does not parse binds nothing; a star
+    import of a standard module binds that module's public names)."""
     names: set[str] = set()
     for line in imports:
         try:
@@ -402,7 +521,59 @@ def imported_names(imports: tuple[str, ...] | list[str]) -> frozenset[str]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                names |= _star_names(node.module or "")
     return frozenset(names)
+
+
+def _star_names(module: str) -> frozenset[str]:
+    """What `from module import *` binds, for a standard module (imported here to know: standard modules
+    only, never a task's or a program's); another module's names stay unknown (the program's side)."""
+    if module.split(".")[0] not in sys.stdlib_module_names:
+        return frozenset()
+    import importlib
+
+    try:
+        loaded = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a module that cannot be imported here binds nothing we know of
+        return frozenset()
+    public = getattr(loaded, "__all__", None)
+    if not isinstance(public, (list, tuple)):
+        public = [n for n in dir(loaded) if not n.startswith("_")]
+    return frozenset(n for n in public if isinstance(n, str))
+
+
+def setup_names(setup: str, allowed: frozenset[str]) -> frozenset[str] | None:
+    """The names a task's setup code defines when it needs nothing of the program (HumanEval's helper
+    functions: only builtins, standard modules, `allowed` names and its own), else None (MBPP's setup
+    builds the program's classes: it runs in the program's process)."""
+    if not setup.strip():
+        return frozenset()
+    try:
+        tree = parse_quietly(setup)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    bound: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    if not used - bound <= _BUILTIN_NAMES | sys.stdlib_module_names | allowed:
+        return None
+    defined: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return frozenset(defined)
 
 
 class _TreeEvaluator:
@@ -481,9 +652,10 @@ def _is_isclose(func: ast.AST) -> bool:
     )
 
 
-def check_value(plan: AssertPlan, actual: Any, reference: Any = ()) -> bool:
+def check_value(plan: AssertPlan, actual: Any, reference: Any = (), derived: Any = ()) -> bool:
     """Apply a planned check to a decoded (plain data) value; `reference`: the decoded values of the
-    plan's reference leaves (from the program-free process)."""
+    plan's reference leaves (from the program-free process); `derived`: those of its derived leaves
+    (from the program-free process run on the program's values)."""
     c, e = plan.check, plan.expected
     if c == "eq":
         return _equal(actual, e)
@@ -516,8 +688,10 @@ def check_value(plan: AssertPlan, actual: Any, reference: Any = ()) -> bool:
             and math.isclose(actual, e, rel_tol=plan.tolerance[0], abs_tol=plan.tolerance[1])
         )
     if c == "tree":
-        skeleton, n_leaves, program, references = e
-        sides = ((actual, program), (reference, references))
+        skeleton, n_leaves, program, references, derived_ix = e
+        if isinstance(reference, tuple):  # the bound inputs come after the reference leaves
+            reference = reference[: len(references)]
+        sides = ((actual, program), (reference, references), (derived, derived_ix))
         if any(not isinstance(v, tuple) or len(v) != len(ix) or _contains_opaque(v) for v, ix in sides):
             return False
         leaves: list[Any] = [None] * n_leaves
@@ -610,6 +784,10 @@ class PlannedTests:
     # its decoded values are kept in `references` once run (they do not depend on the program)
     reference_job: dict | None = None
     references: list | None = field(default=None, compare=False)
+    # the reference run's values as they came (tagged JSON per test): the inputs bound in the child
+    reference_values: list | None = field(default=None, compare=False)
+    # the program-free job that computes derived leaves on a program's values (tests without any: "()")
+    derived_job: dict | None = None
 
     @property
     def total(self) -> int:
@@ -619,6 +797,36 @@ class PlannedTests:
     def untrusted(self) -> int:
         """Tests whose verdict can only come from inside the program's process."""
         return sum(isinstance(e, AssertPlan) and not e.trusted for e in self.expectations)
+
+    def program_tests(self) -> list[dict]:
+        """The job's tests with the program-free inputs bound (`reference_values` must be filled when
+        any plan has `bound_refs`); a test whose inputs could not be computed binds nothing (it fails)."""
+        tests = self.job["tests"]
+        if not any(isinstance(e, AssertPlan) and e.bound_refs for e in self.expectations):
+            return tests
+        out = []
+        for k, (test, plan) in enumerate(zip(tests, self.expectations, strict=True)):
+            value = (self.reference_values or [None] * self.total)[k]
+            if plan.bound_refs and isinstance(value, dict) and isinstance(value.get("v"), list):
+                first = len(plan.expected[3])  # the reference leaves come first, then the bound inputs
+                items = value["v"][first:]
+                test = dict(test, bind={f"{_REF}{j}": item for j, item in enumerate(items)})
+            out.append(test)
+        return out
+
+    def derived_tests(self, raw_tests: list[dict]) -> list[dict]:
+        """The derived job's tests for one program's reply: each binds the program's leaf values
+        (tagged JSON, as the program's process wrote them; decoded to plain data over there)."""
+        assert self.derived_job is not None
+        out = []
+        for test, raw, plan in zip(self.derived_job["tests"], raw_tests, self.expectations, strict=True):
+            value = raw.get("value") if raw.get("status") == "ok" else None
+            if isinstance(plan, AssertPlan) and plan.derived_test and isinstance(value, dict):
+                items: list = value["v"] if isinstance(value.get("v"), list) else []
+                program = plan.expected[2]
+                test = dict(test, bind={f"{_LEAF}{k}": item for k, item in zip(program, items, strict=False)})
+            out.append(test)
+        return out
 
 
 def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
@@ -635,19 +843,25 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
     shadowed = frozenset({task.fn_name} if task.fn_name else ())
     imported = imported_names(task.test_imports)
-    plans = [plan_assert(a, shadowed, imported) for a in asserts]
+    helpers = setup_names(task.test_setup_code, imported)  # None: the setup needs the program
+    external = (helpers or frozenset()) - shadowed
+    plans = [plan_assert(a, shadowed, imported, external) for a in asserts]
     imports = "\n".join(task.test_imports)
-    reference_job = None
+    # the program-free jobs run the test's imports and, when it needs no program, the setup code (its
+    # helpers); never the program
+    program_free = {
+        "mode": "calls",
+        "imports": imports + "\n" + reference_imports(plans, imported),
+        "setup": task.test_setup_code if helpers else "",
+        "prelude": False,
+        "code": "",
+    }
+    empty = {"kind": "expr", "src": "()"}
+    reference_job = derived_job = None
     if any(p.reference_test is not None for p in plans):
-        # no program and no setup code (MBPP's setup uses the program's classes): only the imports
-        reference_job = {
-            "mode": "calls",
-            "tests": [p.reference_test or {"kind": "expr", "src": "()"} for p in plans],
-            "imports": imports + "\n" + reference_imports(plans, imported),
-            "setup": "",
-            "prelude": False,
-            "code": "",
-        }
+        reference_job = dict(program_free, tests=[p.reference_test or empty for p in plans])
+    if any(p.derived_test is not None for p in plans):
+        derived_job = dict(program_free, tests=[p.derived_test or empty for p in plans])
     return PlannedTests(
         {
             "mode": "calls",
@@ -658,6 +872,7 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
         },
         plans,
         reference_job,
+        derived_job=derived_job,
     )
 
 
@@ -727,7 +942,9 @@ def _judge_stdin(raw: dict, expected: list[str]) -> list[TestOutcome]:
     return outcomes
 
 
-def _judge_calls(raw: dict, expectations: list, mode_is_call: bool, references: list | None) -> list[TestOutcome]:
+def _judge_calls(
+    raw: dict, expectations: list, mode_is_call: bool, references: list | None, derived: list | None = None
+) -> list[TestOutcome]:
     outcomes = []
     for k, (test, expectation) in enumerate(zip(raw["tests"], expectations, strict=True)):
         common = _common_outcome(test)
@@ -741,7 +958,12 @@ def _judge_calls(raw: dict, expectations: list, mode_is_call: bool, references: 
                 if mode_is_call:
                     ok = call_output_matches(actual, expectation)
                 else:
-                    ok = check_value(expectation, actual, references[k] if references is not None else ())
+                    ok = check_value(
+                        expectation,
+                        actual,
+                        references[k] if references is not None else (),
+                        derived[k] if derived is not None else (),
+                    )
             except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
                 ok = False
             outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else _shown(actual), t))
@@ -794,10 +1016,13 @@ def decode_references(raw_tests: list[dict]) -> list:
     return out
 
 
-def judge(planned: PlannedTests, raw_tests: list[dict], mode_is_call: bool) -> list[TestOutcome]:
+def judge(
+    planned: PlannedTests, raw_tests: list[dict], mode_is_call: bool, derived: list | None = None
+) -> list[TestOutcome]:
     """One outcome per planned test from the worker's per-test records (already shape-checked);
-    `planned.references` must be filled when the plan has a `reference_job`."""
+    `planned.references` must be filled when the plan has a `reference_job`, and `derived` (decoded
+    like the references) given when it has a `derived_job`."""
     reply = {"tests": raw_tests}
     if planned.job["mode"] == "stdin":
         return _judge_stdin(reply, planned.expectations)
-    return _judge_calls(reply, planned.expectations, mode_is_call, planned.references)
+    return _judge_calls(reply, planned.expectations, mode_is_call, planned.references, derived)

@@ -268,3 +268,23 @@ def test_frame_nodes_are_counted_before_parsing():
     # a value with many commas inside strings is counted exactly (strings are one node each)
     text = b'{"k": "val", "i": 3, "v": ["' + b",[{" * 400_000 + b'"]}'
     assert FrameBuffer(64 << 20).feed(HEADER.pack(len(text)) + text)[0]["i"] == 3
+
+
+def test_only_what_calls_the_program_runs_in_its_process():
+    # a library call on the program's value: the child computes f(1) only; np.allclose runs program-free
+    lib = plan_assert("assert np.allclose(f(1), [1.0, 2.0])", frozenset({"f"}), frozenset({"np"}))
+    assert lib.worker_test["src"] == "(f(1), )" and "[1.0, 2.0]" not in json.dumps(lib.worker_test)
+    assert lib.derived_test == {"kind": "expr", "src": "(np.allclose(__leaf_0, [1.0, 2.0]), )"}
+    assert check_value(lib, ([1.0, 2.0],), (), (True,)) and not check_value(lib, ([1.0, 2.0],), (), (False,))
+    # a setup helper's value the program takes as input is computed apart and bound as data
+    setup = plan_assert('assert g(h("abc")) == "abc"', frozenset({"g"}), frozenset(), frozenset({"h"}))
+    assert setup.worker_test["src"] == "(g(__ref_0), )" and setup.bound_refs == ("h('abc')",)
+    assert check_value(setup, ("abc",), ("bca",)) and not check_value(setup, ("bca",), ("bca",))
+    # a star-imported name is the expected side, never the program's
+    from sandbox.judge import imported_names
+
+    assert "pi" in imported_names(("from math import *",))
+    star = plan_assert("assert f(1) == pi", frozenset({"f"}), imported_names(("from math import *",)))
+    assert star.reference_test == {"kind": "expr", "src": "(pi, )"}
+    # builtins over the program's value stay with it, as before (a generator it returns is iterated there)
+    assert plan_assert("assert sorted(f(1)) == [1, 2]", frozenset({"f"})).worker_test["src"] == "sorted(f(1))"

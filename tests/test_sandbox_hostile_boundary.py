@@ -264,3 +264,60 @@ def test_busy_children_do_not_time_out_the_neighbour():
         results = [execute_program(textwrap.dedent(HONEST), honest_task, LIMITS, pool) for _ in range(2)]
         hog.join()
     assert [r.status for r in results] == ["passed", "passed"], results
+
+
+# ------------------------------------------------------------------------------------------
+# the expected side never runs where the program can touch it
+# ------------------------------------------------------------------------------------------
+
+STAR_TASK = assert_task("t/star", "area", "assert area(1) == pi", test_imports=("from math import *",))
+SETUP_TASK = assert_task(
+    "t/setup",
+    "unshift",
+    'assert unshift(shift("abc")) == "abc"',
+    test_setup_code="def shift(s):\n    return s[1:] + s[:1]\n",
+)
+LIBRARY_TASK = assert_task(
+    "t/lib", "halves", "assert np.allclose(halves(4), [1.0, 0.5, 0.25, 0.2])", test_imports=("import numpy as np",)
+)
+EXPECTED_SIDE_CASES = {
+    # a name the test's star import binds is rebound by the program in the namespace they share
+    "star_import": (
+        STAR_TASK,
+        "import math\ndef area(r):\n    return math.pi * r * r\n",
+        "pi = 7\ndef area(r):\n    return 7\n",
+    ),
+    # the setup's helper is compiled through builtins.compile, which the program replaces first
+    "setup_helper": (
+        SETUP_TASK,
+        "def unshift(s):\n    return s[-1:] + s[:-1]\n",
+        "import builtins\n_compile = builtins.compile\n"
+        "def compile(source, name, *args, **kwargs):\n"
+        "    if name == '<setup>':\n"
+        "        source = source.replace('s[1:] + s[:1]', 's')\n"
+        "    return _compile(source, name, *args, **kwargs)\n"
+        "builtins.compile = compile\n"
+        "def unshift(s):\n    return s\n",
+    ),
+    # the library function that compares is patched, or its literal read from the harness's frame
+    "library_call": (
+        LIBRARY_TASK,
+        "def halves(n):\n    return [1.0, 0.5, 0.25, 0.2][:n]\n",
+        "import numpy as np\nnp.allclose = lambda *a, **k: True\ndef halves(n):\n    return [0.0] * n\n",
+    ),
+    "library_call_frame": (
+        LIBRARY_TASK,
+        "def halves(n):\n    return [1.0, 0.5, 0.25, 0.2][:n]\n",
+        "import sys\ndef halves(n):\n"
+        "    frame = sys._getframe(1)\n"
+        "    return [c for c in frame.f_code.co_consts if isinstance(c, tuple)][0]\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_SIDE_CASES))
+def test_the_expected_side_is_computed_program_free(pool, name):
+    task, honest, hostile = EXPECTED_SIDE_CASES[name]
+    assert run(pool, honest, task).passed
+    result = run(pool, hostile, task)
+    assert not result.passed, result
