@@ -1,7 +1,9 @@
-"""The second hostile battery (issue 13): one group of programs per class of weakness.
+"""Hostile programs against the isolation, one group per class of docs/sandbox.md's table (root acting on
+sandbox paths, inherited state, timing, the parent trusting replies, sandbox_error on demand, host
+resources, lenient verdicts, the fallback).
 
 Each program here got a false pass, broke a neighbour, crashed or hung the harness, or changed the
-host on the sandbox before issue 13. Cross-sample attacks run on a one-worker pool so that the
+host on an earlier sandbox. Cross-sample attacks run on a one-worker pool so that the
 attacker and its victim meet on the same worker. Every test also checks what the first battery
 checks: no process, file or IPC object of the program is left, and the pool keeps working.
 """
@@ -25,7 +27,7 @@ import pytest
 from sandbox.executor import SandboxLimits, SandboxPool, execute_many, execute_program
 from sandbox.judge import plan_assert, stdout_matches
 from tests.task_factory import assert_task, call_task, stdin_task
-from tests.test_sandbox_hostile import (
+from tests.test_sandbox_hostile_cheating import (
     ALWAYS_EQ,
     ASSERT_TASK,
     CALL_TASK,
@@ -65,7 +67,7 @@ def run(pool: SandboxPool, code: str, task: Task, limit_s: float = 30.0):
     with ThreadPoolExecutor(1) as executor:
         future = executor.submit(execute_program, textwrap.dedent(code), task, LIMITS, pool)
         result = future.result(timeout=limit_s)
-    # an ended program is reaped by its zygote asynchronously (see test_sandbox_hostile.run_hostile):
+    # an ended program is reaped by its zygote asynchronously (see test_sandbox_hostile_cheating.run_hostile):
     # wait a bounded time for the teardown
     deadline = time.monotonic() + 3.0
     while any(_descendants_of_program(w) for w in pool._all) and time.monotonic() < deadline:

@@ -1,5 +1,5 @@
-"""The third hostile battery (issue 29): the two round-2 weaknesses and an adversarial round against
-the zygote design (namespaces, spares, cgroup, protocol codec, judge, multi-turn environment).
+"""Hostile programs against the zygote design: namespaces, spares, the memory cgroup, the value codec,
+the judge's reference leaves and the multi-turn environment.
 
 Each group names its class; a program that found a weakness on c225caf says so in its docstring and
 was fixed at the root (docs/sandbox.md, class table). The other programs held and stay as regression
@@ -25,8 +25,8 @@ from sandbox.executor import (
 )
 from tests.conftest import SHARED_DATA
 from tests.task_factory import assert_task, call_task, stdin_task
-from tests.test_sandbox_hostile import ASSERT_TASK
-from tests.test_sandbox_hostile_round2 import LIMITS, assert_pool_healthy, needs_root, run
+from tests.test_sandbox_hostile_cheating import ASSERT_TASK
+from tests.test_sandbox_hostile_isolation import LIMITS, assert_pool_healthy, needs_root, run
 from utils.dataset_loader import load_apps, load_mbpp
 
 

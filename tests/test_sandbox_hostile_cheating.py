@@ -1,7 +1,9 @@
-"""The hostile battery: each program attacks one property of the sandbox.
+"""Hostile programs that try to pass without solving, or to reach what they must not: each attacks one
+property of the sandbox (exiting early, always-equal objects, patched builtins, forged messages, secrets,
+the environment, the network).
 
-For every program we assert (1) its verdict is never `passed`, (2) it finished within its time limit
-plus 2 s, (3) no process of it is left, and (4) nothing outside its temporary directory changed.
+For every program we assert (1) its verdict is never `passed`, (2) it finished within its wall-clock
+backstop plus 2 s, (3) no process of it is left, and (4) nothing outside its temporary directory changed.
 Programs that would pass *only* if an attack worked (reading a secret file, the environment, the
 network) are built so that their expected output is the secret itself.
 """
