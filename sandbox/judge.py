@@ -733,18 +733,22 @@ def call_output_matches(actual: Any, expected: Any) -> bool:
     return isinstance(expected, list) and len(expected) == 1 and _equal(actual, expected[0])
 
 
-_INTEGER = re.compile(r"[+-]?\d+")
+# ASCII digits only: int() and float() read any Unicode digit ("\uff13.\uff15" is 3.5)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 # a decimal number as programs print it: no digit separators ("1_000"), no "inf"/"nan" words
-_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def _as_number(token: str) -> float | None:
+    """The value of a decimal token, or None; a token that overflows to inf is no number to compare
+    with a tolerance ("1e999" would match any expected "1e400")."""
     if not _DECIMAL.fullmatch(token):
         return None
     try:
-        return float(token)
+        value = float(token)
     except (ValueError, OverflowError):
         return None
+    return value if math.isfinite(value) else None
 
 
 def _integer_digits(token: str) -> str:

@@ -66,6 +66,10 @@ def test_stdout_rejected(actual, expected):
         ("inf", "1000000007"),
         # a float token written with separators is not a number a program prints by accident
         ("1_0.5", "10.5"),
+        # nor one in other digits (float() reads any Unicode digit), nor one that overflows to inf
+        ("\uff13.\uff15", "3.5"),
+        ("\u0663", "3"),
+        ("1e999", "1e400"),
     ],
 )
 def test_stdout_integer_expected_needs_an_integer_token(actual, expected):
