@@ -2,8 +2,9 @@
 
 Each test runs a program (or feeds the judging side directly) and checks that what leaves the sandbox
 is valid, bounded and the program's own verdict: valid UTF-8 text, strictly validated reports, frames
-counted before they are parsed, hash tables built at a bounded cost, and no program compiled in the
-judging process. Helpers (`run`, `assert_pool_healthy`) check after every program that nothing of it
+counted before they are parsed, no program compiled in the judging process, no socket name carried to
+the next program, CPU time charged to the program that used it, and an expected side computed where
+no program runs (with what a program can send into those program-free processes). Helpers (`run`, `assert_pool_healthy`) check after every program that nothing of it
 is left and that the pool keeps working.
 """
 
@@ -321,3 +322,66 @@ def test_the_expected_side_is_computed_program_free(pool, name):
     assert run(pool, honest, task).passed
     result = run(pool, hostile, task)
     assert not result.passed, result
+
+
+# ------------------------------------------------------------------------------------------
+# charged time: what the CPU accounting could be gamed with
+# ------------------------------------------------------------------------------------------
+
+SPIN = "def spin(seconds):\n    end = time.thread_time() + seconds\n    while time.thread_time() < end:\n        pass\n"
+
+
+@needs_root
+@pytest.mark.parametrize(
+    "code",
+    [
+        # four threads of 0.4 s each: 1.6 s of CPU in ~0.4-0.8 s of wall clock
+        "import threading, time\n" + SPIN + "ts = [threading.Thread(target=spin, args=(0.4,)) for _ in range(4)]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(3)\n",
+        # the work done by a child in its own session, outside the program's own process
+        "import ctypes, os, time\nlibc = ctypes.CDLL(None)\n" + SPIN + "pid = libc.fork()\n"
+        "if pid == 0:\n    libc.setsid()\n    spin(1.5)\n    libc._exit(0)\nos.waitpid(pid, 0)\nprint(3)\n",
+    ],
+    ids=["threads", "child_in_its_own_session"],
+)
+def test_every_thread_and_process_of_the_program_is_charged(pool, code):
+    result = run(pool, code, stdin_task("t/charged", ("", "3")))
+    assert result.status == "timeout", result
+
+
+@needs_root
+def test_a_child_left_spinning_charges_nothing_to_the_next_program(pool):
+    leave = (
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        "if libc.fork() == 0:\n    libc.setsid()\n    while True:\n        pass\nprint(3)\n"
+    )
+    assert run(pool, leave, stdin_task("t/left", ("", "3"))).passed
+    honest = "import time\n" + SPIN + "spin(0.6)\nprint(3)\n"
+    assert run(pool, honest, stdin_task("t/left", ("", "3"))).passed
+
+
+# ------------------------------------------------------------------------------------------
+# the data flow of the expected side: what a program can send into the program-free processes
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code, passes",
+    [
+        ("def halves(n):\n    return [0.5] * 300_000\n", False),  # a big value into np.allclose
+        ("class X:\n    pass\ndef halves(n):\n    return X()\n", False),  # an object: opaque over there
+        ("def halves(n):\n    return {'__t': 'object', 'type': 'numpy.ndarray'}\n", False),  # shaped like a tag
+        # the right numbers in an object array: plain data once encoded, so the right answer
+        ("import numpy as np\ndef halves(n):\n    return np.array([1.0, 0.5, 0.25, 0.2], dtype=object)\n", True),
+    ],
+    ids=["big", "opaque", "tag_shaped_dict", "object_array"],
+)
+def test_the_programs_values_in_a_program_free_process_decide_only_its_own_verdict(pool, code, passes):
+    result = run(pool, code, LIBRARY_TASK)
+    assert result.passed is passes and result.status != "sandbox_error", result
+    assert_pool_healthy(pool)
+
+
+def test_a_program_that_redefines_the_setup_helper_changes_only_its_own_names(pool):
+    cheat = "def shift(s):\n    return s\ndef unshift(s):\n    return s\n"
+    assert not run(pool, cheat, SETUP_TASK).passed
