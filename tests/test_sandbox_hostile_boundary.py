@@ -4,8 +4,9 @@ Each test runs a program (or feeds the judging side directly) and checks that wh
 is valid, bounded and the program's own verdict: valid UTF-8 text, strictly validated reports, frames
 counted before they are parsed, no program compiled in the judging process, no socket name carried to
 the next program, CPU time charged to the program that used it, and an expected side computed where
-no program runs (with what a program can send into those program-free processes). Helpers (`run`, `assert_pool_healthy`) check after every program that nothing of it
-is left and that the pool keeps working.
+no program runs (with what a program can send into those program-free processes). Helpers (`run`,
+`assert_pool_healthy`) check after every program that nothing of it is left and that the pool keeps
+working.
 """
 
 from __future__ import annotations
