@@ -16,8 +16,8 @@ baseline swaps sys.stdin/sys.stdout for in-memory buffers inside the child.
 This executor additionally isolates each program (namespaces, uid, rlimits, process-tree kill),
 which the baseline does not, and still has to be faster.
 
---isolation_cost also measures, in the same run and alternating, this executor without a network
-namespace per program and without the CPU cgroups (wall-clock limits), and prints what the two cost.
+--isolation_cost also measures, in the same run and alternating, this executor with its worker's network
+namespace never renewed and without the CPU cgroups (wall-clock limits), and prints what the two cost.
 """
 
 from __future__ import annotations
@@ -152,9 +152,9 @@ def measure_compute(items: list[tuple[str, Task]], timeout: float) -> float:
 def run_ours(
     items: list[tuple[str, Task]], workers: int, timeout: float, full: bool = True
 ) -> tuple[float, list[bool], str]:
-    """`full=False`: without a network namespace per program and without the CPU cgroups (to measure them)."""
+    """`full=False`: a shared network namespace never renewed, and no CPU cgroups (to measure what they cost)."""
     limits = SandboxLimits(test_timeout=timeout)
-    with SandboxPool(workers, limits, network_per_program=full, cpu_cgroup=full) as pool:
+    with SandboxPool(workers, limits, network="renewed" if full else "shared", cpu_cgroup=full) as pool:
         execute_many(items[: workers * 2], pool)  # warm-up, excluded (the baseline has no start-up)
         start = time.perf_counter()
         results = execute_many(items, pool)
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument(
         "--isolation_cost",
         action="store_true",
-        help="Also time ours without the per-program network namespace and the CPU cgroups, alternating in this run.",
+        help="Also time ours without network namespace renewal and the CPU cgroups, alternating in this run.",
     )
     args = parser.parse_args()
     multiprocessing.set_start_method("fork", force=True)
@@ -230,7 +230,7 @@ def main() -> None:
                 with_.append(len(items) / run_ours(items, args.workers, args.timeout, full=True)[0])
             median_with, median_without = statistics.median(with_), statistics.median(without)
             print(
-                f"  network namespace per program + CPU cgroups: {median_with:.1f} prog/s with, {median_without:.1f} "
+                f"  network namespace renewal + CPU cgroups: {median_with:.1f} prog/s with, {median_without:.1f} "
                 f"without (medians of 3 alternating runs; best {max(with_):.1f} / {max(without):.1f}): "
                 f"cost {1 - median_with / median_without:+.1%} (best: {1 - max(with_) / max(without):+.1%})"
             )

@@ -229,7 +229,8 @@ def _recv_fds_all(sock: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _program_process(ctx: dict, handoff_fd: int) -> None:
-    """The cloned child: PID 1 of fresh PID, mount, IPC and network namespaces (as root). Prepares its scratch
+    """The cloned child: PID 1 of fresh PID, mount and IPC namespaces (as root; a fresh network namespace too
+    with `network="per_program"`). Prepares its scratch
     space while it waits, as a spare, for its one job; then takes the job's fds from the supervisor,
     sets its own limits, signals ready and runs the program's tests of this run."""
     exit_ = os._exit

@@ -71,11 +71,17 @@ def _prctl(option: int, value: int) -> None:
 # The kernel keyrings (add_key, request_key, keyctl) are per uid, not per namespace: every program
 # of a worker shares its uid's user keyring, which outlives them, so a key one program stores the
 # next could read (and in basic mode they are the user's own keys). Programs never need them: a
-# seccomp filter set before the program runs makes these calls fail with EPERM. Numbers per
+# seccomp filter set before the program runs makes these calls fail with EPERM. The same filter
+# refuses sockets of every family but AF_UNIX (programs have no network; an inet socket could only
+# bind ports or move the network namespace's counters, state a next program could read): the only
+# state a program can leave in its worker's network namespace is then a unix socket, which the
+# supervisor sees in the namespace's /proc/net/unix (`Supervisor._network_left_clean`). Numbers per
 # architecture; any other architecture's calls (the 32-bit and x32 ABIs) are refused outright.
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _KEYRING_SYSCALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+_SOCKET_SYSCALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}  # socket, socketpair
 KEYRING_FILTER_MACHINES = frozenset(_KEYRING_SYSCALLS)
+AF_UNIX = 1
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 
 
@@ -88,13 +94,19 @@ class _SockFprog(ctypes.Structure):
 
 
 def keyring_filter(machine: str) -> list[tuple[int, int, int, int]]:
-    """The classic-BPF seccomp program (code, jt, jf, k) that refuses the keyring calls (pure)."""
+    """The classic-BPF seccomp program (code, jt, jf, k) that refuses the keyring calls and sockets of
+    any family but AF_UNIX (pure)."""
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-    calls = _KEYRING_SYSCALLS[machine]
+    calls, sockets = _KEYRING_SYSCALLS[machine], _SOCKET_SYSCALLS[machine]
+    k = len(calls)
     program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[machine]), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
-    program.append((jge, len(calls) + 1, 0, 0x40000000))  # x32 numbers: to the deny below
-    program += [(jeq, len(calls) - k, 0, nr) for k, nr in enumerate(calls)]  # a match: to the deny
+    # positions: 4 the x32 test, 5.. the keyring calls, 5+k and 6+k the socket calls, 7+k allow,
+    # 8+k the family check (9+k), 10+k allow, 11+k deny
+    program.append((jge, 6 + k, 0, 0x40000000))  # x32 numbers: to the deny
+    program += [(jeq, 11 + k - (5 + j + 1), 0, nr) for j, nr in enumerate(calls)]  # a match: to the deny
+    program += [(jeq, 2, 0, sockets[0]), (jeq, 1, 0, sockets[1]), (ret, 0, 0, allow)]
+    program += [(ld_abs, 0, 0, 16), (jeq, 0, 1, AF_UNIX)]  # args[0], its low word (little-endian): the family
     return program + [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 
 

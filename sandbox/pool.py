@@ -293,12 +293,17 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
         isolate: bool = True,
         secret_paths: Sequence[str | os.PathLike] = (),
-        network_per_program: bool = True,
+        network: str = "renewed",
         cpu_cgroup: bool = True,
     ) -> None:
-        """`network_per_program=False` shares one network namespace among a worker's programs and
-        `cpu_cgroup=False` leaves the workers out of CPU cgroups (wall-clock limits), as before both
-        existed: only to measure what they cost (benchmarks/bench_executor.py)."""
+        """`network`: "renewed" (a network namespace per worker, replaced by a fresh one whenever a program
+        leaves a socket in it: no program starts where another left anything), "per_program" (a fresh one
+        for every program: the same guarantee at a kernel cost per program; the default where the
+        seccomp filter that confines programs to unix sockets is missing) or "shared" (one per worker,
+        never renewed). "shared" and `cpu_cgroup=False` (wall-clock limits) only measure what the
+        isolation costs (benchmarks/bench_executor.py)."""
+        if network not in ("renewed", "per_program", "shared"):
+            raise ValueError(f"network must be renewed, per_program or shared, not {network!r}")
         self.size = workers or os.cpu_count() or 1
         self.limits = limits or SandboxLimits()
         self._init = {
@@ -308,7 +313,7 @@ class SandboxPool:
             "preload": list(PRELOAD),
             "uid_base": 200000,
             "tmp_size_mb": 512,
-            "network_per_program": network_per_program,
+            "network": network,
             "cpu_cgroup": cpu_cgroup,
         }
         self._idle: queue.Queue[_Worker] = queue.Queue()

@@ -58,6 +58,7 @@ class Supervisor:
     ) -> None:
         self.zygote, self.cgroup, self.base, self.parent_fd = zygote_sock, cgroup, base, parent_fd
         self.cpu = cpu
+        self.watch_network: int | None = None  # the zygote's pid, when its network namespace is watched
         self.cpus = len(os.sched_getaffinity(0))  # how fast the group's CPU time can grow per wall second
         self.notes: list[tuple[dict, list[int]]] = []
         self.unwaited: set[int] = set()  # programs whose exit note is not awaited
@@ -231,6 +232,32 @@ class Supervisor:
                 os.close(fd)
         return reports, end
 
+    def _keep_network_clean(self) -> None:
+        """After a run (its program's processes are gone): programs share the zygote's network namespace
+        and can open unix sockets only (the seccomp filter), so any socket still listed there is one a
+        program left (an abstract name kept alive by its own fd in flight on its queue carried an answer
+        to the next program). Then the zygote moves to a fresh namespace and the spares cloned in the old
+        one are dropped: no program starts where another left anything. Reading one /proc file per run
+        costs far less than a fresh namespace per program."""
+        if self.watch_network is None:
+            return
+        try:
+            with open(f"/proc/{self.watch_network}/net/unix", "rb") as handle:
+                clean = handle.read().count(b"\n") <= 1  # the header line only
+        except OSError:
+            clean = False
+        if clean:
+            return
+        deadline = time.monotonic() + 30.0
+        self.zygote.send(b'{"k": "renew_net"}')
+        self._note("renewed", None, deadline)
+        spares, self.spares = self.spares, []
+        for spare in spares:  # each spare has its pid note, in order: take them with the spares
+            spare.close()
+            _, fds = self._note("pid", None, deadline)
+            for fd in fds:
+                os.close(fd)
+
     @staticmethod
     def _kill(pidfd: int) -> bool:
         """SIGKILL the program process: PID 1 of its namespace, so every process of it goes too."""
@@ -291,6 +318,7 @@ class Supervisor:
                 break
             run = pending if together else pending[:1]
             reports, end = self._run(job, run, program_deadline)
+            self._keep_network_clean()
             for index in run:
                 if index in reports and (reports[index].get("k") or not together):
                     tests[index] = self._record(job, reports[index], end, budget)

@@ -20,7 +20,7 @@ Processes (only the last one runs untrusted code):
       -> zygote (forked before the first job: its memory never holds a job or a result; it only
          clones, reaps, and, as root, lives in a minimal read-only root file system)
            -> program process, one per run (cloned ahead as a spare; as root, PID 1 of its own PID,
-              mount, IPC and network namespaces; takes its one job, joins the memory cgroup's limits, drops
+              mount and IPC namespaces; takes its one job, joins the memory cgroup's limits, drops
               to the sandbox uid, closes every inherited fd, writes the ready byte, runs tests)
 
 A run is all tests of a program in one process; a test left without a report within its
@@ -33,7 +33,8 @@ Isolation per program process:
   tmpfs scratch on /tmp (with /var/tmp and /dev/shm), dropped with the namespace and never walked
   by root, a minimal root file system (the interpreter, its libraries and /etc read-only, a few
   device nodes, nothing else: no home folders, no project, no task files, no host sockets, no
-  writable host folder), no network (a network namespace of its own, loopback down), a dedicated
+  writable host folder), no network (unix sockets only, in the zygote's network namespace, which is replaced whenever a
+  program leaves a socket in it), a dedicated
   uid, and a memory cgroup that bounds the whole process tree (memfds, tmpfs files and forked
   children included) where the host offers one;
 - rlimits: address space, CPU time, file size, process count, open files, no core dumps;
@@ -49,6 +50,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import platform
 import resource
 import signal
 import socket
@@ -69,6 +71,8 @@ if not __package__:  # run as a script by the pool (`python -I`: neither the pro
 
 # the package is loaded (above, or by the importer): the worker's own modules
 from sandbox.isolation import (
+    CLONE_NEWNET,
+    KEYRING_FILTER_MACHINES,
     PR_SET_PDEATHSIG,
     SCRATCH,
     Cgroup,
@@ -77,6 +81,7 @@ from sandbox.isolation import (
     _chmod,
     _fork,
     _prctl,
+    _unshare,
     build_root,
     isolate_worker,
     prepare_template,
@@ -139,7 +144,9 @@ def main(argv: list[str]) -> int:
         "scratch_mounts": list(SCRATCH),
         "cgroup_fd": None,
         "cgroup": cgroup is not None,
-        "network_per_program": init.get("network_per_program", True),
+        # without the filter that confines programs to unix sockets, only a fresh namespace per program
+        # keeps one program's network state from the next
+        "network": init.get("network", "renewed") if platform.machine() in KEYRING_FILTER_MACHINES else "per_program",
         "base": base,
     }
     if cgroup is not None:
@@ -160,6 +167,9 @@ def main(argv: list[str]) -> int:
             if ctx["cgroup_fd"] is not None or ctx["cpu_fds"]:
                 _join_cgroup(ctx)
             if namespaces:
+                # a network namespace of the zygote's own: only programs' sockets can ever be in it
+                # (the supervisor's are in the worker's), so the supervisor sees any a program leaves
+                _unshare(CLONE_NEWNET)
                 info.update(build_root(init.get("hide", []), init.get("keep", []), ctx))
             theirs.send(json.dumps({"ok": True, **info}).encode())
         except BaseException as exc:  # noqa: BLE001
@@ -180,6 +190,9 @@ def main(argv: list[str]) -> int:
     info["helper_pids"] = [zygote]
     write_message(out_fd, {"k": "ready", **info})
     supervisor = Supervisor(mine, cgroup, base, in_fd, cpu)
+    # after each run the supervisor checks the zygote's network namespace and has it replaced when a
+    # program left a socket there (see Supervisor._keep_network_clean)
+    supervisor.watch_network = zygote if namespaces and ctx["network"] == "renewed" else None
     if base is None:
         supervisor.spawn_spare()
     try:

@@ -1,8 +1,9 @@
 """The zygote: clones program processes from a state that never saw a job (standard library only).
 
 Forked by the worker before its first job, it serves the supervisor's requests over a socket (clone a
-spare program process with `_clone`, in fresh PID, mount, IPC and network namespaces as root; sweep what a program
-left in basic mode) and reaps ended children, all from one loop (`_zygote`).
+spare program process with `_clone`, in fresh PID, mount and IPC namespaces as root; move to a fresh
+network namespace when a program left a socket in its own; sweep what a program left in basic mode)
+and reaps ended children, all from one loop (`_zygote`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sandbox.isolation import (
     _rmdir,
     _setgid,
     _setuid,
+    _unshare,
     remove_tree,
 )
 
@@ -86,10 +88,9 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wake-up byte is the signal
     flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC if ctx["namespaces"] else 0
-    if ctx["namespaces"] and ctx.get("network_per_program", True):
-        # a network namespace per program, not only per worker: an abstract unix socket that holds a
-        # reference to itself (its own fd in flight on its queue) outlives its program, and its name
-        # was visible to the next program of the worker (a multi-turn tool call's to the graded answer)
+    if ctx["namespaces"] and ctx["network"] == "per_program":
+        # a fresh network namespace per program (where programs may open sockets of any family):
+        # nothing a program leaves in one, a socket name, a bound port, a counter, reaches the next
         flags |= CLONE_NEWNET
     while True:
         try:
@@ -110,6 +111,10 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
             _zygote_exit()
         if not request:
             _zygote_exit()
+        if request.get("k") == "renew_net":  # a program left a socket in this namespace: the next ones get a fresh one
+            _unshare(CLONE_NEWNET)
+            sock.send(b'{"k": "renewed"}')
+            continue
         if request.get("k") == "sweep":
             _sweep(ctx, request.get("workdirs", []), sock)
             sock.send(b'{"k": "swept"}')

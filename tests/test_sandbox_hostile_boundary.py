@@ -213,6 +213,26 @@ def test_abstract_socket_carries_nothing_to_the_next_program(pool):
 
 
 @needs_root
+def test_a_fresh_network_namespace_per_program_carries_nothing_either():
+    with SandboxPool(workers=1, limits=LIMITS, network="per_program") as per_program:
+        assert_nothing_carried(per_program, SOCKET_PLANT, SOCKET_PROBE, "t/abstract")
+
+
+@needs_root
+def test_programs_open_unix_sockets_only(pool):
+    """Programs have no network; an inet socket could still bind a port or move the namespace's counters,
+    state the next program could read. Only AF_UNIX sockets open (a seccomp filter)."""
+    code = (
+        "import socket\nout = []\n"
+        "for family in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK):\n"
+        "    try:\n        socket.socket(family, socket.SOCK_DGRAM)\n        out.append('open')\n"
+        "    except OSError:\n        out.append('refused')\n"
+        "a, b = socket.socketpair()\na.send(b'x')\nout.append(b.recv(1).decode())\nprint(*out)\n"
+    )
+    assert run(pool, code, stdin_task("t/inet", ("", "refused refused refused x"))).passed
+
+
+@needs_root
 def test_abstract_socket_carries_nothing_from_a_tool_call_to_the_graded_answer(pool):
     from multiturn.environments import run_tool_program
 
