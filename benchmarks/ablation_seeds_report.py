@@ -21,8 +21,8 @@ from bench_ablation_seeds import (  # noqa: E402  (benchmarks/ is on sys.path)
     CONTRASTS,
     DEFAULT_ARMS,
     DEFAULT_SEEDS,
-    ks_for,
 )
+from experiment_cli import ks_for  # noqa: E402
 
 # The signal check: GRPO learns only from groups with correctness spread.
 MAX_FLAT_SHARE = 0.5

@@ -54,7 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiment_cli import RESULTS_DIR, claim_work_folder, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
+from experiment_cli import RESULTS_DIR, claim_work_folder, ks_for, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
 
 EVIDENCE_DIR = RESULTS_DIR / "ablation_seeds"
 DEFAULT_SEEDS = (1, 2, 3)
@@ -217,15 +217,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if len(set(args.seeds)) != len(args.seeds) or PREPASS_SEED in args.seeds:
         parser.error(f"--seeds must be distinct and must not include the pre-pass seed {PREPASS_SEED}")
     return args
-
-
-def ks_for(samples: int) -> list[int]:
-    """1, 2, 4, ... up to `samples`."""
-    ks, k = [], 1
-    while k <= samples:
-        ks.append(k)
-        k *= 2
-    return ks
 
 
 def recipe_of(args: argparse.Namespace) -> dict:

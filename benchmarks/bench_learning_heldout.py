@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
+from experiment_cli import add_experiment_flags, claim_work_folder, ks_for, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
 
 ORDER = ("base", "full", "teacher_sft", "grpo", "grpo_teacher")
 # Every flag that changes a number: a resumed experiment must have the same values.
@@ -80,15 +80,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.samples < 2:
         parser.error("--samples must be >= 2: sampled pass@1 and the power analysis need several samples per problem")
     return args
-
-
-def ks_for(samples: int) -> list[int]:
-    """1, 2, 4, ... up to `samples` (and `samples` itself)."""
-    ks, k = [], 1
-    while k <= samples:
-        ks.append(k)
-        k *= 2
-    return ks if ks[-1] == samples else [*ks, samples]
 
 
 def base_overrides(args: argparse.Namespace, out: Path) -> list[str]:

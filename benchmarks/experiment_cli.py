@@ -53,3 +53,12 @@ def claim_work_folder(args: argparse.Namespace, recipe_flags: str) -> Path:
         )
     write_json_atomic(recipe_file, recipe)
     return out
+
+
+def ks_for(samples: int) -> list[int]:
+    """1, 2, 4, ... up to `samples` (and `samples` itself)."""
+    ks, k = [], 1
+    while k <= samples:
+        ks.append(k)
+        k *= 2
+    return ks if ks[-1] == samples else [*ks, samples]

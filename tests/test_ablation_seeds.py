@@ -26,9 +26,9 @@ def test_bands_keep_training_tasks_with_spread_and_held_out_tasks_below_all_pass
     assert heldout == ["h1", "h2"]  # < 8 of 8
 
 
-def test_k_values_are_the_powers_of_two_up_to_the_samples():
+def test_k_values_are_the_powers_of_two_up_to_the_samples_and_the_samples_themselves():
     assert harness.ks_for(8) == [1, 2, 4, 8]
-    assert harness.ks_for(6) == [1, 2, 4]
+    assert harness.ks_for(6) == [1, 2, 4, 6]
 
 
 def test_a_recipe_change_is_refused(tmp_path):

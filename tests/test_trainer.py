@@ -332,27 +332,28 @@ def test_teacher_examples_are_filtered(tmp_path):
     assert load_teacher_examples(tmp_path / "missing.jsonl", {"a/1"}, True) == []
 
 
-def test_phase3_command_line_on_the_tiny_model(tmp_path):
+def tiny_phase3_argv(tmp_path) -> list[str]:
+    """Phase 1 into tmp_path/data, and phase 3's flags for 2 steps of the tiny model into tmp_path/out."""
     import phase1_prepare_data as phase1
     from config import build_config
 
     phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
-    out = tmp_path / "out"
-    proc = run_script(
-        "phase3_train_grpo.py",
-        *cpu_argv(
-            "--max_steps",
-            "2",
-            "--output_dir",
-            str(out),
-            "--train_file",
-            str(tmp_path / "data" / "train.jsonl"),
-            "--teacher_traces",
-            str(tmp_path / "none.jsonl"),
-            sets=[TINY_STUDENT, "grpo.max_new_tokens=8", "dual_source.teacher_sft_weight=0"],
-        ),
-        timeout=300,
+    return cpu_argv(
+        "--max_steps",
+        "2",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--train_file",
+        str(tmp_path / "data" / "train.jsonl"),
+        "--teacher_traces",
+        str(tmp_path / "none.jsonl"),
+        sets=[TINY_STUDENT, "grpo.max_new_tokens=8", "dual_source.teacher_sft_weight=0"],
     )
+
+
+def test_phase3_command_line_on_the_tiny_model(tmp_path):
+    out = tmp_path / "out"
+    proc = run_script("phase3_train_grpo.py", *tiny_phase3_argv(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher-SFT term off" in proc.stdout
     for name in (
@@ -609,24 +610,11 @@ def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(
     import sys
     import time
 
-    import phase1_prepare_data as phase1
-    from config import build_config
     from tests.conftest import ROOT
     from utils.run_lock import LOCK_NAME
 
-    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
     out = tmp_path / "out"
-    argv = cpu_argv(
-        "--max_steps",
-        "2",
-        "--output_dir",
-        str(out),
-        "--train_file",
-        str(tmp_path / "data" / "train.jsonl"),
-        "--teacher_traces",
-        str(tmp_path / "none.jsonl"),
-        sets=[TINY_STUDENT, "grpo.max_new_tokens=8", "dual_source.teacher_sft_weight=0"],
-    )
+    argv = tiny_phase3_argv(tmp_path)
     first = subprocess.Popen(
         [sys.executable, "phase3_train_grpo.py", *argv],
         cwd=ROOT,
