@@ -128,6 +128,23 @@ def test_a_step_whose_only_signal_is_the_format_bonus_is_not_taken(tmp_path, poo
     assert trainer.state.global_step == 1  # the step counts: the run still ends
 
 
+def test_a_skipped_step_still_reports_the_sampler_trainer_gap(tmp_path, pool):
+    trainer = scripted_trainer(tmp_path / "out", pool, **QUIET, **{"grpo.kl_coef": 0.0})
+    groups = format_only(trainer.collect_rollouts()[0])
+    groups = [  # as a vLLM or kv sampler returns them: with the sampler's own log-prob of every token
+        [
+            dataclasses.replace(
+                s, completion=dataclasses.replace(s.completion, logprobs=(-1.0,) * s.completion.num_tokens)
+            )
+            for s in g
+        ]
+        for g in groups
+    ]
+    metrics = trainer.train_on_rollouts(groups, {})[0]
+    assert metrics["update/skipped"] == 1.0
+    assert metrics["rollout/logp_abs_diff"] > 0 and "rollout/is_weight_mean" in metrics
+
+
 def test_format_only_groups_still_train_beside_teacher_sft(tmp_path, pool):
     trainer = scripted_trainer(tmp_path / "out", pool, **{"dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0})
     groups = format_only(trainer.collect_rollouts()[0])

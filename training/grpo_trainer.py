@@ -333,6 +333,8 @@ class GRPOTrainer:
                     self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm)
                 )
             self.optimizer.step()
+        elif self.passes.rollout_terms:  # the sampler/trainer gap is still worth knowing
+            totals = self.passes.sampler_agreement(plan)
         # No signal beyond the format bonus (or the KL alone): no optimizer step, so Adam cannot scale the bonus
         # to a full-size update; the schedule still advances with the step count.
         if not step.has_signal:

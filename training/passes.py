@@ -156,6 +156,39 @@ class PassRunner:
             total += float(loss.detach())
         return {f"loss/{name}": total}
 
+    def sampler_agreement(self, plan: UpdatePlan) -> dict[str, float]:
+        """The importance-sampling diagnostics (`rollout/logp_abs_diff`, ...) of a step that is not taken, from
+        no-grad forwards: the sampler/trainer gap is still reported (a stale adapter shows whether or not the
+        step trains), token-weighted over this rank's rollout tokens like the passes' metrics."""
+        grpo = self.grpo
+        sums: dict[str, float] = {}
+        total = sum(float(b["completion_mask"].sum()) for b in plan.batches if "sampling_logps" in b)
+        if grpo.importance_sampling == "off" or total == 0:
+            return sums
+        with torch.no_grad(), dropout_disabled(self.model):
+            for slot, batch in enumerate(plan.batches):
+                if "sampling_logps" not in batch:
+                    continue
+                for rows in row_chunks(batch["input_ids"].shape[0], self.chunk_size):
+                    part, width = slice_rollout_batch(batch, rows)
+                    index = torch.tensor(rows, device=part["input_ids"].device)
+                    old = (
+                        plan.old_logps[slot][index, :width]
+                        if plan.old_logps
+                        else completion_logprobs(self.model, part, grpo.temperature)
+                    )
+                    _, metrics = truncated_importance_weights(
+                        old,
+                        part["sampling_logps"],
+                        part["completion_mask"],
+                        grpo.importance_sampling,
+                        grpo.importance_sampling_cap,
+                    )
+                    share = float(part["completion_mask"].sum()) / total
+                    for key, value in metrics.items():
+                        sums[key] = sums.get(key, 0.0) + value * share
+        return sums
+
     def synchronizing_pass(self) -> None:
         """A zero-weighted one-token forward/backward outside `no_sync`: DDP all-reduces the gradients
         accumulated by the real passes. Every rank runs exactly one, however many real passes it
