@@ -706,6 +706,13 @@ class TrainingConfig:
         ge=0,
         note="0: no chunking",
     )
+    shared_prompt_forward: bool = option(
+        True,
+        "Forward each prompt once for the rows that share it (a group's G samples) and the completions "
+        "against its KV cache, in the policy, reference and local-teacher forwards; same log-probs and "
+        "gradients as full-row forwards, several times cheaper when prompts are longer than completions. "
+        "Off (or a model without a usable cache, or gradient checkpointing): one full-row forward per sample.",
+    )
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")

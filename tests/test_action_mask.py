@@ -20,6 +20,7 @@ from tests.trainer_helpers import ScriptedRollout, scripted_trainer, small_tasks
 from training import passes
 from training.batching import completion_logprobs, pad_rollout_batch, slice_rollout_batch
 from training.losses import IGNORE_INDEX, aggregation_units, grpo_loss, kl_loss, step_denominator
+from training.shared_prompt import SharedPromptForward
 from utils.sft_data import encode_prompt, end_of_turn_id
 from utils.student_model import load_student
 
@@ -152,12 +153,14 @@ def test_a_multi_turn_sequence_has_the_same_log_probs_in_one_forward_as_turn_by_
     )
 
 
-def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypatch):
+@pytest.mark.parametrize("shared_prompt", [False, True])
+def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypatch, shared_prompt):
     """Through the trainer's whole GRPO path (KL on, mu = 2, sampler log-probs with importance
-    sampling): the gradient reaching each completion token's log-prob is exactly 0 on environment
-    tokens and not 0 on policy tokens."""
+    sampling; full-row or shared-prompt forwards): the gradient reaching each completion token's
+    log-prob is exactly 0 on environment tokens and not 0 on policy tokens."""
     seen = []
     real = passes.completion_logprobs  # the GRPO pass's forward (training.passes)
+    real_shared = SharedPromptForward.logprobs  # its forward with the shared prompt
 
     def keep_gradient(model, batch, temperature=1.0):
         logp = real(model, batch, temperature)
@@ -166,11 +169,24 @@ def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypa
             seen.append((batch["completion_ids"].clone(), logp))
         return logp
 
+    def keep_shared_gradient(self, rows, temperature=1.0):
+        logp = real_shared(self, rows, temperature)
+        if logp.requires_grad:
+            logp.retain_grad()
+            seen.append((slice_rollout_batch(self.batch, rows)[0]["completion_ids"].clone(), logp))
+        return logp
+
     monkeypatch.setattr(passes, "completion_logprobs", keep_gradient)
+    monkeypatch.setattr(SharedPromptForward, "logprobs", keep_shared_gradient)
     trainer = make_trainer(
         tmp_path,
         pool,
-        **{"grpo.num_iterations": 2, "dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0},
+        **{
+            "grpo.num_iterations": 2,
+            "dual_source.teacher_sft_weight": 0.0,
+            "dual_source.self_sft_weight": 0.0,
+            "training.shared_prompt_forward": shared_prompt,
+        },
     )
     groups, rollout_metrics = trainer.collect_rollouts()
     # vLLM's convention: a log-prob per token, 0.0 at environment positions

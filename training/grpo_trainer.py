@@ -116,6 +116,7 @@ class GRPOTrainer:
             tokenizer.pad_token_id,
             config.dual_source.opd_weight,
             config.dual_source.opd_advantage_clip,
+            training.shared_prompt_forward,
         )
         # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
         self.opd = config.dual_source.opd_weight > 0
@@ -129,6 +130,7 @@ class GRPOTrainer:
                 config.student.torch_dtype,
                 self.accelerator.device,
                 training.forward_chunk_size,
+                training.shared_prompt_forward,
             )
         if isinstance(self.teacher_scorer, ServedTeacherScorer) and tasks:  # its context, before any step
             lengths = prompt_lengths(
@@ -384,6 +386,7 @@ class GRPOTrainer:
             self_batch,
             len(self_examples),
             teacher_logps,
+            self.config.training.shared_prompt_forward,
             rollout_terms=self.passes.rollout_terms,
         )
         self.model.train()

@@ -21,6 +21,7 @@ import torch
 from config import GRPOConfig
 from training.batching import completion_logprobs, dropout_disabled, row_chunks, sft_tokens, slice_rollout_batch
 from training.losses import grpo_loss, kl_loss, masked_sft_nll, opd_loss, truncated_importance_weights
+from training.shared_prompt import SharedPromptForward
 from training.update_plan import StepPlan, UpdatePlan
 
 Pass = Callable[[], dict[str, float]]
@@ -38,6 +39,7 @@ class PassRunner:
     pad_token_id: int
     opd_weight: float = 0.0  # dual_source.opd_weight: 0 leaves the GRPO pass exactly as without the term
     opd_advantage_clip: float = 0.0  # dual_source.opd_advantage_clip
+    shared_prompt: bool = False  # training.shared_prompt_forward: each group's prompt forwarded once per slot
 
     @property
     def rollout_terms(self) -> bool:
@@ -55,6 +57,7 @@ class PassRunner:
         denominator: float,
         metric_tokens: float,
         teacher_logp: torch.Tensor | None = None,
+        shared: SharedPromptForward | None = None,
     ) -> dict[str, float]:
         """Forward + backward of the rollout terms for `rows` of one micro-batch: GRPO (grpo_weight > 0), the KL
         penalty (kl_coef > 0, with `ref_logp`) and, with `teacher_logp` and opd_weight > 0, on-policy
@@ -63,13 +66,17 @@ class PassRunner:
         The loss is divided by `denominator` (the step's, or for micro-token-mean the micro-batch's), so
         the chunks' losses and gradients sum to the step's objective (times `scale`). Returned values
         are sums: the scaled loss, and chunk metric means times the chunk's share of `metric_tokens`,
-        so that summing the passes and averaging over ranks gives the step's token means.
+        so that summing the passes and averaging over ranks gives the step's token means. With `shared`,
+        the rows are forwarded against their groups' prompt caches (`training.shared_prompt`).
         """
         grpo = self.grpo
         part, width = slice_rollout_batch(batch, rows)
         index = torch.tensor(rows, device=part["input_ids"].device)
         with dropout_disabled(self.model):  # forward and backward: see `dropout_disabled`
-            logp = completion_logprobs(self.model, part, grpo.temperature)
+            if shared is not None:
+                logp = shared.logprobs(rows, grpo.temperature)
+            else:
+                logp = completion_logprobs(self.model, part, grpo.temperature)
             old = old_logp[index, :width] if old_logp is not None else logp.detach()
             ref = ref_logp[index, :width] if ref_logp is not None else None
             weights: torch.Tensor | None = None
@@ -83,7 +90,7 @@ class PassRunner:
                     grpo.importance_sampling_cap,
                 )
             mask = part["completion_mask"]
-            shared: dict[str, Any] = {
+            aggregation: dict[str, Any] = {
                 "aggregation": grpo.loss_aggregation,
                 "norm_length": grpo.max_new_tokens,
                 "denominator": denominator,
@@ -100,14 +107,14 @@ class PassRunner:
                     clip_low=grpo.clip_range,
                     clip_high=clip_high,
                     token_weights=weights,
-                    **shared,
+                    **aggregation,
                 )
                 metrics.update(grpo_metrics)
                 terms.append(self.grpo_weight * loss)
             if grpo.kl_coef > 0:
                 if ref is None:
                     raise ValueError("grpo.kl_coef > 0 needs reference log-probs")
-                kl, kl_metrics = kl_loss(logp, ref, mask, **shared)
+                kl, kl_metrics = kl_loss(logp, ref, mask, **aggregation)
                 metrics.update(kl_metrics)
                 terms.append(grpo.kl_coef * kl)
             if teacher_logp is not None and self.opd_weight > 0:
@@ -129,6 +136,8 @@ class PassRunner:
             metrics.update(is_metrics)
             if terms:
                 self.accelerator.backward(scale * sum(terms))
+            if shared is not None:  # the last chunk of a group backpropagates its prompt forward
+                shared.release(rows)
         share = float(part["completion_mask"].sum()) / metric_tokens
         losses = ("loss/grpo", "loss/kl", "loss/opd")
         sums = {key: value * share for key, value in metrics.items() if key not in losses}
@@ -209,7 +218,9 @@ class PassRunner:
                 ref = plan.ref_logps[slot] if plan.ref_logps else None
                 teacher = plan.teacher_logps[slot] if plan.teacher_logps else None
                 advantages = plan.advantages[plan.micro_batches[slot]].to(self.accelerator.device)
-                for rows in row_chunks(len(plan.micro_batches[slot]), self.chunk_size):
+                chunks = row_chunks(len(plan.micro_batches[slot]), self.chunk_size)
+                shared = SharedPromptForward(self.model, plan.batches[slot], chunks) if self.shared_prompt else None
+                for rows in chunks:
                     passes.append(
                         functools.partial(
                             self.grpo_pass,
@@ -222,6 +233,7 @@ class PassRunner:
                             step.denominators[slot],
                             step.metric_tokens,
                             teacher,
+                            shared,
                         )
                     )
             traces = step.teacher_batches[slot] if slot < len(step.teacher_batches) else None

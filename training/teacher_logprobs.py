@@ -14,7 +14,8 @@ so no text is re-encoded. Two sources (`teacher.logprob_source`):
   and reports -inf as -9999. Transport and retries are phase 2's client (`TeacherClient.post_json`).
   `transformers serve` has no prompt log-probs: the CPU stand-in is the local source.
 - `local`: a model (+ optional LoRA adapter) in this process, one no-grad teacher-forced forward per row
-  chunk (`training.batching.chunked_completion_logprobs` at temperature 1).
+  chunk (`training.batching.chunked_completion_logprobs` at temperature 1; with `shared_prompt`, each
+  group's prompt read once: `training.shared_prompt.shared_chunked_completion_logprobs`).
 
 Both refuse a teacher whose tokenizer is not the student's (`check_same_tokenizer`): token ids would mean
 other strings and the log-probs would be of nonsense. Qwen3-32B and Qwen3-1.7B share one.
@@ -37,6 +38,7 @@ from config import TeacherConfig
 from rollouts.completion import RolloutCompletion
 from synthesis.teacher_query import RequestFailedError, TeacherClient
 from training.batching import chunked_completion_logprobs, dropout_disabled, pad_rollout_batch
+from training.shared_prompt import shared_chunked_completion_logprobs
 
 LOGPROB_SOURCES = ("server", "local")
 
@@ -207,17 +209,19 @@ class ServedTeacherScorer:
 class LocalTeacherScorer:
     """Scores samples with a model in this process: teacher-forced, no grad, `chunk_size` rows per forward."""
 
-    def __init__(self, model: Any, pad_token_id: int, chunk_size: int = 4) -> None:
+    def __init__(self, model: Any, pad_token_id: int, chunk_size: int = 4, shared_prompt: bool = False) -> None:
         self.model = model
         self.pad_token_id = pad_token_id
         self.chunk_size = chunk_size
+        self.shared_prompt = shared_prompt  # each group's prompt forwarded once (training.shared_prompt)
 
     def score(self, samples: Sequence[RolloutCompletion]) -> TeacherScores:
         start = time.monotonic()
         device = next(self.model.parameters()).device
         batch = {k: v.to(device) for k, v in pad_rollout_batch(samples, self.pad_token_id).items()}
         with torch.no_grad(), dropout_disabled(self.model):
-            values = chunked_completion_logprobs(self.model, batch, self.chunk_size, 1.0).cpu()  # (B, T)
+            forward = shared_chunked_completion_logprobs if self.shared_prompt else chunked_completion_logprobs
+            values = forward(self.model, batch, self.chunk_size, 1.0).cpu()  # (B, T)
         logprobs = [tuple(values[i, : len(s.token_ids)].tolist()) for i, s in enumerate(samples)]
         return TeacherScores(logprobs, time.monotonic() - start, sum(len(s.token_ids) for s in samples))
 
@@ -236,6 +240,7 @@ def build_teacher_scorer(
     torch_dtype: str = "float32",
     device: Any = None,
     chunk_size: int = 4,
+    shared_prompt: bool = False,
 ) -> TeacherScorer:
     """The scorer `teacher.logprob_source` names, after checking the teacher's tokenizer is the student's.
 
@@ -253,7 +258,7 @@ def build_teacher_scorer(
         model.eval()
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        return LocalTeacherScorer(model, student_tokenizer.pad_token_id, chunk_size)
+        return LocalTeacherScorer(model, student_tokenizer.pad_token_id, chunk_size, shared_prompt)
     tokenizer_name = teacher.tokenizer or name
     check_same_tokenizer(student_tokenizer, load_tokenizer(tokenizer_name, cache_dir), student_name, tokenizer_name)
     served = resolve_model_path(name, cache_dir) if name.startswith(EMBEDDED_PREFIX) else name

@@ -36,6 +36,7 @@ from training.losses import (
     step_denominator,
 )
 from training.rewards import ScoredSample
+from training.shared_prompt import shared_chunked_completion_logprobs
 
 
 @dataclass
@@ -129,6 +130,7 @@ def plan_update(
     self_batch: dict | None,
     num_self_examples: int,
     teacher_logps: Sequence[Sequence[float]] | None = None,
+    shared_prompt: bool = False,
     rollout_terms: bool = True,
 ) -> UpdatePlan:
     """Advantages, filtering, micro-batches and the no-grad log-probs of one rollout batch (see the module
@@ -137,6 +139,7 @@ def plan_update(
     `teacher_logps` (on-policy distillation): per sample, group by group, the teacher's log-prob of each of its
     completion tokens; padded like the completions into one (B, T) tensor per micro-batch. With them, dynamic
     filtering is off: a group without reward spread still carries the teacher's per-token signal.
+    `shared_prompt`: the no-grad forwards read each group's prompt once (`training.shared_prompt_forward`).
 
     `rollout_terms` False (GRPO, KL and OPD all off): no batches and no log-prob forwards; the groups still
     give the advantage metrics and self-SFT's budget."""
@@ -169,13 +172,14 @@ def plan_update(
                 rows[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
             teacher.append(rows.to(device))
     ref_logps, old_logps = [], []
+    logprobs = shared_chunked_completion_logprobs if shared_prompt else chunked_completion_logprobs
     with torch.no_grad(), dropout_disabled(policy):
         for batch in batches:
             if grpo.kl_coef > 0:
                 with policy.disable_adapter():  # the frozen base model is the reference
-                    ref_logps.append(chunked_completion_logprobs(policy, batch, forward_chunk_size, grpo.temperature))
+                    ref_logps.append(logprobs(policy, batch, forward_chunk_size, grpo.temperature))
             if grpo.num_iterations > 1:
-                old_logps.append(chunked_completion_logprobs(policy, batch, forward_chunk_size, grpo.temperature))
+                old_logps.append(logprobs(policy, batch, forward_chunk_size, grpo.temperature))
     spread = int(group_has_spread(correctness_rewards(groups)).sum()) if groups else 0
     return UpdatePlan(
         samples,
