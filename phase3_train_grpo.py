@@ -40,7 +40,7 @@ from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
-from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
+from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
 from utils.run_lock import FolderBusyError, folder_lock
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, attach_lora, load_student
@@ -173,25 +173,21 @@ def main(
 ) -> dict:
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
+    tasks = require_tasks(read_tasks(train_file or config.paths.train_file), train_file or config.paths.train_file)
+    traces = Path(teacher_traces or config.paths.teacher_traces_file)
+    check_run_setup(config, resume_from, traces, overwrite_output_dir)  # refusals write nothing
     # one run per output folder: the global main process holds its lock (a second run is refused, naming the first)
     main_rank = os.environ.get("RANK", "0") == "0"
     with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
-        return _train(config, resume_from, teacher_traces, train_file, overwrite_output_dir)
+        return _train(config, resume_from, tasks, traces, overwrite_output_dir)
 
 
 def _train(
-    config: Config,
-    resume_from: str | None,
-    teacher_traces: Path | None,
-    train_file: Path | None,
-    overwrite_output_dir: bool,
+    config: Config, resume_from: str | None, tasks: list[Task], traces: Path, overwrite_output_dir: bool
 ) -> dict:
     from transformers import set_seed
 
     output_dir = Path(config.paths.output_dir)
-    tasks = require_tasks(read_tasks(train_file or config.paths.train_file), train_file or config.paths.train_file)
-    traces = Path(teacher_traces or config.paths.teacher_traces_file)
-    check_run_setup(config, resume_from, traces, overwrite_output_dir)
     set_seed(config.training.seed)
     accelerator = make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
     check_teacher_gpu(config, accelerator.device)  # before the student takes its share of the GPU

