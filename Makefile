@@ -124,7 +124,7 @@ ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the inter
 	nice -n 10 $(PY) benchmarks/bench_ablation_seeds.py $(SEEDS_ARGS)
 	@echo "Results: benchmarks/results/ablation_seeds.json, .md, .png (evidence: benchmarks/results/ablation_seeds/)"
 
-# Issue 27's held-out experiment: the five variants trained on real MBPP's standard training split, sampled
+# The held-out experiment: the five variants trained on real MBPP's standard training split, sampled
 # pass@k on MBPP test and HumanEval greedy (resumable; niced).
 # MBPP_PATH: a local MBPP file (empty: the hub). LEARNING_ARGS: the flags; the default is the recipe behind
 # docs/results.md's held-out result (24 steps per variant, the first 64 MBPP test problems x 8 samples; ~2.5 h
@@ -132,7 +132,7 @@ ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the inter
 MBPP_PATH ?= ../shared/data/mbpp.jsonl
 LEARNING_ARGS ?= --steps 24 --samples 8 --temperature 0.8 --eval_tasks 64 --eval_max_new_tokens 160 \
 	--max_new_tokens 128 --lr 1e-3 --save_steps 4 --humaneval_max_new_tokens 192
-learning-heldout: install ## Issue 27: five variants on MBPP train, pass@k on MBPP test (resumable; LEARNING_ARGS)
+learning-heldout: install ## Five variants on MBPP train, pass@k on MBPP test (resumable; LEARNING_ARGS)
 	nice -n 19 $(PY) benchmarks/bench_learning_heldout.py $(if $(MBPP_PATH),--mbpp_path $(MBPP_PATH)) --humaneval $(LEARNING_ARGS)
 	@echo "Results: benchmarks/results/learning_heldout.json, .md, .png (adapters and caches: outputs/learning_heldout)"
 

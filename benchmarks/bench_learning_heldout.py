@@ -1,4 +1,4 @@
-"""Does the objective make a better coder on problems it never saw? (Issue 27; hours to days of CPU.)
+"""Does the objective make a better coder on problems it never saw? (Hours to days of CPU.)
 
     python benchmarks/bench_learning_heldout.py --mbpp_path ../shared/data/mbpp.jsonl [--steps 200] ...
 
