@@ -15,7 +15,7 @@ Reported: the final-answer pass rate of each (share of samples passing all tests
 intervals over tasks and the paired difference, the feedback mode's pass rate after turn 1 vs after
 the last turn (how much the second answer adds), and the mean policy tokens per sample of each.
 
-Learning check (issue 17), `--train_steps N`:
+Learning check, `--train_steps N`:
 
     python benchmarks/bench_multi_turn.py --train_steps 8 --tasks 12 --samples 4 --budget 256 \
         --output benchmarks/results/multi_turn_learning.json

@@ -1,4 +1,4 @@
-"""On-policy distillation on CPU (issue 28): does the student learn from a better teacher's per-token
+"""On-policy distillation on CPU: does the student learn from a better teacher's per-token
 log-probs, beside or instead of GRPO? (Not a CI test: tens of minutes of CPU.)
 
     python benchmarks/bench_opd.py [--steps 10] [--eval_every 5] [--teacher_steps 30] [--samples 4] ...

@@ -1,4 +1,4 @@
-"""Weight 0 leaves training bit-identical (issue 28): one tiny 2-step phase 3 run (cpu preset, the embedded
+"""Weight 0 leaves training bit-identical: one tiny 2-step phase 3 run (cpu preset, the embedded
 tiny model, kv rollouts, 16 new tokens) from the code tree ROOT, its adapter digest and metrics written to
 OUT/result.json (time and throughput keys left out). Run it on the commit before on-policy distillation and on
 this one, and compare the two files:

@@ -1,1 +1,1 @@
-"""Multi-turn rollouts (issue 17): environments (`environments`), the rollout loop (`loop`)."""
+"""Multi-turn rollouts: environments (`environments`), the rollout loop (`loop`)."""

@@ -13,8 +13,7 @@ The thinking block (`teacher.reference_thinking`):
   tests call and its signature, or that the program reads standard input). It invents no reasoning the
   reference's author never wrote down; it exists so that the SFT target has the shape the prompt asks
   for (a closed `<think>` block, then one python block), which the format reward also pays for. A 135M
-  student trained on code-only targets learns to skip the block, and one never closing it was the
-  symptom issue 27 names.
+  student trained on code-only targets learns to skip the block and never closes it.
 - `none`: no thinking; the target is the python block alone (`utils.sft_data.build_sft_target`).
 
 Records are `synthesis.generate_traces.TeacherTrace`s (phase 2's format, `teacher_model` =

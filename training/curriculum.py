@@ -2,7 +2,7 @@
 
 A GRPO group whose G samples all pass, or all fail, has no correctness spread: its advantages are
 (nearly) zero, and the rollouts it cost teach nothing but the format bonus. On real MBPP the 135M
-student passes ~1% of its rollouts, so most groups are all-fail (issue 27). Like PRIME's and
+student passes ~1% of its rollouts, so most groups are all-fail. Like PRIME's and
 DeepCoder's online filters, this module keeps, per training task, the correctness rewards of its
 newest `window` samples under the policy as it was when they were drawn (the reward in use: 1/0 for
 `binary`, the share of hidden tests for `fraction`, so partial credit counts as spread exactly where the
