@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from clients.openai_compat import TeacherClient, TeacherFatalError
 from config import (
     Config,
     ConfigFlag,
@@ -30,11 +31,10 @@ from config import (
     parse_phase_args,
     save_config,
 )
-from multiturn.environments import make_environment
+from environments.code_env import make_environment
 from sandbox.executor import SandboxLimits, SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
-from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
 from utils.jsonl import write_json_atomic
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt

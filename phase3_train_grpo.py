@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clients.openai_compat import TeacherFatalError
 from config import (
     Config,
     ConfigFlag,
@@ -31,7 +32,6 @@ from config import (
 )
 from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
-from synthesis.teacher_query import TeacherFatalError
 from training.checkpointing import CHECKPOINT_PREFIX, CheckpointMismatchError, checkpoint_folders
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment

@@ -31,6 +31,7 @@ from config import (
     config_to_dict,
     parse_phase_args,
 )
+from environments.code_env import make_environment
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     content_digest,
@@ -47,7 +48,6 @@ from evaluation.evaluate import (
     write_samples,
 )
 from multiturn.backends import continuer_for
-from multiturn.environments import make_environment
 from multiturn.sampler import MultiTurnSampler
 from rollouts.from_config import evaluation_rollout, prompt_lengths
 from rollouts.models import adapter_rank, default_model_path, resolve_model

@@ -255,10 +255,10 @@ def check_one_parser(report: Report, config: Config) -> None:
     import asyncio
     import tempfile
 
+    from clients.openai_compat import TeacherResponse
     from evaluation.evaluate import CachedCompletion, execute_samples
     from sandbox.executor import SandboxError, SandboxLimits, SandboxPool
     from synthesis.generate_traces import generate_traces
-    from synthesis.teacher_query import TeacherResponse
     from utils.jsonl import read_jsonl
 
     name, response, reasoning, expected, _ = next(c for c in CANNED_RESPONSES if c[0].startswith("code drafted"))
@@ -542,8 +542,8 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     import tempfile
     import time
 
+    from environments.code_env import FeedbackEnvironment, ToolEnvironment
     from multiturn.backends import ScriptedBackend
-    from multiturn.environments import FeedbackEnvironment, ToolEnvironment
     from multiturn.loop import run_episodes
     from sandbox.executor import SandboxError, SandboxLimits, SandboxPool, execute_program
     from utils.sft_data import encode_prompt
@@ -577,7 +577,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
             report.expect(
                 inserted == ["\n<result>\n2\n</result>\n"] and tool.multi_turn.tool_calls == 1,
                 "tool mode: the <program> is cut at its closing tag, run, and its result inserted",
-                f"inserted {inserted}, tool calls {tool.multi_turn.tool_calls}: see multiturn/environments.py",
+                f"inserted {inserted}, tool calls {tool.multi_turn.tool_calls}: see environments/code_env.py",
             )
             report.expect(
                 [p.replace(tokenizer.decode([eot]), "") for p in policy] == tool_turns and tool.token_ids[-1] == eot,
@@ -593,7 +593,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
                 and not any(t in told for t in task.tests[1:])
                 and feedback.num_turns == 2,
                 "feedback mode: a failed shown test comes back as a user turn (masked); hidden tests never",
-                f"feedback {told!r}: see multiturn/environments.py",
+                f"feedback {told!r}: see environments/code_env.py",
             )
             secret = Path(outside) / "secret.txt"
             secret.write_text("SECRET-PREFLIGHT\n")
@@ -616,7 +616,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
                 "SECRET-PREFLIGHT" not in seen and eot not in inserted_ids and not verdict.passed,
                 f"a hostile program inside <program> reads nothing outside, inserts no markup, scores nothing "
                 f"({verdict.status})",
-                f"result block {seen!r}: see multiturn/environments.py",
+                f"result block {seen!r}: see environments/code_env.py",
             )
             time.sleep(0.5)
             if pool.isolation == "namespaces":
@@ -638,7 +638,7 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
     section(f"Teacher endpoint ({url})")
     import asyncio
 
-    from synthesis.teacher_query import TeacherClient, TeacherFatalError
+    from clients.openai_compat import TeacherClient, TeacherFatalError
     from utils.student_model import EMBEDDED_PREFIX, resolve_model_path
 
     name = config.teacher.model_name
@@ -691,8 +691,8 @@ def check_teacher_logprobs(report: Report, config: Config, tokenizer: Any, url: 
     section(f"On-policy distillation teacher ({source})")
     import dataclasses
 
+    from clients.openai_compat import TeacherFatalError
     from rollouts.completion import RolloutCompletion
-    from synthesis.teacher_query import TeacherFatalError
     from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError, build_teacher_scorer
     from utils.sft_data import encode_prompt
     from utils.student_model import ModelLoadError

@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from config import build_config
+    from environments.code_env import make_environment
     from evaluation.bootstrap import bootstrap_interval, paired_bootstrap_interval
     from evaluation.evaluate import execute_samples, generate_cached, summarize
     from multiturn.backends import HFContinuer
-    from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
@@ -205,9 +205,9 @@ def train_and_measure(
     import torch
 
     from config import build_config
+    from environments.code_env import make_environment
     from evaluation.evaluate import execute_samples, generate_cached
     from multiturn.backends import continuer_for
-    from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
     from rollouts.from_config import chat_template_kwargs, evaluation_rollout, training_rollout
     from sandbox.executor import SandboxLimits, SandboxPool

@@ -4,7 +4,7 @@
 
 With every request answered after exactly `delay` seconds, a client keeping `c` requests in flight
 can at best complete c / delay requests per second. For each concurrency level this sends
-c x rounds requests through `synthesis.teacher_query.TeacherClient` (the code phase 2 uses) and
+c x rounds requests through `clients.openai_compat.TeacherClient` (the code phase 2 uses) and
 reports achieved requests/s as a share of that ideal. The server is the tests' fake
 OpenAI-compatible server (uvicorn, one process, asyncio), run in its own process so that it does
 not share the client's event loop or interpreter lock.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from synthesis.teacher_query import TeacherClient
+from clients.openai_compat import TeacherClient
 from tests.fake_openai_server import FakeTeacher, build_app, free_port
 from utils.prompts import build_chat_messages
 

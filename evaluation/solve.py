@@ -196,8 +196,8 @@ def _multi_turn_samples(
 ) -> list[RolloutCompletion]:
     """`samples` multi-turn samples through the rollout loop, continued as `rollout` samples
     (`multiturn.backends.continuer_for`, as phases 3 and 4 do), the environment in its own sandbox pool."""
+    from environments.code_env import make_environment
     from multiturn.backends import continuer_for
-    from multiturn.environments import make_environment
     from multiturn.sampler import MultiTurnSampler
     from sandbox.executor import SandboxLimits, SandboxPool
     from utils.dataset_loader import Task

@@ -1,1 +1,1 @@
-"""Multi-turn rollouts: environments (`environments`), the rollout loop (`loop`)."""
+"""Multi-turn rollouts: the rollout loop (`loop`) over the environments in `environments.code_env`."""

@@ -3,7 +3,7 @@
 All samples of a step advance together, turn by turn: each round, every active sample's token ids
 (prompt + everything so far) go to the backend in one call, which continues each by at most its
 remaining budget and stops at an end-of-turn id or at one of the environment's stop strings; the
-environment then answers each turn (`multiturn.environments`), and its observation is tokenized
+environment then answers each turn (`environments.code_env`), and its observation is tokenized
 and appended. A backend is anything with
 
     continue_sequences(sequences: list[list[int]], max_new_tokens: list[int],
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from multiturn.environments import EpisodeState, Step, Turn
+from environments.code_env import EpisodeState, Step, Turn
 from rollouts.completion import MultiTurnInfo, RolloutCompletion
 from utils.dataset_loader import Task
 from utils.sft_data import encode_inserted_text, environment_turn_ids

@@ -75,8 +75,8 @@ def multi_turn_sampler(
     mode = config.multi_turn.mode
     if mode == "single":
         return None
+    from environments.code_env import make_environment
     from multiturn.backends import continuer_for
-    from multiturn.environments import make_environment
     from rollouts.from_config import chat_template_kwargs
 
     if rollout is None:

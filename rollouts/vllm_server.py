@@ -15,7 +15,7 @@ prompt with `n` samples) by prompt token ids, with `return_token_ids` and `logpr
 back exactly the token ids the policy produced and the sampler's log-prob of each. Every sampling
 knob is sent: a field left out takes the model's generation-config default on the server.
 
-Transport is phase 2's client (`synthesis.teacher_query.TeacherClient.post_json`: bounded
+Transport is phase 2's client (`clients.openai_compat.TeacherClient.post_json`: bounded
 concurrency, retries with backoff on transient errors). The server reads the adapter folder at
 load time, from the path the trainer sends: trainer and server must see the same storage at the
 same path. Behaviour read from vLLM 0.33.0's source (vllm/entrypoints/openai/completion/protocol.py,
@@ -31,10 +31,10 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from clients.openai_compat import RequestFailedError, TeacherClient
 from rollouts.completion import RolloutCompletion, completion_record, stop_ids
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff, AdapterSyncedSampler
-from synthesis.teacher_query import RequestFailedError, TeacherClient
 from utils.sft_data import encode_prompt
 
 T = TypeVar("T")

@@ -1,1 +1,1 @@
-"""Phase 2: the teacher client (transport) and trace generation (tasks, parsing, verification)."""
+"""Phase 2: trace generation (tasks, parsing, verification) over the teacher client in `clients`."""

@@ -1,7 +1,7 @@
 """Teacher traces: prompt -> teacher -> parse -> syntax check -> sandbox -> one JSONL record.
 
 Knows tasks, prompts, parsing, verification and resumption; knows nothing about HTTP (that is
-`synthesis.teacher_query`).
+`clients.openai_compat`).
 
 Crash safety. Records are appended to the output file and flushed as each sample completes, so a
 Ctrl-C or `kill -9` loses only the requests in flight. A rerun reads the file, repairs a torn last
@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from multiturn.environments import Turn
+from clients.openai_compat import TeacherClient, TeacherFatalError, TeacherResponse
+from environments.code_env import Turn
 from sandbox.executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
-from synthesis.teacher_query import TeacherClient, TeacherFatalError, TeacherResponse
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
@@ -321,7 +321,7 @@ async def tool_exchange(
     client: TeacherClient, environment: Any, task: Task, prompt_text: str, prompter: TextPrompter, budget: int
 ) -> tuple[TeacherResponse, list[TraceTurn]]:
     """Tool mode: the teacher writes until `</program>`, the program runs in the sandbox (`environment`, a
-    `multiturn.environments.ToolEnvironment`), its `<result>` block is appended to the teacher's own text and
+    `environments.code_env.ToolEnvironment`), its `<result>` block is appended to the teacher's own text and
     the teacher continues, until it ends its answer. `budget` bounds the sample's tokens, results included.
 
     Returns one response for the whole exchange (its text is the full assistant message, results included;
@@ -444,7 +444,7 @@ async def generate_traces(
     """Query the teacher for every missing (task, sample) pair, verify each answer, append records.
 
     `on_fresh_start` is called when an `overwrite` run empties the old file (at its first good answer).
-    `mode="feedback"` with a `multiturn.environments.FeedbackEnvironment` (`feedback_exchange`): after each
+    `mode="feedback"` with a `environments.code_env.FeedbackEnvironment` (`feedback_exchange`): after each
     answer the task's shown tests run; a failure goes back to the teacher as a user message and it answers
     again, up to the environment's `max_turns`. `mode="tool"` with a `ToolEnvironment` and the teacher's
     `prompter` (`tool_exchange`): each `<program>` runs in the sandbox and its result is appended to the
@@ -452,7 +452,7 @@ async def generate_traces(
     plus `mode`, `num_turns` and `turns`.
     """
     if mode != "single" and environment is None:
-        raise ValueError(f"mode={mode} needs its environment (multiturn.environments.make_environment)")
+        raise ValueError(f"mode={mode} needs its environment (environments.code_env.make_environment)")
     stats = TraceStats()
     out, existing = open_trace_file(Path(output_path), overwrite)
     history = error_history(existing)  # samples that failed before: asked again, their errors kept in the new record

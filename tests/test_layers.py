@@ -1,6 +1,7 @@
 """The import direction ARCHITECTURE.md states, enforced: phase scripts and test_all.py -> synthesis/,
-training/ -> multiturn/ -> evaluation/ -> rollouts/ -> sandbox/ -> utils/ -> config.py, nothing imports a
-phase script, and the only imports against the direction are the exceptions ARCHITECTURE.md names."""
+training/ -> multiturn/ -> evaluation/ -> rollouts/ -> environments/, clients/ -> sandbox/ -> utils/ ->
+config.py, nothing imports a phase script, the two leaf packages import nothing above them, and the only
+imports against the direction are the exceptions ARCHITECTURE.md names."""
 
 from __future__ import annotations
 
@@ -15,19 +16,29 @@ LAYERS = {
     "multiturn": 2,
     "evaluation": 3,
     "rollouts": 4,
-    "sandbox": 5,  # the trust boundary knows nothing of models or phases: it may import only utils
-    "utils": 6,
-    "config": 7,
+    "environments": 5,  # the code environments: over the sandbox pool, below every sampler that steps them
+    "clients": 5,  # the OpenAI-compatible client: phase 2, teacher scoring and the vllm server backend
+    "sandbox": 6,  # the trust boundary knows nothing of models or phases: it may import only utils
+    "utils": 7,
+    "config": 8,
 }
 # (importing module, imported module): each written down in ARCHITECTURE.md with its reason
 EXCEPTIONS = {
     ("config", "utils.jsonl"),  # save_config writes atomically, lazily imported
     ("evaluation.solve", "multiturn.backends"),  # `python -m evaluation.solve` is a command: phase level
-    ("evaluation.solve", "multiturn.environments"),
     ("evaluation.solve", "multiturn.sampler"),
-    ("rollouts.vllm_server", "synthesis.teacher_query"),  # the HTTP transport, a leaf module
 }
-LIBRARY_FOLDERS = ("synthesis", "training", "multiturn", "evaluation", "rollouts", "sandbox", "utils")
+LIBRARY_FOLDERS = (
+    "synthesis",
+    "training",
+    "multiturn",
+    "evaluation",
+    "rollouts",
+    "environments",
+    "clients",
+    "sandbox",
+    "utils",
+)
 
 
 def layer(module: str) -> int | None:
@@ -67,3 +78,12 @@ def test_the_checker_sees_lazy_imports_and_phase_scripts(tmp_path):
     probe.write_text("import os\n\ndef f():\n    from phase4_evaluate import cli\n    import training.losses\n")
     assert project_imports(probe) == ["phase4_evaluate", "training.losses"]
     assert layer("phase4_evaluate") == 0 < layer("training.losses") == 1 < layer("utils.jsonl")
+
+
+def test_the_leaf_packages_import_only_the_ground():
+    """clients/ and environments/ sit low so that every sampler and phase can import them downward: neither may
+    import the other, nor anything above the sandbox."""
+    for module, path in library_modules():
+        if module.split(".")[0] in ("clients", "environments"):
+            for imported in project_imports(path):
+                assert imported.split(".")[0] in ("sandbox", "utils", "config"), (module, imported)

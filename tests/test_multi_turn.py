@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from multiturn.backends import ScriptedBackend, cut_continuation
-from multiturn.environments import (
+from environments.code_env import (
     FeedbackEnvironment,
     ToolEnvironment,
     extract_program,
     run_tool_program,
     visible_tests,
 )
+from multiturn.backends import ScriptedBackend, cut_continuation
 from multiturn.loop import run_episodes
 from rollouts.completion import RolloutCompletion, stop_ids
 from sandbox.executor import SandboxLimits, execute_program

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
+from environments.code_env import FeedbackEnvironment, ToolEnvironment
 from multiturn.backends import cut_continuation
-from multiturn.environments import FeedbackEnvironment, ToolEnvironment
 from multiturn.loop import Continuation, run_episodes
 from multiturn.sampler import shaping_reward
 from rollouts.completion import MultiTurnInfo, RolloutCompletion, stop_ids

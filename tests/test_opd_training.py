@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from synthesis.teacher_query import TeacherClient
+from clients.openai_compat import TeacherClient
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
 from tests.test_action_mask import ScriptedToolRollout
 from tests.trainer_helpers import ScriptedRollout, scripted_trainer

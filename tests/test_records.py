@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clients.openai_compat import TeacherResponse
 from rollouts.completion import MultiTurnInfo, RolloutCompletion, completion_record
 from sandbox.executor import ExecutionResult
 from synthesis.generate_traces import (
@@ -17,7 +18,6 @@ from synthesis.generate_traces import (
     latest_records,
     load_teacher_examples,
 )
-from synthesis.teacher_query import TeacherResponse
 from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
 from utils.jsonl import JsonlAppender
 from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified

@@ -63,7 +63,7 @@ def test_lone_surrogates_in_a_stdin_program_come_out_as_valid_text(pool):
 
 
 def test_tool_output_is_valid_text(pool):
-    from multiturn.environments import run_tool_program
+    from environments.code_env import run_tool_program
 
     output, ok = run_tool_program("print('a')\nraise ValueError('\\udc81')\n", pool, LIMITS)
     assert not ok
@@ -234,7 +234,7 @@ def test_programs_open_unix_sockets_only(pool):
 
 @needs_root
 def test_abstract_socket_carries_nothing_from_a_tool_call_to_the_graded_answer(pool):
-    from multiturn.environments import run_tool_program
+    from environments.code_env import run_tool_program
 
     run_tool_program(textwrap.dedent(SOCKET_PLANT), pool, LIMITS)
     result = run(pool, SOCKET_PROBE, stdin_task("t/abstract", ("1\n", "7\n")))

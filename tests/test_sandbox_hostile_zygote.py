@@ -499,7 +499,7 @@ def test_tool_call_leaves_nothing_for_the_graded_program(pool):
     """Found on c225caf (the keyring channel, through the multi-turn tool environment): a `<program>`
     tool call runs on the same pool as the graded answer, so it could store an answer in the uid's
     keyring for the graded program to read back and pass."""
-    from multiturn.environments import run_tool_program
+    from environments.code_env import run_tool_program
 
     output, _ = run_tool_program(textwrap.dedent(KEYRING_WRITE), pool, LIMITS)
     assert "0" in output

@@ -15,9 +15,9 @@ import pytest
 
 import phase1_prepare_data as phase1
 import phase2_generate_teacher_traces as phase2
+from clients.openai_compat import TeacherClient, TeacherFatalError
 from config import build_config
 from synthesis.generate_traces import TraceFileBusy, open_trace_file
-from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from tests.canned_responses import SHAPES, TEACHER_THINKING
 from tests.cli_helpers import cpu_argv, fake_teacher_argv
 from tests.conftest import ROOT

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from clients.openai_compat import TeacherClient, TeacherFatalError
 from config import build_config
 from rollouts.completion import RolloutCompletion
-from synthesis.teacher_query import TeacherClient, TeacherFatalError
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
 from training.batching import completion_logprobs, pad_rollout_batch
 from training.teacher_logprobs import (

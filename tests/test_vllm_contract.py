@@ -186,7 +186,7 @@ def test_server_request_bodies_are_what_vllms_openai_server_accepts():
 def test_tool_mode_teacher_requests_are_what_vllms_completion_endpoint_accepts():
     from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponseChoice
 
-    from synthesis.teacher_query import TeacherClient
+    from clients.openai_compat import TeacherClient
 
     client = TeacherClient("http://127.0.0.1:8129/v1", "Qwen/Qwen3-32B-FP8", temperature=0.6, top_p=0.95)
     request = CompletionRequest.model_validate(client.text_request("<|im_start|>user\nhi", ["</program>"], 300))

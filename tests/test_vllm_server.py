@@ -195,7 +195,7 @@ def test_a_short_phase3_run_against_the_server(tmp_path):
 
 
 def test_tool_mode_training_continues_each_sample_on_the_server_token_for_token(tmp_path):
-    from multiturn.environments import format_result
+    from environments.code_env import format_result
     from tests.canned_responses import student_answer
     from utils.prompts import get_unified_prompt
     from utils.sft_data import encode_inserted_text

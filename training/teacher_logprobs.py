@@ -34,9 +34,9 @@ from typing import Any, Protocol
 
 import torch
 
+from clients.openai_compat import RequestFailedError, TeacherClient
 from config import TeacherConfig
 from rollouts.completion import RolloutCompletion
-from synthesis.teacher_query import RequestFailedError, TeacherClient
 from training.batching import chunked_completion_logprobs, dropout_disabled, pad_rollout_batch
 from training.shared_prompt import shared_chunked_completion_logprobs
 

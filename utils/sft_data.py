@@ -140,7 +140,7 @@ def _response_segments(content: str, environment_span: tuple[str, str] | None) -
     while opening in rest:
         before, _, after = rest.partition(opening)
         inside, found, tail = after.partition(closing)
-        # the line breaks around the block are the environment's too (`multiturn.environments.format_result`
+        # the line breaks around the block are the environment's too (`environments.code_env.format_result`
         # inserts "\n<result>\n...\n</result>\n" after the policy's `</program>`)
         lead = "\n" if before.endswith("\n") else ""
         trail = "\n" if found and tail.startswith("\n") else ""

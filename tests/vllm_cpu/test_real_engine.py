@@ -209,8 +209,8 @@ def test_opd_teacher_scores_student_tokens_on_the_real_server(vllm_server):
     the real server: one log-prob per completion token, equal to the trainer's own (same model, float32)."""
     import torch
 
+    from clients.openai_compat import TeacherClient
     from rollouts.completion import RolloutCompletion
-    from synthesis.teacher_query import TeacherClient
     from training.batching import completion_logprobs, pad_rollout_batch
     from training.teacher_logprobs import ServedTeacherScorer
     from utils.sft_data import encode_prompt

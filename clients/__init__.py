@@ -1,0 +1,1 @@
+"""Leaf clients of outside services: the OpenAI-compatible HTTP client (`openai_compat`)."""
