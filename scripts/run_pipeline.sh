@@ -11,6 +11,24 @@ TEACHER_URL="http://127.0.0.1:$PORT/v1"
 
 step() { printf '\n== %s ==\n' "$*"; }
 
+# The local teacher, once started, is stopped on every way out: SIGTERM, then SIGKILL after
+# TEACHER_STOP_SECONDS (its server would otherwise finish every request it has queued first).
+teacher_pid=""
+stop_teacher() {
+  [ -n "$teacher_pid" ] || return 0
+  kill -TERM "$teacher_pid" 2>/dev/null || true
+  for _ in $(seq 1 $((${TEACHER_STOP_SECONDS:-5} * 5))); do
+    kill -0 "$teacher_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill -KILL "$teacher_pid" 2>/dev/null || true
+  wait "$teacher_pid" 2>/dev/null || true
+  teacher_pid=""
+}
+# Ctrl-C reaches every foreground process; the background teacher ignores it, so it is stopped here.
+trap 'stop_teacher' EXIT
+trap 'trap - EXIT; stop_teacher; printf "\ninterrupted: make run stopped (rc 130)\n" >&2; exit 130' INT TERM
+
 if [ "${FRESH:-0}" = "1" ]; then
   step "FRESH=1: removing generated data/ files and outputs/"
   find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +
@@ -24,20 +42,28 @@ step "Phase 1: data (python phase1_prepare_data.py --preset $PRESET)"
 "$PYTHON" phase1_prepare_data.py --preset "$PRESET"
 
 step "Phase 2: teacher traces (local teacher on port $PORT)"
-teacher_pid=""
-if ! curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
-  "$PYTHON" scripts/serve_local_teacher.py --port "$PORT" > data/local_teacher.log 2>&1 &
-  teacher_pid=$!
-  trap '[ -n "$teacher_pid" ] && kill "$teacher_pid" 2>/dev/null || true' EXIT
-  for _ in $(seq 1 180); do
-    curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    kill -0 "$teacher_pid" 2>/dev/null || { echo "the local teacher died; see data/local_teacher.log"; exit 1; }
-    sleep 1
-  done
+if curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+  echo "error: something already answers on port $PORT (another pipeline's teacher, or \`make teacher\`)." >&2
+  echo "This run starts and stops its own teacher: stop that one, or pick another port: make run TEACHER_PORT=N" >&2
+  exit 1
 fi
+"$PYTHON" scripts/serve_local_teacher.py --port "$PORT" > data/local_teacher.log 2>&1 &
+teacher_pid=$!
+for _ in $(seq 1 180); do
+  curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+  kill -0 "$teacher_pid" 2>/dev/null || { echo "the local teacher died; see data/local_teacher.log" >&2; exit 1; }
+  sleep 1
+done
+# The local teacher generates one request at a time and cannot cancel one whose client gave up, so a retried
+# timeout only queues the same work again: one request in flight, no retries, and a timeout of 30 s plus 2 s per
+# token of max_tokens (0.5 tokens/s, ~40x below its idle speed, so only a stuck server times out).
+max_tokens=$("$PYTHON" -c "from config import build_config; print(build_config('$PRESET').teacher.max_tokens)")
+local_teacher=(--set teacher.max_concurrent_requests=1 --set teacher.max_retries=0
+  --set "teacher.request_timeout=$((30 + 2 * max_tokens))")
 # exit code 3: some requests failed (kept as api_error rows; the next run retries them) - train on what came back
-"$PYTHON" phase2_generate_teacher_traces.py --preset "$PRESET" --api_url "$TEACHER_URL" || [ $? -eq 3 ]
-if [ -n "$teacher_pid" ]; then kill "$teacher_pid" 2>/dev/null || true; wait "$teacher_pid" 2>/dev/null || true; teacher_pid=""; fi
+"$PYTHON" phase2_generate_teacher_traces.py --preset "$PRESET" --api_url "$TEACHER_URL" "${local_teacher[@]}" \
+  || [ $? -eq 3 ]
+stop_teacher
 
 step "Phase 3: GRPO + teacher-SFT + self-SFT (python phase3_train_grpo.py --preset $PRESET)"
 if [ -f outputs/final_model/adapter_config.json ]; then

@@ -1,0 +1,57 @@
+"""A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/test_run_pipeline.py).
+
+Each phase script exits 0 at once and logs its name and pid; serve_local_teacher.py serves `/health` (ignoring
+SIGTERM when STUB_TEACHER_IGNORES_TERM=1); `-c` (the script's config query) prints the cpu preset's max_tokens.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def log(name: str) -> None:
+    with open(os.environ["STUB_LOG"], "a") as out:
+        out.write(f"{name} {os.getpid()}\n")
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def main() -> int:
+    if sys.argv[1] == "-c":
+        print(160)
+        return 0
+    name = Path(sys.argv[1]).stem
+    if name == "serve_local_teacher":
+        log("teacher")
+        if os.environ.get("STUB_TEACHER_IGNORES_TERM") == "1":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        port = int(sys.argv[sys.argv.index("--port") + 1])
+        http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+        return 0
+    if name.startswith("phase2"):
+        log("phase2")
+        Path(os.environ["STUB_LOG"]).with_name("phase2_args").write_text(" ".join(sys.argv[2:]))
+        try:
+            time.sleep(float(os.environ.get("STUB_PHASE2_SLEEP", "0")))
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    log(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""scripts/run_pipeline.sh's handling of its local teacher, with every phase and the teacher replaced by stubs.
+
+The script runs from a copy in a temporary folder, so its data/ and outputs/ land there; `PYTHON` points at a
+stub that dispatches on the script name (tests/pipeline_stub.py).
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STUB = Path(__file__).resolve().parent / "pipeline_stub.py"
+
+pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="run_pipeline.sh needs curl")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def setup(tmp_path: Path, **env: str) -> tuple[Path, dict[str, str]]:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "data").mkdir()
+    shutil.copy(ROOT / "scripts" / "run_pipeline.sh", tmp_path / "scripts" / "run_pipeline.sh")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STUB}" "$@"\n')
+    python.chmod(0o755)
+    full = dict(os.environ, PYTHON=str(python), STUB_LOG=str(tmp_path / "stub.log"), **env)
+    return tmp_path / "scripts" / "run_pipeline.sh", full
+
+
+def pids_alive(tmp_path: Path) -> list[int]:
+    alive = []
+    for line in (tmp_path / "stub.log").read_text().splitlines():
+        name, pid = line.split()
+        if name == "teacher":
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                continue
+            alive.append(int(pid))
+    return alive
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_refuses_a_teacher_it_did_not_start(tmp_path: Path) -> None:
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        script, env = setup(tmp_path, TEACHER_PORT=str(port))
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode != 0
+    assert f"port {port}" in done.stdout + done.stderr
+    assert "phase2" not in (tmp_path / "stub.log").read_text()
+
+
+def test_teacher_that_ignores_sigterm_is_killed_within_seconds(tmp_path: Path) -> None:
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()), STUB_TEACHER_IGNORES_TERM="1")
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < 45
+    assert pids_alive(tmp_path) == []
+    phase2 = next(line for line in (tmp_path / "stub.log").read_text().splitlines() if line.startswith("phase2"))
+    assert phase2
+
+
+def test_local_teacher_gets_one_request_at_a_time_and_no_retries(tmp_path: Path) -> None:
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    args = (tmp_path / "phase2_args").read_text()
+    assert "teacher.max_concurrent_requests=1" in args
+    assert "teacher.max_retries=0" in args
+    assert "teacher.request_timeout=350" in args  # 30 s + 2 s per token of the stub's max_tokens (160)
+
+
+def test_ctrl_c_stops_everything_with_rc_130(tmp_path: Path) -> None:
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()), STUB_PHASE2_SLEEP="60")
+    proc = subprocess.Popen(
+        ["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (tmp_path / "stub.log").exists() and "phase2" in (tmp_path / "stub.log").read_text():
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C: the whole foreground group
+    output, _ = proc.communicate(timeout=45)
+    assert proc.returncode == 130, output
+    assert pids_alive(tmp_path) == []
+    assert b"Traceback" not in output
