@@ -77,5 +77,7 @@ fi
 step "Phase 4: pass@k of the trained adapter and of the base model (--baseline)"
 "$PYTHON" phase4_evaluate.py --preset "$PRESET" --baseline
 
-printf '\nDone. Results: outputs/evaluation_results.json (per sample: outputs/eval_samples.jsonl);\n'
-printf 'adapter: outputs/final_model; training metrics: outputs/metrics.jsonl, outputs/training_curves.png\n'
+printf '\nResults: outputs/evaluation_results.json (per sample: outputs/eval_samples.jsonl);\n'
+printf 'adapter: outputs/final_model; training metrics: outputs/metrics.jsonl, outputs/training_curves.png\n\n'
+# exit code 3 when a phase degraded (the teacher answered under half, no usable trace, a phase wrote nothing)
+"$PYTHON" -m utils.run_summary --data_dir data --output_dir outputs

@@ -1,0 +1,63 @@
+"""utils/run_summary.py against hand-made phase outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from utils.run_summary import DEGRADED_EXIT, main, summarize_run
+
+
+def write_run(tmp_path: Path, asked: int, failed: int, usable: int) -> tuple[Path, Path]:
+    data, out = tmp_path / "data", tmp_path / "outputs"
+    data.mkdir()
+    out.mkdir()
+    stats = {
+        "total": asked,
+        "api_errors": failed,
+        "skipped_existing": 0,
+        "teacher_sft_fit": {"usable": usable, "too_long": 0},
+    }
+    (data / "teacher_traces.stats.json").write_text(json.dumps(stats))
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.1}) + "\n" for s in range(1, 13)))
+    results = {
+        "eval_set": {"num_tasks": 14},
+        "pass_at_k": {"1": 0.3214, "8": 0.5},
+        "pass_at_k_ci95": {"1": [0.125, 0.545], "8": [0.25, 0.75]},
+        "baseline": {"pass_at_k": {"1": 0.1786, "8": 0.5}, "pass_at_k_ci95": {"1": [0.071, 0.295], "8": None}},
+        "delta": {"1": 0.1429, "8": 0.0},
+        "delta_ci95": {"1": [0.009, 0.295], "8": [-0.1, 0.1]},
+    }
+    (out / "evaluation_results.json").write_text(json.dumps(results))
+    return data, out
+
+
+def test_a_healthy_run(tmp_path: Path, capsys) -> None:
+    data, out = write_run(tmp_path, asked=12, failed=0, usable=9)
+    summary = summarize_run(data, out)
+    assert summary.healthy
+    text = summary.text()
+    assert "answered 12 of 12" in text
+    assert "9 traces usable" in text
+    assert "12 training steps" in text
+    assert "pass@1 adapter 0.321 [0.125, 0.545], base 0.179 [0.071, 0.295], delta +0.143 [0.009, 0.295]" in text
+    assert "delta +0.000 [-0.100, +0.100]" in text
+    assert text.endswith("run healthy")
+    assert main(["--data_dir", str(data), "--output_dir", str(out)]) == 0
+
+
+def test_the_degraded_run_of_the_review_is_flagged(tmp_path: Path, capsys) -> None:
+    data, out = write_run(tmp_path, asked=12, failed=10, usable=1)
+    assert main(["--data_dir", str(data), "--output_dir", str(out)]) == DEGRADED_EXIT
+    printed = capsys.readouterr().out
+    assert "WARNING: phase 2's teacher answered under half of the requests (2 of 12)" in printed
+    assert "run healthy" not in printed
+
+
+def test_no_usable_traces_and_missing_phases(tmp_path: Path) -> None:
+    data, out = write_run(tmp_path, asked=4, failed=0, usable=0)
+    (out / "evaluation_results.json").unlink()
+    (out / "metrics.jsonl").unlink()
+    summary = summarize_run(data, out)
+    assert len(summary.warnings) == 3
+    assert any("no usable teacher traces" in w for w in summary.warnings)

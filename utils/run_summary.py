@@ -1,0 +1,132 @@
+"""The closing summary of a whole run (`make run`), read from the files the phases wrote.
+
+    python -m utils.run_summary [--data_dir data] [--output_dir outputs]
+
+Prints how phase 2's teacher did (answered N of M, usable traces), how many steps phase 3 ran, and pass@k of
+the adapter against the base model with their 95% intervals; then either `run healthy` or one WARNING line
+per degraded phase, and exits 3 in that case (0 when healthy), so a degraded run does not end as a success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEGRADED_EXIT = 3
+
+
+@dataclass
+class RunSummary:
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.warnings
+
+    def text(self) -> str:
+        out = ["Run summary:", *(f"  {line}" for line in self.lines)]
+        out += [f"WARNING: {warning}" for warning in self.warnings] or ["run healthy"]
+        return "\n".join(out)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _interval(ci: Any) -> str:
+    if isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, int | float) for v in ci):
+        return f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci[0] < 0 else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return ""
+
+
+def _phase2(summary: RunSummary, data_dir: Path) -> None:
+    stats = _read_json(data_dir / "teacher_traces.stats.json")
+    if stats is None:
+        summary.warnings.append(f"phase 2 wrote no statistics ({data_dir / 'teacher_traces.stats.json'})")
+        return
+    asked = int(stats.get("total", 0))
+    failed = int(stats.get("api_errors", 0))
+    answered = asked - failed
+    earlier = int(stats.get("skipped_existing", 0))
+    line = f"phase 2: the teacher answered {answered} of {asked} requests"
+    if earlier:
+        line += f" ({earlier} samples kept from an earlier run)"
+    summary.lines.append(line)
+    if asked and answered * 2 < asked:
+        summary.warnings.append(f"phase 2's teacher answered under half of the requests ({answered} of {asked})")
+    fit = stats.get("teacher_sft_fit")
+    if isinstance(fit, dict):
+        usable = int(fit.get("usable", 0)) - int(fit.get("too_long", 0))
+        summary.lines.append(f"phase 2: {usable} traces usable for teacher-SFT")
+        if usable == 0:
+            summary.warnings.append("no usable teacher traces: phase 3 trained without teacher-SFT data")
+
+
+def _phase3(summary: RunSummary, output_dir: Path) -> None:
+    steps = []
+    try:
+        for line in (output_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                steps.append(row["step"])
+    except OSError:
+        pass
+    if not steps:
+        summary.warnings.append(f"phase 3 logged no training step ({output_dir / 'metrics.jsonl'})")
+        return
+    summary.lines.append(f"phase 3: {max(steps)} training steps")
+
+
+def _phase4(summary: RunSummary, output_dir: Path) -> None:
+    results = _read_json(output_dir / "evaluation_results.json")
+    if results is None or not isinstance(results.get("pass_at_k"), dict):
+        summary.warnings.append(f"phase 4 wrote no results ({output_dir / 'evaluation_results.json'})")
+        return
+    tasks = (results.get("eval_set") or {}).get("num_tasks")
+    base = results.get("baseline") or {}
+    for k, value in results["pass_at_k"].items():
+        if value is None:
+            summary.lines.append(f"phase 4: pass@{k} not computable")
+            continue
+        line = f"phase 4: pass@{k} adapter {value:.3f}{_interval((results.get('pass_at_k_ci95') or {}).get(k))}"
+        base_value = (base.get("pass_at_k") or {}).get(k)
+        if base_value is not None:
+            line += f", base {base_value:.3f}{_interval((base.get('pass_at_k_ci95') or {}).get(k))}"
+            gain = (results.get("delta") or {}).get(k)
+            if gain is not None:
+                line += f", delta {gain:+.3f}{_interval((results.get('delta_ci95') or {}).get(k))}"
+        summary.lines.append(line + (f" ({tasks} tasks)" if tasks is not None else ""))
+
+
+def summarize_run(data_dir: Path, output_dir: Path) -> RunSummary:
+    summary = RunSummary()
+    _phase2(summary, data_dir)
+    _phase3(summary, output_dir)
+    _phase4(summary, output_dir)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data_dir", default="data", help="Where phase 2 wrote its traces (default data).")
+    parser.add_argument("--output_dir", default="outputs", help="Phases 3 and 4's folder (default outputs).")
+    args = parser.parse_args(argv)
+    summary = summarize_run(Path(args.data_dir), Path(args.output_dir))
+    print(summary.text())
+    return 0 if summary.healthy else DEGRADED_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
