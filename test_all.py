@@ -28,19 +28,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from config import (
     Config,
     ConfigError,
     add_config_arguments,
     config_from_args,
+    config_summary,
     exit_on_config_error,
     format_config,
     normalize_api_base,
@@ -871,6 +873,28 @@ def main(
     return report
 
 
+class QuietOutput(io.TextIOBase):
+    """stdout for --quiet: every line goes to the log file; the screen gets only WARN and FAIL lines (with their
+    hints) and everything from the closing summary on."""
+
+    def __init__(self, screen: TextIO, log: TextIO) -> None:
+        self.screen, self.log, self.pending, self.summary = screen, log, "", False
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.summary = self.summary or line.startswith("Preflight summary:")
+            if self.summary or line.startswith(("⚠ WARN", "✗ FAIL", "         hint:")):
+                self.screen.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.screen.flush()
+
+
 def cli(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Preflight checks: prompt format, extraction, SFT label masking, the student model "
@@ -892,12 +916,24 @@ def cli(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max_new_tokens", type=int, default=160, help="Tokens the student generates in its smoke test (default 160)."
     )
+    parser.add_argument(
+        "--quiet",
+        metavar="LOG",
+        help="Print the one-line config summary, the WARN and FAIL lines and the totals; the full output goes "
+        "to the file LOG.",
+    )
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
     except ConfigError as exc:
         exit_on_config_error(exc)
-    report = main(config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens)
+    if not args.quiet:
+        report = main(config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens)
+        return 1 if report.count("FAIL") else 0
+    print(config_summary(config))
+    print(f"preflight checks (full output: {args.quiet})", flush=True)
+    with open(args.quiet, "w") as log, contextlib.redirect_stdout(QuietOutput(sys.stdout, log)):
+        report = main(config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens)
     return 1 if report.count("FAIL") else 0
 
 

@@ -135,3 +135,16 @@ def test_the_opd_teacher_check_passes_on_prompt_logprobs_and_fails_without_them(
         test_all.check_teacher_logprobs(report, config, smollm2_tokenizer, server.url)
     out = capsys.readouterr().out
     assert report.count("FAIL") == 1 and "does not answer prompt log-probs" in out and "logprob_source=local" in out
+
+
+def test_quiet_preflight_prints_the_config_summary_problems_and_totals_only(tmp_path, capsys):
+    log = tmp_path / "preflight.log"
+    args = ["--preset", "cpu", "--skip_model", "--teacher_url", "http://127.0.0.1:9/v1", "--quiet", str(log)]
+    assert test_all.cli(args) == 0
+    out = capsys.readouterr().out
+    assert "✓ PASS" not in out and "== " not in out
+    assert "⚠ WARN" in out  # the teacher at port 9 does not answer
+    assert "Preflight summary:" in out
+    assert len(out.splitlines()) < 25, out
+    full = log.read_text()
+    assert "✓ PASS" in full and "Preflight summary:" in full
