@@ -240,7 +240,9 @@ def _train(
         if close is not None:
             close()
     if accelerator.is_main_process:
-        png = plot_metrics(output_dir / "metrics.jsonl", output_dir / "training_curves.png")
+        png = plot_metrics(
+            output_dir / "metrics.jsonl", output_dir / "training_curves.png", config.training.run_name or None
+        )
         print(f"\nfinal adapter: {output_dir / 'final_model'}; metrics: {output_dir / 'metrics.jsonl'}; curves: {png}")
     return summary
 

@@ -3,7 +3,8 @@
     python -m utils.run_summary [--data_dir data] [--output_dir outputs]
 
 Prints how phase 2's teacher did (answered N of M, usable traces), how many steps phase 3 ran, and pass@k of
-the adapter against the base model with their 95% intervals; then either `run healthy` or one WARNING line
+the adapter against the base model with their 95% intervals (also drawn: evaluation_pass_at_k.png beside
+the results); then either `run healthy` or one WARNING line
 per degraded phase, and exits 3 in that case (0 when healthy), so a degraded run does not end as a success.
 """
 
@@ -124,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_dir", default="outputs", help="Phases 3 and 4's folder (default outputs).")
     args = parser.parse_args(argv)
     summary = summarize_run(Path(args.data_dir), Path(args.output_dir))
+    results = Path(args.output_dir) / "evaluation_results.json"
+    if results.exists():
+        from training.plot import plot_evaluation
+
+        try:
+            summary.lines.append(f"evaluation plot: {plot_evaluation(results)}")
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            summary.warnings.append(f"could not plot {results}: {error}")
     print(summary.text())
     return 0 if summary.healthy else DEGRADED_EXIT
 
