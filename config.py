@@ -1093,6 +1093,8 @@ def parse_set_arguments(assignments: list[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for item in assignments:
         key, sep, value = item.partition("=")
+        if sep and key.strip() in FLAT_KEYS:  # a TRL name: --set learning_rate=1e-4
+            key = FLAT_KEYS[key.strip()][0]
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not section or not name:
             raise ConfigError(f"--set {item!r}: expected section.key=value, e.g. --set grpo.kl_coef=0.02.")
@@ -1124,6 +1126,15 @@ def _loss_type(value: Any) -> str:
     return TRL_LOSS_TYPES[value]
 
 
+def _lr_scheduler(value: Any) -> Any:
+    if value == "cosine_with_min_lr":
+        raise ConfigError(
+            "lr_scheduler_type cosine_with_min_lr is not supported: the scheduler decays to 0 (constant, linear "
+            "or cosine); use cosine."
+        )
+    return value
+
+
 FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "model_name_or_path": ("student.model_name", None),
     "torch_dtype": ("student.torch_dtype", None),
@@ -1141,7 +1152,7 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "gradient_accumulation_steps": ("training.gradient_accumulation_steps", None),
     "gradient_checkpointing": ("training.gradient_checkpointing", None),
     "warmup_steps": ("training.warmup_steps", None),
-    "lr_scheduler_type": ("training.lr_scheduler", None),
+    "lr_scheduler_type": ("training.lr_scheduler", lambda v: _lr_scheduler(v)),
     "max_grad_norm": ("training.max_grad_norm", None),
     "weight_decay": ("training.weight_decay", None),
     "save_steps": ("training.save_steps", None),
@@ -1175,6 +1186,59 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
 }
 
 
+# TRL / open-r1 keys that change nothing here: accepted, and named once in one "ignored here" warning.
+TRL_IGNORED: dict[str, str] = {
+    name: ""
+    for name in (
+        "model_revision",
+        "attn_implementation",
+        "vllm_device",
+        "vllm_mode",
+        "do_eval",
+        "eval_strategy",
+        "eval_steps",
+        "per_device_eval_batch_size",
+        "gradient_checkpointing_kwargs",
+        "hub_strategy",
+        "log_completions",
+        "log_level",
+        "logging_first_step",
+        "logging_steps",
+        "logging_strategy",
+        "overwrite_output_dir",
+        "save_strategy",
+        "save_only_model",
+        "ddp_find_unused_parameters",
+        "use_liger_kernel",
+        "trust_remote_code",
+    )
+} | {
+    "max_prompt_length": "prompts are never truncated here",
+    "push_to_hub": "push with python -m training.export --push_to_hub ID after training",
+    "hub_model_id": "push with python -m training.export --push_to_hub ID after training",
+    "system_prompt": "tgrpo builds its own prompts (prompt.* keys)",
+    "dataset_configs": "use dataset_config",
+}
+
+# TRL / open-r1 keys that would change training in a way tgrpo cannot: refused with what to use instead.
+TRL_REFUSED: dict[str, str] = {
+    "warmup_ratio": "the scheduler takes a step count; use warmup_steps",
+    "lr_scheduler_kwargs": "the scheduler takes no arguments (constant, linear or cosine decay to 0)",
+}
+
+# open-r1's reward names that are tgrpo's built-in rewards: 'code' is the execution (correctness) reward,
+# always on; 'format' is the format bonus, weighted by grpo.format_reward_weight.
+BUILTIN_REWARD_NAMES = ("code", "format")
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def _field_owners() -> dict[str, list[str]]:
     owners: dict[str, list[str]] = {}
     for section in SECTION_NAMES:
@@ -1183,48 +1247,116 @@ def _field_owners() -> dict[str, list[str]]:
     return owners
 
 
-def normalize_config_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
+def _builtin_rewards(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Drop open-r1's 'code'/'format' from reward_funcs (tgrpo always computes them); a weight given for
+    'format' becomes grpo.format_reward_weight, one for 'code' must be 1 (correctness is z-scored)."""
+    funcs = data.get("reward_funcs")
+    if not isinstance(funcs, list) or not any(f in BUILTIN_REWARD_NAMES for f in funcs):
+        return data
+    weights = data.get("reward_weights")
+    out = dict(data)
+    if isinstance(weights, list) and len(weights) == len(funcs):
+        for name, weight in zip(funcs, weights, strict=True):
+            if name == "format":
+                out["format_reward_weight"] = weight
+            elif name == "code" and float(weight) != 1.0:
+                raise ConfigError(
+                    f"{where}: reward_weights gives 'code' {weight}; the execution reward is z-scored within "
+                    "each group, so its weight is 1. Scale the others (format_reward_weight, reward_weights)."
+                )
+        out["reward_weights"] = [w for n, w in zip(funcs, weights, strict=True) if n not in BUILTIN_REWARD_NAMES]
+    out["reward_funcs"] = [f for f in funcs if f not in BUILTIN_REWARD_NAMES]
+    return out
+
+
+def normalize_config_mapping(data: dict[str, Any], where: str, lines: dict[str, int] | None = None) -> dict[str, Any]:
     """Nested sections, 'section.key' keys, open-r1/TRL flat names and unambiguous field names -> nested sections.
 
     So an open-r1 recipe (`learning_rate: 1e-5`, `num_generations: 8`, `beta: 0.04`, ...) works as a --config
-    file as it is; a key that means nothing here is an error with a close match, never silently ignored.
+    file as it is. TRL keys with no effect here (TRL_IGNORED) are named in one warning; every other key that
+    means nothing here is reported, all of them in one error (with the file's line when `lines` has it).
     """
     nested: dict[str, Any] = {}
     owners = _field_owners()
+    problems: list[str] = []
+    ignored: list[str] = []
+    unknown_seen = False
+
+    def loc(key: str) -> str:
+        line = (lines or {}).get(key)
+        return f"{where.removeprefix('--config ')}:{line}" if line else where
 
     def put(key: str, value: Any, origin: str) -> None:
         section, _, name = key.partition(".")
         if section not in SECTION_NAMES:
-            raise _unknown("section", section, list(SECTION_NAMES), where)
+            raise _unknown("section", section, list(SECTION_NAMES), loc(origin.partition(".")[0]))
         current = nested.setdefault(section, {})
-        if name in current:
-            raise ConfigError(f"{where}: {origin} sets {key} a second time.")
+        if name in current and current[name] != value:
+            raise ConfigError(f"{loc(origin)}: {origin} sets {key} a second time.")
         current[name] = value
 
+    try:
+        data = _builtin_rewards(data, where)
+    except ConfigError as error:
+        problems.append(str(error))
     for key, value in data.items():
-        if key == "preset":
-            nested["preset"] = value
-        elif key in SECTION_NAMES and isinstance(value, dict):
-            for name, inner in value.items():
-                put(f"{key}.{name}", inner, f"{key}.{name}")
-        elif "." in key:
-            put(key, value, key)
-        elif key in FLAT_KEYS:
-            target, convert = FLAT_KEYS[key]
-            converted = convert(value) if convert else value
-            if converted is not None:
-                put(target, converted, key)
-        elif len(owners.get(key, [])) == 1:
-            put(f"{owners[key][0]}.{key}", value, key)
-        else:
-            if key in owners:
-                raise ConfigError(
-                    f"{where}: '{key}' is ambiguous ({', '.join(f'{s}.{key}' for s in owners[key])}); "
+        try:
+            if key == "preset":
+                nested["preset"] = value
+            elif key in SECTION_NAMES and isinstance(value, dict):
+                for name, inner in value.items():
+                    put(f"{key}.{name}", inner, f"{key}.{name}")
+            elif "." in key:
+                put(key, value, key)
+            elif key in FLAT_KEYS:
+                target, convert = FLAT_KEYS[key]
+                converted = convert(value) if convert else value
+                if converted is not None:
+                    put(target, converted, key)
+            elif key in TRL_IGNORED:
+                note = TRL_IGNORED[key]
+                ignored.append(f"{key} ({note})" if note else key)
+            elif key in TRL_REFUSED:
+                problems.append(f"{loc(key)}: {key} is not supported: {TRL_REFUSED[key]}.")
+            elif len(owners.get(key, [])) == 1:
+                put(f"{owners[key][0]}.{key}", value, key)
+            elif key in owners:
+                problems.append(
+                    f"{loc(key)}: '{key}' is ambiguous ({', '.join(f'{s}.{key}' for s in owners[key])}); "
                     "write it as section.key."
                 )
-            valid = list(FLAT_KEYS) + [k for k, v in owners.items() if len(v) == 1] + list(SECTION_NAMES)
-            raise _unknown("key", key, sorted(set(valid)), where)
+            else:
+                valid = list(FLAT_KEYS) + [k for k, v in owners.items() if len(v) == 1] + list(SECTION_NAMES)
+                hint = difflib.get_close_matches(key, valid, n=1)
+                problems.append(f"{loc(key)}: unknown key '{key}'." + (f" Did you mean '{hint[0]}'?" if hint else ""))
+                unknown_seen = True
+        except ConfigError as error:
+            text = str(error)
+            problems.append(text if text.startswith(loc(key)) else f"{loc(key)}: {key}: {text}")
+    if ignored:
+        _warn_once(f"{where}: ignored here (no effect in tgrpo): {', '.join(ignored)}.")
+    if problems:
+        valid = sorted(set(FLAT_KEYS) | {k for k, v in owners.items() if len(v) == 1} | set(SECTION_NAMES))
+        tail = f" Valid keys: {', '.join(valid)}." if unknown_seen else ""
+        if len(problems) == 1:
+            raise ConfigError(problems[0] + tail)
+        raise ConfigError(
+            f"{where}: {len(problems)} problems:\n  " + "\n  ".join(problems) + ("\n" + tail if tail else "")
+        )
     return nested
+
+
+def _yaml_key_lines(text: str) -> dict[str, int]:
+    """Top-level key -> 1-based line in a YAML document ({} when it is not a mapping or does not parse)."""
+    import yaml
+
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
 
 
 def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -1233,11 +1365,13 @@ def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         raise ConfigError(f"--config {path}: file not found.")
     text = path.read_text(encoding="utf-8")
+    lines: dict[str, int] = {}
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
             data = yaml.safe_load(text) or {}
+            lines = _yaml_key_lines(text)
         else:
             data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
@@ -1246,7 +1380,7 @@ def load_config_file(path: str | Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"--config {path}: invalid YAML: {exc}.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: top level must be a mapping of sections or keys.")
-    return normalize_config_mapping(data, f"--config {path}")
+    return normalize_config_mapping(data, f"--config {path}", lines)
 
 
 def validate(config: Config) -> None:
@@ -1524,8 +1658,46 @@ def parse_phase_args(
     arguments and {section: {key: value}} for the flags that were given."""
     add_config_flags(parser, flags, preliminary_config(argv))
     add_config_arguments(parser)
+    argv, trl = split_trl_flags(parser, sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    return args, flag_overrides(args, flags)
+    try:
+        trl_overrides = normalize_config_mapping(trl, "command-line flag") if trl else {}
+    except ConfigError as error:
+        exit_on_config_error(error)
+    merged: dict[str, dict[str, Any]] = {k: dict(v) for k, v in trl_overrides.items()}
+    for section, values in flag_overrides(args, flags).items():
+        merged.setdefault(section, {}).update(values)
+    return args, merged
+
+
+def split_trl_flags(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Take TRL-style flags (`--learning_rate 1e-4`, `--num_generations=8`, `--bf16`: the FLAT_KEYS and
+    TRL_IGNORED names) that `parser` does not define itself out of `argv`. Returns the rest and {name: value},
+    values read as YAML scalars; a flag with no value is true."""
+    import yaml
+
+    own = set(parser._option_string_actions)
+    trl_names = set(FLAT_KEYS) | set(TRL_IGNORED) | set(TRL_REFUSED)
+    rest: list[str] = []
+    found: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, value = token.partition("=")
+        if token.startswith("--") and name not in own and name[2:] in trl_names:
+            if not eq:
+                if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    value, i = argv[i + 1], i + 1
+                else:
+                    value = "true"
+            try:
+                found[name[2:]] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                found[name[2:]] = value
+        else:
+            rest.append(token)
+        i += 1
+    return rest, found
 
 
 def config_from_args(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None) -> Config:
@@ -1563,8 +1735,10 @@ if __name__ == "__main__":
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(cli)
-    cli_args = cli.parse_args()
+    cli_argv, cli_trl = split_trl_flags(cli, sys.argv[1:])
+    cli_args = cli.parse_args(cli_argv)
     try:
-        print(format_config(config_from_args(cli_args)))
+        cli_extra = normalize_config_mapping(cli_trl, "command-line flag") if cli_trl else None
+        print(format_config(config_from_args(cli_args, cli_extra)))
     except ConfigError as error:
         exit_on_config_error(error)

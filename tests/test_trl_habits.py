@@ -1,0 +1,105 @@
+"""open-r1 / TRL recipes and flags: every problem reported at once, no-op keys ignored with a warning."""
+
+from __future__ import annotations
+
+import pytest
+
+import config as cfg
+from phase1_prepare_data import parse_args as phase1_args
+from phase3_train_grpo import parse_args as phase3_args
+from tests.cli_helpers import run_script
+
+OPEN_R1_LIKE = """\
+model_name_or_path: HuggingFaceTB/SmolLM2-135M-Instruct
+model_revision: main
+torch_dtype: bfloat16
+bf16: true
+attn_implementation: sdpa
+learning_rate: 1.0e-05
+logging_steps: 1
+log_level: info
+save_strategy: epoch
+do_eval: false
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+hub_strategy: every_save
+push_to_hub: true
+hub_model_id: someone/x
+num_generations: 8
+reward_funcs:
+- code
+- format
+reward_weights:
+- 1.0
+- 0.2
+"""
+
+
+def test_open_r1_style_recipe_loads_with_one_ignored_warning(tmp_path, capsys):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(OPEN_R1_LIKE)
+    cfg._WARNED.clear()
+    config = cfg.build_config("cpu", path)
+    assert config.student.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert config.student.torch_dtype == "bfloat16"
+    assert config.training.learning_rate == 1e-5
+    assert config.grpo.num_samples_per_prompt == 8
+    assert config.grpo.reward_funcs == ()  # 'code' and 'format' are the built-in rewards
+    assert config.grpo.format_reward_weight == 0.2
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if "ignored" in line]
+    assert len(warnings) == 1, err
+    for key in ("logging_steps", "log_level", "save_strategy", "do_eval", "hub_strategy", "model_revision"):
+        assert key in warnings[0]
+
+
+def test_every_unknown_key_in_one_error_with_lines(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("learning_rate: 1.0e-05\nlerning_rate: 2\nfoo_bar: 1\nnum_generationz: 4\n")
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.build_config("cpu", path)
+    text = str(info.value)
+    for key, line in (("lerning_rate", 2), ("foo_bar", 3), ("num_generationz", 4)):
+        assert f"{path}:{line}: unknown key '{key}'" in text, text
+    assert "learning_rate" in text and "num_generations" in text  # close matches
+
+
+def test_disagreeing_dtype_still_refused(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("torch_dtype: float32\nbf16: true\n")
+    with pytest.raises(cfg.ConfigError, match="a second time"):
+        cfg.build_config("cpu", path)
+
+
+def test_scheduler_with_min_lr_refused_clearly(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("lr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 0.1\n")
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.build_config("cpu", path)
+    text = str(info.value)
+    assert "lr_scheduler_type" in text and "lr_scheduler_kwargs" in text  # both at once
+
+
+def test_trl_flags_on_a_phase_command_line():
+    args, extra = phase3_args(
+        ["--preset", "cpu", "--learning_rate", "1e-4", "--num_generations=4", "--bf16", "--logging_steps", "5"]
+    )
+    config = cfg.config_from_args(args, extra)
+    assert config.training.learning_rate == 1e-4
+    assert config.grpo.num_samples_per_prompt == 4
+    assert config.student.torch_dtype == "bfloat16"
+    args, extra = phase1_args(["--preset", "cpu", "--model_name_or_path", "some/model"])
+    assert cfg.config_from_args(args, extra).student.model_name == "some/model"
+
+
+def test_set_takes_flat_trl_names():
+    config = cfg.build_config("cpu", overrides=["learning_rate=3e-4", "per_device_train_batch_size=2"])
+    assert config.training.learning_rate == 3e-4
+    assert config.training.per_device_train_batch_size == 2
+
+
+def test_unknown_trl_flag_through_the_real_cli():
+    result = run_script("config.py", "--preset", "cpu", "--learning_rate", "2e-4", "--beta", "0.02")
+    assert result.returncode == 0, result.stderr
+    assert "training.learning_rate = 0.0002" in result.stdout
+    assert "grpo.kl_coef = 0.02" in result.stdout
