@@ -67,3 +67,28 @@ def test_exporting_again_replaces_the_merged_model_in_one_step(tmp_path, tiny_mo
         assert merge_adapter(tiny_model_name, adapter, merged, "float32") == merged
     assert broken == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final_model", "merged_model"]
+
+
+def test_no_merge_push_uploads_the_adapter(tmp_path, tiny_model_name, monkeypatch, capsys):
+    import huggingface_hub
+
+    calls: list[tuple[str, dict]] = []
+
+    class FakeApi:
+        def create_repo(self, repo_id, **kwargs):
+            calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
+
+        def upload_folder(self, **kwargs):
+            calls.append(("upload_folder", kwargs))
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    model = attach_lora(model, 8, 16, 0.0, ("q_proj", "v_proj"))
+    adapter = save_adapter(model, tokenizer, tmp_path / "run" / "final_model")
+    argv = ["--preset", "cpu", "--set", "student.model_name=embedded:tiny-random"]
+    argv += ["--set", f"paths.output_dir={tmp_path / 'run'}", "--no_merge", "--push_to_hub", "someone/x"]
+    assert main(argv) == 0
+    assert [name for name, _ in calls] == ["create_repo", "upload_folder"]
+    assert calls[1][1]["repo_id"] == "someone/x" and calls[1][1]["folder_path"] == str(adapter)
+    assert not (tmp_path / "run" / "merged_model").exists()
+    assert "pushed to https://huggingface.co/someone/x" in capsys.readouterr().out

@@ -3,6 +3,7 @@
     python -m training.export                                        # outputs/final_model -> outputs/merged_model
     python -m training.export --model_path outputs/checkpoint-100 --output_dir my-coder
     python -m training.export --push_to_hub my-org/my-coder          # also upload the merged folder
+    python -m training.export --no_merge --push_to_hub my-org/my-lora  # upload the adapter folder instead
 
 The merged folder (weights with the LoRA update folded in, tokenizer with its chat template,
 generation config) loads with plain `AutoModelForCausalLM.from_pretrained` and serves with
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--push_to_hub",
         metavar="REPO_ID",
-        help="Also upload the merged folder to this hub repository "
+        help="Also upload the merged folder (with --no_merge: the adapter folder) to this hub repository "
         "(needs a token: `huggingface-cli login` or HF_TOKEN).",
     )
     add_config_arguments(parser)
@@ -116,16 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelLoadError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    if merged is not None and args.push_to_hub:
+    if args.push_to_hub:
         from huggingface_hub import HfApi
 
+        folder, what = (merged, "merged") if merged is not None else (adapter, "adapter")
         try:
-            HfApi().create_repo(args.push_to_hub, exist_ok=True)
-            HfApi().upload_folder(folder_path=str(merged), repo_id=args.push_to_hub)
+            api = HfApi()
+            api.create_repo(args.push_to_hub, exist_ok=True)
+            api.upload_folder(folder_path=str(folder), repo_id=args.push_to_hub)
         except Exception as error:  # noqa: BLE001 - network, auth, offline mode: many unrelated types
             first = (str(error).strip().splitlines() or [""])[0][:200]
             print(
-                f"error: could not push {merged} to {args.push_to_hub} ({type(error).__name__}: {first}); the merged "
+                f"error: could not push {folder} to {args.push_to_hub} ({type(error).__name__}: {first}); the {what} "
                 "folder is complete, retry the push later.",
                 file=sys.stderr,
             )
