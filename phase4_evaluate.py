@@ -57,6 +57,7 @@ from rollouts.vllm_engine import build_engine, engine_kwargs, is_cpu_platform, m
 from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
 from utils.dataset_loader import DataFormatError, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
+from utils.provenance import build_provenance
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
@@ -283,6 +284,7 @@ def main(
         # judged there; the training rewards give such results no signal)
         "untrusted_tasks": untrusted_task_ids(tasks, config.sandbox.include_challenge_tests),
         "config": config_to_dict(config),
+        "provenance": build_provenance(config),
         **summaries[main_role],
         "baseline": summaries.get("baseline"),
         "delta": delta(summaries[main_role], summaries["baseline"]) if "baseline" in summaries else None,

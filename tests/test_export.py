@@ -92,3 +92,25 @@ def test_no_merge_push_uploads_the_adapter(tmp_path, tiny_model_name, monkeypatc
     assert calls[1][1]["repo_id"] == "someone/x" and calls[1][1]["folder_path"] == str(adapter)
     assert not (tmp_path / "run" / "merged_model").exists()
     assert "pushed to https://huggingface.co/someone/x" in capsys.readouterr().out
+
+
+def test_export_card_carries_the_evaluation(tmp_path, tiny_model_name):
+    import json
+
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    model = attach_lora(model, 8, 16, 0.0, ("q_proj", "v_proj"))
+    adapter = save_adapter(model, tokenizer, tmp_path / "run" / "final_model")
+    results = {
+        "model": {"adapter": str(adapter)},
+        "eval_set": {"name": "fixtures"},
+        "num_tasks": 35,
+        "pass_at_k": {"1": 0.239},
+        "pass_at_k_ci95": {"1": [0.18, 0.30]},
+    }
+    (tmp_path / "run" / "evaluation_results.json").write_text(json.dumps(results))
+    argv = ["--preset", "cpu", "--set", "student.model_name=embedded:tiny-random"]
+    assert main([*argv, "--set", f"paths.output_dir={tmp_path / 'run'}", "--dtype", "float32"]) == 0
+    card = (tmp_path / "run" / "merged_model" / "README.md").read_text()
+    assert "| 1 | 0.239 | 0.180 – 0.300 |" in card
+    assert "library_name: transformers" in card
+    assert (tmp_path / "run" / "merged_model" / "provenance.json").is_file()

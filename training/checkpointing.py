@@ -29,6 +29,7 @@ import torch
 
 from config import Config, save_config
 from utils.jsonl import replace_folder
+from utils.provenance import build_provenance, write_model_card, write_provenance
 from utils.student_model import save_adapter
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -122,6 +123,7 @@ def save_checkpoint(
         }
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
         save_config(config, tmp / "config.json")
+        write_provenance(tmp, build_provenance(config))
         replace_folder(tmp, final)  # the checkpoint appears whole or not at all, and never disappears
         prune_checkpoints(output_dir, config.training.save_total_limit)
     accelerator.wait_for_everyone()
@@ -187,11 +189,13 @@ def load_checkpoint(
 
 
 def save_final(output_dir: Path, accelerator: Any, model: Any, tokenizer: Any, config: Config) -> Path:
-    """`final_model/`: the adapter, the tokenizer and the run's config (`tgrpo_config.json`)."""
+    """`final_model/`: the adapter, the tokenizer, the run's config (`tgrpo_config.json`), its provenance
+    (`provenance.json`) and a model card (`README.md`) filled from them."""
     final = output_dir / "final_model"
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         save_adapter(accelerator.unwrap_model(model), tokenizer, final)
         save_config(config, final / "tgrpo_config.json")
+        write_model_card(final, build_provenance(config), config)
     accelerator.wait_for_everyone()
     return final

@@ -5,6 +5,10 @@
     python -m training.export --push_to_hub my-org/my-coder          # also upload the merged folder
     python -m training.export --no_merge --push_to_hub my-org/my-lora  # upload the adapter folder instead
 
+The exported folder (the merged one, or with --no_merge the adapter) gets a model card (README.md) and
+provenance.json: base model hub id, data, config, commit, package versions, command line, and the pass@k
+with 95% intervals of evaluation_results.json in paths.output_dir when that evaluated this adapter.
+
 The merged folder (weights with the LoRA update folded in, tokenizer with its chat template,
 generation config) loads with plain `AutoModelForCausalLM.from_pretrained` and serves with
 `vllm serve FOLDER`. Serving base + adapter instead needs `--enable-lora` and a `--max-lora-rank` at
@@ -15,12 +19,14 @@ preset's r=64, so the printed line carries the right one.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from rollouts.models import adapter_rank
 from rollouts.vllm_engine import VLLM_LORA_RANKS, vllm_lora_rank
+from utils.provenance import build_provenance, write_model_card
 
 
 def vllm_max_lora_rank(rank: int) -> int:
@@ -65,6 +71,19 @@ def merge_adapter(
     merged.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     return replace_folder(tmp, output_dir)
+
+
+def evaluation_results(output_dir: Path, adapter: Path) -> dict[str, Any] | None:
+    """`evaluation_results.json` in `output_dir` when it evaluated this adapter (its pass@k go in the card)."""
+    path = output_dir / "evaluation_results.json"
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    evaluated = (results.get("model") or {}).get("adapter") if isinstance(results, dict) else None
+    if not evaluated or Path(evaluated).resolve() != Path(adapter).resolve():
+        return None
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelLoadError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    card_folder = merged if merged is not None else adapter
+    write_model_card(
+        card_folder,
+        build_provenance(config),
+        config,
+        "merged" if merged is not None else "adapter",
+        evaluation_results(Path(config.paths.output_dir), adapter),
+    )
     if args.push_to_hub:
         from huggingface_hub import HfApi
 
