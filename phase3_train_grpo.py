@@ -32,7 +32,7 @@ from config import (
 )
 from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
-from training.checkpointing import CHECKPOINT_PREFIX, CheckpointMismatchError, checkpoint_folders
+from training.checkpointing import CHECKPOINT_PREFIX, CheckpointMismatchError, DiskFullError, checkpoint_folders
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
@@ -306,6 +306,7 @@ def cli(argv: list[str] | None = None) -> int:
         TeacherScoringError,
         TeacherFatalError,
         CheckpointMismatchError,
+        DiskFullError,
         FolderBusyError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -17,6 +17,7 @@ per checkpoint for Qwen3-1.7B) and knows nothing of the trainer's own per-rank s
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import shutil
@@ -112,22 +113,62 @@ def save_checkpoint(
     )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(tmp / "adapter", save_embedding_layers=False)  # no hub lookup
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        trainer_state = {
-            "global_step": state.global_step,
-            "rollout_batches": state.rollout_batches,
-            "total_steps": total_steps,
-            "num_processes": accelerator.num_processes,
-        }
-        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
-        save_config(config, tmp / "config.json")
-        write_provenance(tmp, build_provenance(config))
+        try:
+            _write_main_state(tmp, accelerator, model, optimizer, scheduler, config, state, total_steps)
+        except (OSError, RuntimeError) as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if _out_of_space(error):
+                raise _disk_full(output_dir, final.name) from None
+            raise
         replace_folder(tmp, final)  # the checkpoint appears whole or not at all, and never disappears
         prune_checkpoints(output_dir, config.training.save_total_limit)
     accelerator.wait_for_everyone()
     return final
+
+
+def _write_main_state(
+    tmp: Path,
+    accelerator: Any,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    config: Config,
+    state: TrainerState,
+    total_steps: int,
+) -> None:
+    accelerator.unwrap_model(model).save_pretrained(tmp / "adapter", save_embedding_layers=False)  # no hub lookup
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    trainer_state = {
+        "global_step": state.global_step,
+        "rollout_batches": state.rollout_batches,
+        "total_steps": total_steps,
+        "num_processes": accelerator.num_processes,
+    }
+    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
+    save_config(config, tmp / "config.json")
+    write_provenance(tmp, build_provenance(config))
+
+
+class DiskFullError(OSError):
+    """No space left while saving: one line naming the folder and what is intact."""
+
+
+def _out_of_space(error: BaseException) -> bool:
+    text = str(error)
+    return (isinstance(error, OSError) and error.errno == errno.ENOSPC) or (
+        isinstance(error, (OSError, RuntimeError)) and ("No space left" in text or "unexpected pos" in text)
+    )
+
+
+def _disk_full(output_dir: Path, what: str) -> DiskFullError:
+    intact = [p.name for p in checkpoint_folders(output_dir)]
+    kept = f"{intact[-1]} is intact" if intact else "no earlier checkpoint is kept"
+    return DiskFullError(
+        errno.ENOSPC,
+        f"no space left on {output_dir} while saving {what} ({kept}); free space and rerun with "
+        "--resume_from_checkpoint latest",
+    )
 
 
 class CheckpointMismatchError(ValueError):
@@ -194,8 +235,13 @@ def save_final(output_dir: Path, accelerator: Any, model: Any, tokenizer: Any, c
     final = output_dir / "final_model"
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        save_adapter(accelerator.unwrap_model(model), tokenizer, final)
-        save_config(config, final / "tgrpo_config.json")
-        write_model_card(final, build_provenance(config), config)
+        try:
+            save_adapter(accelerator.unwrap_model(model), tokenizer, final)
+            save_config(config, final / "tgrpo_config.json")
+            write_model_card(final, build_provenance(config), config)
+        except (OSError, RuntimeError) as error:
+            if _out_of_space(error):
+                raise _disk_full(output_dir, "final_model") from None
+            raise
     accelerator.wait_for_everyone()
     return final

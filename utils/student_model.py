@@ -273,13 +273,17 @@ def save_adapter(model: Any, tokenizer: Any, path: str | Path, dtype: torch.dtyp
     # save_embedding_layers=False: peft's "auto" asks huggingface.co for the base model's config.json whenever
     # the base is not a local folder, at every hand-off; the vocabulary is never resized here, so the embedding
     # layers are never part of an adapter
-    if dtype is None:
-        model.save_pretrained(tmp, save_embedding_layers=False)
-    else:  # peft filters and renames the adapter's entries of the state dict it is given
-        lora = {k: v.detach().to(dtype) for k, v in model.state_dict().items() if "lora_" in k}
-        model.save_pretrained(tmp, state_dict=lora, save_embedding_layers=False)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
+    try:
+        if dtype is None:
+            model.save_pretrained(tmp, save_embedding_layers=False)
+        else:  # peft filters and renames the adapter's entries of the state dict it is given
+            lora = {k: v.detach().to(dtype) for k, v in model.state_dict().items() if "lora_" in k}
+            model.save_pretrained(tmp, state_dict=lora, save_embedding_layers=False)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed save leaves no hidden partial folder
+        raise
     return replace_folder(tmp, path)
 
 

@@ -1,0 +1,57 @@
+"""A full disk while saving is one line naming the folder and what is intact; no temp folder stays.
+
+ENOSPC is injected at the write call with a monkeypatch (no tmpfs is mounted by the tests)."""
+
+from __future__ import annotations
+
+import errno
+from types import SimpleNamespace
+
+import pytest
+
+import config as cfg
+from training.checkpointing import DiskFullError, save_final
+from utils.student_model import attach_lora, load_student
+
+
+def test_final_model_on_a_full_disk(tmp_path, tiny_model_name, monkeypatch):
+    model, tokenizer = load_student(tiny_model_name, "float32", device="cpu")
+    model = attach_lora(model, 8, 16, 0.0, ("q_proj", "v_proj"))
+    (tmp_path / "checkpoint-3").mkdir()
+
+    def full(path, *args, **kwargs):
+        (tmp_path / "partial").write_text("x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(model), "save_pretrained", full)
+    accel = SimpleNamespace(wait_for_everyone=lambda: None, is_main_process=True, unwrap_model=lambda m: m)
+    with pytest.raises(DiskFullError) as info:
+        save_final(tmp_path, accel, model, tokenizer, cfg.build_config("cpu"))
+    text = str(info.value)
+    assert "no space left" in text and str(tmp_path) in text and "checkpoint-3" in text
+    assert "\n" not in text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".final_model.tmp")]
+
+
+def test_checkpoint_on_a_full_disk(tmp_path):
+    from training.checkpointing import save_checkpoint
+
+    (tmp_path / "checkpoint-1").mkdir()
+
+    class Model:
+        def save_pretrained(self, path, **kwargs):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 73216 vs 73108")
+
+    accel = SimpleNamespace(
+        wait_for_everyone=lambda: None,
+        is_main_process=True,
+        unwrap_model=lambda m: m,
+        process_index=0,
+        num_processes=1,
+    )
+    state = SimpleNamespace(global_step=2, rollout_batches=0)
+    with pytest.raises(DiskFullError) as info:
+        save_checkpoint(tmp_path, accel, Model(), None, None, cfg.build_config("cpu"), state, 4, {})
+    text = str(info.value)
+    assert "while saving checkpoint-2" in text and "checkpoint-1 is intact" in text
+    assert not (tmp_path / ".checkpoint-2.tmp").exists()
