@@ -32,7 +32,13 @@ from config import (
 )
 from rollouts.from_config import training_rollout
 from synthesis.generate_traces import load_teacher_examples
-from training.checkpointing import CHECKPOINT_PREFIX, CheckpointMismatchError, DiskFullError, checkpoint_folders
+from training.checkpointing import (
+    CHECKPOINT_PREFIX,
+    CheckpointMismatchError,
+    DiskFullError,
+    checkpoint_folders,
+    sweep_temp_folders,
+)
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
@@ -179,6 +185,8 @@ def main(
     # one run per output folder: the global main process holds its lock (a second run is refused, naming the first)
     main_rank = os.environ.get("RANK", "0") == "0"
     with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
+        if main_rank:
+            sweep_temp_folders(output_dir)
         return _train(config, resume_from, tasks, traces, overwrite_output_dir)
 
 

@@ -55,3 +55,13 @@ def test_checkpoint_on_a_full_disk(tmp_path):
     text = str(info.value)
     assert "while saving checkpoint-2" in text and "checkpoint-1 is intact" in text
     assert not (tmp_path / ".checkpoint-2.tmp").exists()
+
+
+def test_stale_temp_folders_are_swept(tmp_path):
+    from training.checkpointing import sweep_temp_folders
+
+    for name in (".checkpoint-2.tmp", ".final_model.tmp1234", "checkpoint-1", ".other"):
+        (tmp_path / name).mkdir()
+    removed = sweep_temp_folders(tmp_path)
+    assert sorted(p.name for p in removed) == [".checkpoint-2.tmp", ".final_model.tmp1234"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other", "checkpoint-1"]

@@ -150,6 +150,19 @@ def _write_main_state(
     write_provenance(tmp, build_provenance(config))
 
 
+def sweep_temp_folders(output_dir: str | Path) -> list[Path]:
+    """Remove the hidden temporary folders a failed or killed save left (`.checkpoint-N.tmp`,
+    `.final_model.tmp<pid>`); call it while holding the folder's run lock. Returns what was removed."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    stale = [p for p in output_dir.iterdir() if p.is_dir() and p.name.startswith(".") and ".tmp" in p.name]
+    stale = [p for p in stale if p.name.startswith((f".{CHECKPOINT_PREFIX}", ".final_model."))]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
 class DiskFullError(OSError):
     """No space left while saving: one line naming the folder and what is intact."""
 
