@@ -65,3 +65,10 @@ def test_stale_temp_folders_are_swept(tmp_path):
     removed = sweep_temp_folders(tmp_path)
     assert sorted(p.name for p in removed) == [".checkpoint-2.tmp", ".final_model.tmp1234"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other", "checkpoint-1"]
+
+
+def test_the_tokenizers_writer_error_counts_as_disk_full():
+    from training.checkpointing import _out_of_space
+
+    assert _out_of_space(Exception("No space left on device (os error 28)"))
+    assert not _out_of_space(Exception("something else"))

@@ -115,7 +115,7 @@ def save_checkpoint(
     if accelerator.is_main_process:
         try:
             _write_main_state(tmp, accelerator, model, optimizer, scheduler, config, state, total_steps)
-        except (OSError, RuntimeError) as error:
+        except Exception as error:  # re-raised unless out of space
             shutil.rmtree(tmp, ignore_errors=True)
             if _out_of_space(error):
                 raise _disk_full(output_dir, final.name) from None
@@ -169,8 +169,10 @@ class DiskFullError(OSError):
 
 def _out_of_space(error: BaseException) -> bool:
     text = str(error)
-    return (isinstance(error, OSError) and error.errno == errno.ENOSPC) or (
-        isinstance(error, (OSError, RuntimeError)) and ("No space left" in text or "unexpected pos" in text)
+    # OSError from Python's writes; RuntimeError "unexpected pos" from torch.save's zip writer; a plain
+    # Exception "No space left on device (os error 28)" from the tokenizers library's Rust writer
+    return (isinstance(error, OSError) and error.errno == errno.ENOSPC) or any(
+        part in text for part in ("No space left", "os error 28", "unexpected pos")
     )
 
 
@@ -252,7 +254,7 @@ def save_final(output_dir: Path, accelerator: Any, model: Any, tokenizer: Any, c
             save_adapter(accelerator.unwrap_model(model), tokenizer, final)
             save_config(config, final / "tgrpo_config.json")
             write_model_card(final, build_provenance(config), config)
-        except (OSError, RuntimeError) as error:
+        except Exception as error:  # re-raised unless out of space
             if _out_of_space(error):
                 raise _disk_full(output_dir, "final_model") from None
             raise
