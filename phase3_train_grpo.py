@@ -30,7 +30,7 @@ from config import (
     config_from_args_or_exit,
     parse_phase_args,
 )
-from rollouts.from_config import training_rollout
+from rollouts.from_config import build_sampler
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import (
     CHECKPOINT_PREFIX,
@@ -239,7 +239,9 @@ def _train(
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     if accelerator.is_main_process:
         model.print_trainable_parameters()
-    rollout = training_rollout(config, tokenizer, output_dir, accelerator, tasks)
+    rollout = build_sampler(
+        config, purpose="train", tokenizer=tokenizer, output_dir=output_dir, accelerator=accelerator, tasks=tasks
+    )
     trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator, rollout=rollout)
     try:
         summary = trainer.train(resume_from)

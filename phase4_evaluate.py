@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,13 +48,10 @@ from evaluation.evaluate import (
     summarize,
     write_samples,
 )
-from multiturn.backends import continuer_for
-from multiturn.sampler import MultiTurnSampler
-from rollouts.from_config import evaluation_rollout, prompt_lengths
-from rollouts.models import adapter_rank, default_model_path, resolve_model
+from multiturn.sampler import multi_turn_sampler
+from rollouts.from_config import build_sampler
+from rollouts.models import default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
-from rollouts.vllm_colocated import VLLMRollout
-from rollouts.vllm_engine import build_engine, engine_kwargs, is_cpu_platform, max_model_len
 from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
 from utils.dataset_loader import DataFormatError, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
@@ -80,108 +78,68 @@ def local_model_folder(name: str, config: Config) -> Path | None:
         return None
 
 
-def multi_turn_sampler(config: Config, backend_for, tokenizer, template: dict) -> MultiTurnSampler:
-    """The sampler of `multi_turn.mode`; its environment is attached once the sandbox pool runs."""
-    return MultiTurnSampler(
-        backend_for,
-        None,
-        tokenizer,
-        config.multi_turn.mode,
-        config.evaluation.max_new_tokens,
-        config.multi_turn.max_total_tokens,
-        template,
-    )
-
-
-def hf_generators(config: Config, base_name: str, adapter: Path | None, template: dict) -> dict:
-    """Sampling from a transformers model (evaluation backend kv or hf): the base model with the adapter
-    attached; the baseline switches it off."""
-    model, tokenizer = load_student(
-        base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
-    )
-    if adapter is not None:
-        model = load_adapter(model, adapter)
-    rollout = evaluation_rollout(config, tokenizer, template)
-    if config.multi_turn.mode != "single":  # the environment is attached in main, once the sandbox pool runs
-        sampler = multi_turn_sampler(config, continuer_for(rollout), tokenizer, template)
-
-        def baseline_turns(prompts, n, tasks):
-            with model.disable_adapter():
-                return sampler.generate(model, prompts, n, 0, tasks)
-
-        turns = lambda prompts, n, tasks: sampler.generate(model, prompts, n, 0, tasks)  # noqa: E731
-        return {"trained": turns, "model": turns, "baseline": baseline_turns, "batching": {}, "sampler": sampler}
-
-    def baseline(prompts, n):
-        with model.disable_adapter():  # the same weights with the adapter switched off
-            return rollout.generate(model, prompts, n, step=0)
-
-    return {
-        "trained": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
-        "model": lambda prompts, n: rollout.generate(model, prompts, n, step=0),
-        "baseline": baseline,
-        "batching": {"batch_samples": KV_EVAL_BATCH} if config.evaluation_backend == "kv" else {},
-    }
-
-
-def vllm_generators(
+def role_samplers(
     config: Config,
+    *,
     base_name: str,
     adapter: Path | None,
     tasks: list,
-    template: dict,
     visible_tests: int,
     adapter_key: str | None,
 ) -> dict:
-    """vLLM sampling: the engine reads the adapter folder itself (no transformers model is loaded);
-    the trained run sends its LoRA request, the baseline and a base model send none."""
-    import vllm  # lazy: the optional GPU extra
-
+    """How each role samples, from the one evaluation sampler (`build_sampler(purpose="eval")`). transformers (kv,
+    hf): the base model with the adapter attached, switched off for the baseline. vLLM: the engine reads the adapter
+    folder itself (no transformers model is loaded); the trained run sends its LoRA request, the baseline and a base
+    model send none. In a multi-turn mode the environment is attached in main, once the sandbox pool runs."""
     ev = config.evaluation
-    tokenizer = load_tokenizer(base_name, config.paths.model_cache_dir)
-    multi = config.multi_turn.mode != "single"
-    # the mode's instructions lengthen the prompt; a multi-turn sequence grows to max_total_tokens after it
-    lengths = prompt_lengths(tokenizer, tasks, visible_tests, template, config.multi_turn.mode)
-    budget = max(ev.max_new_tokens, config.multi_turn.max_total_tokens) if multi else ev.max_new_tokens
-    kwargs = engine_kwargs(
-        resolve_model_path(base_name, config.paths.model_cache_dir),
-        max_model_len=max_model_len(lengths, budget),
-        gpu_memory_utilization=ev.vllm_gpu_memory_utilization,  # alone on the GPU: not the training share
-        dtype=config.student.torch_dtype,
-        seed=config.training.seed,
-        lora_rank=adapter_rank(adapter) if adapter is not None else None,
-        logprobs=False,
-        cpu_platform=is_cpu_platform(),  # every prompt below is seeded
+    vllm = config.evaluation_backend == "vllm"
+    if vllm:
+        model, tokenizer = None, load_tokenizer(base_name, config.paths.model_cache_dir)
+    else:
+        model, tokenizer = load_student(
+            base_name, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
+        )
+        if adapter is not None:
+            model = load_adapter(model, adapter)
+    rollout = build_sampler(
+        config,
+        purpose="eval",
+        tokenizer=tokenizer,
+        tasks=tasks,
+        model_name=base_name,
+        adapter=adapter,
+        visible_tests=visible_tests,
     )
-    rollout = VLLMRollout(
-        build_engine(vllm, kwargs),
-        tokenizer,
-        ev.max_new_tokens,
-        SamplingSettings.from_section(ev),
-        chat_template_kwargs=template,
-        logprobs=False,
-        vllm_module=vllm,
-    )
-    request = None
-    if adapter is not None:  # a name and id of its own per adapter digest: vLLM's prefix cache keys LoRA blocks by name
-        request = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
-    if multi:  # the backend is made per LoRA request (None: the base model)
-        sampler = multi_turn_sampler(config, continuer_for(rollout), tokenizer, template)
-        return {
-            "trained": lambda prompts, n, tasks: sampler.generate(request, prompts, n, 0, tasks),
-            "model": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
-            "baseline": lambda prompts, n, tasks: sampler.generate(None, prompts, n, 0, tasks),
-            "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH},
-            "sampler": sampler,
-        }
-    return {
+    trained = model
+    if vllm and adapter is not None:  # a name and id per adapter digest: vLLM's prefix cache keys LoRA blocks by name
+        trained = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
+    sampler = multi_turn_sampler(config, tokenizer, rollout, max_new_tokens=ev.max_new_tokens)
+    draw: Callable[..., list]
+    if sampler is not None:
+        draw = lambda target, prompts, n, tasks: sampler.generate(target, prompts, n, 0, tasks)  # noqa: E731
+    elif vllm:
         # seeded per prompt from training.seed: the same config gives the same completions, cache or not, and the
         # trained and baseline roles draw the same random numbers for a task (a paired comparison)
-        "trained": lambda prompts, n: rollout.sample(prompts, n, request, seed=config.training.seed),
-        "model": lambda prompts, n: rollout.sample(prompts, n, None, seed=config.training.seed),
-        "baseline": lambda prompts, n: rollout.sample(prompts, n, None, seed=config.training.seed),
-        # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
-        "batching": {"chunk": config.evaluation.num_samples, "batch_samples": VLLM_EVAL_BATCH},
+        draw = lambda target, prompts, n: rollout.sample(prompts, n, target, seed=config.training.seed)  # noqa: E731
+    else:
+        draw = lambda target, prompts, n: rollout.generate(target, prompts, n, step=0)  # noqa: E731
+
+    def baseline(*args):
+        if model is None:
+            return draw(None, *args)
+        with model.disable_adapter():  # the same weights with the adapter switched off
+            return draw(model, *args)
+
+    if vllm:  # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
+        batching = {"chunk": ev.num_samples, "batch_samples": VLLM_EVAL_BATCH}
+    else:
+        batching = {"batch_samples": KV_EVAL_BATCH} if config.evaluation_backend == "kv" and sampler is None else {}
+    return {
+        "trained": lambda *args: draw(trained, *args),
+        "model": lambda *args: draw(model, *args),
+        "baseline": baseline,
+        "batching": batching,
+        "sampler": sampler,
     }
 
 
@@ -203,22 +161,17 @@ def main(
         + (f" + adapter {adapter}" if adapter else "")
         + f"; {decoding}"
     )
-    template = {"enable_thinking": config.student.enable_thinking}
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
     # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
     memo = cache_dir / "file_hashes.json"
-    if config.evaluation_backend == "vllm":
-        generators = vllm_generators(
-            config,
-            base_name,
-            adapter,
-            tasks,
-            template,
-            eval_set.visible_tests,
-            content_digest(adapter, memo) if adapter else None,
-        )
-    else:
-        generators = hf_generators(config, base_name, adapter, template)
+    generators = role_samplers(
+        config,
+        base_name=base_name,
+        adapter=adapter,
+        tasks=tasks,
+        visible_tests=eval_set.visible_tests,
+        adapter_key=content_digest(adapter, memo) if adapter else None,
+    )
     limits = SandboxLimits.from_config(config.sandbox)
     # knobs that truncate enter the key only when set, so caches made before they existed stay valid
     settings = {

@@ -403,9 +403,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
 
     import torch
 
-    from rollouts.from_config import chat_template_kwargs, training_rollout
-    from rollouts.hf import HFRollout
-    from rollouts.sampling import SamplingSettings
+    from rollouts.from_config import build_sampler
     from synthesis.generate_traces import TeacherTrace
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import attach_lora
@@ -433,12 +431,10 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
         TeacherTrace(task.task_id, 0, get_unified_prompt(task), thinking="Return the sum.", code=ADD, passed=True)
     ]
     with tempfile.TemporaryDirectory() as out:
-        if small.grpo.rollout_backend in ("hf", "kv"):  # the configured sampler; vLLM's own checks are below
-            rollout = training_rollout(small, tokenizer, Path(out))
-        else:
-            rollout = HFRollout(
-                tokenizer, 48, SamplingSettings.from_section(small.grpo), chat_template_kwargs(config), batch_size=2
-            )
+        # the configured sampler; vLLM's own checks are below
+        backend = small.grpo.rollout_backend if small.grpo.rollout_backend in ("hf", "kv") else "hf"
+        sampled = dataclasses.replace(small, grpo=dataclasses.replace(small.grpo, rollout_backend=backend))
+        rollout = build_sampler(sampled, purpose="train", tokenizer=tokenizer, output_dir=Path(out))
         try:
             trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
             with parser_spy() as phase3_seen:

@@ -209,7 +209,7 @@ def train_and_measure(
     from evaluation.evaluate import execute_samples, generate_cached
     from multiturn.backends import continuer_for
     from multiturn.sampler import MultiTurnSampler
-    from rollouts.from_config import chat_template_kwargs, evaluation_rollout, training_rollout
+    from rollouts.from_config import build_sampler, chat_template_kwargs
     from sandbox.executor import SandboxLimits, SandboxPool
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import attach_lora, load_student
@@ -240,7 +240,7 @@ def train_and_measure(
     template = chat_template_kwargs(config)
     limits = SandboxLimits.from_config(config.sandbox)
     with SandboxPool(2, limits, config.sandbox.isolate) as pool:
-        evaluator = evaluation_rollout(config, tokenizer, template)
+        evaluator = build_sampler(config, purpose="eval", tokenizer=tokenizer)
         sampler = None
         if variant != "single":
             environment = make_environment(variant, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
@@ -282,7 +282,7 @@ def train_and_measure(
             tasks,
             [],
             out / variant,
-            rollout=training_rollout(config, tokenizer, out / variant),
+            rollout=build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=out / variant),
             pool=pool,
         )
         trainer.train()

@@ -8,6 +8,7 @@ a user wants after training: `--model_path outputs/final_model` (default) or any
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,9 +60,8 @@ def main(
 ) -> list[Answer]:
     """Sample `samples` answers to `problem` and judge them on `asserts`. Raises TaskSchemaError (a bad assert,
     before the model loads: a test that cannot fail must not print "passed") and ModelLoadError."""
-    from rollouts.hf import HFRollout
+    from rollouts.from_config import build_sampler
     from rollouts.models import default_model_path, resolve_model
-    from rollouts.sampling import SamplingSettings
     from sandbox.executor import execute_program
     from utils.prompts import get_unified_prompt
     from utils.student_model import load_adapter, load_student
@@ -76,19 +76,16 @@ def main(
         model = load_adapter(model, adapter)
     mode = mode or config.multi_turn.mode
     prompt = get_unified_prompt(task if task else problem, config.prompt.num_visible_tests, mode=mode)
-    sampling = SamplingSettings(
-        temperature,
-        config.evaluation.top_p,
-        config.evaluation.top_k,
-        config.evaluation.min_p,
-        config.evaluation.repetition_penalty,
+    # the flags stand in for the evaluation section's; the one transformers model loaded here samples
+    ev = dataclasses.replace(
+        config.evaluation, backend="hf", temperature=temperature, max_new_tokens=max_new_tokens, num_samples=1
     )
-    template = {"enable_thinking": config.student.enable_thinking}
-    rollout = HFRollout(tokenizer, max_new_tokens, sampling, template)  # one transformers model loaded here
+    config = dataclasses.replace(config, evaluation=ev, multi_turn=dataclasses.replace(config.multi_turn, mode=mode))
+    rollout = build_sampler(config, purpose="eval", tokenizer=tokenizer)
     if mode == "single":
         records = rollout.generate(model, [prompt], samples, 0)[0]
     else:
-        records = _multi_turn_samples(config, mode, model, rollout, prompt, task, problem, samples)
+        records = _multi_turn_samples(config, model, rollout, prompt, task, problem, samples)
     answers = []
     for record in records:
         parsed = extract_thinking_and_code_unified(record.text)
@@ -192,13 +189,11 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 def _multi_turn_samples(
-    config: Config, mode: str, model: Any, rollout: Any, prompt: str, task: Task | None, problem: str, samples: int
+    config: Config, model: Any, rollout: Any, prompt: str, task: Task | None, problem: str, samples: int
 ) -> list[RolloutCompletion]:
-    """`samples` multi-turn samples through the rollout loop, continued as `rollout` samples
-    (`multiturn.backends.continuer_for`, as phases 3 and 4 do), the environment in its own sandbox pool."""
-    from environments.code_env import make_environment
-    from multiturn.backends import continuer_for
-    from multiturn.sampler import MultiTurnSampler
+    """`samples` multi-turn samples of `multi_turn.mode` through the rollout loop, continued as `rollout` samples
+    (`multiturn.sampler.multi_turn_sampler`, as phases 3 and 4 do), the environment in its own sandbox pool."""
+    from multiturn.sampler import multi_turn_sampler
     from sandbox.executor import SandboxLimits, SandboxPool
     from utils.dataset_loader import Task
 
@@ -206,16 +201,8 @@ def _multi_turn_samples(
         task_id="solve/1", source="solve", problem=problem, test_type="stdin", tests=({"input": "", "output": ""},)
     )  # no --assert: nothing is shown, nothing to test
     with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
-        environment = make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
-        sampler = MultiTurnSampler(
-            continuer_for(rollout),
-            environment,
-            rollout.tokenizer,
-            mode,
-            rollout.max_new_tokens,
-            config.multi_turn.max_total_tokens,
-            rollout.chat_template_kwargs,
-        )
+        sampler = multi_turn_sampler(config, rollout.tokenizer, rollout, pool, max_new_tokens=rollout.max_new_tokens)
+        assert sampler is not None  # a multi-turn mode
         return sampler.generate(model, [prompt], samples, 0, [task])[0]
 
 

@@ -67,11 +67,18 @@ class MultiTurnSampler:
 
 
 def multi_turn_sampler(
-    config: Any, tokenizer: Any, rollout: Any, pool: Any, limits: Any = None, max_new_tokens: int | None = None
+    config: Any,
+    tokenizer: Any,
+    rollout: Any,
+    pool: Any = None,
+    limits: Any = None,
+    *,
+    max_new_tokens: int | None = None,
 ) -> MultiTurnSampler | None:
-    """Phase 3's sampler of `multi_turn.mode` (None in single mode): the environment on the trainer's
-    sandbox pool, the continuer of its single-turn `rollout` (`continuer_for`), each turn bounded by
-    `grpo.max_new_tokens` and the sample by `multi_turn.max_total_tokens`."""
+    """The sampler of `multi_turn.mode` for phases 3 and 4 and `evaluation.solve` (None in single mode): the
+    environment on `pool` (none yet without one: phase 4 attaches its own once its pool runs), the continuer of
+    the single-turn `rollout` (`continuer_for`), each turn bounded by `max_new_tokens` (grpo's if None) and the
+    sample by `multi_turn.max_total_tokens`."""
     mode = config.multi_turn.mode
     if mode == "single":
         return None
@@ -83,7 +90,9 @@ def multi_turn_sampler(
         raise ValueError(f"multi_turn.mode={mode} needs a rollout backend to continue its samples")
     return MultiTurnSampler(
         continuer_for(rollout),
-        make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits),
+        None
+        if pool is None
+        else make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits),
         tokenizer,
         mode,
         config.grpo.max_new_tokens if max_new_tokens is None else max_new_tokens,

@@ -1,10 +1,12 @@
-"""Rollout backends built from the config, written once for phase 3 (training), phase 4 (evaluation)
-and the preflight.
+"""The one sampler builder, `build_sampler(config, purpose=...)`, for phase 3, phase 4,
+`evaluation.solve` and the preflight.
 
-- `training_rollout`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
-- `evaluation_rollout`: phase 4's transformers-side sampler (`evaluation.backend`: kv or hf).
-- `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts (phase 3; phase 4
-  builds its own, its multi-turn prompts are longer).
+- `purpose="train"`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
+- `purpose="eval"`: the backend `Config.evaluation_backend` names (kv, hf or vllm), sampling with
+  `evaluation`'s settings; vLLM gets an engine of its own, alone on the GPU, that reads the evaluated
+  adapter folder itself.
+- `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts in the configured mode
+  plus the sample budget, for either purpose.
 
 This is the one library module that reads several config sections: building a backend needs the
 student, the LoRA shape, the sampling settings and the run's seed and paths.
@@ -14,14 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from config import Config
 from rollouts.hf import HFRollout
 from rollouts.kv_sampler import KVCacheRollout
+from rollouts.models import adapter_rank
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
-from rollouts.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, max_model_len
+from rollouts.vllm_engine import (
+    AdapterHandoff,
+    RankInfo,
+    build_engine,
+    engine_kwargs,
+    is_cpu_platform,
+    max_model_len,
+)
 from utils.prompts import get_unified_prompt
 from utils.sft_data import encode_prompt
 from utils.student_model import DTYPES, resolve_model_path, save_adapter
@@ -55,16 +65,20 @@ def prompt_lengths(
 def colocated_engine(
     config: Config,
     tokenizer: Any,
+    *,
     model_name: str,
     tasks: Sequence,
     visible_tests: int,
     max_new_tokens: int,
     lora_rank: int | None,
+    gpu_memory_utilization: float,
     ranks: RankInfo | None = None,
     sleep_mode: bool = False,
     logprobs: bool = True,
+    cpu_platform: bool = False,
 ) -> tuple[Any, Any]:
-    """(vllm module, a `vllm.LLM` for this process) sized for these tasks' prompts plus the budget."""
+    """(vllm module, a `vllm.LLM` for this process) sized for these tasks' prompts in the configured mode (its
+    instructions lengthen them) plus the budget."""
     import vllm  # lazy: the optional GPU extra
 
     ranks = ranks or RankInfo()
@@ -72,33 +86,80 @@ def colocated_engine(
     kwargs = engine_kwargs(
         resolve_model_path(model_name, config.paths.model_cache_dir),
         max_model_len=max_model_len(lengths, max_new_tokens),
-        gpu_memory_utilization=config.grpo.vllm_gpu_memory_utilization,
+        gpu_memory_utilization=gpu_memory_utilization,
         dtype=config.student.torch_dtype,
         seed=config.training.seed,
         lora_rank=lora_rank,
         ranks=ranks,
         sleep_mode=sleep_mode,
         logprobs=logprobs,
+        cpu_platform=cpu_platform,
     )
     return vllm, build_engine(vllm, kwargs, ranks)
 
 
-def sample_budget(config: Config) -> int:
-    """Tokens one sample may add after its prompt: grpo.max_new_tokens single-turn; in tool/feedback mode the whole
-    sample (turns, results, feedback) up to multi_turn.max_total_tokens, re-sent with the prompt each turn."""
+def sample_budget(config: Config, max_new_tokens: int | None = None) -> int:
+    """Tokens one sample may add after its prompt: max_new_tokens (grpo's unless given) single-turn; in tool/feedback
+    mode the whole sample (turns, results, feedback) up to multi_turn.max_total_tokens, re-sent with the prompt each
+    turn."""
+    per_turn = config.grpo.max_new_tokens if max_new_tokens is None else max_new_tokens
     if config.multi_turn.mode == "single":
-        return config.grpo.max_new_tokens
-    return max(config.grpo.max_new_tokens, config.multi_turn.max_total_tokens)
+        return per_turn
+    return max(per_turn, config.multi_turn.max_total_tokens)
 
 
 def budget_name(config: Config) -> str:
     return "grpo.max_new_tokens" if config.multi_turn.mode == "single" else "multi_turn.max_total_tokens"
 
 
-def training_rollout(
-    config: Config, tokenizer: Any, output_dir: Path, accelerator: Any = None, tasks: Sequence | None = None
+def build_sampler(
+    config: Config,
+    *,
+    purpose: Literal["train", "eval"],
+    tokenizer: Any,
+    output_dir: Path | None = None,
+    accelerator: Any = None,
+    tasks: Sequence | None = None,
+    model_name: str | None = None,
+    adapter: Path | None = None,
+    visible_tests: int | None = None,
 ) -> Any:
-    """The configured rollout backend for phase 3. vLLM: one colocated engine per process, on that process's GPU."""
+    """The configured sampler. train: phase 3's (output_dir holds vLLM's adapter hand-off; tasks size the engine).
+    eval: phase 4's and `evaluation.solve`'s (evaluation.backend=hf); a vLLM engine loads `model_name`
+    (student.model_name if None), reads `adapter` itself and is sized for `tasks` shown `visible_tests` tests
+    (prompt.num_visible_tests if None)."""
+    if purpose == "train":
+        return _training_sampler(config, tokenizer, Path(output_dir or "."), accelerator, tasks)
+    ev = config.evaluation
+    sampling = SamplingSettings.from_section(ev)
+    template = chat_template_kwargs(config)
+    if config.evaluation_backend == "vllm":
+        vllm, llm = colocated_engine(
+            config,
+            tokenizer,
+            model_name=model_name or config.student.model_name,
+            tasks=tasks or [],
+            visible_tests=config.prompt.num_visible_tests if visible_tests is None else visible_tests,
+            max_new_tokens=sample_budget(config, ev.max_new_tokens),
+            lora_rank=adapter_rank(adapter) if adapter is not None else None,
+            gpu_memory_utilization=ev.vllm_gpu_memory_utilization,  # alone on the GPU: not the training share
+            logprobs=False,
+            cpu_platform=is_cpu_platform(),  # every prompt phase 4 sends is seeded
+        )
+        return VLLMRollout(
+            llm, tokenizer, ev.max_new_tokens, sampling, chat_template_kwargs=template, logprobs=False, vllm_module=vllm
+        )
+    if config.evaluation_backend == "kv":
+        return KVCacheRollout(tokenizer, ev.max_new_tokens, sampling, template, config.grpo.sampler_dtype)
+    return HFRollout(
+        tokenizer, ev.max_new_tokens, sampling, template, batch_size=8, sequences_per_call=8 * ev.num_samples
+    )
+
+
+def _training_sampler(
+    config: Config, tokenizer: Any, output_dir: Path, accelerator: Any, tasks: Sequence | None
+) -> Any:
+    """Phase 3's backend. vLLM: one colocated engine per process, on that process's GPU."""
     g = config.grpo
     template = chat_template_kwargs(config)
     sampling = SamplingSettings.from_section(g)
@@ -125,13 +186,14 @@ def training_rollout(
         vllm, llm = colocated_engine(
             config,
             tokenizer,
-            config.student.model_name,
-            tasks or [],
-            config.prompt.num_visible_tests,
-            sample_budget(config),  # multi-turn: a sample grows to max_total_tokens after its prompt
-            config.lora.r,
-            ranks,
-            g.vllm_sleep_mode,
+            model_name=config.student.model_name,
+            tasks=tasks or [],
+            visible_tests=config.prompt.num_visible_tests,
+            max_new_tokens=sample_budget(config),  # multi-turn: a sample grows to max_total_tokens after its prompt
+            lora_rank=config.lora.r,
+            gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+            ranks=ranks,
+            sleep_mode=g.vllm_sleep_mode,
         )
         # Under external_launcher (several processes) vLLM's worker runs in this process and selected its device
         # here: say which (scripts/gpu_smoke.sh checks it). One process: the engine lives in vLLM's own
@@ -155,18 +217,6 @@ def training_rollout(
         # multi-turn continues that many sequences per call too
         batch_size=config.training.per_device_train_batch_size,
         sequences_per_call=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
-    )
-
-
-def evaluation_rollout(config: Config, tokenizer: Any, template: dict[str, Any]) -> Any:
-    """Phase 4's single-turn sampler over a loaded transformers model (`config.evaluation_backend` kv or hf;
-    phase 4 builds its vLLM engine itself), sampling with `evaluation`'s settings."""
-    ev = config.evaluation
-    sampling = SamplingSettings.from_section(ev)
-    if config.evaluation_backend == "kv":
-        return KVCacheRollout(tokenizer, ev.max_new_tokens, sampling, template, config.grpo.sampler_dtype)
-    return HFRollout(
-        tokenizer, ev.max_new_tokens, sampling, template, batch_size=8, sequences_per_call=8 * ev.num_samples
     )
 
 

@@ -10,7 +10,7 @@ import torch
 
 import phase4_evaluate as phase4
 from config import ConfigError, build_config
-from rollouts.from_config import evaluation_rollout, training_rollout
+from rollouts.from_config import build_sampler
 from rollouts.hf import HFRollout
 from rollouts.kv_sampler import KVCacheRollout
 from sandbox.executor import SandboxPool
@@ -22,18 +22,21 @@ from utils.student_model import attach_lora, load_student
 def test_the_cpu_preset_samples_with_the_kv_sampler_and_hf_stays_selectable(tmp_path):
     config = build_config("cpu")
     assert config.grpo.rollout_backend == "kv" and config.evaluation_backend == "kv"
-    rollout = training_rollout(config, None, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=None, output_dir=tmp_path)
     assert isinstance(rollout, KVCacheRollout) and rollout.dtype == torch.bfloat16
-    assert isinstance(evaluation_rollout(config, None, {}), KVCacheRollout)
+    assert isinstance(build_sampler(config, purpose="eval", tokenizer=None), KVCacheRollout)
     fallback = build_config("cpu", overrides=["grpo.rollout_backend=hf"])
-    assert isinstance(training_rollout(fallback, None, tmp_path), HFRollout)
-    assert isinstance(evaluation_rollout(fallback, None, {}), HFRollout)
+    assert isinstance(build_sampler(fallback, purpose="train", tokenizer=None, output_dir=tmp_path), HFRollout)
+    assert isinstance(build_sampler(fallback, purpose="eval", tokenizer=None), HFRollout)
     # phase 4's own key wins; the rollout server holds training adapters only, so phase 4 loads its model
-    assert isinstance(evaluation_rollout(build_config("cpu", overrides=["evaluation.backend=hf"]), None, {}), HFRollout)
+    assert isinstance(
+        build_sampler(build_config("cpu", overrides=["evaluation.backend=hf"]), purpose="eval", tokenizer=None),
+        HFRollout,
+    )
     assert build_config("cpu", overrides=["grpo.rollout_backend=vllm_server"]).evaluation_backend == "hf"
     assert build_config("gpu", overrides=["grpo.rollout_backend=vllm"]).evaluation_backend == "vllm"
     fp32 = build_config("cpu", overrides=["grpo.sampler_dtype=float32"])
-    assert training_rollout(fp32, None, tmp_path).dtype == torch.float32
+    assert build_sampler(fp32, purpose="train", tokenizer=None, output_dir=tmp_path).dtype == torch.float32
 
 
 def test_eight_bit_loading_is_refused_with_the_kv_sampler():
@@ -50,7 +53,7 @@ def test_a_training_step_on_kv_rollouts_is_importance_weighted_by_the_samplers_l
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     tasks = small_tasks(2)
-    rollout = training_rollout(config, tokenizer, tmp_path / "out")
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path / "out")
     assert isinstance(rollout, KVCacheRollout)
     with SandboxPool(workers=2) as pool:
         trainer = GRPOTrainer(

@@ -25,8 +25,7 @@ LAYERS = {
 # (importing module, imported module): each written down in ARCHITECTURE.md with its reason
 EXCEPTIONS = {
     ("config", "utils.jsonl"),  # save_config writes atomically, lazily imported
-    ("evaluation.solve", "multiturn.backends"),  # `python -m evaluation.solve` is a command: phase level
-    ("evaluation.solve", "multiturn.sampler"),
+    ("evaluation.solve", "multiturn.sampler"),  # `python -m evaluation.solve` is a command: phase level
 }
 LIBRARY_FOLDERS = (
     "synthesis",

