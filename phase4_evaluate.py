@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +47,7 @@ from evaluation.evaluate import (
     summarize,
     write_samples,
 )
-from multiturn.sampler import multi_turn_sampler
+from multiturn.sampler import multi_turn_sampler, sample_groups
 from rollouts.from_config import build_sampler
 from rollouts.models import default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
@@ -79,13 +78,7 @@ def local_model_folder(name: str, config: Config) -> Path | None:
 
 
 def role_samplers(
-    config: Config,
-    *,
-    base_name: str,
-    adapter: Path | None,
-    tasks: list,
-    visible_tests: int,
-    adapter_key: str | None,
+    config: Config, *, base_name: str, adapter: Path | None, tasks: list, visible_tests: int, adapter_key: str | None
 ) -> dict:
     """How each role samples, from the one evaluation sampler (`build_sampler(purpose="eval")`). transformers (kv,
     hf): the base model with the adapter attached, switched off for the baseline. vLLM: the engine reads the adapter
@@ -114,15 +107,13 @@ def role_samplers(
     if vllm and adapter is not None:  # a name and id per adapter digest: vLLM's prefix cache keys LoRA blocks by name
         trained = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
     sampler = multi_turn_sampler(config, tokenizer, rollout, max_new_tokens=ev.max_new_tokens)
-    draw: Callable[..., list]
-    if sampler is not None:
-        draw = lambda target, prompts, n, tasks: sampler.generate(target, prompts, n, 0, tasks)  # noqa: E731
-    elif vllm:
-        # seeded per prompt from training.seed: the same config gives the same completions, cache or not, and the
-        # trained and baseline roles draw the same random numbers for a task (a paired comparison)
-        draw = lambda target, prompts, n: rollout.sample(prompts, n, target, seed=config.training.seed)  # noqa: E731
-    else:
-        draw = lambda target, prompts, n: rollout.generate(target, prompts, n, step=0)  # noqa: E731
+
+    def draw(target, prompts, n, tasks=None):
+        if vllm and sampler is None:
+            # seeded per prompt from training.seed: the same config gives the same completions, cache or not, and
+            # the trained and baseline roles draw the same random numbers for a task (a paired comparison)
+            return rollout.sample(prompts, n, target, seed=config.training.seed)
+        return sample_groups(rollout, sampler, target, prompts, n, tasks=tasks)
 
     def baseline(*args):
         if model is None:
@@ -164,13 +155,14 @@ def main(
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
     # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
     memo = cache_dir / "file_hashes.json"
+    digest = content_digest(adapter, memo) if adapter else None
     generators = role_samplers(
         config,
         base_name=base_name,
         adapter=adapter,
         tasks=tasks,
         visible_tests=eval_set.visible_tests,
-        adapter_key=content_digest(adapter, memo) if adapter else None,
+        adapter_key=digest,
     )
     limits = SandboxLimits.from_config(config.sandbox)
     # knobs that truncate enter the key only when set, so caches made before they existed stay valid

@@ -66,6 +66,23 @@ class MultiTurnSampler:
         return [records[k * num_samples : (k + 1) * num_samples] for k in range(len(prompts))]
 
 
+def sample_groups(
+    rollout: Any,
+    multi_turn: MultiTurnSampler | None,
+    model: Any,
+    prompts: list[str],
+    num_samples: int,
+    *,
+    step: int = 0,
+    tasks: Sequence[Task] | None = None,
+) -> list[list[RolloutCompletion]]:
+    """`num_samples` samples per prompt, one list per prompt: through `multi_turn`'s episodes in a tool or feedback
+    mode (`multi_turn_sampler`; its records carry the action mask), else single-turn from `rollout`."""
+    if multi_turn is not None:
+        return multi_turn.generate(model, prompts, num_samples, step, tasks)
+    return rollout.generate(model, prompts, num_samples, step)
+
+
 def multi_turn_sampler(
     config: Any,
     tokenizer: Any,

@@ -1,12 +1,9 @@
-"""The one sampler builder, `build_sampler(config, purpose=...)`, for phase 3, phase 4,
-`evaluation.solve` and the preflight.
+"""The one sampler builder, `build_sampler(config, purpose=...)`, for phases 3 and 4, `evaluation.solve`, the preflight.
 
 - `purpose="train"`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
-- `purpose="eval"`: the backend `Config.evaluation_backend` names (kv, hf or vllm), sampling with
-  `evaluation`'s settings; vLLM gets an engine of its own, alone on the GPU, that reads the evaluated
-  adapter folder itself.
-- `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts in the configured mode
-  plus the sample budget, for either purpose.
+- `purpose="eval"`: the backend `Config.evaluation_backend` names (kv, hf or vllm), sampling with `evaluation`'s
+  settings; vLLM gets an engine of its own, alone on the GPU, that reads the evaluated adapter folder itself.
+- `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts in the mode plus the sample budget.
 
 This is the one library module that reads several config sections: building a backend needs the
 student, the LoRA shape, the sampling settings and the run's seed and paths.
@@ -24,14 +21,7 @@ from rollouts.kv_sampler import KVCacheRollout
 from rollouts.models import adapter_rank
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
-from rollouts.vllm_engine import (
-    AdapterHandoff,
-    RankInfo,
-    build_engine,
-    engine_kwargs,
-    is_cpu_platform,
-    max_model_len,
-)
+from rollouts.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, is_cpu_platform, max_model_len
 from utils.prompts import get_unified_prompt
 from utils.sft_data import encode_prompt
 from utils.student_model import DTYPES, resolve_model_path, save_adapter

@@ -34,8 +34,7 @@ import numpy as np
 import torch
 
 from config import Config, save_config
-from multiturn.sampler import multi_turn_sampler
-from rollouts.completion import RolloutCompletion
+from multiturn.sampler import multi_turn_sampler, sample_groups
 from rollouts.from_config import budget_name, chat_template_kwargs, prompt_lengths, sample_budget
 from sandbox.executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
@@ -245,14 +244,9 @@ class GRPOTrainer:
         start = time.monotonic()
         unwrapped = self.accelerator.unwrap_model(self.model)
         with torch.no_grad():
-            generations: list[list[RolloutCompletion]]
-            if self.multi_turn is not None:  # tool / feedback: records carry the action mask (see multiturn.loop)
-                generations = self.multi_turn.generate(
-                    unwrapped, prompts, self.group_size, self.state.global_step, tasks
-                )
-            else:
-                assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
-                generations = self.rollout.generate(unwrapped, prompts, self.group_size, self.state.global_step)
+            assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
+            step, size = self.state.global_step, self.group_size
+            generations = sample_groups(self.rollout, self.multi_turn, unwrapped, prompts, size, step=step, tasks=tasks)
         rollout_time = time.monotonic() - start
         groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.limits, self.user_rewards)
         generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted
