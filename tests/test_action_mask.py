@@ -1,4 +1,4 @@
-"""The trainer honours a rollout's per-token action mask (issue 17 item 3).
+"""The trainer honours a rollout's per-token action mask.
 
 A completion may carry `action_mask` over its `token_ids` (1 = sampled by the policy, 0 = inserted by
 the environment: a `<result>` block, a feedback turn). Environment tokens are never trained on and

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-README_MAX_LINES = 350  # issue 30: the rest belongs in a docs/ page, with a headline row in the README
+README_MAX_LINES = 350  # the rest belongs in a docs/ page, with a headline row in the README
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -117,7 +117,7 @@ def test_plan_assert(source, check, expected, trusted):
 
 
 def test_leaves_that_need_no_program_are_computed_apart_from_it():
-    # issue 29: a leaf of builtins, standard modules and the test's imports goes to the program-free
+    # a leaf of builtins, standard modules and the test's imports goes to the program-free
     # process; a leaf that names the program's function (or anything else) to the program's process
     plan = plan_assert("assert f((1, 2)) == sys.getsizeof((1, 2)) + len(list(range(3)))", frozenset({"f"}))
     assert plan.worker_test["src"] == "(f((1, 2)), )"
@@ -166,7 +166,7 @@ def test_the_judging_side_never_imports_the_worker():
 
 
 def test_value_codec_edge_cases_round_trip_exactly():
-    # issue 29: type confusion in the codec; what comes back is what Python would compare
+    # type confusion in the codec; what comes back is what Python would compare
     from sandbox.protocol import ValueTooLarge, encode_json
 
     cases = [-0.0, True, 1, 7**6000, -(7**6000), range(2, 9, 3), [0.5] * 40 + [-0.0], [1, True, None, "é\x00"] * 10]

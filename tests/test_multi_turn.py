@@ -1,4 +1,4 @@
-"""Multi-turn rollouts (issue 17): environments, the loop, the action mask, the backends' record shape."""
+"""Multi-turn rollouts: environments, the loop, the action mask, the backends' record shape."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Phase 3 in a multi-turn mode (issue 17): the trainer's rollouts go through `multiturn`, the batch
+"""Phase 3 in a multi-turn mode: the trainer's rollouts go through `multiturn`, the batch
 masks environment tokens, shaping terms, truncation, no hidden test in any observation, the kv
 continuer, and one framing of environment turns for sampling and teacher-SFT."""
 

@@ -1,4 +1,4 @@
-"""On-policy distillation through the trainer (issue 28): the teacher scores each rollout, the OPD term
+"""On-policy distillation through the trainer: the teacher scores each rollout, the OPD term
 trains on policy tokens only, beside GRPO, and weight 0 leaves training as it was."""
 
 from __future__ import annotations

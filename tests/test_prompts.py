@@ -95,7 +95,7 @@ def test_chat_messages_always_carry_the_system_prompt():
     assert build_chat_messages("hi", system_prompt=None) == [{"role": "user", "content": "hi"}]
 
 
-# ------------------------------------------------------------------ multi-turn modes (issue 17)
+# ------------------------------------------------------------------ multi-turn modes
 
 GOLDEN = Path(__file__).parent / "data" / "single_turn_prompts.json"
 

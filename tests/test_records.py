@@ -1,4 +1,4 @@
-"""Typed records that cross modules or files (issue 16 item 1): one frozen owner each, rows unchanged on disk."""
+"""Typed records that cross modules or files: one frozen owner each, rows unchanged on disk."""
 
 from __future__ import annotations
 

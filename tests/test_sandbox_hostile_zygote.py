@@ -145,7 +145,7 @@ def test_a_test_judged_inside_the_program_gives_no_reward(pool):
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
 def test_real_mbpp_and_apps_have_no_test_judged_inside_the_program():
-    # issue 29 measurement: on c225caf MBPP 596's 3 asserts (sys.getsizeof) ran whole in the child;
+    # measured on c225caf: MBPP 596's 3 asserts (sys.getsizeof) ran whole in the child;
     # now every one of MBPP's 2938 asserts (challenge tests included) is judged outside it, and only
     # 596 needs the program-free reference run. APPS has no asserts (153 stdin/call tasks).
     mbpp = load_mbpp(SHARED_DATA / "mbpp.jsonl")[0]
@@ -508,7 +508,7 @@ def test_tool_call_leaves_nothing_for_the_graded_program(pool):
 
 
 def test_an_architecture_without_the_keyring_filter_runs_programs_and_says_so(monkeypatch):
-    """Found while closing issue 29: the filter's system-call numbers exist for x86_64 and aarch64 only; on any
+    """The filter's system-call numbers exist for x86_64 and aarch64 only; on any
     other machine building it raised inside the harness, before the ready byte, so every program of every
     task was a sandbox_error. There the harness now runs programs without the filter and the pool's
     isolation warning names what is missing."""
