@@ -36,6 +36,7 @@ from sandbox.executor import SandboxLimits, SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
 from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
+from utils.disk import DiskFullError
 from utils.jsonl import write_json_atomic
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.sft_data import build_sft_example, teacher_sft_ids
@@ -384,6 +385,7 @@ def cli(argv: list[str] | None = None) -> int:
         TraceSettingsChanged,
         ModelLoadError,
         MixedTraceFile,
+        DiskFullError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

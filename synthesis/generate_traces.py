@@ -21,6 +21,7 @@ never parses the file itself.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from clients.openai_compat import TeacherClient, TeacherFatalError, TeacherRespo
 from environments.code_env import Turn
 from sandbox.executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
 from utils.dataset_loader import Task
+from utils.disk import DiskFullError, out_of_space
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
@@ -424,6 +426,17 @@ def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: boo
     ]
 
 
+def disk_full_error(path: Path, written: int, earlier: int) -> DiskFullError:
+    """The one line a full disk gives while traces are written: the file, and how many lines are intact."""
+    before = f" and the {earlier} from earlier runs" if earlier else ""
+    return DiskFullError(
+        errno.ENOSPC,
+        f"no space left on device in {path.parent} while writing {path}: the {written} traces this run wrote "
+        f"before{before} are intact (each line is flushed; a torn last line is cut on the next run); free space "
+        "and rerun the same command to continue",
+    )
+
+
 async def generate_traces(
     tasks: Sequence[Task],
     client: TeacherClient,
@@ -474,7 +487,7 @@ async def generate_traces(
         queue.put_nowait(job)
 
     async def worker() -> None:
-        nonlocal pending
+        nonlocal pending, written
         while True:
             try:
                 task, sample_idx = queue.get_nowait()
@@ -514,14 +527,21 @@ async def generate_traces(
             if pending is not None and record.status == "api_error":
                 pending.append(record)
             else:
-                if pending is not None:  # the first good answer of an --overwrite run: now the old file goes
-                    out.truncate_now()
-                    if on_fresh_start is not None:
-                        on_fresh_start()
-                    for held in pending:
-                        out.write(held.to_row())
-                    pending = None
-                out.write(record.to_row())  # flushed: survives a kill of this process
+                try:
+                    if pending is not None:  # the first good answer of an --overwrite run: now the old file goes
+                        out.truncate_now()
+                        if on_fresh_start is not None:
+                            on_fresh_start()
+                        for held in pending:
+                            out.write(held.to_row())
+                            written += 1
+                        pending = None
+                    out.write(record.to_row())  # flushed: survives a kill of this process
+                    written += 1
+                except Exception as error:
+                    if not out_of_space(error):
+                        raise
+                    raise disk_full_error(Path(output_path), written, len(existing)) from None
             stats.add(record)
             if bar is not None:
                 elapsed = max(time.monotonic() - start, 1e-9)
@@ -533,13 +553,14 @@ async def generate_traces(
                 )
                 bar.update(1)
 
+    written = 0  # records this run appended
     n_workers = max(1, min(client.max_concurrency, len(jobs)))  # as many as may be in flight
     try:
         async with asyncio.TaskGroup() as group:  # one fatal error cancels the rest
             for _ in range(n_workers):
                 group.create_task(worker())
     except BaseExceptionGroup as errors:
-        fatal = [e for e in errors.exceptions if isinstance(e, TeacherFatalError)]
+        fatal = [e for e in errors.exceptions if isinstance(e, (TeacherFatalError, DiskFullError))]
         if fatal:
             raise fatal[0] from None
         raise
@@ -547,6 +568,10 @@ async def generate_traces(
         stats.elapsed_s = round(time.monotonic() - start, 2)
         if bar is not None:
             bar.close()
-        out.close()
+        try:
+            out.close()
+        except Exception as error:  # a full disk fails the close's flush again; it is reported above
+            if not out_of_space(error):
+                raise
         stats.kept_old_file = pending is not None and bool(jobs)
     return stats

@@ -1,16 +1,19 @@
-"""A full disk while saving is one line naming the folder and what is intact; no temp folder stays.
+"""A full disk while saving a checkpoint or writing phase 2's traces is one line naming the folder and what
+is intact; no temp folder stays.
 
 ENOSPC is injected at the write call with a monkeypatch (no tmpfs is mounted by the tests)."""
 
 from __future__ import annotations
 
 import errno
+import json
 from types import SimpleNamespace
 
 import pytest
 
 import config as cfg
 from training.checkpointing import DiskFullError, save_final
+from utils.disk import out_of_space
 from utils.student_model import attach_lora, load_student
 
 
@@ -68,7 +71,39 @@ def test_stale_temp_folders_are_swept(tmp_path):
 
 
 def test_the_tokenizers_writer_error_counts_as_disk_full():
-    from training.checkpointing import _out_of_space
+    assert out_of_space(Exception("No space left on device (os error 28)"))
+    assert not out_of_space(Exception("something else"))
 
-    assert _out_of_space(Exception("No space left on device (os error 28)"))
-    assert not _out_of_space(Exception("something else"))
+
+def test_a_full_disk_during_phase2_exits_nonzero_with_one_line(tmp_path, monkeypatch, capsys):
+    """The third trace write finds the disk full: one `error:` line naming the trace file and the two traces
+    that are intact, exit 1, and the two lines on disk."""
+    import phase2_generate_teacher_traces as phase2
+    from tests.cli_helpers import fake_teacher_argv
+    from tests.fake_openai_server import FakeTeacher, RunningServer
+    from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
+    from utils.jsonl import JsonlAppender
+
+    tasks = load_mbpp(EMBEDDED_MBPP)[0][:3]
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    out = tmp_path / "traces.jsonl"
+    written: list = []
+    real_write = JsonlAppender.write
+
+    def write_until_full(self, row):
+        if len(written) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(row)
+        return real_write(self, row)
+
+    monkeypatch.setattr(JsonlAppender, "write", write_until_full)
+    teacher = FakeTeacher(answers={t.problem.strip(): t.reference_solutions[0] for t in tasks})
+    with RunningServer(teacher) as server:
+        rc = phase2.cli(fake_teacher_argv(server.url, task_file, out, "--num_samples", "1", "--concurrency", "1"))
+    assert rc == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and str(out) in lines[0] and "2 traces" in lines[0], err
+    assert "Traceback" not in err
+    assert len(out.read_text().splitlines()) == 2

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from config import Config, save_config
+from utils.disk import DiskFullError, out_of_space
 from utils.jsonl import replace_folder
 from utils.provenance import build_provenance, write_model_card, write_provenance
 from utils.student_model import save_adapter
@@ -117,7 +118,7 @@ def save_checkpoint(
             _write_main_state(tmp, accelerator, model, optimizer, scheduler, config, state, total_steps)
         except Exception as error:  # re-raised unless out of space
             shutil.rmtree(tmp, ignore_errors=True)
-            if _out_of_space(error):
+            if out_of_space(error):
                 raise _disk_full(output_dir, final.name) from None
             raise
         replace_folder(tmp, final)  # the checkpoint appears whole or not at all, and never disappears
@@ -161,19 +162,6 @@ def sweep_temp_folders(output_dir: str | Path) -> list[Path]:
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
     return stale
-
-
-class DiskFullError(OSError):
-    """No space left while saving: one line naming the folder and what is intact."""
-
-
-def _out_of_space(error: BaseException) -> bool:
-    text = str(error)
-    # OSError from Python's writes; RuntimeError "unexpected pos" from torch.save's zip writer; a plain
-    # Exception "No space left on device (os error 28)" from the tokenizers library's Rust writer
-    return (isinstance(error, OSError) and error.errno == errno.ENOSPC) or any(
-        part in text for part in ("No space left", "os error 28", "unexpected pos")
-    )
 
 
 def _disk_full(output_dir: Path, what: str) -> DiskFullError:
@@ -255,7 +243,7 @@ def save_final(output_dir: Path, accelerator: Any, model: Any, tokenizer: Any, c
             save_config(config, final / "tgrpo_config.json")
             write_model_card(final, build_provenance(config), config)
         except Exception as error:  # re-raised unless out of space
-            if _out_of_space(error):
+            if out_of_space(error):
                 raise _disk_full(output_dir, "final_model") from None
             raise
     accelerator.wait_for_everyone()
