@@ -486,6 +486,8 @@ async def generate_traces(
     for job in jobs:
         queue.put_nowait(job)
 
+    written = 0  # records this run appended
+
     async def worker() -> None:
         nonlocal pending, written
         while True:
@@ -553,7 +555,6 @@ async def generate_traces(
                 )
                 bar.update(1)
 
-    written = 0  # records this run appended
     n_workers = max(1, min(client.max_concurrency, len(jobs)))  # as many as may be in flight
     try:
         async with asyncio.TaskGroup() as group:  # one fatal error cancels the rest
