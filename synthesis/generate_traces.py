@@ -11,7 +11,8 @@ whose newest record is an `api_error` is asked again: the new record is appended
 stays, so the file keeps the full history) and carries the earlier errors in `previous_errors`;
 readers take the newest record per sample (`latest_records`). An exclusive `flock` on the file
 stops two runs from writing it at once. `--overwrite` empties the file only when the first good
-answer arrives, so a run whose every request fails leaves the old traces as they were.
+answer arrives, so a run whose every request fails leaves the old traces as they were. A full disk
+stops the run with one `DiskFullError` naming the file and how many traces are intact.
 
 Record: `TeacherTrace` (one line each, `TeacherTrace.to_row`). This module is the format's one owner:
 `latest_records` and `load_teacher_examples` are its readers, so phase 3 receives `TeacherTrace`s and
