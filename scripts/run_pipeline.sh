@@ -84,4 +84,4 @@ step "Phase 4: pass@k of the trained adapter and of the base model (--baseline)"
 printf '\nResults: outputs/evaluation_results.json (per sample: outputs/eval_samples.jsonl);\n'
 printf 'adapter: outputs/final_model; training metrics: outputs/metrics.jsonl, outputs/training_curves.png;\nplot of pass@k, adapter vs base: outputs/evaluation_pass_at_k.png\n\n'
 # exit code 3 when a phase degraded (the teacher answered under half, no usable trace, a phase wrote nothing)
-"$PYTHON" -m utils.run_summary --data_dir data --output_dir outputs
+"$PYTHON" -m training.run_summary --data_dir data --output_dir outputs

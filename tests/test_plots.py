@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from training.plot import plot_evaluation, plot_metrics
-from utils.run_summary import main as run_summary
+from training.run_summary import main as run_summary
 
 PNG = b"\x89PNG"
 

@@ -1,11 +1,11 @@
-"""utils/run_summary.py against hand-made phase outputs."""
+"""training/run_summary.py against hand-made phase outputs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from utils.run_summary import DEGRADED_EXIT, main, summarize_run
+from training.run_summary import DEGRADED_EXIT, main, summarize_run
 
 
 def write_run(tmp_path: Path, asked: int, failed: int, usable: int) -> tuple[Path, Path]:

@@ -1,6 +1,6 @@
 """The closing summary of a whole run (`make run`), read from the files the phases wrote.
 
-    python -m utils.run_summary [--data_dir data] [--output_dir outputs]
+    python -m training.run_summary [--data_dir data] [--output_dir outputs]
 
 Prints how phase 2's teacher did (answered N of M, usable traces), how many steps phase 3 ran, and pass@k of
 the adapter against the base model with their 95% intervals (also drawn: evaluation_pass_at_k.png beside
