@@ -41,6 +41,7 @@ RESULT_KEYS = {
     "delta_ci95",
     "multi_turn",
     "untrusted_tasks",
+    "provenance",
 }
 
 
