@@ -47,7 +47,7 @@ from training.rewards import RewardFunctionError, load_reward_functions
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
 from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
-from utils.run_lock import FolderBusyError, folder_lock
+from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, attach_lora, load_student
 
@@ -106,6 +106,8 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
                 "a phase 3 final_model or checkpoint-*/adapter, or leave it empty for the bare teacher.model_name."
             )
     output_dir = Path(config.paths.output_dir)
+    if os.environ.get("RANK", "0") == "0":
+        refuse_if_busy(output_dir)  # a live run's own checkpoints are not an earlier run
     earlier = previous_run(output_dir)
     if resume_from is None and earlier and not overwrite_output_dir:
         raise RunSetupError(

@@ -640,3 +640,19 @@ def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(
     # released at the end: a third run may resume the folder
     again = run_script("phase3_train_grpo.py", *argv, "--resume_from_checkpoint", "latest", timeout=300)
     assert "in use by another run" not in again.stderr
+
+
+def test_a_folder_another_run_is_writing_is_refused_as_busy_even_once_it_holds_checkpoints(tmp_path):
+    # the running job's checkpoints are not "an earlier run": the busy message must win, whatever the timing
+    import phase3_train_grpo as phase3
+    from config import build_config
+    from utils.run_lock import folder_lock
+
+    out = tmp_path / "out"
+    config = build_config("cpu", overrides=[f"paths.output_dir={out}", "dual_source.teacher_sft_weight=0"])
+    with folder_lock(out):
+        (out / "checkpoint-2").mkdir()
+        with pytest.raises(phase3.FolderBusyError, match="in use by another run"):
+            phase3.check_run_setup(config, None, tmp_path / "none.jsonl", False)
+    with pytest.raises(phase3.RunSetupError, match="already holds a run"):  # released: now it is an earlier run
+        phase3.check_run_setup(config, None, tmp_path / "none.jsonl", False)

@@ -35,6 +35,30 @@ def _holder(path: Path) -> str:
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started {started}: {info.get('command', '?')}"
 
 
+def refuse_if_busy(folder: str | Path) -> None:
+    """FolderBusyError when another process holds `folder`'s run lock; creates and writes nothing.
+
+    A run checks this before it reads the folder: the checkpoints a live run is writing are not an earlier run.
+    """
+    path = Path(folder) / LOCK_NAME
+    try:
+        handle = path.open("r", encoding="utf-8")
+    except OSError:
+        return  # no lock file: nobody has run here
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusyError(_busy_message(Path(folder), path)) from None
+
+
+def _busy_message(folder: Path, path: Path) -> str:
+    return (
+        f"{folder} is in use by another run ({_holder(path)}); wait for it to end, or write this run to "
+        "another folder (--output_dir)."
+    )
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | Path) -> Iterator[Path]:
     """Hold `folder`'s run lock for the block (creating the folder); FolderBusyError when another process has it."""
@@ -46,10 +70,7 @@ def folder_lock(folder: str | Path) -> Iterator[Path]:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderBusyError(
-                f"{folder} is in use by another run ({_holder(path)}); wait for it to end, or write this run to "
-                "another folder (--output_dir)."
-            ) from None
+            raise FolderBusyError(_busy_message(folder, path)) from None
         handle.seek(0)
         handle.truncate()
         record = {
