@@ -606,6 +606,8 @@ def test_metrics_jsonl_holds_strict_json_only(tmp_path, pool):
 
 
 def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(tmp_path):
+    import os
+    import signal
     import subprocess
     import sys
     import time
@@ -627,7 +629,12 @@ def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(
         while not (out / LOCK_NAME).is_file() or not (out / LOCK_NAME).read_text():
             assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
             time.sleep(0.2)
-        second = run_script("phase3_train_grpo.py", *argv, timeout=300)
+        # paused while the second starts, however fast the first would otherwise finish
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            second = run_script("phase3_train_grpo.py", *argv, timeout=300)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
         assert second.returncode == 1
         line = second.stderr.strip().splitlines()[-1]
         assert line.startswith("error:") and "in use by another run" in line and f"pid {first.pid}" in line
