@@ -84,6 +84,8 @@ def _enter_program(ctx: dict, job: dict, workdir: str, fds: dict[int, int]) -> N
         n = _process_count(os.getuid()) + limits["max_processes"]
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     _setsid()
+    # out of the terminal's group now: the program gets Python's Ctrl-C handler back (the worker ignores SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
     os.chdir(workdir)
 

@@ -567,7 +567,7 @@ def _fresh_stdio(stderr: bool = True) -> None:
 
 
 def prepare_template(workdir: str) -> None:
-    """A scrubbed environment, fresh standard streams, default signal dispositions, a high recursion
+    """A scrubbed environment, fresh standard streams, default SIGPIPE, a high recursion
     limit, and destructive functions disabled. The worker itself uses the private references above."""
     os.environ.clear()
     os.environ.update(
@@ -583,7 +583,8 @@ def prepare_template(workdir: str) -> None:
     _fresh_stdio()
     sys.setrecursionlimit(10000)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGINT stays ignored here (a terminal's Ctrl-C is the parent's to handle); each program process
+    # restores Python's default handler for itself
     _reliability_guard()
 
 

@@ -93,6 +93,9 @@ from sandbox.zygote import _join_cgroup, _zygote
 
 
 def main(argv: list[str]) -> int:
+    # A terminal's Ctrl-C reaches every process in its foreground group, this worker and its zygote too. The
+    # parent decides what it means: it closes the job pipe (or dies, and PDEATHSIG follows). Programs reset it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     in_fd, out_fd = int(argv[1]), int(argv[2])
     init = read_message(in_fd)
     if not isinstance(init, dict):

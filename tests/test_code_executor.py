@@ -212,3 +212,42 @@ def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
         "print(int(np.array(input().split(), dtype=int).sum()))"
     )
     assert execute_program(code, task, LIMITS, pool).passed
+
+
+CTRL_C_SCRIPT = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from sandbox.executor import execute_program
+from sandbox.pool import SandboxLimits, SandboxPool
+from tests.task_factory import call_task
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means; its workers must not
+task = call_task("t/ctrl-c", "f", ([], 1))
+with SandboxPool(workers=1, limits=SandboxLimits()) as pool:
+    assert execute_program("def f():\\n    return 1\\n", task, SandboxLimits(), pool).passed
+    os.killpg(os.getpgrp(), signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
+    time.sleep(1.0)
+    print("after", execute_program("def f():\\n    return 1\\n", task, SandboxLimits(), pool).status)
+    probe = "import signal\\ndef f():\\n    return 1 if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 0\\n"
+    print("program's handler", execute_program(probe, task, SandboxLimits(), pool).status)
+"""
+
+
+def test_ctrl_c_to_the_process_group_leaves_the_workers_silent_and_serving():
+    # Ctrl-C reaches every process of the terminal's group: the sandbox workers and their zygotes too.
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_SCRIPT, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,  # its own group: the signal must not reach pytest
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "after passed" in proc.stdout
+    assert "program's handler passed" in proc.stdout  # a program still sees Python's default Ctrl-C handler
+    assert "KeyboardInterrupt" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
