@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import math
 import sys
@@ -833,11 +834,15 @@ def main(
     num_processes: int = 1,
     skip_model: bool = False,
     max_new_tokens: int = 160,
+    teacher: str = "check",
 ) -> Report:
-    """Run every check for `config` (the model checks unless `skip_model`); returns the report."""
-    print(format_config(config))
-
+    """Run every check for `config` (the model checks unless `skip_model`; the teacher endpoint's as `teacher`
+    says: "check", "skip" or "only"); returns the report."""
     report = Report()
+    if teacher == "only":
+        check_teacher_endpoint(report, config, teacher_url or config.teacher.api_url)
+        return _summarize(report)
+    print(format_config(config))
     checks: list[Callable[[], object]] = [
         lambda: check_prompt_format(report, config),
         lambda: check_extraction(report),
@@ -857,8 +862,12 @@ def main(
                 check_teacher_logprobs(report, config, tokenizer, teacher_url)
     if config.preset == "gpu":
         check_gpu_setup(report, config, num_processes)
-    check_teacher_endpoint(report, config, teacher_url or config.teacher.api_url)
+    if teacher == "check":
+        check_teacher_endpoint(report, config, teacher_url or config.teacher.api_url)
+    return _summarize(report)
 
+
+def _summarize(report: Report) -> Report:
     failed, warned, passed = report.count("FAIL"), report.count("WARN"), report.count("PASS")
     print("\nPreflight summary:")
     print(f"  total:    {len(report.results)}\n  passed:   {passed}\n  failed:   {failed}\n  warnings: {warned}")
@@ -913,6 +922,14 @@ def cli(argv: list[str] | None = None) -> int:
         "--max_new_tokens", type=int, default=160, help="Tokens the student generates in its smoke test (default 160)."
     )
     parser.add_argument(
+        "--teacher",
+        choices=("check", "skip", "only"),
+        default="check",
+        help="The teacher endpoint check: 'check' probes it with the rest (a WARN when nothing answers), 'skip' "
+        "leaves it out, 'only' probes it and runs nothing else (make run: 'skip' first, 'only' once its local "
+        "teacher answers).",
+    )
+    parser.add_argument(
         "--quiet",
         metavar="LOG",
         help="Print the one-line config summary, the WARN and FAIL lines and the totals; the full output goes "
@@ -923,13 +940,16 @@ def cli(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
     except ConfigError as exc:
         exit_on_config_error(exc)
+    run = functools.partial(
+        main, config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens, args.teacher
+    )
     if not args.quiet:
-        report = main(config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens)
-        return 1 if report.count("FAIL") else 0
-    print(config_summary(config))
-    print(f"preflight checks (full output: {args.quiet})", flush=True)
+        return 1 if run().count("FAIL") else 0
+    if args.teacher != "only":
+        print(config_summary(config))
+    print(f"{'teacher check' if args.teacher == 'only' else 'preflight checks'} (full output: {args.quiet})", flush=True)
     with open(args.quiet, "w") as log, contextlib.redirect_stdout(QuietOutput(sys.stdout, log)):
-        report = main(config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens)
+        report = run()
     return 1 if report.count("FAIL") else 0
 
 

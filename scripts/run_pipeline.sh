@@ -35,8 +35,8 @@ if [ "${FRESH:-0}" = "1" ]; then
   rm -rf outputs
 fi
 
-step "Preflight (python test_all.py --preset $PRESET; the teacher is started and checked in phase 2)"
-"$PYTHON" test_all.py --preset "$PRESET" --teacher_url "$TEACHER_URL" --quiet data/preflight.log
+step "Preflight (python test_all.py --preset $PRESET; the teacher is checked once phase 2 has started it)"
+"$PYTHON" test_all.py --preset "$PRESET" --teacher skip --quiet data/preflight.log
 
 step "Phase 1: data (python phase1_prepare_data.py --preset $PRESET)"
 "$PYTHON" phase1_prepare_data.py --preset "$PRESET"
@@ -58,6 +58,7 @@ kill -0 "$teacher_pid" 2>/dev/null || { echo "the local teacher died; see data/l
 curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 \
   || { echo "error: the local teacher did not answer within 180 s; see data/local_teacher.log" >&2; exit 1; }
 echo "the local teacher (pid $teacher_pid) answers at $TEACHER_URL; its log: data/local_teacher.log"
+"$PYTHON" test_all.py --preset "$PRESET" --teacher_url "$TEACHER_URL" --teacher only --quiet data/preflight_teacher.log
 # The local teacher generates one request at a time and cannot cancel one whose client gave up, so a retried
 # timeout only queues the same work again: one request in flight, no retries, and a timeout of 30 s plus 2 s per
 # token of max_tokens (0.5 tokens/s, ~40x below its idle speed, so only a stuck server times out).

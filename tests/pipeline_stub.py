@@ -1,7 +1,7 @@
 """A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/test_run_pipeline.py).
 
 Each phase script exits 0 at once and logs its name and pid; serve_local_teacher.py serves `/health` (ignoring
-SIGTERM when STUB_TEACHER_IGNORES_TERM=1); `-c` (the script's config query) prints the cpu preset's max_tokens.
+SIGTERM when STUB_TEACHER_IGNORES_TERM=1); `-c` (the script's config query) prints the cpu preset's max_tokens; test_all.py logs its --teacher mode.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ def main() -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    if name == "test_all":  # which teacher check: --teacher check|skip|only
+        args = sys.argv[2:]
+        name += ":" + (args[args.index("--teacher") + 1] if "--teacher" in args else "check")
     log(name)
     return 0
 

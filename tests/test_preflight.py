@@ -148,3 +148,15 @@ def test_quiet_preflight_prints_the_config_summary_problems_and_totals_only(tmp_
     assert len(out.splitlines()) < 25, out
     full = log.read_text()
     assert "✓ PASS" in full and "Preflight summary:" in full
+
+
+def test_the_teacher_check_can_be_left_out_or_run_alone(capsys):
+    # make run checks its own teacher once it has started it: before that, a WARN would only mislead
+    url = ["--teacher_url", "http://127.0.0.1:9/v1"]
+    assert test_all.cli(["--preset", "cpu", "--skip_model", *url, "--teacher", "skip"]) == 0
+    out = capsys.readouterr().out
+    assert "Teacher endpoint" not in out and "⚠ WARN" not in out and "✓ PASS" in out
+    assert test_all.cli(["--preset", "cpu", "--skip_model", *url, "--teacher", "only"]) == 0
+    out = capsys.readouterr().out
+    assert "⚠ WARN no teacher answering at http://127.0.0.1:9/v1" in out
+    assert "✓ PASS" not in out and "total:    1" in out  # nothing else ran

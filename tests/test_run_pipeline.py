@@ -116,3 +116,11 @@ def test_ctrl_c_stops_everything_with_rc_130(tmp_path: Path) -> None:
     assert proc.returncode == 130, output
     assert pids_alive(tmp_path) == []
     assert b"Traceback" not in output
+
+
+def test_the_preflight_leaves_the_teacher_out_and_checks_it_once_it_answers(tmp_path: Path) -> None:
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = [line.split()[0] for line in (tmp_path / "stub.log").read_text().splitlines()]
+    assert order[:5] == ["test_all:skip", "phase1_prepare_data", "teacher", "test_all:only", "phase2"], order
