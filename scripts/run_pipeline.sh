@@ -9,7 +9,9 @@ PRESET=${PRESET:-cpu}
 PORT=${TEACHER_PORT:-8129}
 TEACHER_URL="http://127.0.0.1:$PORT/v1"
 
-step() { printf '\n== %s ==\n' "$*"; }
+# each step's header says how long the run has taken so far (bash's SECONDS: seconds since the script began)
+elapsed() { printf '%d min %02d s' $((SECONDS / 60)) $((SECONDS % 60)); }
+step() { printf '\n== %s  [%s] ==\n' "$*" "$(elapsed)"; }
 
 # The local teacher, once started, is stopped on every way out: SIGTERM, then SIGKILL after
 # TEACHER_STOP_SECONDS (its server would otherwise finish every request it has queued first).
@@ -85,4 +87,7 @@ step "Phase 4: pass@k of the trained adapter and of the base model (--baseline)"
 printf '\nResults: outputs/evaluation_results.json (per sample: outputs/eval_samples.jsonl);\n'
 printf 'adapter: outputs/final_model; training metrics: outputs/metrics.jsonl, outputs/training_curves.png;\nplot of pass@k, adapter vs base: outputs/evaluation_pass_at_k.png\n\n'
 # exit code 3 when a phase degraded (the teacher answered under half, no usable trace, a phase wrote nothing)
-"$PYTHON" -m training.run_summary --data_dir data --output_dir outputs
+summary_rc=0
+"$PYTHON" -m training.run_summary --data_dir data --output_dir outputs || summary_rc=$?
+printf '\nmake run took %s\n' "$(elapsed)"
+exit "$summary_rc"

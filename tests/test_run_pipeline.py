@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import shutil
 import signal
 import socket
@@ -124,3 +125,12 @@ def test_the_preflight_leaves_the_teacher_out_and_checks_it_once_it_answers(tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     order = [line.split()[0] for line in (tmp_path / "stub.log").read_text().splitlines()]
     assert order[:5] == ["test_all:skip", "phase1_prepare_data", "teacher", "test_all:only", "phase2"], order
+
+
+def test_each_step_and_the_end_say_how_long_the_run_has_taken(tmp_path: Path) -> None:
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    headers = [line for line in done.stdout.splitlines() if line.startswith("== ")]
+    assert len(headers) == 6 and all(re.search(r"\[\d+ min \d\d s\] ==$", h) for h in headers), headers
+    assert re.search(r"^make run took \d+ min \d\d s$", done.stdout, re.MULTILINE), done.stdout[-500:]
