@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import math
 import sys
 import types
 import typing
@@ -403,6 +404,14 @@ class GRPOConfig:
         1024,
         "Max tokens per rollout completion (thinking + code). Truncated completions have no code and earn no reward.",
     )
+    max_prompt_length: int = option(
+        0,
+        "Phase 3 skips training tasks whose chat prompt (as the trainer encodes it) is longer than this many "
+        "tokens, and says how many. TRL truncates such prompts from the left instead, which cuts the "
+        "instructions.",
+        ge=0,
+        note="0: no limit",
+    )
     temperature: float = option(
         1.0,
         "Rollout sampling temperature. Too low collapses a group to identical samples (zero "
@@ -686,10 +695,25 @@ class TrainingConfig:
         "otherwise nearly; vLLM in tool/feedback mode is not seeded per request).",
     )
     warmup_steps: int = option(0, "Linear learning-rate warmup from 0 over this many optimizer steps.")
+    warmup_ratio: float = option(
+        0.0,
+        "Warmup as a share of all optimizer steps: ceil(ratio x total steps), used when warmup_steps is 0 "
+        "(TRL's warmup_ratio). Setting both above 0 is an error.",
+        ge=0,
+        lt=1,
+    )
     lr_scheduler: str = option(
         "cosine",
-        "Learning rate after warmup: 'constant', 'linear' or 'cosine' decay to 0 at the last step.",
+        "Learning rate after warmup: 'constant', 'linear' or 'cosine' decay to min_lr_rate x learning_rate "
+        "(0 by default) at the last step.",
         choices=("constant", "linear", "cosine"),
+    )
+    min_lr_rate: float = option(
+        0.0,
+        "Where the linear or cosine decay ends, as a share of learning_rate: factor = r + (1 - r) x decay "
+        "(TRL's cosine_with_min_lr with lr_scheduler_kwargs min_lr_rate).",
+        ge=0,
+        lt=1,
     )
     max_grad_norm: float = option(1.0, "Gradient clipping norm (0 disables). RL gradients are spiky.")
     weight_decay: float = option(0.0, "AdamW weight decay on the LoRA parameters.")
@@ -722,6 +746,17 @@ class TrainingConfig:
         "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'. Each needs its package "
         "(pip install -r requirements-tensorboard.txt / requirements-wandb.txt); phase 3 checks at start.",
     )
+    push_to_hub: bool = option(
+        False,
+        "After a successful phase 3 run, upload the final adapter folder to the hub repo training.hub_model_id "
+        "(main process only; needs a token with write access). A failed upload keeps the local folder and "
+        "prints the export command that retries it.",
+    )
+    hub_model_id: str = option("", "Hub repo (user/name) that training.push_to_hub uploads the adapter to.")
+
+    def warmup_steps_for(self, total_steps: int) -> int:
+        """Warmup in optimizer steps: warmup_steps, or else ceil(warmup_ratio x total_steps) (TRL's rule)."""
+        return self.warmup_steps or math.ceil(self.warmup_ratio * total_steps)
 
 
 @dataclass(frozen=True)
@@ -1127,12 +1162,40 @@ def _loss_type(value: Any) -> str:
 
 
 def _lr_scheduler(value: Any) -> Any:
-    if value == "cosine_with_min_lr":
+    # the floor comes from lr_scheduler_kwargs.min_lr_rate (training.min_lr_rate); the curve is the cosine
+    return "cosine" if value == "cosine_with_min_lr" else value
+
+
+def _min_lr_rate(value: Any) -> Any:
+    if not isinstance(value, dict) or set(value) - {"min_lr_rate"}:
         raise ConfigError(
-            "lr_scheduler_type cosine_with_min_lr is not supported: the scheduler decays to 0 (constant, linear "
-            "or cosine); use cosine."
+            f"lr_scheduler_kwargs {value!r}: only min_lr_rate (the decay's end as a share of learning_rate, "
+            "training.min_lr_rate) is supported; give min_lr_rate instead of min_lr."
         )
-    return value
+    return value.get("min_lr_rate")
+
+
+VLLM_MODES = {"colocate": "vllm", "server": "vllm_server"}
+
+
+def _vllm_and_scheduler_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """Keys TRL reads together: use_vllm with vllm_mode (whichever comes first in the file), and
+    cosine_with_min_lr, which TRL refuses without lr_scheduler_kwargs.min_lr_rate."""
+    if data.get("lr_scheduler_type") == "cosine_with_min_lr":
+        kwargs = data.get("lr_scheduler_kwargs")
+        if not (isinstance(kwargs, dict) and "min_lr_rate" in kwargs):
+            raise ConfigError(
+                "lr_scheduler_type cosine_with_min_lr needs lr_scheduler_kwargs: {min_lr_rate: r} (the decay ends "
+                "at r x learning_rate); or use cosine, which decays to 0."
+            )
+    if "vllm_mode" not in data or data.get("use_vllm") is not True:
+        return data  # without use_vllm, TRL ignores vllm_mode: it stays in the "ignored here" warning
+    out = dict(data)
+    mode = out.pop("vllm_mode")
+    if mode not in VLLM_MODES:
+        raise ConfigError(f"vllm_mode {mode!r}: tgrpo supports {', '.join(VLLM_MODES)}.")
+    out["use_vllm"] = VLLM_MODES[mode]
+    return out
 
 
 FLAT_KEYS: dict[str, tuple[str, Any]] = {
@@ -1152,7 +1215,12 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "gradient_accumulation_steps": ("training.gradient_accumulation_steps", None),
     "gradient_checkpointing": ("training.gradient_checkpointing", None),
     "warmup_steps": ("training.warmup_steps", None),
-    "lr_scheduler_type": ("training.lr_scheduler", lambda v: _lr_scheduler(v)),
+    "warmup_ratio": ("training.warmup_ratio", None),
+    "lr_scheduler_type": ("training.lr_scheduler", _lr_scheduler),
+    "lr_scheduler_kwargs": ("training.min_lr_rate", _min_lr_rate),
+    "push_to_hub": ("training.push_to_hub", None),
+    "hub_model_id": ("training.hub_model_id", None),
+    "max_prompt_length": ("grpo.max_prompt_length", None),
     "max_grad_norm": ("training.max_grad_norm", None),
     "weight_decay": ("training.weight_decay", None),
     "save_steps": ("training.save_steps", None),
@@ -1175,7 +1243,8 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "num_iterations": ("grpo.num_iterations", None),
     "scale_rewards": ("grpo.scale_rewards", None),
     "loss_type": ("grpo.loss_aggregation", _loss_type),
-    "use_vllm": ("grpo.rollout_backend", lambda v: "vllm" if v else "hf"),
+    # a string is the backend vllm_mode picked (_vllm_and_scheduler_keys)
+    "use_vllm": ("grpo.rollout_backend", lambda v: v if isinstance(v, str) else "vllm" if v else "hf"),
     "vllm_gpu_memory_utilization": ("grpo.vllm_gpu_memory_utilization", None),
     "vllm_server_base_url": ("grpo.vllm_server_url", None),
     "reward_funcs": ("grpo.reward_funcs", None),
@@ -1193,7 +1262,6 @@ TRL_IGNORED: dict[str, str] = {
         "model_revision",
         "attn_implementation",
         "vllm_device",
-        "vllm_mode",
         "do_eval",
         "eval_strategy",
         "eval_steps",
@@ -1213,18 +1281,13 @@ TRL_IGNORED: dict[str, str] = {
         "trust_remote_code",
     )
 } | {
-    "max_prompt_length": "prompts are never truncated here",
-    "push_to_hub": "push with python -m training.export --push_to_hub ID after training",
-    "hub_model_id": "push with python -m training.export --push_to_hub ID after training",
+    "vllm_mode": "no effect without use_vllm: true",
     "system_prompt": "tgrpo builds its own prompts (prompt.* keys)",
     "dataset_configs": "use dataset_config",
 }
 
 # TRL / open-r1 keys that would change training in a way tgrpo cannot: refused with what to use instead.
-TRL_REFUSED: dict[str, str] = {
-    "warmup_ratio": "the scheduler takes a step count; use warmup_steps",
-    "lr_scheduler_kwargs": "the scheduler takes no arguments (constant, linear or cosine decay to 0)",
-}
+TRL_REFUSED: dict[str, str] = {}
 
 # open-r1's reward names that are tgrpo's built-in rewards: 'code' is the execution (correctness) reward,
 # always on; 'format' is the format bonus, weighted by grpo.format_reward_weight.
@@ -1299,6 +1362,10 @@ def normalize_config_mapping(data: dict[str, Any], where: str, lines: dict[str, 
         data = _builtin_rewards(data, where)
     except ConfigError as error:
         problems.append(str(error))
+    try:
+        data = _vllm_and_scheduler_keys(data)
+    except ConfigError as error:
+        problems.append(f"{where}: {error}")
     for key, value in data.items():
         try:
             if key == "preset":
@@ -1433,6 +1500,19 @@ def validate(config: Config) -> None:
         "needs grpo.scale_rewards=false: divided by the group's std, a group's partial credit (0, 1/3, 0, 0) "
         "gets the advantages of a full solve (0, 1, 0, 0). Set grpo.scale_rewards=false (mean-centred "
         "advantages, Dr. GRPO) or use grpo.correctness_reward=binary",
+    )
+    training = config.training
+    need(
+        not (training.warmup_steps > 0 and training.warmup_ratio > 0),
+        "training.warmup_steps and training.warmup_ratio",
+        f"are both set ({training.warmup_steps} steps, ratio {training.warmup_ratio}); set one, the other to 0",
+    )
+    output_name = Path(config.paths.output_dir).name
+    need(
+        not (training.push_to_hub and not training.hub_model_id),
+        "training.push_to_hub",
+        f"needs training.hub_model_id (TRL would use the output folder's name; give e.g. hub_model_id: "
+        f"YOUR_USER/{output_name})",
     )
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")

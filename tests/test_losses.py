@@ -239,3 +239,10 @@ def test_lr_factor_warms_up_then_decays_by_hand():
     cosine = [lr_factor(s, 0, 4, "cosine") for s in range(5)]  # 0.5 * (1 + cos(pi * s / 4))
     assert cosine == pytest.approx([1.0, 0.5 + 0.5 * 2**-0.5, 0.5, 0.5 - 0.5 * 2**-0.5, 0.0])
     assert lr_factor(9, 0, 4, "linear") == 0.0  # past the end: stays at 0
+    # min_lr_rate r: the decay ends at r instead of 0, factor = r + (1 - r) * decay (TRL's cosine_with_min_lr)
+    floored = [lr_factor(s, 0, 4, "cosine", min_lr_rate=0.2) for s in range(5)]
+    assert floored == pytest.approx(
+        [1.0, 0.2 + 0.8 * (0.5 + 0.5 * 2**-0.5), 0.6, 0.2 + 0.8 * (0.5 - 0.5 * 2**-0.5), 0.2]
+    )
+    assert [lr_factor(s, 0, 4, "linear", min_lr_rate=0.2) for s in range(5)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2])
+    assert lr_factor(0, 2, 6, "linear", min_lr_rate=0.2) == 0.5  # the warmup still starts from 0

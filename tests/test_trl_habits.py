@@ -71,13 +71,64 @@ def test_disagreeing_dtype_still_refused(tmp_path):
         cfg.build_config("cpu", path)
 
 
-def test_scheduler_with_min_lr_refused_clearly(tmp_path):
+def test_near_trl_keys_are_mapped_to_their_fields(tmp_path):
     path = tmp_path / "recipe.yaml"
-    path.write_text("lr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 0.1\n")
-    with pytest.raises(cfg.ConfigError) as info:
+    path.write_text(
+        "vllm_mode: server\n"  # before use_vllm: the mapping does not depend on the order in the file
+        "use_vllm: true\n"
+        "warmup_ratio: 0.1\n"
+        "lr_scheduler_type: cosine_with_min_lr\n"
+        "lr_scheduler_kwargs:\n  min_lr_rate: 0.1\n"
+        "max_prompt_length: 512\n"
+        "push_to_hub: true\n"
+        "hub_model_id: someone/x\n"
+    )
+    config = cfg.build_config("cpu", path)
+    assert config.grpo.rollout_backend == "vllm_server"
+    assert config.training.warmup_ratio == 0.1
+    assert config.training.lr_scheduler == "cosine"
+    assert config.training.min_lr_rate == 0.1
+    assert config.grpo.max_prompt_length == 512
+    assert config.training.push_to_hub is True
+    assert config.training.hub_model_id == "someone/x"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "backend"),
+    [
+        ("use_vllm: true\nvllm_mode: colocate\n", "vllm"),
+        ("use_vllm: true\nvllm_mode: server\n", "vllm_server"),
+        ("vllm_mode: server\n", "kv"),  # without use_vllm TRL ignores vllm_mode too: the preset's backend stays
+    ],
+)
+def test_vllm_mode_picks_the_backend_only_with_use_vllm(tmp_path, recipe, backend):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(recipe)
+    assert cfg.build_config("cpu", path).grpo.rollout_backend == backend
+
+
+def test_warmup_steps_from_ratio_of_the_total():
+    training = cfg.build_config("cpu", overrides=["training.warmup_ratio=0.1"]).training
+    assert training.warmup_steps_for(25) == 3  # ceil(0.1 * 25) = ceil(2.5)
+    assert cfg.build_config("cpu", overrides=["training.warmup_steps=4"]).training.warmup_steps_for(25) == 4
+    with pytest.raises(cfg.ConfigError, match="set one"):
+        cfg.build_config("cpu", overrides=["training.warmup_ratio=0.1", "training.warmup_steps=4"])
+
+
+@pytest.mark.parametrize(
+    ("recipe", "message"),
+    [
+        ("lr_scheduler_type: cosine\nlr_scheduler_kwargs:\n  min_lr: 1.0e-06\n", "min_lr_rate"),
+        ("lr_scheduler_type: cosine_with_min_lr\n", "min_lr_rate"),
+        ("push_to_hub: true\noutput_dir: outputs/run1\n", "hub_model_id"),
+        ("use_vllm: true\nvllm_mode: remote\n", "colocate"),
+    ],
+)
+def test_near_trl_keys_refused_when_they_cannot_be_mapped(tmp_path, recipe, message):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(recipe)
+    with pytest.raises(cfg.ConfigError, match=message):
         cfg.build_config("cpu", path)
-    text = str(info.value)
-    assert "lr_scheduler_type" in text and "lr_scheduler_kwargs" in text  # both at once
 
 
 def test_trl_flags_on_a_phase_command_line():

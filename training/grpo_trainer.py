@@ -171,7 +171,8 @@ class GRPOTrainer:
 
     def _lr_factor(self, step: int) -> float:
         training = self.config.training
-        return lr_factor(step, training.warmup_steps, self.total_steps, training.lr_scheduler)
+        warmup = training.warmup_steps_for(self.total_steps)
+        return lr_factor(step, warmup, self.total_steps, training.lr_scheduler, min_lr_rate=training.min_lr_rate)
 
     def _prompt_indices(self, rollout_batch: int) -> list[int]:
         """This process's task indices for a rollout batch: epoch permutations seeded by (seed, epoch)."""
