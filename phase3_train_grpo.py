@@ -30,7 +30,7 @@ from config import (
     config_from_args_or_exit,
     parse_phase_args,
 )
-from rollouts.from_config import build_sampler
+from rollouts.from_config import build_sampler, chat_template_kwargs, tasks_within_prompt_length
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import (
     CHECKPOINT_PREFIX,
@@ -49,7 +49,7 @@ from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchErro
 from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
 from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
-from utils.student_model import ModelLoadError, attach_lora, load_student
+from utils.student_model import ModelLoadError, attach_lora, load_student, load_tokenizer
 
 
 class RunSetupError(ValueError):
@@ -181,11 +181,13 @@ def main(
 ) -> dict:
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
-    tasks = require_tasks(read_tasks(train_file or config.paths.train_file), train_file or config.paths.train_file)
+    source = train_file or config.paths.train_file
+    tasks = require_tasks(read_tasks(source), source)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
     check_run_setup(config, resume_from, traces, overwrite_output_dir)  # refusals write nothing
-    # one run per output folder: the global main process holds its lock (a second run is refused, naming the first)
     main_rank = os.environ.get("RANK", "0") == "0"
+    tasks = _tasks_within_prompt_length(config, tasks, source, main_rank)
+    # one run per output folder: the global main process holds its lock (a second run is refused, naming the first)
     with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
         if main_rank:
             sweep_temp_folders(output_dir)
@@ -257,6 +259,27 @@ def _train(
         )
         print(f"\nfinal adapter: {output_dir / 'final_model'}; metrics: {output_dir / 'metrics.jsonl'}; curves: {png}")
     return summary
+
+
+def _tasks_within_prompt_length(
+    config: Config, tasks: list[Task], source: str | Path, main_process: bool
+) -> list[Task]:
+    """The tasks whose prompt fits grpo.max_prompt_length (all when it is 0); a DataFormatError when none does."""
+    limit = config.grpo.max_prompt_length
+    if limit <= 0:
+        return tasks
+    tokenizer = load_tokenizer(config.student.model_name, config.paths.model_cache_dir)
+    kept, note = tasks_within_prompt_length(
+        tokenizer, tasks, limit, config.prompt.num_visible_tests, chat_template_kwargs(config), config.multi_turn.mode
+    )
+    if note and main_process:
+        print(note)
+    if not kept:
+        raise DataFormatError(
+            f"{source}: all {len(tasks)} training tasks have prompts longer than grpo.max_prompt_length={limit} "
+            "tokens; raise it, or set it to 0 for no limit."
+        )
+    return kept
 
 
 def _has_cuda() -> bool:

@@ -52,6 +52,30 @@ def prompt_lengths(
     ]
 
 
+def tasks_within_prompt_length(
+    tokenizer: Any,
+    tasks: Sequence,
+    max_prompt_length: int,
+    num_visible_tests: int,
+    chat_template_kwargs: dict | None = None,
+    mode: str = "single",
+) -> tuple[list, str]:
+    """The tasks whose templated prompt (as prompt_lengths counts it) fits `max_prompt_length` tokens (0: all),
+    and a line saying how many were skipped ("" when none). Skipped, not truncated: TRL cuts long prompts from
+    the left, which removes the system prompt and the instructions."""
+    if max_prompt_length <= 0:
+        return list(tasks), ""
+    lengths = prompt_lengths(tokenizer, tasks, num_visible_tests, chat_template_kwargs, mode)
+    kept = [task for task, length in zip(tasks, lengths, strict=True) if length <= max_prompt_length]
+    skipped = len(tasks) - len(kept)
+    if not skipped:
+        return kept, ""
+    return kept, (
+        f"{skipped} of {len(tasks)} tasks have prompts longer than max_prompt_length={max_prompt_length} tokens: "
+        "skipped (TRL truncates them from the left, which cuts the instructions)"
+    )
+
+
 def colocated_engine(
     config: Config,
     tokenizer: Any,

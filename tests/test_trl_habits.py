@@ -154,3 +154,49 @@ def test_unknown_trl_flag_through_the_real_cli():
     assert result.returncode == 0, result.stderr
     assert "training.learning_rate = 0.0002" in result.stdout
     assert "grpo.kl_coef = 0.02" in result.stdout
+
+
+def test_tasks_with_prompts_over_max_prompt_length_are_skipped(tiny_model_name):
+    from rollouts.from_config import prompt_lengths, tasks_within_prompt_length
+    from utils.dataset_loader import Task
+    from utils.student_model import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_name)
+    short, long = (
+        Task(task_id=f"mbpp/{i}", source="mbpp", problem=text, test_type="assert", tests=("assert f() == 1",))
+        for i, text in enumerate(("Return 1.", "Return 1. " + "Think it over carefully. " * 40))
+    )
+    short_length, long_length = prompt_lengths(tokenizer, [short, long], 1)
+    assert short_length < long_length
+    kept, note = tasks_within_prompt_length(tokenizer, [short, long, short], short_length, 1)
+    assert kept == [short, short]
+    assert note == (
+        f"1 of 3 tasks have prompts longer than max_prompt_length={short_length} tokens: skipped (TRL truncates "
+        "them from the left, which cuts the instructions)"
+    )
+    assert tasks_within_prompt_length(tokenizer, [short, long], 0, 1) == ([short, long], "")  # 0: no limit
+    assert tasks_within_prompt_length(tokenizer, [long], short_length, 1)[0] == []
+
+
+def test_phase3_refuses_when_every_prompt_is_over_max_prompt_length(tmp_path, capsys):
+    import json
+
+    import phase3_train_grpo as phase3
+    from utils.dataset_loader import DataFormatError, Task
+
+    train = tmp_path / "train.jsonl"
+    task = Task(task_id="mbpp/1", source="mbpp", problem="Return 1.", test_type="assert", tests=("assert f() == 1",))
+    train.write_text(json.dumps(task.to_dict()) + "\n")
+    config = cfg.build_config(
+        "cpu",
+        overrides=[
+            f"paths.output_dir={tmp_path / 'out'}",
+            "student.model_name=embedded:tiny-random",
+            "grpo.rollout_backend=hf",
+            "grpo.max_prompt_length=1",
+            "dual_source.teacher_sft_weight=0",
+        ],
+    )
+    with pytest.raises(DataFormatError, match=r"train.jsonl: all 1 training tasks .*max_prompt_length=1 tokens"):
+        phase3.main(config, teacher_traces=tmp_path / "none.jsonl", train_file=train)
+    assert "1 of 1 tasks have prompts longer than max_prompt_length=1 tokens: skipped" in capsys.readouterr().out
