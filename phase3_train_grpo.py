@@ -39,6 +39,7 @@ from training.checkpointing import (
     checkpoint_folders,
     sweep_temp_folders,
 )
+from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment
 from training.metric_sinks import make_accelerator
@@ -258,7 +259,23 @@ def _train(
             output_dir / "metrics.jsonl", output_dir / "training_curves.png", config.training.run_name or None
         )
         print(f"\nfinal adapter: {output_dir / 'final_model'}; metrics: {output_dir / 'metrics.jsonl'}; curves: {png}")
+        if config.training.push_to_hub:
+            push_final_adapter(config, output_dir / "final_model")
     return summary
+
+
+def push_final_adapter(config: Config, final: Path) -> None:
+    """Upload the final adapter folder to training.hub_model_id. A failed upload is one line, not an error: the
+    run and its folder are complete, and the export command retries the push."""
+    repo_id = config.training.hub_model_id
+    failure = push_folder(final, repo_id)
+    if failure:
+        print(
+            f"warning: could not push {final} to {repo_id} ({failure}); the adapter folder is complete, retry with "
+            f"python -m training.export --no_merge --model_path {final} --push_to_hub {repo_id} (and this run's "
+            "--preset/--config)",
+            file=sys.stderr,
+        )
 
 
 def _tasks_within_prompt_length(

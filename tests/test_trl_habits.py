@@ -200,3 +200,43 @@ def test_phase3_refuses_when_every_prompt_is_over_max_prompt_length(tmp_path, ca
     with pytest.raises(DataFormatError, match=r"train.jsonl: all 1 training tasks .*max_prompt_length=1 tokens"):
         phase3.main(config, teacher_traces=tmp_path / "none.jsonl", train_file=train)
     assert "1 of 1 tasks have prompts longer than max_prompt_length=1 tokens: skipped" in capsys.readouterr().out
+
+
+class FakeHfApi:
+    """Stands in for huggingface_hub.HfApi (no internet in tests): records calls, or fails the upload."""
+
+    calls: list[tuple[str, dict]] = []
+    upload_error: Exception | None = None
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
+
+    def upload_folder(self, **kwargs):
+        if self.upload_error is not None:
+            raise self.upload_error
+        self.calls.append(("upload_folder", kwargs))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_phase3_pushes_the_final_adapter_when_push_to_hub(tmp_path, monkeypatch, capsys, fails):
+    import huggingface_hub
+
+    import phase3_train_grpo as phase3
+
+    monkeypatch.setattr(FakeHfApi, "calls", [])
+    monkeypatch.setattr(FakeHfApi, "upload_error", ConnectionError("offline\nmore detail") if fails else None)
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    final = tmp_path / "out" / "final_model"
+    final.mkdir(parents=True)
+    overrides = [f"paths.output_dir={tmp_path / 'out'}", "training.push_to_hub=true", "training.hub_model_id=someone/x"]
+    phase3.push_final_adapter(cfg.build_config("cpu", overrides=overrides), final)  # a failed push does not raise
+    captured = capsys.readouterr()
+    if fails:
+        [line] = captured.err.strip().splitlines()
+        assert f"could not push {final} to someone/x (ConnectionError: offline)" in line
+        assert "the adapter folder is complete" in line
+        assert f"python -m training.export --no_merge --model_path {final} --push_to_hub someone/x" in line
+    else:
+        assert [name for name, _ in FakeHfApi.calls] == ["create_repo", "upload_folder"]
+        assert FakeHfApi.calls[1][1] == {"folder_path": str(final), "repo_id": "someone/x"}
+        assert "pushed to https://huggingface.co/someone/x" in captured.out

@@ -86,6 +86,22 @@ def evaluation_results(output_dir: Path, adapter: Path) -> dict[str, Any] | None
     return results
 
 
+def push_folder(folder: Path, repo_id: str) -> str:
+    """Upload `folder` to the hub repository `repo_id` (created when missing) and say where it went. Returns ""
+    on success, else the error's type and first line: the caller says what the folder is and how to retry."""
+    from huggingface_hub import HfApi
+
+    try:
+        api = HfApi()
+        api.create_repo(repo_id, exist_ok=True)
+        api.upload_folder(folder_path=str(folder), repo_id=repo_id)
+    except Exception as error:  # noqa: BLE001 - network, auth, offline mode: many unrelated types
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        return f"{type(error).__name__}: {first}"
+    print(f"pushed to https://huggingface.co/{repo_id}")
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     from config import ConfigError, add_config_arguments, config_from_args, config_summary, exit_on_config_error
 
@@ -145,22 +161,15 @@ def main(argv: list[str] | None = None) -> int:
         evaluation_results(Path(config.paths.output_dir), adapter),
     )
     if args.push_to_hub:
-        from huggingface_hub import HfApi
-
         folder, what = (merged, "merged") if merged is not None else (adapter, "adapter")
-        try:
-            api = HfApi()
-            api.create_repo(args.push_to_hub, exist_ok=True)
-            api.upload_folder(folder_path=str(folder), repo_id=args.push_to_hub)
-        except Exception as error:  # noqa: BLE001 - network, auth, offline mode: many unrelated types
-            first = (str(error).strip().splitlines() or [""])[0][:200]
+        failure = push_folder(folder, args.push_to_hub)
+        if failure:
             print(
-                f"error: could not push {folder} to {args.push_to_hub} ({type(error).__name__}: {first}); the {what} "
-                "folder is complete, retry the push later.",
+                f"error: could not push {folder} to {args.push_to_hub} ({failure}); the {what} folder is complete, "
+                "retry the push later.",
                 file=sys.stderr,
             )
             return 1
-        print(f"pushed to https://huggingface.co/{args.push_to_hub}")
     print("serve it with one of:")
     for line in serve_commands(resolve_model_path(base, config.paths.model_cache_dir), adapter, merged):
         print(f"  {line}")
