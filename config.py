@@ -1167,6 +1167,8 @@ def _lr_scheduler(value: Any) -> Any:
 
 
 def _min_lr_rate(value: Any) -> Any:
+    if value is None:  # TRL's default: no kwargs
+        return None
     if not isinstance(value, dict) or set(value) - {"min_lr_rate"}:
         raise ConfigError(
             f"lr_scheduler_kwargs {value!r}: only min_lr_rate (the decay's end as a share of learning_rate, "
