@@ -123,7 +123,7 @@ def test_the_trainer_schedule_uses_warmup_ratio_and_min_lr_rate():
     overrides = ["training.warmup_ratio=0.2", "training.min_lr_rate=0.5", "training.lr_scheduler=linear"]
     trainer = SimpleNamespace(config=cfg.build_config("cpu", overrides=overrides), total_steps=10)
     # warmup ceil(0.2 * 10) = 2 steps: 1/2, 2/2; then 0.5 + 0.5 * (1 - (step - 2) / 8) down to 0.5 at step 10
-    factors = [GRPOTrainer._lr_factor(trainer, step) for step in (0, 1, 2, 6, 10)]  # type: ignore[arg-type]
+    factors = [GRPOTrainer._lr_factor(trainer, step) for step in (0, 1, 2, 6, 10)]
     assert factors == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5])
 
 
