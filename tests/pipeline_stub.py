@@ -49,6 +49,8 @@ def main() -> int:
         except KeyboardInterrupt:
             return 130
         return 0
+    if name.startswith("phase3"):  # the thread-wait policy the training phase runs with
+        Path(os.environ["STUB_LOG"]).with_name("phase3_omp").write_text(os.environ.get("OMP_WAIT_POLICY", "unset"))
     if name == "test_all":  # which teacher check: --teacher check|skip|only
         args = sys.argv[2:]
         name += ":" + (args[args.index("--teacher") + 1] if "--teacher" in args else "check")
