@@ -947,7 +947,8 @@ def cli(argv: list[str] | None = None) -> int:
         return 1 if run().count("FAIL") else 0
     if args.teacher != "only":
         print(config_summary(config))
-    print(f"{'teacher check' if args.teacher == 'only' else 'preflight checks'} (full output: {args.quiet})", flush=True)
+    what = "teacher check" if args.teacher == "only" else "preflight checks"
+    print(f"{what} (full output: {args.quiet})", flush=True)
     with open(args.quiet, "w") as log, contextlib.redirect_stdout(QuietOutput(sys.stdout, log)):
         report = run()
     return 1 if report.count("FAIL") else 0

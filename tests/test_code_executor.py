@@ -228,7 +228,7 @@ with SandboxPool(workers=1, limits=SandboxLimits()) as pool:
     os.killpg(os.getpgrp(), signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     time.sleep(1.0)
     print("after", execute_program("def f():\\n    return 1\\n", task, SandboxLimits(), pool).status)
-    probe = "import signal\\ndef f():\\n    return 1 if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 0\\n"
+    probe = "import signal\\ndef f():\\n    return int(signal.getsignal(2) is signal.default_int_handler)\\n"
     print("program's handler", execute_program(probe, task, SandboxLimits(), pool).status)
 """
 
