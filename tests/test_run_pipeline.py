@@ -110,7 +110,15 @@ def test_ctrl_c_stops_everything_with_rc_130(tmp_path: Path, through: str) -> No
     else:
         command = ["bash", str(script)]
     proc = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # a terminal's shell starts with Ctrl-C's default disposition, whatever this test process inherited (a
+        # shell that starts with SIGINT ignored can never trap it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
