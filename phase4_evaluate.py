@@ -31,7 +31,6 @@ from config import (
     config_to_dict,
     parse_phase_args,
 )
-from environments.code_env import make_environment
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     content_digest,
@@ -47,8 +46,8 @@ from evaluation.evaluate import (
     summarize,
     write_samples,
 )
-from multiturn.sampler import multi_turn_sampler, sample_groups
-from rollouts.from_config import build_sampler
+from rollouts.from_config import build_sampler, episodes_for
+from rollouts.groups import sample_groups
 from rollouts.models import default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
 from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
@@ -83,7 +82,10 @@ def role_samplers(
     """How each role samples, from the one evaluation sampler (`build_sampler(purpose="eval")`). transformers (kv,
     hf): the base model with the adapter attached, switched off for the baseline. vLLM: the engine reads the adapter
     folder itself (no transformers model is loaded); the trained run sends its LoRA request, the baseline and a base
-    model send none. In a multi-turn mode the environment is attached in main, once the sandbox pool runs."""
+    model send none. Every role is seeded per prompt from training.seed where the sampler keeps its own random
+    stream (vLLM): the same config gives the same completions, cache or not, and the trained and baseline roles
+    draw the same random numbers for a task (a paired comparison). A multi-turn mode's `episodes` (its environment
+    runs in the scoring pool) are set by main once the pool runs."""
     ev = config.evaluation
     vllm = config.evaluation_backend == "vllm"
     if vllm:
@@ -94,7 +96,7 @@ def role_samplers(
         )
         if adapter is not None:
             model = load_adapter(model, adapter)
-    rollout = build_sampler(
+    sampler = build_sampler(
         config,
         purpose="eval",
         tokenizer=tokenizer,
@@ -105,15 +107,13 @@ def role_samplers(
     )
     trained = model
     if vllm and adapter is not None:  # a name and id per adapter digest: vLLM's prefix cache keys LoRA blocks by name
-        trained = rollout.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())
-    sampler = multi_turn_sampler(config, tokenizer, rollout, max_new_tokens=ev.max_new_tokens)
+        trained = sampler.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())  # type: ignore[attr-defined]
+    roles: dict = {"episodes": None}
 
-    def draw(target, prompts, n, tasks=None):
-        if vllm and sampler is None:
-            # seeded per prompt from training.seed: the same config gives the same completions, cache or not, and
-            # the trained and baseline roles draw the same random numbers for a task (a paired comparison)
-            return rollout.sample(prompts, n, target, seed=config.training.seed)
-        return sample_groups(rollout, sampler, target, prompts, n, tasks=tasks)
+    def draw(policy, prompts, n, tasks=None):
+        return sample_groups(
+            sampler, policy, prompts, n, tasks=tasks, episodes=roles["episodes"], seed=config.training.seed
+        )
 
     def baseline(*args):
         if model is None:
@@ -124,14 +124,15 @@ def role_samplers(
     if vllm:  # vLLM batches internally: give it whole tasks, many per call (a crash loses one call at most)
         batching = {"chunk": ev.num_samples, "batch_samples": VLLM_EVAL_BATCH}
     else:
-        batching = {"batch_samples": KV_EVAL_BATCH} if config.evaluation_backend == "kv" and sampler is None else {}
-    return {
-        "trained": lambda *args: draw(trained, *args),
-        "model": lambda *args: draw(model, *args),
-        "baseline": baseline,
-        "batching": batching,
-        "sampler": sampler,
-    }
+        single_kv = config.evaluation_backend == "kv" and config.multi_turn.mode == "single"
+        batching = {"batch_samples": KV_EVAL_BATCH} if single_kv else {}
+    roles.update(
+        trained=lambda *args: draw(trained, *args),
+        model=lambda *args: draw(model, *args),
+        baseline=baseline,
+        batching=batching,
+    )
+    return roles
 
 
 def main(
@@ -191,10 +192,10 @@ def main(
     summaries, all_rows = {}, []
     secrets = [p for p in [eval_set.origin] if Path(p).exists()] + task_secret_paths(config)
     with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=secrets) as pool:
-        if generators.get("sampler") is not None:  # programs and shown tests run in the same pool as the scoring
-            generators["sampler"].environment = make_environment(
-                config.multi_turn.mode, pool, config.multi_turn, eval_set.visible_tests, limits
-            )
+        # programs and shown tests run in the same pool as the scoring
+        generators["episodes"] = episodes_for(
+            config, pool, limits, visible_tests=eval_set.visible_tests, max_new_tokens=ev.max_new_tokens
+        )
         for role, role_adapter in runs:
             key = fingerprint(
                 base=base_key, adapter=content_digest(role_adapter, memo) if role_adapter else None, **settings

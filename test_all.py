@@ -57,7 +57,7 @@ from utils.prompts import (
     build_chat_messages,
     get_unified_prompt,
 )
-from utils.sft_data import IGNORE_INDEX, build_sft_target, end_of_turn_id, prepare_teacher_sft_batch
+from utils.sft_data import IGNORE_INDEX, build_sft_target, collate_sft, encode_prompt, end_of_turn_id
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
@@ -300,28 +300,43 @@ def check_one_parser(report: Report, config: Config) -> None:
     )
 
 
-def check_sft_labels(report: Report, tokenizer) -> None:
+def check_sft_labels(report: Report, config: Config, tokenizer) -> None:
+    """Two teacher traces through teacher-SFT's own path (`build_teacher_sft`, then the trainer's `collate_sft`),
+    with teacher-SFT switched on whatever the config's weight."""
     section("SFT labels")
-    examples = [
-        {"prompt": get_unified_prompt("Add two numbers."), "thinking": "Use +.", "code": ADD},
-        {
-            "prompt": get_unified_prompt("Return the maximum of a list."),
-            "thinking": "Scan once, keep the best so far.",
-            "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n"
-            "        best = max(best, x)\n    return best",
-        },
+    import dataclasses
+
+    from synthesis.generate_traces import TeacherTrace
+    from training.sft_sources import build_teacher_sft
+
+    biggest = "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best"
+    traces = [
+        TeacherTrace(
+            "preflight/1", 0, get_unified_prompt("Add two numbers."), thinking="Use +.", code=ADD, passed=True
+        ),
+        TeacherTrace(
+            "preflight/2",
+            0,
+            get_unified_prompt("Return the maximum of a list."),
+            thinking="Scan once, keep the best so far.",
+            code=biggest,
+            passed=True,
+        ),
     ]
+    d = dataclasses.replace(config.dual_source, teacher_sft_weight=1.0, teacher_sft_batch_size=2, sft_max_length=4096)
+    template = {"enable_thinking": config.student.enable_thinking}
     try:
-        batch = prepare_teacher_sft_batch(examples, tokenizer, include_thinking=True, max_length=4096)
+        built, _ = build_teacher_sft(traces, tokenizer, dataclasses.replace(config, dual_source=d))
+        batch = collate_sft(built, tokenizer.pad_token_id)
     except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
-        report.fail(f"SFT batch preparation raised {type(exc).__name__}: {exc}", "see utils/sft_data.py")
+        report.fail(f"teacher-SFT preparation raised {type(exc).__name__}: {exc}", "see training/sft_sources.py")
         return
-    report.ok(f"SFT batch prepared: input_ids {tuple(batch['input_ids'].shape)}")
+    report.ok(f"teacher-SFT batch prepared as training prepares it: input_ids {tuple(batch['input_ids'].shape)}")
     ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
     eot = end_of_turn_id(tokenizer)
-    problems = []
-    for row, example in enumerate(examples):
-        p = batch["prompt_lengths"][row]
+    problems = [] if len(built) == len(traces) else [f"{len(traces) - len(built)} of {len(traces)} traces dropped"]
+    for row, trace in enumerate(traces[: len(built)]):
+        p = len(encode_prompt(tokenizer, trace.prompt, chat_template_kwargs=template))
         n = int(mask[row].sum())
         if not (labels[row, :p] == IGNORE_INDEX).all():
             problems.append(f"row {row}: a prompt token is supervised (data leak)")
@@ -329,14 +344,14 @@ def check_sft_labels(report: Report, tokenizer) -> None:
             problems.append(f"row {row}: a response label differs from its token id")
         if not (labels[row, n:] == IGNORE_INDEX).all():
             problems.append(f"row {row}: a padding position is supervised")
-        target = build_sft_target(example["thinking"], example["code"])
+        target = build_sft_target(trace.thinking, trace.code or "", d.include_thinking)
         decoded = tokenizer.decode(ids[row, p : n - 1].tolist())
         if decoded != target or int(ids[row, n - 1]) != eot:
             problems.append(f"row {row}: supervised span is not exactly target + end-of-turn")
     report.expect(
         not problems,
         "labels: prompt and padding masked with -100, every response token supervised "
-        f"({sum(batch['num_response_tokens'])} supervised tokens)",
+        f"({int((labels != IGNORE_INDEX).sum())} supervised tokens)",
         "; ".join(problems),
     )
 
@@ -542,10 +557,9 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     import time
 
     from environments.code_env import FeedbackEnvironment, ToolEnvironment
-    from multiturn.backends import ScriptedBackend
-    from multiturn.loop import run_episodes
+    from rollouts.groups import Episodes, sample_groups
+    from rollouts.scripted import ScriptedBackend
     from sandbox.executor import SandboxError, SandboxLimits, SandboxPool, execute_program
-    from utils.sft_data import encode_prompt
 
     task = add_task()
     template = {"enable_thinking": True} if "enable_thinking" in str(tokenizer.chat_template or "") else None
@@ -564,10 +578,11 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
             ) as pool,
         ):
 
-            def run(turns, env, mode):
-                prompt = encode_prompt(tokenizer, get_unified_prompt(task, 1, mode=mode), chat_template_kwargs=template)
-                backend = ScriptedBackend(tokenizer, lambda i, t: turns[min(t, len(turns) - 1)])
-                return run_episodes(backend, env, tokenizer, [prompt], [task], mode, 256, 1024, template)[0]
+            def run(turns, env, mode):  # through the sampling path phases 3 and 4 take
+                policy = ScriptedBackend(tokenizer, lambda i, t: turns[min(t, len(turns) - 1)], 256, template)
+                prompt = get_unified_prompt(task, 1, mode=mode)
+                episodes = Episodes(env, mode, 256, 1024, template)
+                return sample_groups(policy, None, [prompt], 1, tasks=[task], episodes=episodes)[0][0]
 
             tool = run(tool_turns, ToolEnvironment(pool, 2, 200), "tool")
             runs = _mask_runs(tool.token_ids, tool.action_mask)
@@ -581,7 +596,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
             report.expect(
                 [p.replace(tokenizer.decode([eot]), "") for p in policy] == tool_turns and tool.token_ids[-1] == eot,
                 "tool mode: the action mask covers exactly the policy's tokens (the result is masked out)",
-                f"policy runs {policy}: see multiturn/loop.py",
+                f"policy runs {policy}: see rollouts/episodes.py",
             )
             feedback = run(feedback_turns, FeedbackEnvironment(pool, 3, 1, 400), "feedback")
             runs = _mask_runs(feedback.token_ids, feedback.action_mask)
@@ -693,7 +708,6 @@ def check_teacher_logprobs(report: Report, config: Config, tokenizer: Any, url: 
     from clients.openai_compat import TeacherFatalError
     from rollouts.completion import RolloutCompletion
     from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError, build_teacher_scorer
-    from utils.sft_data import encode_prompt
     from utils.student_model import ModelLoadError
 
     teacher = dataclasses.replace(config.teacher, api_url=url) if url and source == "server" else config.teacher
@@ -855,7 +869,7 @@ def main(
         loaded = check_student(report, config, max_new_tokens)
         if loaded is not None:
             model, tokenizer = loaded
-            check_sft_labels(report, tokenizer)
+            check_sft_labels(report, config, tokenizer)
             check_multi_turn(report, config, tokenizer)
             check_training_step(report, config, model, tokenizer)
             if config.dual_source.opd_weight > 0:

@@ -66,6 +66,7 @@ def main() -> None:
 
     from config import build_config
     from evaluation.evaluate import execute_samples, generate_cached
+    from rollouts.groups import sample_groups
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
     from sandbox.executor import SandboxLimits, SandboxPool
@@ -112,7 +113,7 @@ def main() -> None:
         def measure(tag: str) -> list[dict]:
             cache = generate_cached(
                 tasks,
-                lambda p, n: rollout.generate(model, p, n, 0),
+                lambda p, n: sample_groups(rollout, model, p, n),
                 args.samples,
                 out / f"samples_{tag}.jsonl",
                 chunk=args.samples,

@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
     from environments.code_env import make_environment
     from evaluation.bootstrap import bootstrap_interval, paired_bootstrap_interval
     from evaluation.evaluate import execute_samples, generate_cached, summarize
-    from multiturn.backends import HFContinuer
-    from multiturn.sampler import MultiTurnSampler
+    from rollouts.groups import Episodes, sample_groups
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
     from sandbox.executor import SandboxLimits, SandboxPool
@@ -135,18 +134,16 @@ def main(argv: list[str] | None = None) -> dict:
     with SandboxPool(0, limits, config.sandbox.isolate) as pool:
         single = HFRollout(tokenizer, args.budget, sampling, template, batch_size=8)
         environment = make_environment("feedback", pool, config.multi_turn, 1, limits)
-        sampler = MultiTurnSampler(
-            lambda m, _step: HFContinuer(m, tokenizer, sampling),
-            environment,
-            tokenizer,
-            "feedback",
-            args.budget // args.max_turns,
-            config.multi_turn.max_total_tokens,
-            template,
+        feedback = HFRollout(tokenizer, args.budget // args.max_turns, sampling, template)
+        episodes = Episodes(
+            environment, "feedback", args.budget // args.max_turns, config.multi_turn.max_total_tokens, template
         )
         runs: dict[str, tuple[Generate, str]] = {  # (prompts, n[, tasks]) -> completions per prompt, mode
-            "single": (lambda prompts, n: single.generate(model, prompts, n, 0), "single"),
-            "feedback": (lambda prompts, n, tasks_: sampler.generate(model, prompts, n, 0, tasks_), "feedback"),
+            "single": (lambda prompts, n: sample_groups(single, model, prompts, n), "single"),
+            "feedback": (
+                lambda prompts, n, tasks_: sample_groups(feedback, model, prompts, n, tasks=tasks_, episodes=episodes),
+                "feedback",
+            ),
         }
         for name, (generate, mode) in runs.items():
             torch.manual_seed(args.seed)
@@ -205,11 +202,9 @@ def train_and_measure(
     import torch
 
     from config import build_config
-    from environments.code_env import make_environment
     from evaluation.evaluate import execute_samples, generate_cached
-    from multiturn.backends import continuer_for
-    from multiturn.sampler import MultiTurnSampler
-    from rollouts.from_config import build_sampler, chat_template_kwargs
+    from rollouts.from_config import build_sampler, episodes_for
+    from rollouts.groups import sample_groups
     from sandbox.executor import SandboxLimits, SandboxPool
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import attach_lora, load_student
@@ -237,30 +232,17 @@ def train_and_measure(
     model, tokenizer = load_student(args.model, "float32", device="cpu")
     lora = config.lora
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
-    template = chat_template_kwargs(config)
     limits = SandboxLimits.from_config(config.sandbox)
     with SandboxPool(2, limits, config.sandbox.isolate) as pool:
         evaluator = build_sampler(config, purpose="eval", tokenizer=tokenizer)
-        sampler = None
-        if variant != "single":
-            environment = make_environment(variant, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
-            sampler = MultiTurnSampler(
-                continuer_for(evaluator),
-                environment,
-                tokenizer,
-                variant,
-                per_turn[variant],
-                config.multi_turn.max_total_tokens,
-                template,
-            )
+        episodes = episodes_for(config, pool, limits, max_new_tokens=per_turn[variant])
 
         def measure(tag: str) -> list[dict]:
             torch.manual_seed(args.seed + 1)  # the same sampling noise before and after
-            generate: Generate
-            if sampler is None:
-                generate = lambda prompts, n: evaluator.generate(model, prompts, n, 0)  # noqa: E731
-            else:
-                generate = lambda prompts, n, tasks_: sampler.generate(model, prompts, n, 0, tasks_)  # noqa: E731
+
+            def generate(prompts: list[str], n: int, tasks_: list | None = None) -> list:
+                return sample_groups(evaluator, model, prompts, n, tasks=tasks_, episodes=episodes)
+
             cache = generate_cached(
                 tasks,
                 generate,

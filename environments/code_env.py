@@ -2,7 +2,7 @@
 
 An environment sees each sample's latest policy turn (its text and why it stopped) and answers with
 a `Step`: stop here (done, maybe truncated), or an observation to append before the policy goes on.
-It never sees or produces token ids; `multiturn.loop` owns tokens and the action mask.
+It never sees or produces token ids; `rollouts.episodes` owns tokens and the action mask.
 
 - `ToolEnvironment` (`multi_turn.mode=tool`): the policy stops at `</program>`; the program between
   the tags runs in the sandbox exactly as a graded program does (same pool, isolation and limits),

@@ -55,7 +55,7 @@ class CachedCompletion:
     num_tokens: int
     finish_reason: str | None
     prompt_sha256: str | None  # `prompt_digest` of the messages it answered (a mismatch: generated again)
-    # multi-turn modes: copied from the rollout record (`multiturn.loop`)
+    # multi-turn modes: copied from the rollout record (`rollouts.episodes`)
     mode: str | None = None
     num_turns: int | None = None
     num_policy_tokens: int | None = None

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from config import Config, ConfigError, add_config_arguments, config_from_args, exit_on_config_error
 
@@ -48,6 +48,15 @@ def solve_task(problem: str, asserts: Sequence[str]) -> Task | None:
     )
 
 
+def unjudged(problem: str) -> Task:
+    """The task of a problem without `--assert` tests, for an environment: nothing is shown, nothing to test."""
+    from utils.dataset_loader import Task
+
+    return Task(
+        task_id="solve/1", source="solve", problem=problem, test_type="stdin", tests=({"input": "", "output": ""},)
+    )
+
+
 def main(
     config: Config,
     problem: str,
@@ -60,9 +69,10 @@ def main(
 ) -> list[Answer]:
     """Sample `samples` answers to `problem` and judge them on `asserts`. Raises TaskSchemaError (a bad assert,
     before the model loads: a test that cannot fail must not print "passed") and ModelLoadError."""
-    from rollouts.from_config import build_sampler
+    from rollouts.from_config import build_sampler, episodes_for
+    from rollouts.groups import sample_groups
     from rollouts.models import default_model_path, resolve_model
-    from sandbox.executor import execute_program
+    from sandbox.executor import SandboxLimits, SandboxPool, execute_program
     from utils.prompts import get_unified_prompt
     from utils.student_model import load_adapter, load_student
     from utils.thinking_extraction import extract_thinking_and_code_unified
@@ -81,15 +91,19 @@ def main(
         config.evaluation, backend="hf", temperature=temperature, max_new_tokens=max_new_tokens, num_samples=1
     )
     config = dataclasses.replace(config, evaluation=ev, multi_turn=dataclasses.replace(config.multi_turn, mode=mode))
-    rollout = build_sampler(config, purpose="eval", tokenizer=tokenizer)
-    if mode == "single":
-        records = rollout.generate(model, [prompt], samples, 0)[0]
-    else:
-        records = _multi_turn_samples(config, model, rollout, prompt, task, problem, samples)
-    answers = []
-    for record in records:
-        parsed = extract_thinking_and_code_unified(record.text)
-        answers.append(Answer(record, parsed, execute_program(parsed.code, task) if task is not None else None))
+    sampler = build_sampler(config, purpose="eval", tokenizer=tokenizer)
+    limits = SandboxLimits.from_config(config.sandbox)
+    # one pool runs the episodes' programs (a multi-turn mode) and judges the answers
+    with SandboxPool(2, limits, config.sandbox.isolate) as pool:
+        episodes = episodes_for(config, pool, limits, max_new_tokens=max_new_tokens)
+        [records] = sample_groups(
+            sampler, model, [prompt], samples, tasks=[task or unjudged(problem)], episodes=episodes
+        )
+        answers = []
+        for record in records:
+            parsed = extract_thinking_and_code_unified(record.text)
+            verdict = execute_program(parsed.code, task, limits, pool) if task is not None else None
+            answers.append(Answer(record, parsed, verdict))
     return answers
 
 
@@ -186,24 +200,6 @@ def cli(argv: list[str] | None = None) -> int:
     for number, answer in enumerate(answers, start=1):
         print(format_answer(answer, number, len(answers)))
     return 0
-
-
-def _multi_turn_samples(
-    config: Config, model: Any, rollout: Any, prompt: str, task: Task | None, problem: str, samples: int
-) -> list[RolloutCompletion]:
-    """`samples` multi-turn samples of `multi_turn.mode` through the rollout loop, continued as `rollout` samples
-    (`multiturn.sampler.multi_turn_sampler`, as phases 3 and 4 do), the environment in its own sandbox pool."""
-    from multiturn.sampler import multi_turn_sampler
-    from sandbox.executor import SandboxLimits, SandboxPool
-    from utils.dataset_loader import Task
-
-    task = task or Task(
-        task_id="solve/1", source="solve", problem=problem, test_type="stdin", tests=({"input": "", "output": ""},)
-    )  # no --assert: nothing is shown, nothing to test
-    with SandboxPool(2, SandboxLimits.from_config(config.sandbox), config.sandbox.isolate) as pool:
-        sampler = multi_turn_sampler(config, rollout.tokenizer, rollout, pool, max_new_tokens=rollout.max_new_tokens)
-        assert sampler is not None  # a multi-turn mode
-        return sampler.generate(model, [prompt], samples, 0, [task])[0]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 follows to build it.
 
 Every backend (`rollouts.hf`, `rollouts.kv_sampler`, `rollouts.vllm_colocated`,
-`rollouts.vllm_server`, and the multi-turn loop `multiturn.loop`) returns, per prompt, a list of
+`rollouts.vllm_server`, and the multi-turn loop `rollouts.episodes`) returns, per prompt, a list of
 `RolloutCompletion`s; the trainer, phase 4, `evaluation.solve` and the preflight read them by
 attribute. The record is not written to a file itself: phase 4 caches what it needs of it as an
 `evaluation.evaluate.CachedCompletion` line.
@@ -19,7 +19,7 @@ from utils.sft_data import end_of_turn_id
 
 @dataclass(frozen=True)
 class MultiTurnInfo:
-    """What a multi-turn episode (`multiturn.loop`) adds to its completion.
+    """What a multi-turn episode (`rollouts.episodes`) adds to its completion.
 
     A nested record rather than optional fields on `RolloutCompletion`: a completion is either
     single-turn (`multi_turn is None`) or carries all of these together, so a consumer checks one
@@ -52,7 +52,7 @@ class RolloutCompletion:
     tokens, marked 0 in `action_mask`.
     """
 
-    # what the reward scores: the decoded completion without special tokens (multi-turn: `multiturn.loop`)
+    # what the reward scores: the decoded completion without special tokens (multi-turn: `rollouts.episodes`)
     text: str
     token_ids: tuple[int, ...]
     prompt_ids: tuple[int, ...]  # the templated prompt the sample continues, unpadded

@@ -1,4 +1,5 @@
-"""The one sampler builder, `build_sampler(config, purpose=...)`, for phases 3 and 4, `evaluation.solve`, the preflight.
+"""The one sampler builder, `build_sampler(config, purpose=...)`, for phases 3 and 4, `evaluation.solve`, the preflight,
+and `episodes_for(config, pool)`, how a multi-turn sample goes on after its first turn.
 
 - `purpose="train"`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
 - `purpose="eval"`: the backend `Config.evaluation_backend` names (kv, hf or vllm), sampling with `evaluation`'s
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from config import Config
+from rollouts.groups import Episodes
 from rollouts.hf import HFRollout
 from rollouts.kv_sampler import KVCacheRollout
 from rollouts.models import adapter_rank
+from rollouts.protocol import Sampler
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_colocated import VLLMRollout
 from rollouts.vllm_engine import AdapterHandoff, RankInfo, build_engine, engine_kwargs, is_cpu_platform, max_model_len
@@ -137,7 +140,7 @@ def build_sampler(
     model_name: str | None = None,
     adapter: Path | None = None,
     visible_tests: int | None = None,
-) -> Any:
+) -> Sampler:
     """The configured sampler. train: phase 3's (output_dir holds vLLM's adapter hand-off; tasks size the engine).
     eval: phase 4's and `evaluation.solve`'s (evaluation.backend=hf); a vLLM engine loads `model_name`
     (student.model_name if None), reads `adapter` itself and is sized for `tasks` shown `visible_tests` tests
@@ -172,7 +175,7 @@ def build_sampler(
 
 def _training_sampler(
     config: Config, tokenizer: Any, output_dir: Path, accelerator: Any, tasks: Sequence | None
-) -> Any:
+) -> Sampler:
     """Phase 3's backend. vLLM: one colocated engine per process, on that process's GPU."""
     g = config.grpo
     template = chat_template_kwargs(config)
@@ -231,6 +234,32 @@ def _training_sampler(
         # multi-turn continues that many sequences per call too
         batch_size=config.training.per_device_train_batch_size,
         sequences_per_call=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
+    )
+
+
+def episodes_for(
+    config: Config,
+    pool: Any,
+    limits: Any = None,
+    *,
+    visible_tests: int | None = None,
+    max_new_tokens: int | None = None,
+) -> Episodes | None:
+    """How a sample of `multi_turn.mode` goes on after its first turn (None in single mode): its environment on
+    `pool`, shown `visible_tests` tests (prompt.num_visible_tests if None), each turn bounded by `max_new_tokens`
+    (grpo's if None) and the sample by `multi_turn.max_total_tokens`."""
+    mode = config.multi_turn.mode
+    if mode == "single":
+        return None
+    from environments.code_env import make_environment
+
+    shown = config.prompt.num_visible_tests if visible_tests is None else visible_tests
+    return Episodes(
+        make_environment(mode, pool, config.multi_turn, shown, limits),
+        mode,
+        config.grpo.max_new_tokens if max_new_tokens is None else max_new_tokens,
+        config.multi_turn.max_total_tokens,
+        chat_template_kwargs(config),
     )
 
 

@@ -1,5 +1,5 @@
-"""The transformers sampler: `generate_completions` over `model.generate`, and `HFRollout`, the rollout
-backend built on it (the CPU default; phase 4 and `evaluation.solve` use it too).
+"""The transformers sampler: `generate_completions` over `model.generate`, and `HFRollout`, the `Sampler`
+built on it (the CPU default for training and evaluation).
 
 Batched with left padding; every sampling knob passed explicitly (`SamplingSettings`), so the
 checkpoint's generation_config never changes the distribution; generation stops where vLLM's would.
@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from rollouts.completion import RolloutCompletion
+from rollouts.completion import RolloutCompletion, stop_ids
+from rollouts.protocol import Continuation, SamplerBase, cut_continuation
 from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
 from utils.prompts import SYSTEM_PROMPT_UNIFIED
 from utils.sft_data import encode_prompt, end_of_turn_id
@@ -54,9 +55,9 @@ def generate_completions(
     Returns one list of `RolloutCompletion`s per prompt. token_ids include the stop token when the
     model emitted one (finish_reason "stop"), and nothing after it; "length" means cut at max_new_tokens.
     """
-    stop_ids = {end_of_turn_id(tokenizer)} | generation_eos_ids(model)
+    ends = {end_of_turn_id(tokenizer)} | generation_eos_ids(model)
     if tokenizer.eos_token_id is not None:
-        stop_ids.add(tokenizer.eos_token_id)
+        ends.add(tokenizer.eos_token_id)
     device = next(model.parameters()).device
     kwargs = sampling.hf_generate_kwargs()
     results: list[list[RolloutCompletion]] = []
@@ -69,7 +70,7 @@ def generate_completions(
             attention_mask=attention,
             max_new_tokens=max_new_tokens,
             num_return_sequences=num_samples,
-            eos_token_id=sorted(stop_ids),
+            eos_token_id=sorted(ends),
             pad_token_id=tokenizer.pad_token_id,
             **kwargs,
         )
@@ -77,7 +78,7 @@ def generate_completions(
         for i, prompt_ids in enumerate(encoded):
             samples = []
             for row in new_tokens[i * num_samples : (i + 1) * num_samples]:
-                stop_at = next((j for j, t in enumerate(row) if t in stop_ids), None)
+                stop_at = next((j for j, t in enumerate(row) if t in ends), None)
                 ids = row[: stop_at + 1] if stop_at is not None else row
                 text_ids = ids[:-1] if stop_at is not None else ids
                 samples.append(
@@ -92,39 +93,74 @@ def generate_completions(
     return results
 
 
-class HFRollout:
+class HFRollout(SamplerBase):
+    """The `Sampler` over transformers `generate` (the policy `sync` names is a transformers model, put in eval
+    mode while it samples: no dropout)."""
+
     def __init__(
         self,
         tokenizer: Any,
         max_new_tokens: int,
         sampling: SamplingSettings,
         chat_template_kwargs: dict | None = None,
+        *,
         batch_size: int = 8,
         sequences_per_call: int = 0,
     ) -> None:
-        """batch_size: prompts per `generate` call; each call holds batch_size x num_samples sequences.
-        sequences_per_call: sequences per `generate` call of the multi-turn continuer built from this rollout
-        (`multiturn.backends.HFContinuer`: every sequence one sample), normally batch_size x num_samples;
-        0: batch_size."""
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
-        self.chat_template_kwargs = chat_template_kwargs
+        """batch_size: prompts per `generate` call of `sample`; each call holds batch_size x num_samples sequences.
+        sequences_per_call: sequences per `generate` call of `continue_sequences` (every sequence one sample),
+        normally batch_size x num_samples; 0: batch_size."""
+        super().__init__(tokenizer, max_new_tokens, sampling, chat_template_kwargs)
         self.batch_size = batch_size
         self.sequences_per_call = sequences_per_call or batch_size
+        self._was_training = False
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
-        was_training = model.training
-        model.eval()  # no dropout while sampling
-        try:
-            return generate_completions(
-                model,
-                self.tokenizer,
-                prompts,
-                num_samples=num_samples,
-                max_new_tokens=self.max_new_tokens,
-                sampling=self.sampling,
-                chat_template_kwargs=self.chat_template_kwargs,
-                batch_size=self.batch_size,
+    def sync(self, policy: Any, step: int) -> None:
+        self.policy, self._was_training = policy, policy.training
+        policy.eval()  # no dropout while sampling
+
+    def release(self) -> None:
+        if self.policy is not None:
+            self.policy.train(self._was_training)
+
+    def sample(self, prompts: list[str], num_samples: int, *, seed: int | None = None) -> list[list[RolloutCompletion]]:
+        """`seed` is not used: transformers draws from the process's (seeded) torch generator."""
+        return generate_completions(
+            self.policy,
+            self.tokenizer,
+            prompts,
+            num_samples=num_samples,
+            max_new_tokens=self.max_new_tokens,
+            sampling=self.sampling,
+            chat_template_kwargs=self.chat_template_kwargs,
+            batch_size=self.batch_size,
+        )
+
+    @torch.no_grad()
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
+        """Left-padded batches of `sequences_per_call`, each as long as its longest budget, every row cut at its
+        own (`cut_continuation`); stops at the end of turn, the EOS ids and `stop_strings`."""
+        tok, model = self.tokenizer, self.policy
+        stops = sorted(set(stop_ids(tok)) | generation_eos_ids(model))
+        device = next(model.parameters()).device
+        sampling = self.sampling.hf_generate_kwargs()
+        if stop_strings:
+            sampling.update(stop_strings=list(stop_strings), tokenizer=tok)
+        results: list[Continuation] = []
+        for start in range(0, len(sequences), self.sequences_per_call):
+            chunk = sequences[start : start + self.sequences_per_call]
+            budgets = max_new_tokens[start : start + self.sequences_per_call]
+            input_ids, attention = left_padded(chunk, tok.pad_token_id, device)
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                max_new_tokens=max(budgets),
+                eos_token_id=stops,
+                pad_token_id=tok.pad_token_id,
+                **sampling,
             )
-        finally:
-            model.train(was_training)
+            for row, budget in zip(output[:, input_ids.shape[1] :].tolist(), budgets, strict=True):
+                results.append(cut_continuation(tok, row, budget, stops, stop_strings))
+        return results

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from rollouts.completion import RolloutCompletion
+from rollouts.protocol import Continuation, SamplerBase
 from rollouts.sampling import SamplingSettings
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -581,15 +582,15 @@ def sampler_stop_ids(tokenizer: Any, model: Any) -> set[int]:
     return ({end_of_turn_id(tokenizer)} | generation_eos_ids(model) | {tokenizer.eos_token_id}) - {None}
 
 
-class KVCacheRollout:
-    """Samples G completions per prompt with `sample_token_ids` from a sampling copy of the policy.
+class KVCacheRollout(SamplerBase):
+    """The `Sampler` over `sample_token_ids`: G completions per prompt from a sampling copy of the policy.
 
-    The copy is refreshed from the model at every `generate` call (`DecoderWeights.refresh`: the current
-    adapter merged in place, ~0.1-0.5 s for the 135M student), so every rollout samples the current policy;
-    inside `model.disable_adapter()` it is the base model. Records are those of `generate_completions`
-    plus `logprobs` (the sampler's float32 log-prob of each token at the sampling temperature): the
-    trainer turns the bf16/fp32 gap into truncated importance weights (`grpo.importance_sampling`), as for
-    vLLM, and logs it as rollout/logp_abs_diff.
+    `sync` refreshes the copy from the model (`DecoderWeights.refresh`: the current adapter merged in place,
+    ~0.1-0.5 s for the 135M student), so every rollout samples the current policy; inside
+    `model.disable_adapter()` it is the base model. Records are those of `generate_completions` plus `logprobs`
+    (the sampler's float32 log-prob of each token at the sampling temperature): the trainer turns the bf16/fp32
+    gap into truncated importance weights (`grpo.importance_sampling`), as for vLLM, and logs it as
+    rollout/logp_abs_diff.
     """
 
     def __init__(
@@ -599,37 +600,40 @@ class KVCacheRollout:
         sampling: SamplingSettings,
         chat_template_kwargs: dict | None = None,
         dtype: str = "bfloat16",
+        *,
         max_batch_rows: int = 64,
-        system_prompt: str | None = None,
     ) -> None:
-        from utils.prompts import SYSTEM_PROMPT_UNIFIED
-
         if dtype not in SAMPLER_DTYPES:
             raise ValueError(f"sampler dtype {dtype!r}: choose one of {', '.join(SAMPLER_DTYPES)}")
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
-        self.chat_template_kwargs = chat_template_kwargs
+        super().__init__(tokenizer, max_new_tokens, sampling, chat_template_kwargs)
         self.dtype = SAMPLER_DTYPES[dtype]
         self.max_batch_rows = max_batch_rows
-        self.system_prompt = SYSTEM_PROMPT_UNIFIED if system_prompt is None else system_prompt
         self.weights: DecoderWeights | None = None
         self._source: int | None = None
-        self.update_seconds: list[float] = []  # adapter-update cost of each call
 
-    def sync(self, model: Any) -> DecoderWeights:
-        """The sampling copy of `model` as it is now (built once, refreshed in place afterwards)."""
-        if self.weights is None or self._source != id(model):
-            self.weights, self._source = DecoderWeights.from_model(model, self.dtype), id(model)
+    def sync(self, policy: Any, step: int) -> None:
+        """The sampling copy of `policy` as it is now (built once, refreshed in place afterwards)."""
+        self.policy = policy
+        if self.weights is None or self._source != id(policy):
+            self.weights, self._source = DecoderWeights.from_model(policy, self.dtype), id(policy)
         else:
-            self.weights.refresh(model)
-        self.update_seconds.append(self.weights.build_seconds)
-        return self.weights
+            self.weights.refresh(policy)
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
-        from utils.sft_data import encode_prompt
+    def sample(self, prompts: list[str], num_samples: int, *, seed: int | None = None) -> list[list[RolloutCompletion]]:
+        """`seed` is not used: the sampler draws from the process's (seeded) torch generator."""
+        return self._continue([self.encode(p) for p in prompts], num_samples, self.max_new_tokens, ())
 
-        encoded = [encode_prompt(self.tokenizer, p, self.system_prompt, self.chat_template_kwargs) for p in prompts]
-        return self.continue_ids(model, encoded, num_samples, self.max_new_tokens)
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
+        """One `sample_token_ids` call per distinct budget; the records keep the sampler's float32 log-probs."""
+        results: list[Continuation | None] = [None] * len(sequences)
+        for budget in sorted(set(max_new_tokens)):
+            rows = [i for i, b in enumerate(max_new_tokens) if b == budget]
+            groups = self._continue([sequences[i] for i in rows], 1, budget, stop_strings)
+            for i, [record] in zip(rows, groups, strict=True):
+                results[i] = Continuation.from_record(record)
+        return results  # type: ignore[return-value]
 
     def continue_ids(
         self,
@@ -641,23 +645,30 @@ class KVCacheRollout:
     ) -> list[list[RolloutCompletion]]:
         """Continue each token-id sequence (a templated prompt, or a multi-turn conversation so far) by up to
         `max_new_tokens` tokens, `num_samples` times, stopping at a stop token or at the first of `stop_strings`
-        found in the generated text (e.g. a closing tag; the token completing it is the last one kept).
+        found in the generated text (e.g. a closing tag; the token completing it is the last one kept), sampling
+        `model` as it is now.
 
         Returns per sequence a list of `RolloutCompletion`s with `logprobs` and `stop_string`: token_ids are the
         new tokens only (with the stop token or the token that completed the stop string), text their decoding
         without special tokens (a stop string is in it)."""
-        weights = self.sync(model)
-        stops = sampler_stop_ids(self.tokenizer, model)
+        self.sync(model, 0)
         budget = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        return self._continue(sequences, num_samples, budget, tuple(stop_strings))
+
+    def _continue(
+        self, sequences: list[list[int]], num_samples: int, budget: int, stop_strings: tuple[str, ...]
+    ) -> list[list[RolloutCompletion]]:
+        assert self.weights is not None, "sync the sampler with a policy first"
+        stops = sampler_stop_ids(self.tokenizer, self.policy)
         groups = sample_token_ids(
-            weights,
+            self.weights,
             sequences,
             num_samples,
             budget,
             self.sampling,
             stops,
             self.tokenizer.pad_token_id,
-            tuple(stop_strings),
+            stop_strings,
             self.tokenizer,
             self.max_batch_rows,
         )

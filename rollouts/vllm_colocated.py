@@ -3,7 +3,7 @@
 `VLLMRollout` samples from an engine built by `rollouts.vllm_engine`. Every `gen_update_steps`
 optimizer steps the adapter is handed over through a new step folder and a new `LoRARequest` (a new
 name and id: vLLM's prefix cache keys LoRA blocks by name, so a reused name would serve stale KV).
-Phase 4 calls `sample` with a fixed request, or with none for a base model. vLLM is imported
+Phase 4 syncs it to a fixed request, or to none for a base model. vLLM is imported
 lazily; the tests drive this class with a fake engine that behaves like vLLM (tests/fake_vllm.py)
 and check the arguments against the real classes (tests/test_vllm_contract.py). Samples also carry
 `logprobs`, the sampler's log-prob of each token (for the trainer's mismatch correction).
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from rollouts.completion import RolloutCompletion, completion_record, stop_ids
+from rollouts.protocol import Continuation
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff, AdapterSyncedSampler
-from utils.sft_data import encode_prompt
 
 
 def vllm_sampling_kwargs(
@@ -64,7 +64,7 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
 
 
 class VLLMRollout(AdapterSyncedSampler):
-    """Samples from a colocated vLLM engine; `generate` keeps the engine's adapter in step with the policy."""
+    """The `Sampler` over a colocated vLLM engine; `sync` keeps the engine's adapter in step with the policy."""
 
     def __init__(
         self,
@@ -85,7 +85,8 @@ class VLLMRollout(AdapterSyncedSampler):
         self.vllm = vllm_module
         self.llm = llm
         self.sleep_mode = sleep_mode
-        self.lora_request = None
+        self.lora_request = None  # the adapter published last (training)
+        self.request: Any = None  # what `sample` and `continue_sequences` sample with
         if sleep_mode:  # give the memory back until the first rollout
             self.llm.sleep(level=1)
 
@@ -114,13 +115,25 @@ class VLLMRollout(AdapterSyncedSampler):
         self._synced_step = step
         return self.lora_request
 
-    def sample(
-        self, prompts: list[str], num_samples: int, lora_request: Any, seed: int | None = None
-    ) -> list[list[RolloutCompletion]]:
-        """n completions per prompt with the given adapter request (None: the base model). With `seed`, each
-        prompt's request is seeded from (seed, prompt) (`prompt_seed`): its n samples are then the same whatever
-        else is in the call or was sampled before it (vLLM's unseeded requests draw from the engine's one
-        random stream, so a rerun that finds part of the work cached, or another role sampled first, differs)."""
+    def sync(self, policy: Any, step: int) -> None:
+        """Wake a sleeping engine; with an adapter hand-off (training) publish the policy's adapter when due, else
+        (phase 4) `policy` is the `LoRARequest` to sample with (None: the base model)."""
+        if self.sleep_mode:
+            self.wake()
+        self.policy = policy
+        self.request = self.sync_adapter(policy, step) if self.handoff is not None else policy
+
+    def release(self) -> None:
+        if self.handoff is not None:  # every process passed `publish`'s barrier: older folders are unused
+            self.handoff.prune(keep=Path(self.request.lora_path))
+        if self.sleep_mode:  # the update gets the memory back
+            self.llm.sleep(level=1)
+
+    def sample(self, prompts: list[str], num_samples: int, *, seed: int | None = None) -> list[list[RolloutCompletion]]:
+        """n completions per prompt from the synced request. With `seed`, each prompt's request is seeded from
+        (seed, prompt) (`prompt_seed`): its n samples are then the same whatever else is in the call or was sampled
+        before it (vLLM's unseeded requests draw from the engine's one random stream, so a rerun that finds part of
+        the work cached, or another role sampled first, differs)."""
         end = set(stop_ids(self.tokenizer))
         kwargs = vllm_sampling_kwargs(
             num_samples, self.max_new_tokens, self.sampling, sorted(end), logprobs=self.logprobs
@@ -130,9 +143,9 @@ class VLLMRollout(AdapterSyncedSampler):
             if seed is None
             else [self.vllm.SamplingParams(**kwargs, seed=prompt_seed(seed, p)) for p in prompts]
         )
-        encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
+        encoded = [self.encode(p) for p in prompts]
         outputs = self.llm.generate(
-            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=lora_request, use_tqdm=False
+            [{"prompt_token_ids": ids} for ids in encoded], params, lora_request=self.request, use_tqdm=False
         )
         return [
             [
@@ -142,15 +155,33 @@ class VLLMRollout(AdapterSyncedSampler):
             for ids, output in zip(encoded, outputs, strict=True)
         ]
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
-        if self.sleep_mode:
-            self.wake()
-        request = self.sync_adapter(model, step)
-        results = self.sample(prompts, num_samples, request)
-        if self.handoff is not None:
-            self.handoff.prune(
-                keep=Path(request.lora_path)
-            )  # every process passed `publish`'s barrier: older folders are unused
-        if self.sleep_mode:  # the update gets the memory back
-            self.llm.sleep(level=1)
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
+        """One `generate` call for all sequences, one `SamplingParams` each. vLLM keeps the stop token as the last
+        id, and with a stop string keeps the ids up to the token that completed it (`include_stop_str_in_output`
+        keeps the string in the text too)."""
+        stops = stop_ids(self.tokenizer)
+        shared = {**self.sampling.vllm_kwargs(), "n": 1, "stop_token_ids": stops, "skip_special_tokens": True}
+        if self.logprobs:
+            shared["logprobs"] = 0  # the sampled token's own log-prob
+        if stop_strings:
+            shared.update(stop=list(stop_strings), include_stop_str_in_output=True)
+        # one call, one SamplingParams per sequence: after the first turn most samples have a budget of their own,
+        # and a call per distinct budget would decode them nearly one at a time (vLLM batches across params)
+        params = [self.vllm.SamplingParams(**shared, max_tokens=budget) for budget in max_new_tokens]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in sequences], params, lora_request=self.request, use_tqdm=False
+        )
+        results: list[Continuation] = []
+        for output in outputs:
+            c = output.outputs[0]
+            ids = list(c.token_ids)
+            if c.finish_reason == "stop" and isinstance(c.stop_reason, str):
+                finish = "stop_string"
+            elif c.finish_reason == "stop" or (ids and ids[-1] in stops):
+                finish = "stop"
+            else:
+                finish = "length"
+            results.append(Continuation(ids, c.text, finish, sampled_logprobs(c)))
         return results

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollouts.protocol import SamplerBase
 from rollouts.sampling import SamplingSettings
 
 # vllm/config/lora.py (0.33.0): MaxLoRARanks = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
@@ -179,7 +180,7 @@ class AdapterHandoff:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-class AdapterSyncedSampler:
+class AdapterSyncedSampler(SamplerBase):
     """What the two vLLM samplers share (`vllm_colocated.VLLMRollout`, `vllm_server.VLLMServerRollout`): the
     single-turn sampling settings, the adapter hand-off, and when to publish the policy's adapter again
     (`sync_due`: at the first call, then every `gen_update_steps` optimizer steps)."""
@@ -194,11 +195,9 @@ class AdapterSyncedSampler:
         chat_template_kwargs: dict | None,
         logprobs: bool,
     ) -> None:
-        self.tokenizer = tokenizer
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
+        super().__init__(tokenizer, max_new_tokens, sampling, chat_template_kwargs)
         self.handoff = handoff
         self.gen_update_steps = max(1, gen_update_steps)
-        self.chat_template_kwargs = chat_template_kwargs
         self.logprobs = logprobs
         self._synced_step: int | None = None
 

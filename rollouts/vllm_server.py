@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 from clients.openai_compat import RequestFailedError, TeacherClient
 from rollouts.completion import RolloutCompletion, completion_record, stop_ids
+from rollouts.protocol import Continuation
 from rollouts.sampling import SamplingSettings
 from rollouts.vllm_engine import AdapterHandoff, AdapterSyncedSampler
-from utils.sft_data import encode_prompt
 
 T = TypeVar("T")
 
@@ -105,7 +105,8 @@ def parse_completions(raw: Any, prompt_ids: list[int], num_samples: int, end_ids
 
 
 class VLLMServerRollout(AdapterSyncedSampler):
-    """Samples from a `vllm serve` that loads each new adapter by name; `generate` keeps it in step with the policy."""
+    """The `Sampler` over a `vllm serve` that loads each new adapter by name; `sync` keeps it in step with the
+    policy."""
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class VLLMServerRollout(AdapterSyncedSampler):
         # earlier run's adapters, and vLLM refuses a name twice (and its prefix cache keys blocks by name)
         self.run_id = share(secrets.token_hex(4))
         self.adapter_name: str | None = None
+        self.model_name = ""  # what `sample` and `continue_sequences` ask for: the adapter `sync` loaded
 
     def _run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
@@ -189,7 +191,7 @@ class VLLMServerRollout(AdapterSyncedSampler):
     def post_completions(self, bodies: Sequence[dict[str, Any]], parse: Callable[[dict[str, Any], Any], T]) -> list[T]:
         """POST every body to /v1/completions at once (the client bounds concurrency and retries transient
         errors); `parse(body, answer)` each answer, in order. ServerRolloutError when one fails for good. The
-        one transport of `sample` and of the multi-turn continuation (`multiturn.backends.ServerContinuer`)."""
+        one transport of `sample` and `continue_sequences`."""
 
         async def one(body: dict[str, Any]) -> T:
             try:
@@ -209,20 +211,39 @@ class VLLMServerRollout(AdapterSyncedSampler):
 
         return self._run(every())
 
-    def sample(self, prompts: list[str], num_samples: int, model_name: str) -> list[list[RolloutCompletion]]:
-        """n completions per prompt from the served model or adapter called `model_name`."""
+    def sync(self, policy: Any, step: int) -> None:
+        self.policy = policy
+        self.model_name = self.sync_adapter(policy, step)
+
+    def sample(self, prompts: list[str], num_samples: int, *, seed: int | None = None) -> list[list[RolloutCompletion]]:
+        """n completions per prompt from the adapter the server loaded last (`seed` is not used: training samples
+        unseeded)."""
         end = set(stop_ids(self.tokenizer))
-        encoded = [encode_prompt(self.tokenizer, p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts]
+        encoded = [self.encode(p) for p in prompts]
         bodies = [
             completion_request(
-                model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end), self.logprobs
+                self.model_name, ids, num_samples, self.max_new_tokens, self.sampling, sorted(end), self.logprobs
             )
             for ids in encoded
         ]
         return self.post_completions(bodies, lambda body, raw: parse_completions(raw, body["prompt"], num_samples, end))
 
-    def generate(self, model: Any, prompts: list[str], num_samples: int, step: int) -> list[list[RolloutCompletion]]:
-        return self.sample(prompts, num_samples, self.sync_adapter(model, step))
+    def continue_sequences(
+        self, sequences: list[list[int]], max_new_tokens: list[int], stop_strings: tuple[str, ...]
+    ) -> list[Continuation]:
+        """One request per sequence, all in flight at once; vLLM names a stop string it stopped on in
+        `stop_reason` (the ids end with the token that completed it, the text with the string)."""
+        stops = stop_ids(self.tokenizer)
+        bodies = [
+            completion_request(self.model_name, ids, 1, budget, self.sampling, stops, self.logprobs, stop_strings)
+            for ids, budget in zip(sequences, max_new_tokens, strict=True)
+        ]
+
+        def parse(body: dict[str, Any], raw: Any) -> Continuation:
+            [record] = parse_completions(raw, body["prompt"], 1, set(stops))
+            return Continuation.from_record(record)
+
+        return self.post_completions(bodies, parse)
 
     def close(self) -> None:
         """Unload the run's last adapter (main process; a long-lived server would otherwise keep one registered

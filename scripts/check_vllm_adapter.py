@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import vllm
 
+    from rollouts.groups import sample_groups
     from rollouts.sampling import SamplingSettings
     from rollouts.vllm_colocated import VLLMRollout
     from rollouts.vllm_engine import build_engine, engine_kwargs
@@ -113,14 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         request = rollout.lora_request_for("perturbed", 1, folder)
         legs = {
-            "with the adapter": rollout.sample(list(PROMPTS), 2, None if args.without_adapter else request),
-            "control, without": rollout.sample(list(PROMPTS), 2, None),
+            "with the adapter": sample_groups(rollout, None if args.without_adapter else request, list(PROMPTS), 2),
+            "control, without": sample_groups(rollout, None, list(PROMPTS), 2),
         }
         if args.sleep:  # as between two rollouts of phase 3 with grpo.vllm_sleep_mode
             rollout.llm.sleep(level=1)
             rollout.wake()  # empty_cache, then wake_up
-            legs["with the adapter, after sleep and wake"] = rollout.sample(
-                list(PROMPTS), 2, None if args.without_adapter else request
+            legs["with the adapter, after sleep and wake"] = sample_groups(
+                rollout, None if args.without_adapter else request, list(PROMPTS), 2
             )
 
     verdicts = {}

@@ -34,15 +34,14 @@ def main(out_dir: str, train_file: str, args: list[str]) -> int:
     folders = []  # adapter folders present after each rollout (the main process prunes at its end)
     import rollouts.vllm_colocated as rollout_module
 
-    original_generate = rollout_module.VLLMRollout.generate
+    original_release = rollout_module.VLLMRollout.release
 
-    def generate(self, *a, **k):
-        out = original_generate(self, *a, **k)
+    def release(self):  # the end of a rollout: the sampler prunes older adapter folders
+        original_release(self)
         root = Path(out_dir) / "out" / ".vllm_adapters"
         folders.append(sorted(p.name for p in root.iterdir()) if root.is_dir() else [])
-        return out
 
-    rollout_module.VLLMRollout.generate = generate  # type: ignore[method-assign]
+    rollout_module.VLLMRollout.release = release  # type: ignore[method-assign]
     import phase3_train_grpo
 
     code = phase3_train_grpo.cli(args)

@@ -32,9 +32,9 @@ class ScriptedToolRollout(ScriptedRollout):
     (action mask 0), then the policy's answer. Optionally with sampler log-probs (vLLM's convention:
     0.0 at environment positions), set later by the test."""
 
-    def generate(self, model, prompts, num_samples, step):
+    def sample(self, prompts, num_samples, *, seed=None):
         eot = end_of_turn_id(self.tokenizer)
-        groups = super().generate(model, prompts, num_samples, step)
+        groups = super().sample(prompts, num_samples)
         out = []
         for group in groups:
             out.append([])

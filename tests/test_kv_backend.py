@@ -69,13 +69,13 @@ def test_phase4_samples_with_the_evaluation_backend(tmp_path, monkeypatch):
     from utils.dataset_loader import write_tasks
 
     calls = []
-    real = KVCacheRollout.continue_ids
+    real = KVCacheRollout.sample
 
     def spy(self, *args, **kwargs):
         calls.append(self.dtype)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(KVCacheRollout, "continue_ids", spy)
+    monkeypatch.setattr(KVCacheRollout, "sample", spy)
     eval_file = write_tasks(tmp_path / "eval.jsonl", small_tasks(2))
     out = tmp_path / "out"
 

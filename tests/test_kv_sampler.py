@@ -7,6 +7,7 @@ import contextlib
 import pytest
 import torch
 
+from rollouts.groups import sample_groups
 from rollouts.hf import generate_completions
 from rollouts.kv_sampler import (
     DecoderWeights,
@@ -208,7 +209,7 @@ def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     greedy = SamplingSettings(temperature=0.0)
     hf = generate_completions(model, tokenizer, prompts, 1, 12, greedy, chat_template_kwargs=template)
     rollout = KVCacheRollout(tokenizer, 12, greedy, template, dtype="float32")
-    ours = rollout.generate(model, prompts, 1, step=0)
+    ours = sample_groups(rollout, model, prompts, 1, step=0)
     for a, b in zip(hf, ours, strict=True):
         assert a[0].token_ids == b[0].token_ids and a[0].finish_reason == b[0].finish_reason == "length"
         assert a[0].text == b[0].text and a[0].prompt_ids == b[0].prompt_ids
@@ -217,7 +218,7 @@ def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     monkeypatch.setattr(model.generation_config, "eos_token_id", [stop])
     assert stop in sampler_stop_ids(tokenizer, model)
     hf = generate_completions(model, tokenizer, prompts[:1], 1, 12, greedy, chat_template_kwargs=template)
-    ours = rollout.generate(model, prompts[:1], 1, step=0)
+    ours = sample_groups(rollout, model, prompts[:1], 1, step=0)
     assert ours[0][0].token_ids == hf[0][0].token_ids and ours[0][0].token_ids[-1] == stop
     assert ours[0][0].finish_reason == hf[0][0].finish_reason == "stop"
     assert ours[0][0].text == hf[0][0].text  # the stop token is not in the text

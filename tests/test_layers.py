@@ -1,7 +1,7 @@
 """The import direction ARCHITECTURE.md states, enforced: phase scripts and test_all.py -> synthesis/,
-training/ -> multiturn/ -> evaluation/ -> rollouts/ -> environments/, clients/ -> sandbox/ -> utils/ ->
-config.py, nothing imports a phase script, the two leaf packages import nothing above them, and the only
-imports against the direction are the exceptions ARCHITECTURE.md names."""
+training/ -> evaluation/ -> rollouts/ -> environments/, clients/ -> sandbox/ -> utils/ -> config.py,
+nothing imports a phase script, the two leaf packages import nothing above them, and the only imports
+against the direction are the exceptions ARCHITECTURE.md names."""
 
 from __future__ import annotations
 
@@ -13,24 +13,21 @@ from tests.conftest import ROOT
 LAYERS = {
     "synthesis": 1,
     "training": 1,
-    "multiturn": 2,
-    "evaluation": 3,
-    "rollouts": 4,
-    "environments": 5,  # the code environments: over the sandbox pool, below every sampler that steps them
-    "clients": 5,  # the OpenAI-compatible client: phase 2, teacher scoring and the vllm server backend
-    "sandbox": 6,  # the trust boundary knows nothing of models or phases: it may import only utils
-    "utils": 7,
-    "config": 8,
+    "evaluation": 2,
+    "rollouts": 3,
+    "environments": 4,  # the code environments: over the sandbox pool, below every sampler that steps them
+    "clients": 4,  # the OpenAI-compatible client: phase 2, teacher scoring and the vllm server backend
+    "sandbox": 5,  # the trust boundary knows nothing of models or phases: it may import only utils
+    "utils": 6,
+    "config": 7,
 }
 # (importing module, imported module): each written down in ARCHITECTURE.md with its reason
 EXCEPTIONS = {
     ("config", "utils.jsonl"),  # save_config writes atomically, lazily imported
-    ("evaluation.solve", "multiturn.sampler"),  # `python -m evaluation.solve` is a command: phase level
 }
 LIBRARY_FOLDERS = (
     "synthesis",
     "training",
-    "multiturn",
     "evaluation",
     "rollouts",
     "environments",

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts: environments, the loop, the action mask, the backends' record shape."""
+"""Multi-turn rollouts: environments, the loop, the action mask, the samplers' record shape."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from environments.code_env import (
     run_tool_program,
     visible_tests,
 )
-from multiturn.backends import ScriptedBackend, cut_continuation
-from multiturn.loop import run_episodes
 from rollouts.completion import RolloutCompletion, stop_ids
+from rollouts.episodes import run_episodes
+from rollouts.groups import Episodes, sample_groups
+from rollouts.protocol import cut_continuation
+from rollouts.scripted import ScriptedBackend
 from sandbox.executor import SandboxLimits, execute_program
 from tests.cli_helpers import fake_teacher_argv
 from tests.conftest import ROOT
@@ -325,11 +327,13 @@ def tiny(tiny_model_name):
 def test_hf_continuer_respects_each_rows_budget_and_continues_the_given_ids(tiny):
     import torch
 
-    from multiturn.backends import HFContinuer
+    from rollouts.hf import HFRollout
+    from rollouts.sampling import FULL_SOFTMAX
 
     model, tok = tiny
     torch.manual_seed(0)
-    backend = HFContinuer(model, tok, batch_size=4)
+    backend = HFRollout(tok, 16, FULL_SOFTMAX, sequences_per_call=4)
+    backend.sync(model, 0)
     prompt = encode_prompt(tok, "Say something.")
     outs = backend.continue_sequences([prompt, prompt + [330, 331], prompt[:-3]], [5, 2, 7], ("</program>",))
     assert [len(o.token_ids) <= b for o, b in zip(outs, [5, 2, 7], strict=True)] == [True] * 3
@@ -342,10 +346,12 @@ def test_hf_continuer_respects_each_rows_budget_and_continues_the_given_ids(tiny
 
 
 def test_the_loop_on_the_tiny_model_gives_the_record_shape(tiny, pool):
-    from multiturn.backends import HFContinuer
+    from rollouts.hf import HFRollout
+    from rollouts.sampling import FULL_SOFTMAX
 
     model, tok = tiny
-    backend = HFContinuer(model, tok)
+    backend = HFRollout(tok, 12, FULL_SOFTMAX)
+    backend.sync(model, 0)
     env = FeedbackEnvironment(pool, max_turns=2, num_visible_tests=1, feedback_max_chars=300)
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
     records = run_episodes(backend, env, tok, [prompt, prompt], [MBPP, MBPP], "feedback", 12, 80)
@@ -357,7 +363,8 @@ def test_the_loop_on_the_tiny_model_gives_the_record_shape(tiny, pool):
 
 
 def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool, monkeypatch):
-    from multiturn.backends import VLLMContinuer
+    from rollouts.sampling import FULL_SOFTMAX
+    from rollouts.vllm_colocated import VLLMRollout
     from tests import fake_vllm
 
     tok = smollm2_tokenizer
@@ -377,7 +384,9 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
     llm = fake.LLM("m")
     env = ToolEnvironment(pool, max_tool_calls=2, result_max_bytes=100)
     prompt = encode_prompt(tok, "p")
-    [from_vllm] = run_episodes(VLLMContinuer(llm, fake, tok), env, tok, [prompt], [MBPP], "tool", 64, 400)
+    vllm_sampler = VLLMRollout(llm, tok, 64, FULL_SOFTMAX, vllm_module=fake)
+    vllm_sampler.sync(None, 0)
+    [from_vllm] = run_episodes(vllm_sampler, env, tok, [prompt], [MBPP], "tool", 64, 400)
     [scripted] = run_episodes(ScriptedBackend(tok, script), env, tok, [prompt], [MBPP], "tool", 64, 400)
     assert from_vllm.logprobs is not None and scripted.logprobs is None  # only vLLM reports log-probs
     assert from_vllm.multi_turn is not None and scripted.multi_turn is not None
@@ -398,19 +407,18 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
 
 def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_use(smollm2_tokenizer, pool, tmp_path):
     from evaluation.evaluate import execute_samples, format_multi_turn, generate_cached, summarize
-    from multiturn.sampler import MultiTurnSampler
 
     tok = smollm2_tokenizer
     env = FeedbackEnvironment(pool, max_turns=3, num_visible_tests=1, feedback_max_chars=300)
     # sample 0 is right at once; sample 1 is wrong, then right; sample 2 is wrong three times
     answers = {0: ["a + b"], 1: ["a - b", "a + b"], 2: ["a - b", "b - a", "a * b"]}
     backend = ScriptedBackend(tok, lambda i, t: ANSWER.format(answers[i][t]))
-    sampler = MultiTurnSampler(lambda model, step: backend, env, tok, "feedback", 64, 600)
+    episodes = Episodes(env, "feedback", 64, 600)
     seen_prompts = []
 
     def generate(prompts, n, tasks):
         seen_prompts.extend(prompts)
-        return sampler.generate(None, prompts, n, 0, tasks)
+        return sample_groups(backend, None, prompts, n, tasks=tasks, episodes=episodes)
 
     cache = generate_cached([MBPP], generate, 3, tmp_path / "c.jsonl", 1, progress=False, mode="feedback")
     assert seen_prompts == [get_unified_prompt(MBPP, 1, mode="feedback")]
@@ -434,12 +442,14 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
 
 
 def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys, monkeypatch):
-    import multiturn.backends as backends
+    import rollouts.groups as groups
 
-    picked = []  # solve continues its samples through the one rollout -> continuer mapping, as phases 3 and 4
-    real = backends.continuer_for
+    picked = []  # solve samples through the one sampling function, as phases 3 and 4
+    real = groups.sample_groups
     monkeypatch.setattr(
-        backends, "continuer_for", lambda rollout: picked.append(type(rollout).__name__) or real(rollout)
+        groups,
+        "sample_groups",
+        lambda sampler, *a, **k: picked.append((type(sampler).__name__, k["episodes"].mode)) or real(sampler, *a, **k),
     )
     from evaluation import solve
 
@@ -465,7 +475,7 @@ def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys, monkeyp
     # the tiny random model never ends its turn in 6 tokens: cut by the token limit, no answer to test
     assert "--- turn 1 (length) ---" in out and "--- turn 2" not in out
     assert "1 turns, 0 tool calls, truncated by a limit" in out
-    assert picked == ["HFRollout"]
+    assert picked == [("HFRollout", "feedback")]
 
 
 # ------------------------------------------------------------------------------------ phase 2

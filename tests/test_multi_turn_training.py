@@ -1,6 +1,6 @@
-"""Phase 3 in a multi-turn mode: the trainer's rollouts go through `multiturn`, the batch
-masks environment tokens, shaping terms, truncation, no hidden test in any observation, the kv
-continuer, and one framing of environment turns for sampling and teacher-SFT."""
+"""Phase 3 in a multi-turn mode: the trainer's rollouts go through `rollouts.episodes`, the batch
+masks environment tokens, shaping terms, truncation, no hidden test in any observation, each
+sampler's `continue_sequences`, and one framing of environment turns for sampling and teacher-SFT."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from environments.code_env import FeedbackEnvironment, ToolEnvironment
-from multiturn.backends import cut_continuation
-from multiturn.loop import Continuation, run_episodes
-from multiturn.sampler import shaping_reward
 from rollouts.completion import MultiTurnInfo, RolloutCompletion, stop_ids
+from rollouts.episodes import run_episodes
+from rollouts.protocol import Continuation, SamplerBase, cut_continuation
 from tests.trainer_helpers import small_tasks, tiny_config
 from training.grpo_trainer import GRPOTrainer
+from training.rewards import shaping_reward
 from training.update_plan import plan_update
 from utils.prompts import PROGRAM_CLOSE, get_unified_prompt
 from utils.sft_data import encode_conversation, encode_prompt, end_of_turn_id
@@ -51,20 +51,23 @@ class SequencePolicy:
         return out
 
 
-class ScriptedMultiTurnRollout:
-    """The trainer's rollout backend in these tests: multi-turn only (a single-turn `generate` is a bug)."""
+class ScriptedMultiTurnRollout(SamplerBase):
+    """The trainer's sampler in these tests: multi-turn only (a single-turn `sample` is a bug); each rollout's
+    continuations are recorded by a `SequencePolicy` of their own."""
 
     def __init__(self, tokenizer, script) -> None:
         self.policies: list[SequencePolicy] = []
         self.tokenizer, self.script = tokenizer, script
+        self.chat_template_kwargs = {"enable_thinking": True}
 
-    def generate(self, model, prompts, num_samples, step):
+    def sample(self, prompts, num_samples, *, seed=None):
         raise AssertionError("a multi-turn run sampled single-turn rollouts")
 
-    def continuer(self, model, step):
-        policy = SequencePolicy(self.tokenizer, self.script)
-        self.policies.append(policy)
-        return policy
+    def sync(self, policy, step):
+        self.policies.append(SequencePolicy(self.tokenizer, self.script))
+
+    def continue_sequences(self, sequences, max_new_tokens, stop_strings):
+        return self.policies[-1].continue_sequences(sequences, max_new_tokens, stop_strings)
 
 
 def task_of(text: str, tasks):
@@ -249,7 +252,6 @@ def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_stud
 
 
 def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_logprobs(tiny_student):
-    from multiturn.backends import HFContinuer, KVContinuer, continuer_for
     from rollouts.hf import HFRollout
     from rollouts.kv_sampler import KVCacheRollout
     from rollouts.sampling import FULL_SOFTMAX
@@ -261,9 +263,9 @@ def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_log
     prompt = encode_prompt(tok, get_unified_prompt(task, 1, mode="feedback"))
     env = FeedbackEnvironment(pool := SandboxPool(2), 2, 1, 300)
     try:
-        kv = continuer_for(KVCacheRollout(tok, 12, FULL_SOFTMAX, dtype="float32"))(model, 0)
-        hf = continuer_for(HFRollout(tok, 12, FULL_SOFTMAX, batch_size=4))(model, 0)
-        assert isinstance(kv, KVContinuer) and isinstance(hf, HFContinuer)
+        kv = KVCacheRollout(tok, 12, FULL_SOFTMAX, dtype="float32")
+        hf = HFRollout(tok, 12, FULL_SOFTMAX, batch_size=4)
+        kv.sync(model, 0), hf.sync(model, 0)
         torch.manual_seed(1)
         from_kv = run_episodes(kv, env, tok, [prompt] * 3, [task] * 3, "feedback", 12, 80)
         from_hf = run_episodes(hf, env, tok, [prompt] * 3, [task] * 3, "feedback", 12, 80)
@@ -288,13 +290,13 @@ def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_log
 
 
 def test_kv_continuer_stops_at_a_stop_string_and_at_each_rows_budget(tiny_student):
-    from multiturn.backends import KVContinuer
     from rollouts.kv_sampler import KVCacheRollout
     from rollouts.sampling import FULL_SOFTMAX
 
     model, tok = tiny_student()
     prompt = encode_prompt(tok, "Say something.")
-    kv = KVContinuer(KVCacheRollout(tok, 16, FULL_SOFTMAX, dtype="float32"), model)
+    kv = KVCacheRollout(tok, 16, FULL_SOFTMAX, dtype="float32")
+    kv.sync(model, 0)
     torch.manual_seed(0)
     outs = kv.continue_sequences([prompt, prompt + [330, 331], prompt[:-3]], [5, 2, 7], ("e",))
     for out, budget in zip(outs, [5, 2, 7], strict=True):
@@ -381,13 +383,14 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
 def test_the_vllm_continuer_decodes_every_budget_in_one_generate_call(monkeypatch, smollm2_tokenizer):
     """After the first turn most samples have their own remaining budget; one `generate` per distinct budget
     decoded them nearly one at a time. vLLM takes one SamplingParams per prompt in a single call."""
-    from multiturn.backends import VLLMContinuer
     from rollouts.sampling import SamplingSettings
+    from rollouts.vllm_colocated import VLLMRollout
     from tests import fake_vllm
 
     fake = fake_vllm.install(monkeypatch)
     engine = fake.LLM(model="m", enable_lora=False)
-    continuer = VLLMContinuer(engine, fake, smollm2_tokenizer, SamplingSettings(), None, True)
+    continuer = VLLMRollout(engine, smollm2_tokenizer, 16, SamplingSettings(), vllm_module=fake)
+    continuer.sync(None, 0)
     sequences = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]]
     results = continuer.continue_sequences(sequences, [5, 9, 5, 12], ("</program>",))
     assert len(engine.calls) == 1 and engine.calls[0].num_prompts == 4
@@ -400,7 +403,6 @@ def test_multi_turn_hf_rollouts_continue_a_whole_micro_batch_per_generate_call(t
     """Each multi-turn sequence is one sample, so the hf continuer's batch is per_device_train_batch_size x G
     sequences, what one single-turn `generate` call holds (it got per_device_train_batch_size: 2 sequences a call
     under the gpu preset, 32 sequential calls per turn for a rollout batch of 64)."""
-    from multiturn.backends import continuer_for
     from rollouts.from_config import build_sampler
 
     model, tok = tiny_student()
@@ -408,7 +410,8 @@ def test_multi_turn_hf_rollouts_continue_a_whole_micro_batch_per_generate_call(t
 
     config = build_config("gpu", overrides=["multi_turn.mode=tool"])
     group = config.training.per_device_train_batch_size * config.grpo.num_samples_per_prompt
-    continuer = continuer_for(build_sampler(config, purpose="train", tokenizer=tok, output_dir=tmp_path))(model, 0)
+    continuer = build_sampler(config, purpose="train", tokenizer=tok, output_dir=tmp_path)
+    continuer.sync(model, 0)
     calls = []
     generate = model.generate
     model.generate = lambda **kwargs: calls.append(kwargs["input_ids"].shape[0]) or generate(**kwargs)

@@ -160,10 +160,10 @@ def test_dynamic_sampling_refills_the_batch_with_groups_that_have_spread(tmp_pat
 
         calls = 0
 
-        def generate(self, model, prompts, num_samples, step):
+        def sample(self, prompts, num_samples, *, seed=None):
             self.always_wrong = type(self).calls == 0
             type(self).calls += 1
-            return super().generate(model, prompts, num_samples, step)
+            return super().sample(prompts, num_samples)
 
     trainer = scripted_trainer(
         tmp_path / "out",
@@ -356,7 +356,7 @@ def test_final_sft_weights_must_not_be_negative(key):
 
 
 class NoRollouts(ScriptedRollout):
-    def generate(self, model, prompts, num_samples, step):
+    def sample(self, prompts, num_samples, *, seed=None):
         raise AssertionError("nothing in this objective uses rollouts")
 
 

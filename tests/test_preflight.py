@@ -50,18 +50,23 @@ def test_a_phase_with_a_parser_of_its_own_makes_the_preflight_fail(module, monke
 
 
 def test_a_leaking_label_mask_makes_the_preflight_fail(monkeypatch, smollm2_tokenizer, capsys):
-    import utils.sft_data as sft
+    import training.sft_sources as sft
+    from config import build_config
 
     real = sft.build_sft_example
 
-    def leaky(prompt_ids, response_ids, max_length):
-        example = real(prompt_ids, response_ids, max_length)
+    def leaky(prompt_ids, response_ids, max_length, response_mask=None):
+        example = real(prompt_ids, response_ids, max_length, response_mask)
         example["labels"] = list(example["input_ids"])  # the classic bug: labels = input_ids
         return example
 
+    config = build_config("cpu")
+    report = test_all.Report()
+    test_all.check_sft_labels(report, config, smollm2_tokenizer)  # through training's own path: it passes
+    assert report.count("FAIL") == 0 and report.count("PASS") == 2, capsys.readouterr().out
     monkeypatch.setattr(sft, "build_sft_example", leaky)
     report = test_all.Report()
-    test_all.check_sft_labels(report, smollm2_tokenizer)
+    test_all.check_sft_labels(report, config, smollm2_tokenizer)
     assert report.count("FAIL") == 1
     assert "data leak" in capsys.readouterr().out
 
@@ -96,7 +101,7 @@ def test_preflight_checks_a_running_teacher_through_the_client(capsys):
 
 
 def test_multi_turn_checks_pass_and_a_leaking_action_mask_fails(monkeypatch, smollm2_tokenizer, capsys):
-    import multiturn.loop as loop
+    import rollouts.episodes as loop
     from config import build_config
 
     config = build_config("cpu")

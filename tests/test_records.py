@@ -161,7 +161,7 @@ def _scripted_single(code):
 
 
 def _feedback_completion(code):
-    """A multi-turn rollout completion (multiturn.loop's shape): 30 tokens, 20 of them the policy's."""
+    """A multi-turn rollout completion (rollouts.episodes' shape): 30 tokens, 20 of them the policy's."""
     answers = ("```python\nx = 0\n```", f"```python\n{code}\n```")
     return RolloutCompletion(
         text=answers[1],

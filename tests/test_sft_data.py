@@ -12,7 +12,7 @@ from utils.sft_data import (
     encode_prompt,
     encode_response,
     end_of_turn_id,
-    prepare_teacher_sft_batch,
+    teacher_sft_ids,
 )
 
 SHORT = {
@@ -26,6 +26,17 @@ LONG = {
     "code": "def biggest(xs):\n    best = xs[0]\n    for x in xs[1:]:\n        if x > best:\n"
     "            best = x\n    return best",
 }
+
+
+def teacher_batch(examples, tok, include_thinking=True, max_length=2048):
+    """Traces as teacher-SFT prepares them (`training.sft_sources.build_teacher_sft`'s single-turn path, then the
+    trainer's `collate_sft`), and how many were dropped."""
+    from synthesis.generate_traces import TeacherTrace
+
+    traces = [TeacherTrace("t", 0, ex["prompt"], thinking=ex["thinking"], code=ex["code"]) for ex in examples]
+    built = [build_sft_example(*teacher_sft_ids(tok, t, include_thinking), max_length) for t in traces]
+    kept = [b for b in built if b is not None]
+    return collate_sft(kept, tok.pad_token_id), len(examples) - len(kept)
 
 
 def test_target_format():
@@ -71,7 +82,7 @@ def test_prompt_tokens_are_exactly_what_generation_sees(smollm2_tokenizer):
 
 def test_teacher_batch_masks_prompt_and_padding(smollm2_tokenizer):
     tok = smollm2_tokenizer
-    batch = prepare_teacher_sft_batch([SHORT, LONG], tok, include_thinking=True, max_length=2048)
+    batch, dropped = teacher_batch([SHORT, LONG], tok, include_thinking=True, max_length=2048)
     ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
     eot = end_of_turn_id(tok)
     assert eot == tok.convert_tokens_to_ids("<|im_end|>")
@@ -79,21 +90,19 @@ def test_teacher_batch_masks_prompt_and_padding(smollm2_tokenizer):
         prompt_len = len(encode_prompt(tok, ex["prompt"]))
         response = encode_response(tok, build_sft_target(ex["thinking"], ex["code"]))
         n = prompt_len + len(response)
-        assert batch["prompt_lengths"][row] == prompt_len
         assert int(mask[row].sum()) == n
         assert (labels[row, :prompt_len] == IGNORE_INDEX).all()
         assert labels[row, prompt_len:n].tolist() == response == ids[row, prompt_len:n].tolist()
         assert (labels[row, n:] == IGNORE_INDEX).all() and (mask[row, n:] == 0).all()
-        assert batch["num_response_tokens"][row] == len(response)
         assert ids[row, n - 1].item() == eot
         assert tok.decode(ids[row, prompt_len : n - 1].tolist()) == build_sft_target(ex["thinking"], ex["code"])
     # the short row is padded: its pad positions exist and are ignored
     assert int(mask[0].sum()) < ids.shape[1]
-    assert batch["num_dropped"] == 0
+    assert dropped == 0
 
 
 def test_without_thinking_the_response_has_no_think_block(smollm2_tokenizer):
-    batch = prepare_teacher_sft_batch([SHORT], smollm2_tokenizer, include_thinking=False)
+    batch, _ = teacher_batch([SHORT], smollm2_tokenizer, include_thinking=False)
     supervised = batch["input_ids"][0][batch["labels"][0] != IGNORE_INDEX].tolist()
     assert "<think>" not in smollm2_tokenizer.decode(supervised)
 
@@ -101,13 +110,13 @@ def test_without_thinking_the_response_has_no_think_block(smollm2_tokenizer):
 def test_a_trace_that_does_not_fit_is_dropped_not_cut(smollm2_tokenizer):
     tok = smollm2_tokenizer
     prompt_len = len(encode_prompt(tok, LONG["prompt"]))
-    whole = prepare_teacher_sft_batch([LONG], tok, max_length=10_000)
+    whole, dropped = teacher_batch([LONG], tok, max_length=10_000)
     full_len = int(whole["attention_mask"].sum())
-    assert whole["num_dropped"] == 0 and whole["input_ids"][0, full_len - 1] == end_of_turn_id(tok)
-    cut = prepare_teacher_sft_batch([LONG], tok, max_length=prompt_len + 5)  # room for 5 of its response tokens
-    assert cut["num_dropped"] == 1 and cut["input_ids"].shape[0] == 0  # no thinking prefix without code or end
-    exact = prepare_teacher_sft_batch([LONG, SHORT], tok, max_length=full_len)
-    assert exact["num_dropped"] == 0 and int(exact["attention_mask"][0].sum()) == full_len
+    assert dropped == 0 and whole["input_ids"][0, full_len - 1] == end_of_turn_id(tok)
+    cut, dropped = teacher_batch([LONG], tok, max_length=prompt_len + 5)  # room for 5 of its response tokens
+    assert dropped == 1 and cut["input_ids"].shape[0] == 0  # no thinking prefix without code or end
+    exact, dropped = teacher_batch([LONG, SHORT], tok, max_length=full_len)
+    assert dropped == 0 and int(exact["attention_mask"][0].sum()) == full_len
 
 
 def test_a_prompt_that_already_closed_thinking_refuses_think_targets():

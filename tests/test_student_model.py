@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from rollouts.groups import sample_groups
 from rollouts.hf import generate_completions
 from rollouts.sampling import SamplingSettings
 from utils import student_model as sm
@@ -268,7 +269,7 @@ def test_the_hf_rollout_generates_a_micro_batch_of_sequences_per_call(tiny, tmp_
 
     model.generate = counting_generate
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
-    groups = rollout.generate(model, [f"prompt {i}" for i in range(4)], 4, 0)
+    groups = sample_groups(rollout, model, [f"prompt {i}" for i in range(4)], 4, step=0)
     assert [len(group) for group in groups] == [4, 4, 4, 4]
     assert rows_per_call == [8, 8]
 

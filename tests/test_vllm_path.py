@@ -22,6 +22,7 @@ from evaluation.evaluate import generate_cached
 from rollouts import from_config
 from rollouts.completion import RolloutCompletion
 from rollouts.from_config import build_sampler, prompt_lengths
+from rollouts.groups import sample_groups
 from tests import fake_vllm
 from tests.conftest import ROOT
 from tests.trainer_helpers import small_tasks, tiny_config
@@ -109,7 +110,7 @@ def test_one_adapter_folder_in_the_training_dtype_and_a_new_name_per_sync(tmp_pa
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     engine = fake_vllm.ENGINES[-1]
     for step in range(5):
-        rollout.generate(model, ["p"], 2, step)
+        sample_groups(rollout, model, ["p"], 2, step=step)
     root = tmp_path / ".vllm_adapters"
     assert sorted(p.name for p in root.iterdir()) == ["step-4"]  # older folders removed, no temporary ones left
     assert saved_dtypes(root / "step-4") == {torch.bfloat16}
@@ -124,12 +125,12 @@ def test_samples_keep_the_token_vllm_stopped_on(tmp_path, vllm, monkeypatch):
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     other_eos = 7  # an EOS from the model's generation config, not in our stop list: vLLM stops on it and keeps it
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", other_eos)
-    sample = rollout.generate(model, ["p"], 1, 0)[0][0]
+    sample = sample_groups(rollout, model, ["p"], 1, step=0)[0][0]
     assert sample.token_ids[-1] == other_eos and sample.finish_reason == "stop"
     assert sample.num_tokens == len(sample.token_ids)
     eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
     monkeypatch.setattr(fake_vllm.FakeLLM, "stop_with", None)
-    sample = rollout.generate(model, ["p"], 1, 1)[0][0]
+    sample = sample_groups(rollout, model, ["p"], 1, step=1)[0][0]
     assert sample.token_ids.count(eot) == 1 and sample.token_ids[-1] == eot  # not appended a second time
 
 
@@ -137,7 +138,7 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
     # left unset, a knob takes vLLM's default or the server's generation-config default: every one is explicit
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
-    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(model, ["p"], 2, 0)
+    sample_groups(build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path), model, ["p"], 2)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert {k: sent[k] for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
         "temperature": config.grpo.temperature,
@@ -147,7 +148,7 @@ def test_vllm_rollouts_send_every_sampling_knob(tmp_path, vllm):
         "repetition_penalty": 1.0,
     }
     config = vllm_config(tmp_path, **{"grpo.top_k": 20, "grpo.min_p": 0.05, "grpo.repetition_penalty": 1.1})
-    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(model, ["p"], 2, 0)
+    sample_groups(build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path), model, ["p"], 2)
     sent = fake_vllm.ENGINES[-1].calls[-1].params.kwargs
     assert (sent["top_k"], sent["min_p"], sent["repetition_penalty"]) == (20, 0.05, 1.1)
 
@@ -161,8 +162,8 @@ def test_sleep_mode_sleeps_during_the_update(tmp_path, vllm, monkeypatch):
     # the trainer's cached blocks go back to the device before every wake-up: with one GPU the engine wakes in
     # vLLM's own process and needs its whole share back (as TRL does before llm.wake_up)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: engine.events.append("empty_cache"))
-    rollout.generate(model, ["p"], 2, 0)
-    rollout.generate(model, ["p"], 2, 1)
+    sample_groups(rollout, model, ["p"], 2, step=0)
+    sample_groups(rollout, model, ["p"], 2, step=1)
     assert engine.events == [
         "sleep1",
         *("empty_cache", "wake_up", "generate", "sleep1"),
@@ -343,7 +344,7 @@ def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
-    out = rollout.generate(model, ["p1", "p2"], 3, 0)
+    out = sample_groups(rollout, model, ["p1", "p2"], 3, step=0)
     template = {"enable_thinking": config.student.enable_thinking}
     assert [list(s[0].prompt_ids) for s in out] == [
         encode_prompt(tokenizer, p, chat_template_kwargs=template) for p in ("p1", "p2")
@@ -427,7 +428,7 @@ def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     engine = fake_vllm.ENGINES[-1]
     assert engine.kwargs["logprobs_mode"] == "processed_logprobs"  # after temperature: what the trainer recomputes
-    sample = rollout.generate(model, ["p"], 2, 0)[0][0]
+    sample = sample_groups(rollout, model, ["p"], 2, step=0)[0][0]
     assert engine.calls[-1].params.logprobs == 0
     expected = [engine.logprob_of(list(sample.prompt_ids), j, t) for j, t in enumerate(sample.token_ids)]
     assert list(sample.logprobs) == pytest.approx(expected) and len(sample.logprobs) == sample.num_tokens

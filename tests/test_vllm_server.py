@@ -13,6 +13,7 @@ import torch
 
 import phase3_train_grpo as phase3
 from rollouts.from_config import build_sampler
+from rollouts.groups import sample_groups
 from rollouts.vllm_server import ServerRolloutError
 from tests.canned_responses import half_right_responder
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
@@ -110,7 +111,7 @@ def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path
         digests = []
         for step in range(5):
             nudge(model, 0.01 * (step + 1))
-            out = rollout.generate(model, ["p1", "p2"], 3, step)
+            out = sample_groups(rollout, model, ["p1", "p2"], 3, step=step)
             digests.append(state.calls[-1][1])
         rollout.close()
     names = [name for kind, name in state.events if kind == "load"]
@@ -157,14 +158,14 @@ def test_server_errors_say_what_to_do(tmp_path):
         config = server_config(tmp_path, server.url)
         model, tokenizer = tiny_policy(config)
         with pytest.raises(ServerRolloutError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"):
-            build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(
-                model, ["p"], 2, 0
+            sample_groups(
+                build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path), model, ["p"], 2
             )
     with RunningServer(FakeVLLMServer(max_lora_rank=1)) as server:  # the tiny config trains r=4
         config = server_config(tmp_path, server.url)
         with pytest.raises(ServerRolloutError, match="--max-lora-rank"):
-            build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path).generate(
-                model, ["p"], 2, 0
+            sample_groups(
+                build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path), model, ["p"], 2
             )
 
 

@@ -9,13 +9,14 @@ import torch
 
 from config import build_config
 from rollouts.completion import RolloutCompletion
+from rollouts.protocol import SamplerBase
 from tests.canned_responses import WRONG_CODE, student_answer
 from tests.conftest import ROOT
 from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
 from utils.sft_data import encode_prompt, end_of_turn_id
 
 
-class ScriptedRollout:
+class ScriptedRollout(SamplerBase):
     """A stand-in policy sampler: for each prompt, G completions of which a random subset (drawn from
     torch's RNG, so resuming must restore it) is the task's reference solution and the rest wrong code.
     Rewards then differ within groups, so the GRPO term has real gradients on the tiny model."""
@@ -25,7 +26,7 @@ class ScriptedRollout:
         self.tasks_by_problem = tasks_by_problem
         self.always_wrong = always_wrong  # every group all wrong: zero-variance rewards, no self-SFT sample
 
-    def generate(self, model, prompts, num_samples, step):
+    def sample(self, prompts, num_samples, *, seed=None):
         eot = end_of_turn_id(self.tokenizer)
         out = []
         for prompt in prompts:
@@ -40,6 +41,9 @@ class ScriptedRollout:
                 samples.append(RolloutCompletion(text, tuple(token_ids), tuple(ids), "stop"))
             out.append(samples)
         return out
+
+    def continue_sequences(self, sequences, max_new_tokens, stop_strings):
+        raise AssertionError("ScriptedRollout samples single-turn rollouts only")
 
 
 def tiny_config(output_dir, **overrides):

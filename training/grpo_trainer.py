@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from config import Config, save_config
-from multiturn.sampler import multi_turn_sampler, sample_groups
-from rollouts.from_config import budget_name, chat_template_kwargs, prompt_lengths, sample_budget
+from rollouts.from_config import budget_name, chat_template_kwargs, episodes_for, prompt_lengths, sample_budget
+from rollouts.groups import sample_groups
+from rollouts.protocol import Sampler
 from sandbox.executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
@@ -67,7 +68,7 @@ class GRPOTrainer:
         teacher_examples: list[TeacherTrace],
         output_dir: str | Path,
         accelerator: Any = None,
-        rollout: Any = None,
+        rollout: Sampler | None = None,
         pool: SandboxPool | None = None,
         teacher_scorer: TeacherScorer | None = None,
     ) -> None:
@@ -148,7 +149,7 @@ class GRPOTrainer:
             workers, self.limits, config.sandbox.isolate, secret_paths=task_secret_paths(config)
         )
         self.rollout = rollout
-        self.multi_turn = multi_turn_sampler(config, tokenizer, rollout, self.pool, self.limits)
+        self.episodes = episodes_for(config, self.pool, self.limits)  # None: single-turn samples
         self.state = TrainerState()
         self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
         self.teacher_rng = random.Random(training.seed + 1 + self.accelerator.process_index)
@@ -247,7 +248,9 @@ class GRPOTrainer:
         with torch.no_grad():
             assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
             step, size = self.state.global_step, self.group_size
-            generations = sample_groups(self.rollout, self.multi_turn, unwrapped, prompts, size, step=step, tasks=tasks)
+            generations = sample_groups(
+                self.rollout, unwrapped, prompts, size, step=step, tasks=tasks, episodes=self.episodes
+            )
         rollout_time = time.monotonic() - start
         groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.limits, self.user_rewards)
         generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted

@@ -192,7 +192,7 @@ class Reward:
     correctness: float | None
     format: float
     user: dict[str, float | None] = field(default_factory=dict)  # each user reward function's raw value
-    shaping: float = 0.0  # the multi-turn terms (tool use, turn cost; `multiturn.sampler.shaping_reward`)
+    shaping: float = 0.0  # the multi-turn terms (tool use, turn cost; `shaping_reward`)
 
     @property
     def bonus(self) -> float:
@@ -260,3 +260,18 @@ def compute_rewards(
         shaped = float(shaping[i]) if shaping else 0.0
         out.append(Reward(None if c is None else c + format_weight * f + extra + shaped, c, f, values, shaped))
     return out
+
+
+def shaping_reward(
+    record: RolloutCompletion, tool_call_reward: float, tool_reward_cap: float, turn_cost: float
+) -> float:
+    """The optional multi-turn reward terms of one sample (0 when off, and for single-turn records):
+    + tool_call_reward per program that ran without error, at most tool_reward_cap in all;
+    - turn_cost per extra turn (feedback: answers after the first; tool: programs asked for)."""
+    info = record.multi_turn
+    if info is None or info.mode not in ("tool", "feedback"):
+        return 0.0
+    tool = info.mode == "tool"
+    bonus = min(tool_call_reward * info.tool_successes, tool_reward_cap) if tool else 0.0
+    extra_turns = info.tool_calls if tool else max(info.num_turns - 1, 0)
+    return bonus - turn_cost * extra_turns

@@ -1,7 +1,7 @@
 """One rollout batch scored: parse every completion, run it in the sandbox, compute its reward.
 
 `score_rollouts` is the step between sampling and planning an update: it turns the G completions per
-task that a rollout backend (or the multi-turn sampler) returned into `training.rewards.ScoredSample`
+task that `rollouts.groups.sample_groups` returned into `training.rewards.ScoredSample`
 groups, and reports what the batch looked like (pass rate, format, sandbox retries, the per-function
 reward means, the multi-turn statistics). The sandbox is the only process that sees the tests.
 """
@@ -12,10 +12,9 @@ import time
 from collections.abc import Sequence
 
 from config import Config
-from multiturn.sampler import multi_turn_metrics, shaping_reward
 from rollouts.completion import RolloutCompletion
 from sandbox.executor import SandboxLimits, SandboxPool, execute_many
-from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns
+from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns, shaping_reward
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
@@ -44,7 +43,7 @@ def score_rollouts(
 
     A sample whose run hit a harness failure (`sandbox_error`) is run once more; failing twice on the same
     program it counts as a failure, not as unverifiable (`compute_rewards(confirmed_failures=)`). The
-    optional multi-turn terms (`multiturn.sampler.shaping_reward`) enter the reward's shaping part.
+    optional multi-turn terms (`training.rewards.shaping_reward`) enter the reward's shaping part.
     """
     start = time.monotonic()
     include_challenge = config.sandbox.include_challenge_tests
@@ -109,3 +108,27 @@ def score_rollouts(
     if config.multi_turn.mode != "single":
         metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
     return groups, metrics
+
+
+def multi_turn_metrics(
+    records: Sequence[RolloutCompletion], passed: Sequence[bool], shaping: Sequence[float]
+) -> dict[str, float]:
+    """Phase 3's per-step multi-turn metrics: turns per sample, the share truncated by a limit (scored on
+    their last answer), the share of passing samples that needed more than one turn, the share of the
+    sequence the environment inserted, tool use, and the mean shaping term (single-turn records count
+    as one turn, no tool call, nothing inserted)."""
+    n = max(len(records), 1)
+    tokens = max(sum(r.num_tokens for r in records), 1)
+    infos = [r.multi_turn for r in records if r.multi_turn is not None]
+    tool_calls = sum(i.tool_calls for i in infos)
+    return {
+        "multi_turn/turns_mean": sum(r.num_turns for r in records) / n,
+        "multi_turn/truncated": sum(i.truncated for i in infos) / n,
+        "multi_turn/passed_after_first_turn": sum(ok and r.num_turns > 1 for r, ok in zip(records, passed, strict=True))
+        / n,
+        "multi_turn/environment_token_share": 1.0
+        - sum(sum(r.action_mask) for r in records if r.action_mask is not None) / tokens,
+        "multi_turn/tool_calls_mean": tool_calls / n,
+        "multi_turn/tool_success_share": sum(i.tool_successes for i in infos) / max(tool_calls, 1),
+        "multi_turn/shaping_mean": sum(shaping) / n,
+    }

@@ -9,7 +9,7 @@ and appended. A backend is anything with
     continue_sequences(sequences: list[list[int]], max_new_tokens: list[int],
                        stop_strings: tuple[str, ...]) -> list[Continuation]
 
-(`multiturn.backends`: transformers `generate`, a vLLM engine, a scripted policy for tests).
+(every `rollouts.protocol.Sampler`, and the scripted policies of the preflight and tests).
 
 Token ids are the single truth: the policy's ids are kept exactly as sampled (never decoded and
 re-encoded), observations are encoded once and appended, and the next turn continues from exactly
@@ -35,18 +35,9 @@ from typing import Any, Protocol
 
 from environments.code_env import EpisodeState, Step, Turn
 from rollouts.completion import MultiTurnInfo, RolloutCompletion
+from rollouts.protocol import Continuation
 from utils.dataset_loader import Task
 from utils.sft_data import encode_inserted_text, environment_turn_ids
-
-
-@dataclass
-class Continuation:
-    """What a backend returns for one sequence."""
-
-    token_ids: list[int]  # new ids as sampled; an end-of-turn id the policy stopped on is the last one
-    text: str  # their text, special tokens left out
-    finish_reason: str  # "stop" (end-of-turn id), "stop_string" (an environment stop string), "length"
-    logprobs: list[float] | None = None  # the sampler's log-prob of each new id (vLLM)
 
 
 class ContinueBackend(Protocol):
