@@ -24,6 +24,7 @@ import math
 import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1807,6 +1808,26 @@ def config_from_args_or_exit(
     if show:
         print(config_summary(config), flush=True)
     return config
+
+
+def run_phase(
+    work: Callable[[], Any],
+    errors: tuple[type[BaseException], ...],
+    interrupted: str,
+    status: Callable[[Any], int] = lambda _result: 0,
+) -> int:
+    """What every phase's `cli` does with its work: `status(work())`; 1 with `error: …` on stderr for one of
+    `errors` (a refusal whose message says what to do); 130 with `interrupted: …` (what was kept, how to go on)
+    on Ctrl-C."""
+    try:
+        result = work()
+    except errors as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {interrupted}", file=sys.stderr)
+        return 130
+    return status(result)
 
 
 if __name__ == "__main__":

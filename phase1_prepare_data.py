@@ -28,6 +28,7 @@ from config import (
     config_from_args_or_exit,
     config_to_dict,
     parse_phase_args,
+    run_phase,
 )
 from utils.dataset_loader import (
     EMBEDDED_APPS,
@@ -267,15 +268,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 def cli(argv: list[str] | None = None) -> int:
     args, flags = parse_args(argv)
     config = config_from_args_or_exit(args, flags)
-    try:
-        main(config)
-    except (DataFormatError, ConfigError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: nothing was written (outputs appear only when complete).", file=sys.stderr)
-        return 130
-    return 0
+    return run_phase(
+        lambda: main(config),
+        (DataFormatError, ConfigError),
+        "nothing was written (outputs appear only when complete).",
+    )
 
 
 if __name__ == "__main__":

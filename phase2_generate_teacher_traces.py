@@ -29,6 +29,7 @@ from config import (
     ConfigFlag,
     config_from_args_or_exit,
     parse_phase_args,
+    run_phase,
     save_config,
 )
 from environments.code_env import make_environment
@@ -374,25 +375,21 @@ def cli(argv: list[str] | None = None) -> int:
     config = config_from_args_or_exit(args, extra)
     if args.test_connection:
         return asyncio.run(test_connection(config))
-    try:
-        result = main(
-            config, Path(args.input) if args.input else None, Path(args.output) if args.output else None, args.overwrite
-        )
-    except (
-        TeacherFatalError,
-        DataFormatError,
-        TraceFileBusy,
-        TraceSettingsChanged,
-        ModelLoadError,
-        MixedTraceFile,
-        DiskFullError,
-    ) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished samples are saved; rerun the same command to continue.", file=sys.stderr)
-        return 130
-    return exit_status(result)
+    input_file, output_file = Path(args.input) if args.input else None, Path(args.output) if args.output else None
+    return run_phase(
+        lambda: main(config, input_file, output_file, args.overwrite),
+        (
+            TeacherFatalError,
+            DataFormatError,
+            TraceFileBusy,
+            TraceSettingsChanged,
+            ModelLoadError,
+            MixedTraceFile,
+            DiskFullError,
+        ),
+        "finished samples are saved; rerun the same command to continue.",
+        exit_status,
+    )
 
 
 if __name__ == "__main__":

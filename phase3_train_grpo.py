@@ -29,6 +29,7 @@ from config import (
     ConfigFlag,
     config_from_args_or_exit,
     parse_phase_args,
+    run_phase,
 )
 from rollouts.from_config import build_sampler, chat_template_kwargs, tasks_within_prompt_length
 from synthesis.generate_traces import load_teacher_examples
@@ -339,38 +340,26 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
 def cli(argv: list[str] | None = None) -> int:
     args, flags = parse_args(argv)
     config = config_from_args_or_exit(args, flags)
-    try:
-        main(
-            config,
-            args.resume_from_checkpoint,
-            Path(args.teacher_traces) if args.teacher_traces else None,
-            Path(args.train_file) if args.train_file else None,
-            args.overwrite_output_dir,
-        )
-    except (
-        DataFormatError,
-        ModelLoadError,
-        FileNotFoundError,
-        RunSetupError,
-        RewardFunctionError,
-        LaunchError,
-        TokenizerMismatchError,
-        TeacherScoringError,
-        TeacherFatalError,
-        CheckpointMismatchError,
-        DiskFullError,
-        FolderBusyError,
-    ) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"\ninterrupted: checkpoints saved so far are in {config.paths.output_dir}; continue with "
-            "--resume_from_checkpoint latest.",
-            file=sys.stderr,
-        )
-        return 130
-    return 0
+    traces = Path(args.teacher_traces) if args.teacher_traces else None
+    train_file = Path(args.train_file) if args.train_file else None
+    return run_phase(
+        lambda: main(config, args.resume_from_checkpoint, traces, train_file, args.overwrite_output_dir),
+        (
+            DataFormatError,
+            ModelLoadError,
+            FileNotFoundError,
+            RunSetupError,
+            RewardFunctionError,
+            LaunchError,
+            TokenizerMismatchError,
+            TeacherScoringError,
+            TeacherFatalError,
+            CheckpointMismatchError,
+            DiskFullError,
+            FolderBusyError,
+        ),
+        f"checkpoints saved so far are in {config.paths.output_dir}; continue with --resume_from_checkpoint latest.",
+    )
 
 
 if __name__ == "__main__":

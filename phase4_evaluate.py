@@ -30,6 +30,7 @@ from config import (
     config_from_args_or_exit,
     config_to_dict,
     parse_phase_args,
+    run_phase,
 )
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
@@ -338,7 +339,8 @@ def cli(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
+
+    def evaluate() -> dict:
         eval_set = load_eval_set(
             args.eval_set,
             eval_file=args.eval_file,
@@ -348,7 +350,7 @@ def cli(argv: list[str] | None = None) -> int:
             apps_difficulty=args.apps_difficulty,
             visible_tests=config.prompt.num_visible_tests,
         )
-        main(
+        return main(
             config,
             args.model_path or str(default_model_path(config)),
             args.baseline,
@@ -357,17 +359,12 @@ def cli(argv: list[str] | None = None) -> int:
             eval_set,
             args.max_tasks,
         )
-    except (DataFormatError, ModelLoadError, FileBusyError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(
-            f"\ninterrupted: completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same "
-            "command to continue.",
-            file=sys.stderr,
-        )
-        return 130
-    return 0
+
+    return run_phase(
+        evaluate,
+        (DataFormatError, ModelLoadError, FileBusyError),
+        f"completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same command to continue.",
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,35 @@ def one_line_error(proc) -> str:
 # ---------------------------------------------------------------- one-line errors
 
 
+@pytest.mark.parametrize("phase", [phase1, phase3, phase4])
+def test_ctrl_c_in_a_phase_exits_130_with_one_line_saying_what_was_kept(phase, monkeypatch, capsys, tmp_path):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(phase, "main", interrupted)
+    monkeypatch.setattr(phase4, "load_eval_set", lambda *a, **k: None)
+    assert phase.cli(["--preset", "cpu", "--set", f"paths.output_dir={tmp_path}"]) == 130
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert line.startswith("interrupted: ") and any(w in line for w in ("written", "checkpoints", "cached")), line
+
+
+def test_run_phase_turns_the_outcome_into_the_exit_code(capsys):
+    from config import run_phase
+
+    class Refused(Exception):
+        pass
+
+    def refuse():
+        raise Refused("the file is busy; wait for the other run")
+
+    assert run_phase(lambda: {"done": 1}, (Refused,), "kept") == 0
+    assert run_phase(lambda: 3, (Refused,), "kept", status=lambda result: result) == 3
+    assert run_phase(refuse, (Refused,), "kept") == 1
+    assert capsys.readouterr().err == "error: the file is busy; wait for the other run\n"
+    with pytest.raises(ValueError):  # anything else is a bug: its traceback is shown
+        run_phase(lambda: int("x"), (Refused,), "kept")
+
+
 def test_phase1_without_hub_access_is_one_line(tmp_path):
     proc = run_script(
         "phase1_prepare_data.py", "--preset", "gpu", "--output_dir", str(tmp_path), env={"HF_HUB_OFFLINE": "1"}
