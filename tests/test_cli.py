@@ -44,18 +44,18 @@ def test_ctrl_c_in_a_phase_exits_130_with_one_line_saying_what_was_kept(phase, m
 def test_run_phase_turns_the_outcome_into_the_exit_code(capsys):
     from config import run_phase
 
-    class Refused(Exception):
+    class RefusedError(Exception):
         pass
 
     def refuse():
-        raise Refused("the file is busy; wait for the other run")
+        raise RefusedError("the file is busy; wait for the other run")
 
-    assert run_phase(lambda: {"done": 1}, (Refused,), "kept") == 0
-    assert run_phase(lambda: 3, (Refused,), "kept", status=lambda result: result) == 3
-    assert run_phase(refuse, (Refused,), "kept") == 1
+    assert run_phase(lambda: {"done": 1}, (RefusedError,), "kept") == 0
+    assert run_phase(lambda: 3, (RefusedError,), "kept", status=lambda result: result) == 3
+    assert run_phase(refuse, (RefusedError,), "kept") == 1
     assert capsys.readouterr().err == "error: the file is busy; wait for the other run\n"
     with pytest.raises(ValueError):  # anything else is a bug: its traceback is shown
-        run_phase(lambda: int("x"), (Refused,), "kept")
+        run_phase(lambda: int("x"), (RefusedError,), "kept")
 
 
 def test_phase1_without_hub_access_is_one_line(tmp_path):
