@@ -399,6 +399,7 @@ def opd_loss(
     old_logp: torch.Tensor,
     teacher_logp: torch.Tensor,
     mask: torch.Tensor,
+    *,
     advantage_clip: float = 0.0,
     clip_low: float = 0.2,
     clip_high: float | None = None,

@@ -123,12 +123,12 @@ class PassRunner:
                     old,
                     teacher_logp[index, :width],
                     mask,
-                    self.opd_advantage_clip,
-                    grpo.clip_range,
-                    clip_high,
-                    grpo.loss_aggregation,
-                    grpo.max_new_tokens,
-                    denominator,
+                    advantage_clip=self.opd_advantage_clip,
+                    clip_low=grpo.clip_range,
+                    clip_high=clip_high,
+                    aggregation=grpo.loss_aggregation,
+                    norm_length=grpo.max_new_tokens,
+                    denominator=denominator,
                     token_weights=weights,
                 )
                 metrics.update(opd_metrics)
