@@ -210,8 +210,8 @@ def main(
                 tasks,
                 generators[role],
                 ev.num_samples,
-                cache_dir / f"{key}.jsonl",
-                eval_set.visible_tests,
+                cache_path=cache_dir / f"{key}.jsonl",
+                num_visible_tests=eval_set.visible_tests,
                 **generators["batching"],
                 mode=config.multi_turn.mode,
             )

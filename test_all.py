@@ -278,7 +278,17 @@ def check_one_parser(report: Report, config: Config) -> None:
         with tempfile.TemporaryDirectory() as tmp, SandboxPool(1, limits, isolate=config.sandbox.isolate) as pool:
             with parser_spy() as phase2_seen:
                 traces = Path(tmp) / "traces.jsonl"
-                asyncio.run(generate_traces([task], CannedTeacher(), traces, 1, pool, limits, progress=False))  # type: ignore[arg-type]
+                asyncio.run(
+                    generate_traces(
+                        [task],
+                        CannedTeacher(),  # type: ignore[arg-type]
+                        traces,
+                        num_samples=1,
+                        pool=pool,
+                        limits=limits,
+                        progress=False,
+                    )
+                )
             [trace] = read_jsonl(traces)
             cache = {(task.task_id, 0): CachedCompletion(task.task_id, 0, response, 1, "stop", None)}
             with parser_spy() as phase4_seen:
@@ -516,8 +526,8 @@ def check_code_execution(report: Report, config: Config) -> None:
     rewards = compute_rewards(
         [results[n] for n in responses],
         [parsed[n] for n in responses],
-        config.grpo.correctness_reward,
-        config.grpo.format_reward_weight,
+        correctness=config.grpo.correctness_reward,
+        format_weight=config.grpo.format_reward_weight,
     )
     correct, wrong, hostile = (r.total for r in rewards)
     report.expect(
@@ -717,7 +727,11 @@ def check_teacher_logprobs(report: Report, config: Config, tokenizer: Any, url: 
     scorer = None
     try:
         scorer = build_teacher_scorer(
-            teacher, tokenizer, config.student.model_name, config.paths.model_cache_dir, config.student.torch_dtype
+            teacher,
+            tokenizer,
+            student_name=config.student.model_name,
+            cache_dir=config.paths.model_cache_dir,
+            torch_dtype=config.student.torch_dtype,
         )
         scores = scorer.score([sample])
     except TokenizerMismatchError as exc:

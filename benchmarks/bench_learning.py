@@ -115,7 +115,7 @@ def main() -> None:
                 tasks,
                 lambda p, n: sample_groups(rollout, model, p, n),
                 args.samples,
-                out / f"samples_{tag}.jsonl",
+                cache_path=out / f"samples_{tag}.jsonl",
                 chunk=args.samples,
             )
             return [s.to_row() for s in execute_samples(tasks, cache, args.samples, pool, limits)]

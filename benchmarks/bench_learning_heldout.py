@@ -129,10 +129,10 @@ def prepare_data(config, out: Path) -> tuple[Path, Path, dict]:
                 read_tasks(train_file),
                 traces,
                 config.teacher.num_samples_per_problem,
-                pool,
-                limits,
-                config.prompt.num_visible_tests,
-                config.teacher.reference_thinking,
+                pool=pool,
+                limits=limits,
+                visible_tests=config.prompt.num_visible_tests,
+                thinking_mode=config.teacher.reference_thinking,
             )
         stats_file.write_text(json.dumps(stats.to_dict(), indent=2) + "\n")
     return train_file, traces, json.loads(stats_file.read_text())

@@ -148,7 +148,14 @@ def main(argv: list[str] | None = None) -> dict:
         for name, (generate, mode) in runs.items():
             torch.manual_seed(args.seed)
             start = time.monotonic()
-            cache = generate_cached(tasks, generate, args.samples, out_dir / f"{name}-{args.seed}.jsonl", 1, mode=mode)
+            cache = generate_cached(
+                tasks,
+                generate,
+                args.samples,
+                cache_path=out_dir / f"{name}-{args.seed}.jsonl",
+                num_visible_tests=1,
+                mode=mode,
+            )
             samples = execute_samples(tasks, cache, args.samples, pool, limits)
             summary = summarize(samples, [1])
             rows = sample_rows(samples, cache)
@@ -247,8 +254,8 @@ def train_and_measure(
                 tasks,
                 generate,
                 args.samples,
-                out / variant / f"samples_{tag}.jsonl",
-                config.prompt.num_visible_tests,
+                cache_path=out / variant / f"samples_{tag}.jsonl",
+                num_visible_tests=config.prompt.num_visible_tests,
                 chunk=args.samples,
                 batch_samples=32,  # the kv sampler's best batch on CPU (bench_sampling)
                 mode=variant,

@@ -213,9 +213,9 @@ class Bench:
             self.prompt_ids,
             self.args.samples,
             max_new,
-            SamplingSettings(top_k=TOP_K),
-            self.stop,
-            self.tokenizer.pad_token_id,
+            knobs=SamplingSettings(top_k=TOP_K),
+            stop_token_ids=self.stop,
+            pad_id=self.tokenizer.pad_token_id,
             max_batch_rows=self.rows,
         )
         return count(row.token_ids for g in groups for row in g)

@@ -305,7 +305,7 @@ class FeedbackEnvironment:
                 as_user_message=True,
                 info={"visible_passed": False},
             )
-        result = execute_program(code, state.visible, self.limits, self.pool)
+        result = execute_program(code, state.visible, limits=self.limits, pool=self.pool)
         if result.passed:
             return Step(done=True, info={"visible_passed": True})
         if result.status == "sandbox_error":  # the harness, not the program: no feedback to give

@@ -250,6 +250,7 @@ def generate_cached(
     tasks: Sequence[Task],
     generate: Callable[..., list[list[RolloutCompletion]]],
     num_samples: int,
+    *,
     cache_path: Path,
     num_visible_tests: int = 1,
     chunk: int = 8,

@@ -102,7 +102,7 @@ def main(
         answers = []
         for record in records:
             parsed = extract_thinking_and_code_unified(record.text)
-            verdict = execute_program(parsed.code, task, limits, pool) if task is not None else None
+            verdict = execute_program(parsed.code, task, limits=limits, pool=pool) if task is not None else None
             answers.append(Answer(record, parsed, verdict))
     return answers
 

@@ -118,6 +118,7 @@ def run_episodes(
     tokenizer: Any,
     prompt_ids: Sequence[list[int]],
     tasks: Sequence[Task],
+    *,
     mode: str,
     max_new_tokens: int,
     max_total_tokens: int,

@@ -59,10 +59,10 @@ def sample_groups(
             sampler.tokenizer,
             [ids for ids in prompt_ids for _ in range(num_samples)],
             [task for task in tasks for _ in range(num_samples)],
-            episodes.mode,
-            episodes.max_new_tokens,
-            episodes.max_total_tokens,
-            episodes.chat_template_kwargs,
+            mode=episodes.mode,
+            max_new_tokens=episodes.max_new_tokens,
+            max_total_tokens=episodes.max_total_tokens,
+            chat_template_kwargs=episodes.chat_template_kwargs,
         )
         return [records[k * num_samples : (k + 1) * num_samples] for k in range(len(prompts))]
     finally:

@@ -38,6 +38,7 @@ def generate_completions(
     model: Any,
     tokenizer: Any,
     user_prompts: list[str],
+    *,
     num_samples: int = 1,
     max_new_tokens: int = 256,
     sampling: SamplingSettings = FULL_SOFTMAX,

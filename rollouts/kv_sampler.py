@@ -447,6 +447,7 @@ def sample_token_ids(
     prompts: list[list[int]],
     num_samples: int,
     max_new_tokens: int,
+    *,
     knobs: SamplingSettings,
     stop_token_ids: set[int] | frozenset[int],
     pad_id: int,
@@ -665,12 +666,12 @@ class KVCacheRollout(SamplerBase):
             sequences,
             num_samples,
             budget,
-            self.sampling,
-            stops,
-            self.tokenizer.pad_token_id,
-            stop_strings,
-            self.tokenizer,
-            self.max_batch_rows,
+            knobs=self.sampling,
+            stop_token_ids=stops,
+            pad_id=self.tokenizer.pad_token_id,
+            stop_strings=stop_strings,
+            tokenizer=self.tokenizer,
+            max_batch_rows=self.max_batch_rows,
         )
         results = []
         for prompt_ids, group in zip(sequences, groups, strict=True):

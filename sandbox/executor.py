@@ -77,6 +77,7 @@ MAX_CODE_BYTES = 200_000
 def execute_program(
     code: str | None,
     task: Task,
+    *,
     limits: SandboxLimits | None = None,
     pool: SandboxPool | None = None,
     sample_id: str | None = None,
@@ -238,7 +239,15 @@ def execute_many(
     def one(index: int) -> ExecutionResult:
         code, task = items[index]
         try:
-            result = execute_program(code, task, limits, pool, ids[index], include_challenge, plans[id(task)])
+            result = execute_program(
+                code,
+                task,
+                limits=limits,
+                pool=pool,
+                sample_id=ids[index],
+                include_challenge=include_challenge,
+                planned=plans[id(task)],
+            )
         except Exception as exc:  # noqa: BLE001 - one program's failure never loses the batch
             result = _sandbox_failure(
                 f"{type(exc).__name__}: {exc}", plans[id(task)].total, time.monotonic(), ids[index]

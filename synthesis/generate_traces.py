@@ -442,6 +442,7 @@ async def generate_traces(
     tasks: Sequence[Task],
     client: TeacherClient,
     output_path: str | Path,
+    *,
     num_samples: int,
     pool: SandboxPool,
     limits: SandboxLimits | None = None,
@@ -513,7 +514,7 @@ async def generate_traces(
                 parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(
-                    execute_program, parsed.code, task, limits, pool, None, False, plans[task.task_id]
+                    execute_program, parsed.code, task, limits=limits, pool=pool, planned=plans[task.task_id]
                 )
             record = build_record(
                 task,

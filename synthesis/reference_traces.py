@@ -176,6 +176,7 @@ def write_reference_traces(
     tasks: Sequence[Task],
     output_path: str | Path,
     num_samples: int,
+    *,
     pool: SandboxPool,
     limits: SandboxLimits | None,
     visible_tests: int,

@@ -80,11 +80,11 @@ def test_results_keep_input_order_and_ids(pool, fixtures):
 
 def test_partial_credit_and_statuses(pool):
     task = assert_task("t/1", "f", "assert f(1) == 1", "assert f(2) == 4", "assert f(3) == 9")
-    half = execute_program("def f(x):\n    return x * x if x < 3 else 0\n", task, LIMITS, pool)
+    half = execute_program("def f(x):\n    return x * x if x < 3 else 0\n", task, limits=LIMITS, pool=pool)
     assert (half.passed, half.tests_passed, half.status) == (False, 2, "wrong_answer")
     assert half.pass_fraction == pytest.approx(2 / 3)
     assert [o.passed for o in half.test_outcomes] == [True, True, False]
-    crash = execute_program("def f(x):\n    return 1 // (x - x)\n", task, LIMITS, pool)
+    crash = execute_program("def f(x):\n    return 1 // (x - x)\n", task, limits=LIMITS, pool=pool)
     assert crash.status == "runtime_error" and "ZeroDivisionError" in crash.error and crash.tests_passed == 0
 
 
@@ -96,7 +96,7 @@ def test_mbpp_setup_code_runs_after_the_program(pool):
         "    def add(self, x):\n        self.items.append(x)\n"
         "def size(b):\n    return len(b.items) if math.pi > 3 else 0\n"
     )
-    assert execute_program(code, task, LIMITS, pool).passed
+    assert execute_program(code, task, limits=LIMITS, pool=pool).passed
 
 
 def test_call_based_solution_class_and_typing_names(pool):
@@ -105,7 +105,7 @@ def test_call_based_solution_class_and_typing_names(pool):
         "class Solution:\n    def twice(self, xs: List[int]) -> Tuple[int, ...]:\n"
         "        return tuple(2 * x for x in xs)\n"
     )
-    assert execute_program(code, task, LIMITS, pool).passed
+    assert execute_program(code, task, limits=LIMITS, pool=pool).passed
 
 
 def test_stdin_reads_all_input_forms(pool):
@@ -117,14 +117,14 @@ def test_stdin_reads_all_input_forms(pool):
         "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split()[1:])))",
         "def main():\n    input()\n    print(sum(map(int, input().split())))\nif __name__ == '__main__':\n    main()",
     ):
-        result = execute_program(code, task, LIMITS, pool)
+        result = execute_program(code, task, limits=LIMITS, pool=pool)
         assert result.passed, (code, result)
 
 
 def test_timeout_then_later_tests_still_run(pool):
     task = assert_task("t/5", "f", "assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2")
     code = "def f(x):\n    while x == 1:\n        pass\n    return x\n"
-    result = execute_program(code, task, SandboxLimits(test_timeout=0.5), pool)
+    result = execute_program(code, task, limits=SandboxLimits(test_timeout=0.5), pool=pool)
     assert [o.status for o in result.test_outcomes] == ["passed", "timeout", "passed"]
     assert result.status == "timeout" and result.tests_passed == 2
 
@@ -134,17 +134,17 @@ def test_sandbox_error_is_distinct_and_the_pool_recovers():
         task = call_task("t/6", "f", ([], 1))
         single._all[0].process.kill()  # the harness dies, not the program
         single._all[0].process.wait()
-        broken = execute_program("def f():\n    return 1\n", task, LIMITS, single)
+        broken = execute_program("def f():\n    return 1\n", task, limits=LIMITS, pool=single)
         assert broken.status == "sandbox_error" and broken.tests_passed == 0
-        assert execute_program("def f():\n    return 1\n", task, LIMITS, single).passed
+        assert execute_program("def f():\n    return 1\n", task, limits=LIMITS, pool=single).passed
 
 
 def test_basic_isolation_mode_still_judges_correctly():
     with pytest.warns(SandboxIsolationWarning), SandboxPool(workers=1, limits=LIMITS, isolate=False) as basic:
         task = stdin_task("t/7", ("2\n", "4\n"))
         assert basic.isolation == "basic"
-        assert execute_program("print(int(input()) * 2)", task, LIMITS, basic).passed
-        assert execute_program("print(int(input()) * 3)", task, LIMITS, basic).status == "wrong_answer"
+        assert execute_program("print(int(input()) * 2)", task, limits=LIMITS, pool=basic).passed
+        assert execute_program("print(int(input()) * 3)", task, limits=LIMITS, pool=basic).status == "wrong_answer"
 
 
 def test_command_line_rescoring(tmp_path, fixtures):
@@ -211,7 +211,7 @@ def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
         "import numpy as np\nopen('scratch.txt', 'w').write('x')\n"
         "print(int(np.array(input().split(), dtype=int).sum()))"
     )
-    assert execute_program(code, task, LIMITS, pool).passed
+    assert execute_program(code, task, limits=LIMITS, pool=pool).passed
 
 
 CTRL_C_SCRIPT = """

@@ -54,7 +54,17 @@ def test_checkpoint_on_a_full_disk(tmp_path):
     )
     state = SimpleNamespace(global_step=2, rollout_batches=0)
     with pytest.raises(DiskFullError) as info:
-        save_checkpoint(tmp_path, accel, Model(), None, None, cfg.build_config("cpu"), state, 4, {})
+        save_checkpoint(
+            tmp_path,
+            accelerator=accel,
+            model=Model(),
+            optimizer=None,
+            scheduler=None,
+            config=cfg.build_config("cpu"),
+            state=state,
+            total_steps=4,
+            rank_state={},
+        )
     text = str(info.value)
     assert "while saving checkpoint-2" in text and "checkpoint-1 is intact" in text
     assert not (tmp_path / ".checkpoint-2.tmp").exists()

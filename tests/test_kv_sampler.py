@@ -207,7 +207,9 @@ def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     prompts = fixture_texts(2)
     template = {"enable_thinking": True}
     greedy = SamplingSettings(temperature=0.0)
-    hf = generate_completions(model, tokenizer, prompts, 1, 12, greedy, chat_template_kwargs=template)
+    hf = generate_completions(
+        model, tokenizer, prompts, num_samples=1, max_new_tokens=12, sampling=greedy, chat_template_kwargs=template
+    )
     rollout = KVCacheRollout(tokenizer, 12, greedy, template, dtype="float32")
     ours = sample_groups(rollout, model, prompts, 1, step=0)
     for a, b in zip(hf, ours, strict=True):
@@ -217,7 +219,9 @@ def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     stop = hf[0][0].token_ids[4]
     monkeypatch.setattr(model.generation_config, "eos_token_id", [stop])
     assert stop in sampler_stop_ids(tokenizer, model)
-    hf = generate_completions(model, tokenizer, prompts[:1], 1, 12, greedy, chat_template_kwargs=template)
+    hf = generate_completions(
+        model, tokenizer, prompts[:1], num_samples=1, max_new_tokens=12, sampling=greedy, chat_template_kwargs=template
+    )
     ours = sample_groups(rollout, model, prompts[:1], 1, step=0)
     assert ours[0][0].token_ids == hf[0][0].token_ids and ours[0][0].token_ids[-1] == stop
     assert ours[0][0].finish_reason == hf[0][0].finish_reason == "stop"
@@ -252,9 +256,9 @@ def test_samples_are_independent_and_finished_rows_leave_the_batch(tiny):
         prompts,
         4,
         30,
-        SamplingSettings(),
-        {17, 21, 33, 40, 41, 42, 50},
-        tokenizer.pad_token_id,
+        knobs=SamplingSettings(),
+        stop_token_ids={17, 21, 33, 40, 41, 42, 50},
+        pad_id=tokenizer.pad_token_id,
         max_batch_rows=3,
     )
     assert [len(g) for g in groups] == [4, 4]

@@ -174,11 +174,13 @@ def test_weight_schedules():
 
 
 def test_combine_losses_by_hand():
-    total, m = combine_losses(torch.tensor(2.0), torch.tensor(1.0), None, 1.0, 0.3, 0.2)
+    total, m = combine_losses(
+        torch.tensor(2.0), torch.tensor(1.0), None, grpo_weight=1.0, teacher_weight=0.3, self_weight=0.2
+    )
     assert total.item() == pytest.approx(2.0 + 0.3)  # the missing self-SFT term counts as 0
     assert m["weight/self_sft"] == 0.2 and "loss/self_sft" not in m and m["loss/total"] == pytest.approx(2.3)
     with pytest.raises(ValueError):
-        combine_losses(None, None, None, 1, 1, 1)
+        combine_losses(None, None, None, grpo_weight=1, teacher_weight=1, self_weight=1)
 
 
 def test_the_format_bonus_is_centred_but_not_z_scored():

@@ -179,7 +179,9 @@ def test_tool_mode_three_turns_mask_covers_exactly_the_policy_tokens(smollm2_tok
     backend = ScriptedBackend(tok, tool_script)
     prompt_ids = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="tool"))
     env = ToolEnvironment(pool, max_tool_calls=4, result_max_bytes=200)
-    [record] = run_episodes(backend, env, tok, [prompt_ids], [MBPP], "tool", 64, 400)
+    [record] = run_episodes(
+        backend, env, tok, [prompt_ids], [MBPP], mode="tool", max_new_tokens=64, max_total_tokens=400
+    )
     policy, env_runs = policy_runs(record, tok)
     assert policy == [tool_script(0, 0), tool_script(0, 1), tool_script(0, 2) + "<|im_end|>"]
     assert [tok.decode(r) for r in env_runs] == ["\n<result>\n2\n</result>\n", "\n<result>\n6\n</result>\n"]
@@ -208,7 +210,9 @@ def test_feedback_mode_three_answers_mask_and_no_hidden_test_in_any_observation(
     backend = ScriptedBackend(tok, feedback_script)
     prompt_ids = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
     env = FeedbackEnvironment(pool, max_turns=3, num_visible_tests=1, feedback_max_chars=400)
-    [record] = run_episodes(backend, env, tok, [prompt_ids], [MBPP], "feedback", 64, 600)
+    [record] = run_episodes(
+        backend, env, tok, [prompt_ids], [MBPP], mode="feedback", max_new_tokens=64, max_total_tokens=600
+    )
     policy, env_runs = policy_runs(record, tok)
     assert policy == [feedback_script(0, t) + "<|im_end|>" for t in range(3)]
     assert len(env_runs) == 2
@@ -233,9 +237,9 @@ def test_stdin_feedback_reports_only_the_statements_example(smollm2_tokenizer, p
         tok,
         [encode_prompt(tok, get_unified_prompt(STDIN, 1, mode="feedback"))],
         [STDIN],
-        "feedback",
-        64,
-        600,
+        mode="feedback",
+        max_new_tokens=64,
+        max_total_tokens=600,
     )
     _, env_runs = policy_runs(record, tok)
     observed = "".join(tok.decode(r) for r in env_runs)
@@ -248,13 +252,15 @@ def test_samples_that_exhaust_turns_or_tokens_are_truncated_and_keep_their_last_
     always_wrong = ScriptedBackend(tok, lambda i, t: ANSWER.format(f"{t} - a"))
     env = FeedbackEnvironment(pool, max_turns=2, num_visible_tests=1, feedback_max_chars=400)
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
-    [record] = run_episodes(always_wrong, env, tok, [prompt], [MBPP], "feedback", 64, 600)
+    [record] = run_episodes(
+        always_wrong, env, tok, [prompt], [MBPP], mode="feedback", max_new_tokens=64, max_total_tokens=600
+    )
     assert record.multi_turn.truncated and record.num_turns == 2 and record.text == ANSWER.format("1 - a")
     assert record.finish_reason == "stop"  # the policy ended its turn; the environment ran out of turns
     # a token budget that the second tool turn cannot fit
     looping = ScriptedBackend(tok, lambda i, t: "<think>\n<program>\nprint('a' * 30)\n</program>")
     tool = ToolEnvironment(pool, max_tool_calls=10, result_max_bytes=200)
-    [cut] = run_episodes(looping, tool, tok, [prompt], [MBPP], "tool", 32, 60)
+    [cut] = run_episodes(looping, tool, tok, [prompt], [MBPP], mode="tool", max_new_tokens=32, max_total_tokens=60)
     assert cut.multi_turn.truncated and cut.num_tokens <= 60 and cut.finish_reason == "length"
     assert len(cut.action_mask) == len(cut.token_ids)
     assert not extract_thinking_and_code_unified(cut.text).code
@@ -264,7 +270,9 @@ def test_tool_call_limit_is_answered_without_running(smollm2_tokenizer, pool):
     tok = smollm2_tokenizer
     script = ScriptedBackend(tok, lambda i, t: "<program>\nprint('ran')\n</program>" if t < 2 else "done")
     env = ToolEnvironment(pool, max_tool_calls=1, result_max_bytes=200)
-    [record] = run_episodes(script, env, tok, [encode_prompt(tok, "p")], [MBPP], "tool", 32, 400)
+    [record] = run_episodes(
+        script, env, tok, [encode_prompt(tok, "p")], [MBPP], mode="tool", max_new_tokens=32, max_total_tokens=400
+    )
     assert [t.get("tool_status") for t in record.multi_turn.turns] == ["ok", "over_limit", None]
     assert record.multi_turn.tool_calls == 2 and record.multi_turn.tool_successes == 1
     assert "limit of 1 programs" in record.multi_turn.transcript
@@ -276,7 +284,9 @@ def test_a_batch_of_samples_advances_together(smollm2_tokenizer, pool):
     backend = ScriptedBackend(tok, lambda i, t: tool_script(0, 2) if i == 0 else tool_script(0, 2 * t))
     env = ToolEnvironment(pool, max_tool_calls=4, result_max_bytes=200)
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="tool"))
-    records = run_episodes(backend, env, tok, [prompt, prompt], [MBPP, MBPP], "tool", 64, 400)
+    records = run_episodes(
+        backend, env, tok, [prompt, prompt], [MBPP, MBPP], mode="tool", max_new_tokens=64, max_total_tokens=400
+    )
     assert [len(c) for c in backend.calls] == [2, 1]
     assert [r.num_turns for r in records] == [1, 2] and [r.multi_turn.tool_calls for r in records] == [0, 1]
 
@@ -303,7 +313,9 @@ def test_a_hostile_program_inside_program_tags_learns_nothing_and_leaves_nothing
     )
     backend = ScriptedBackend(tok, lambda i, t: f"<think>\n<program>\n{hostile}</program>" if t == 0 else final)
     env = ToolEnvironment(pool, max_tool_calls=2, result_max_bytes=400)
-    [record] = run_episodes(backend, env, tok, [encode_prompt(tok, "p")], [MBPP], "tool", 400, 1200)
+    [record] = run_episodes(
+        backend, env, tok, [encode_prompt(tok, "p")], [MBPP], mode="tool", max_new_tokens=400, max_total_tokens=1200
+    )
     _, env_runs = policy_runs(record, tok)
     observed = tok.decode(env_runs[0])
     assert "spawned" in observed  # it ran: what it read and started is what the sandbox allowed
@@ -354,7 +366,9 @@ def test_the_loop_on_the_tiny_model_gives_the_record_shape(tiny, pool):
     backend.sync(model, 0)
     env = FeedbackEnvironment(pool, max_turns=2, num_visible_tests=1, feedback_max_chars=300)
     prompt = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="feedback"))
-    records = run_episodes(backend, env, tok, [prompt, prompt], [MBPP, MBPP], "feedback", 12, 80)
+    records = run_episodes(
+        backend, env, tok, [prompt, prompt], [MBPP, MBPP], mode="feedback", max_new_tokens=12, max_total_tokens=80
+    )
     for record in records:
         # a multi-turn record with its action mask; the transformers backend reports no log-probs
         assert record.multi_turn is not None and record.action_mask is not None and record.logprobs is None
@@ -386,8 +400,12 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
     prompt = encode_prompt(tok, "p")
     vllm_sampler = VLLMRollout(llm, tok, 64, FULL_SOFTMAX, vllm_module=fake)
     vllm_sampler.sync(None, 0)
-    [from_vllm] = run_episodes(vllm_sampler, env, tok, [prompt], [MBPP], "tool", 64, 400)
-    [scripted] = run_episodes(ScriptedBackend(tok, script), env, tok, [prompt], [MBPP], "tool", 64, 400)
+    [from_vllm] = run_episodes(
+        vllm_sampler, env, tok, [prompt], [MBPP], mode="tool", max_new_tokens=64, max_total_tokens=400
+    )
+    [scripted] = run_episodes(
+        ScriptedBackend(tok, script), env, tok, [prompt], [MBPP], mode="tool", max_new_tokens=64, max_total_tokens=400
+    )
     assert from_vllm.logprobs is not None and scripted.logprobs is None  # only vLLM reports log-probs
     assert from_vllm.multi_turn is not None and scripted.multi_turn is not None
     for key in ("token_ids", "action_mask", "text", "num_turns", "finish_reason"):
@@ -420,7 +438,9 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
         seen_prompts.extend(prompts)
         return sample_groups(backend, None, prompts, n, tasks=tasks, episodes=episodes)
 
-    cache = generate_cached([MBPP], generate, 3, tmp_path / "c.jsonl", 1, progress=False, mode="feedback")
+    cache = generate_cached(
+        [MBPP], generate, 3, cache_path=tmp_path / "c.jsonl", num_visible_tests=1, progress=False, mode="feedback"
+    )
     assert seen_prompts == [get_unified_prompt(MBPP, 1, mode="feedback")]
     rows = execute_samples([MBPP], cache, 3, pool, LIMITS)
     assert [r.answers_passed for r in rows] == [(True,), (False, True), (False, False, False)]
@@ -436,7 +456,13 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
     assert summary["multi_turn"]["mode"] == "feedback" and "tool calls" not in format_multi_turn(summary)
     # a rerun reads every sample, with its turns, from the cache
     again = generate_cached(
-        [MBPP], lambda *a: pytest.fail("regenerated"), 3, tmp_path / "c.jsonl", 1, progress=False, mode="feedback"
+        [MBPP],
+        lambda *a: pytest.fail("regenerated"),
+        3,
+        cache_path=tmp_path / "c.jsonl",
+        num_visible_tests=1,
+        progress=False,
+        mode="feedback",
     )
     assert [again[(MBPP.task_id, i)].num_turns for i in range(3)] == [1, 2, 3]
 

@@ -158,7 +158,17 @@ def test_the_training_batch_masks_exactly_the_environment_tokens(tmp_path, tiny_
     samples = [s for g in groups for s in g]
     assert any(0 in s.completion.action_mask for s in samples)  # feedback turns were inserted
     cfg = trainer.config
-    plan = plan_update(groups, trainer.model, trainer.tokenizer.pad_token_id, "cpu", cfg.grpo, 1, 0, None, 0)
+    plan = plan_update(
+        groups,
+        trainer.model,
+        pad_id=trainer.tokenizer.pad_token_id,
+        device="cpu",
+        grpo=cfg.grpo,
+        num_slots=1,
+        forward_chunk_size=0,
+        self_batch=None,
+        num_self_examples=0,
+    )
     [rows] = plan.micro_batches
     mask = plan.batches[0]["completion_mask"]
     for position, k in enumerate(rows):
@@ -267,8 +277,12 @@ def test_kv_continuer_records_match_the_hf_continuers_and_carry_the_trainers_log
         hf = HFRollout(tok, 12, FULL_SOFTMAX, batch_size=4)
         kv.sync(model, 0), hf.sync(model, 0)
         torch.manual_seed(1)
-        from_kv = run_episodes(kv, env, tok, [prompt] * 3, [task] * 3, "feedback", 12, 80)
-        from_hf = run_episodes(hf, env, tok, [prompt] * 3, [task] * 3, "feedback", 12, 80)
+        from_kv = run_episodes(
+            kv, env, tok, [prompt] * 3, [task] * 3, mode="feedback", max_new_tokens=12, max_total_tokens=80
+        )
+        from_hf = run_episodes(
+            hf, env, tok, [prompt] * 3, [task] * 3, mode="feedback", max_new_tokens=12, max_total_tokens=80
+        )
     finally:
         pool.close()
     for a, b in zip(from_kv, from_hf, strict=True):
@@ -321,7 +335,16 @@ def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm
     user_prompt = get_unified_prompt(task, 1, mode="feedback")
     with SandboxPool(2) as pool:
         env = FeedbackEnvironment(pool, max_turns=3, num_visible_tests=1, feedback_max_chars=400)
-        [record] = run_episodes(policy, env, tok, [encode_prompt(tok, user_prompt)], [task], "feedback", 200, 2000)
+        [record] = run_episodes(
+            policy,
+            env,
+            tok,
+            [encode_prompt(tok, user_prompt)],
+            [task],
+            mode="feedback",
+            max_new_tokens=200,
+            max_total_tokens=2000,
+        )
     assert record.num_turns == 3 and record.multi_turn.answers == tuple(replies)
     messages = []
     for turn in record.multi_turn.turns:
@@ -336,7 +359,9 @@ def test_sampling_and_teacher_sft_frame_a_three_turn_exchange_identically(smollm
     policy = SequencePolicy(tok, lambda text, row: tool_replies[text.count("</result>")])
     with SandboxPool(2) as pool:
         env = ToolEnvironment(pool, max_tool_calls=2, result_max_bytes=100)
-        [tool] = run_episodes(policy, env, tok, [encode_prompt(tok, "p")], [task], "tool", 64, 400)
+        [tool] = run_episodes(
+            policy, env, tok, [encode_prompt(tok, "p")], [task], mode="tool", max_new_tokens=64, max_total_tokens=400
+        )
     _, ids, mask = encode_conversation(tok, "p", [{"role": "assistant", "content": tool.multi_turn.transcript}])
     assert tuple(ids) == tool.token_ids and tuple(mask) == tool.action_mask
 

@@ -275,7 +275,17 @@ def test_truncated_completions_can_be_masked_out_of_the_loss_but_not_the_group(t
     ]
     config = trainer.config
     model = trainer.accelerator.unwrap_model(trainer.model)
-    plan = plan_update(groups, model, trainer.tokenizer.pad_token_id, "cpu", config.grpo, 1, 0, None, 0)
+    plan = plan_update(
+        groups,
+        model,
+        pad_id=trainer.tokenizer.pad_token_id,
+        device="cpu",
+        grpo=config.grpo,
+        num_slots=1,
+        forward_chunk_size=0,
+        self_batch=None,
+        num_self_examples=0,
+    )
     samples = plan.samples
     mask = plan.batches[0]["completion_mask"]
     for row, k in enumerate(plan.micro_batches[0]):
@@ -284,7 +294,17 @@ def test_truncated_completions_can_be_masked_out_of_the_loss_but_not_the_group(t
     # the group statistics still include it: sample 1 of each group failed and keeps a negative advantage
     assert all(float(plan.advantages[g * 4 + 1]) < 0 for g in range(len(groups)))
     off = dataclasses.replace(config.grpo, mask_truncated_completions=False)
-    plan_off = plan_update(groups, model, trainer.tokenizer.pad_token_id, "cpu", off, 1, 0, None, 0)
+    plan_off = plan_update(
+        groups,
+        model,
+        pad_id=trainer.tokenizer.pad_token_id,
+        device="cpu",
+        grpo=off,
+        num_slots=1,
+        forward_chunk_size=0,
+        self_batch=None,
+        num_self_examples=0,
+    )
     assert torch.equal(plan_off.advantages, plan.advantages)
     assert int(plan_off.batches[0]["completion_mask"].sum()) > int(mask.sum())
 
@@ -406,7 +426,9 @@ def test_kv_logprobs_are_those_of_the_truncated_distribution_it_sampled():
     knobs = SamplingSettings(temperature=1.0, top_p=0.5)
     torch.manual_seed(0)
     prompt = [5, 6, 7, 8]
-    rows = sample_token_ids(weights, [prompt], 3, 6, knobs, set(), tokenizer.pad_token_id)[0]
+    rows = sample_token_ids(weights, [prompt], 3, 6, knobs=knobs, stop_token_ids=set(), pad_id=tokenizer.pad_token_id)[
+        0
+    ]
     for row in rows:
         ids = torch.tensor([prompt + list(row.token_ids)])
         with torch.no_grad():

@@ -68,7 +68,7 @@ def scripted(tasks, correct_per_task):
 def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path, pool):
     tasks = small_tasks(3)
     correct = {tasks[0].task_id: 0, tasks[1].task_id: 2, tasks[2].task_id: 5}
-    cache = generate_cached(tasks, scripted(tasks, correct), 5, tmp_path / "c.jsonl", progress=False)
+    cache = generate_cached(tasks, scripted(tasks, correct), 5, cache_path=tmp_path / "c.jsonl", progress=False)
     rows = execute_samples(tasks, cache, 5, pool, SandboxLimits())
     summary = summarize(rows, [1, 2, 5, 10])
     # per task 1 - C(n-c, k)/C(n, k) with n = 5: c=0 -> 0; c=2 -> k=1: 0.4, k=2: 1 - 3/10 = 0.7; c=5 -> 1
@@ -97,12 +97,12 @@ def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
 
     path = tmp_path / "cache.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        generate_cached(tasks, flaky, 4, path, chunk=2, batch_samples=2, progress=False)
+        generate_cached(tasks, flaky, 4, cache_path=path, chunk=2, batch_samples=2, progress=False)
     done = read_cache(path)
     assert len(done) == 4  # task 0: 4 samples in two chunks; nothing of the interrupted chunk
     calls.clear()
     cache = generate_cached(
-        tasks, lambda p, n: (calls.append(n * len(p)), inner(p, n))[1], 4, path, chunk=2, progress=False
+        tasks, lambda p, n: (calls.append(n * len(p)), inner(p, n))[1], 4, cache_path=path, chunk=2, progress=False
     )
     assert len(cache) == 12 and sum(calls) == 8  # only the 8 missing samples were generated
     assert len(calls) == 1  # in one batched call: 4 units of 2 samples, 8 sequences <= 16
@@ -288,10 +288,10 @@ def test_a_changed_task_text_is_generated_again(tmp_path):
         return [[RolloutCompletion("x", (0,), (), "stop")] * n for _ in prompts]
 
     path = tmp_path / "cache.jsonl"
-    generate_cached(tasks, generate, 1, path, progress=False)
+    generate_cached(tasks, generate, 1, cache_path=path, progress=False)
     calls.clear()
     edited = [dataclasses.replace(tasks[0], problem=tasks[0].problem + " Return -1 for empty input."), tasks[1]]
-    generate_cached(edited, generate, 1, path, progress=False)
+    generate_cached(edited, generate, 1, cache_path=path, progress=False)
     assert calls == [1]  # only the edited task, whose prompt changed
 
 

@@ -197,9 +197,9 @@ def test_phase4_rows_are_written_byte_identically_to_the_untyped_writers(tmp_pat
 
     tasks = load_mbpp(EMBEDDED_MBPP)[0][:2]
     code = tasks[0].reference_solutions[0]
-    single = generate_cached(tasks, _scripted_single(code), 2, tmp_path / "single.jsonl", progress=False)
+    single = generate_cached(tasks, _scripted_single(code), 2, cache_path=tmp_path / "single.jsonl", progress=False)
     feedback = generate_cached(
-        tasks[:1], _scripted_feedback(code), 1, tmp_path / "feedback.jsonl", progress=False, mode="feedback"
+        tasks[:1], _scripted_feedback(code), 1, cache_path=tmp_path / "feedback.jsonl", progress=False, mode="feedback"
     )
     for name in ("single.jsonl", "feedback.jsonl"):
         assert (tmp_path / name).read_bytes() == (GOLDEN_EVAL / name).read_bytes()

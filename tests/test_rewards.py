@@ -18,12 +18,12 @@ assert PARSED_GOOD.well_formed and PARSED_PLAIN.has_code and not PARSED_PLAIN.we
 def test_binary_and_fraction_and_format():
     results = [result(3, 3), result(1, 4), result(0, 2), result(0, 3, "sandbox_error")]
     parsed = [PARSED_GOOD, PARSED_PLAIN, PARSED_NONE, PARSED_GOOD]
-    binary = compute_rewards(results, parsed, "binary", format_weight=0.1)
+    binary = compute_rewards(results, parsed, correctness="binary", format_weight=0.1)
     assert [r.correctness for r in binary] == [1.0, 0.0, 0.0, None]
     assert [r.format for r in binary] == [1.0, 0.5, 0.0, 1.0]
     assert binary[0].total == pytest.approx(1.1) and binary[1].total == pytest.approx(0.05)
     assert binary[3].total is None  # the harness failed: no signal, not "wrong"
-    fraction = compute_rewards(results, parsed, "fraction", format_weight=0.0)
+    fraction = compute_rewards(results, parsed, correctness="fraction", format_weight=0.0)
     assert [r.total for r in fraction] == [1.0, 0.25, 0.0, None]
 
 
@@ -32,9 +32,9 @@ def test_registry_names_valid_choices():
     with pytest.raises(ValueError, match="valid rewards: binary, fraction, format"):
         get_reward_function("pass@1")
     with pytest.raises(ValueError, match="valid: binary, fraction"):
-        compute_rewards([], [], "format")
+        compute_rewards([], [], correctness="format")
     with pytest.raises(ValueError, match="1 results but 0 parsed"):
-        compute_rewards([result(1, 1)], [], "binary")
+        compute_rewards([result(1, 1)], [], correctness="binary")
 
 
 USER_REWARDS = '''
@@ -92,7 +92,14 @@ def test_user_reward_functions_from_a_file_are_weighted_into_the_total(user_file
     results, parsed = [result(1, 1), result(0, 2)], [PARSED_GOOD, PARSED_NONE]
     completions = ["x" * 50, "y" * 10]
     rewards = compute_rewards(
-        results, parsed, "binary", 0.1, user, ["P1", "P2"], completions, reward_columns(tasks, parsed, results)
+        results,
+        parsed,
+        correctness="binary",
+        format_weight=0.1,
+        user_rewards=user,
+        prompts=["P1", "P2"],
+        completions=completions,
+        columns=reward_columns(tasks, parsed, results),
     )
     # by hand: 1 + 0.1*1 + 0.5*(-0.5) + 2*1 = 2.85; 0 + 0.1*0 + 0.5*(-0.1) + (None: nothing) = -0.05
     assert [r.total for r in rewards] == pytest.approx([2.85, -0.05])
@@ -113,7 +120,16 @@ def test_user_reward_mistakes_are_named(user_file):
         load_reward_functions([f"{user_file}:brevity", f"{user_file}:only_mbpp"], [1.0])
     bad = load_reward_functions([f"{user_file}:wrong_length"])
     with pytest.raises(RewardFunctionError, match="returned 1 values for 2 completions"):
-        compute_rewards([result(1, 1)] * 2, [PARSED_GOOD] * 2, "binary", 0.1, bad, ["p", "p"], ["a", "b"], {})
+        compute_rewards(
+            [result(1, 1)] * 2,
+            [PARSED_GOOD] * 2,
+            correctness="binary",
+            format_weight=0.1,
+            user_rewards=bad,
+            prompts=["p", "p"],
+            completions=["a", "b"],
+            columns={},
+        )
 
 
 def test_the_trainer_adds_user_rewards_and_logs_them(tmp_path, user_file, pool):

@@ -279,11 +279,13 @@ def test_busy_children_do_not_time_out_the_neighbour():
     honest_task = stdin_task("t/honest", ("1\n", "3\n"))
     with SandboxPool(workers=2, limits=LIMITS) as pool:
         hog = threading.Thread(
-            target=execute_program, args=(textwrap.dedent(CPU_HOG), stdin_task("t/hog", *[("", "0")] * 8), LIMITS, pool)
+            target=execute_program,
+            args=(textwrap.dedent(CPU_HOG), stdin_task("t/hog", *[("", "0")] * 8)),
+            kwargs={"limits": LIMITS, "pool": pool},
         )
         hog.start()  # 8 tests: it runs (and is killed) 9 times in 9 s
         time.sleep(0.5)  # the hog's children are running
-        results = [execute_program(textwrap.dedent(HONEST), honest_task, LIMITS, pool) for _ in range(2)]
+        results = [execute_program(textwrap.dedent(HONEST), honest_task, limits=LIMITS, pool=pool) for _ in range(2)]
         hog.join()
     assert [r.status for r in results] == ["passed", "passed"], results
 

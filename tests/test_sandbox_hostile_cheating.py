@@ -102,7 +102,9 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
     before = _snapshot(watched)
     sentinel = (sentinel_dir / "sentinel.txt").read_text()
     start = time.monotonic()
-    result = execute_program(textwrap.dedent(code).replace("SENTINEL_DIR", str(sentinel_dir)), task, LIMITS, pool)
+    result = execute_program(
+        textwrap.dedent(code).replace("SENTINEL_DIR", str(sentinel_dir)), task, limits=LIMITS, pool=pool
+    )
     elapsed = time.monotonic() - start
     time.sleep(0.05)  # let the kernel finish tearing down killed processes
     assert not result.passed, result
@@ -147,7 +149,7 @@ CONTROL = {
 @pytest.mark.parametrize("kind", sorted(CONTROL))
 def test_controls_pass(pool, kind):
     code, task = CONTROL[kind]
-    result = execute_program(code, task, LIMITS, pool)
+    result = execute_program(code, task, limits=LIMITS, pool=pool)
     assert result.passed and result.tests_passed == 3, result
 
 
@@ -367,4 +369,4 @@ def test_no_network_not_even_the_hosts_loopback(pool, sentinel_dir):
 
 def test_worker_survives_and_pool_recovers_after_hostile_programs(pool):
     code, task = CONTROL["call"]
-    assert all(execute_program(code, task, LIMITS, pool).passed for _ in range(4))
+    assert all(execute_program(code, task, limits=LIMITS, pool=pool).passed for _ in range(4))

@@ -65,7 +65,7 @@ def run(pool: SandboxPool, code: str, task: Task, limit_s: float = 30.0):
     """Run one program with a hard wall-clock bound in the test (a hang is a failure, not a stuck suite)."""
     ipc_before = _sysv_ipc()
     with ThreadPoolExecutor(1) as executor:
-        future = executor.submit(execute_program, textwrap.dedent(code), task, LIMITS, pool)
+        future = executor.submit(execute_program, textwrap.dedent(code), task, limits=LIMITS, pool=pool)
         result = future.result(timeout=limit_s)
     # an ended program is reaped by its zygote asynchronously (see test_sandbox_hostile_cheating.run_hostile):
     # wait a bounded time for the teardown

@@ -207,8 +207,8 @@ def test_basic_isolation_is_loud():
         assert basic.isolation == "basic"
         # and basic mode keeps the keyrings shut too (its uid is the user's own: their keys)
         task = stdin_task("t/keyring", ("1\n", "7\n"))
-        execute_program(KEYRING_WRITE, task, LIMITS, basic)
-        result = execute_program(KEYRING_READ, task, LIMITS, basic)
+        execute_program(KEYRING_WRITE, task, limits=LIMITS, pool=basic)
+        result = execute_program(KEYRING_READ, task, limits=LIMITS, pool=basic)
         assert not result.passed and "none" in (result.error or ""), result
 
 
@@ -365,7 +365,7 @@ def test_huge_ints_buy_no_quadratic_time_in_the_judge(pool):
     task = assert_task("t/div", "f", "assert f(1) // f(2) == 1 and f(0) == 0")
     code = "def f(n):\n    return n and ((1 << 10_000_000) - 1 if n == 1 else (1 << 5_000_000) - 3)\n"
     with big:
-        result = execute_program(code, task, big.limits, big)
+        result = execute_program(code, task, limits=big.limits, pool=big)
     assert result.status == "wrong_answer", result
 
 

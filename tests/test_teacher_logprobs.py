@@ -149,11 +149,11 @@ def test_build_teacher_scorer_local_loads_the_model_and_its_adapter(tmp_path, ti
                 parameter.fill_(0.05)  # not the identity: the teacher must differ from the bare model
     save_adapter(adapted, tokenizer, tmp_path / "adapter")
     overrides = [f"teacher.model_name={tiny_model_name}", "teacher.logprob_source=local"]
-    bare = build_teacher_scorer(build_config("cpu", overrides=overrides).teacher, tokenizer, "student")
+    bare = build_teacher_scorer(build_config("cpu", overrides=overrides).teacher, tokenizer, student_name="student")
     with_adapter = build_teacher_scorer(
         build_config("cpu", overrides=[*overrides, f"teacher.local_adapter={tmp_path / 'adapter'}"]).teacher,
         tokenizer,
-        "student",
+        student_name="student",
     )
     one = [sample([3, 4, 5], [6, 7, 8])]
     a, b = bare.score(one).logprobs[0], with_adapter.score(one).logprobs[0]

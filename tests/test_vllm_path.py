@@ -336,7 +336,7 @@ def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_pa
         calls.append(len(prompts) * n)
         return [[RolloutCompletion("x", (0,), (), "stop")] * n for _ in prompts]
 
-    generate_cached(tasks, generate, 10, tmp_path / "c.jsonl", chunk=8, batch_samples=64, progress=False)
+    generate_cached(tasks, generate, 10, cache_path=tmp_path / "c.jsonl", chunk=8, batch_samples=64, progress=False)
     assert sum(calls) == 60 and len(calls) == 2  # six 8-sample units in one call, six 2-sample units in another
 
 

@@ -82,6 +82,7 @@ def rank_state_name(process_index: int) -> str:
 
 def save_checkpoint(
     output_dir: Path,
+    *,
     accelerator: Any,
     model: Any,
     optimizer: Any,

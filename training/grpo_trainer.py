@@ -125,12 +125,12 @@ class GRPOTrainer:
             self.teacher_scorer = build_teacher_scorer(
                 config.teacher,
                 tokenizer,
-                config.student.model_name,
-                config.paths.model_cache_dir,
-                config.student.torch_dtype,
-                self.accelerator.device,
-                training.forward_chunk_size,
-                training.shared_prompt_forward,
+                student_name=config.student.model_name,
+                cache_dir=config.paths.model_cache_dir,
+                torch_dtype=config.student.torch_dtype,
+                device=self.accelerator.device,
+                chunk_size=training.forward_chunk_size,
+                shared_prompt=training.shared_prompt_forward,
             )
         if isinstance(self.teacher_scorer, ServedTeacherScorer) and tasks:  # its context, before any step
             lengths = prompt_lengths(
@@ -376,15 +376,15 @@ class GRPOTrainer:
         plan = plan_update(
             groups,
             self.accelerator.unwrap_model(self.model),
-            self.tokenizer.pad_token_id,
-            self.accelerator.device,
-            self.config.grpo,
-            self.micro_batches,
-            self.config.training.forward_chunk_size,
-            self_batch,
-            len(self_examples),
-            teacher_logps,
-            self.config.training.shared_prompt_forward,
+            pad_id=self.tokenizer.pad_token_id,
+            device=self.accelerator.device,
+            grpo=self.config.grpo,
+            num_slots=self.micro_batches,
+            forward_chunk_size=self.config.training.forward_chunk_size,
+            self_batch=self_batch,
+            num_self_examples=len(self_examples),
+            teacher_logps=teacher_logps,
+            shared_prompt=self.config.training.shared_prompt_forward,
             rollout_terms=self.passes.rollout_terms,
         )
         self.model.train()
@@ -450,14 +450,14 @@ class GRPOTrainer:
         (each rank samples and succeeds on its own prompts)."""
         return checkpointing.save_checkpoint(
             self.output_dir,
-            self.accelerator,
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            self.config,
-            self.state,
-            self.total_steps,
-            {
+            accelerator=self.accelerator,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            config=self.config,
+            state=self.state,
+            total_steps=self.total_steps,
+            rank_state={
                 "teacher": self.teacher_rng.getstate(),
                 "self_sft_buffer": self.buffer.state(),
                 **({"curriculum": self.curriculum.state()} if self.curriculum is not None else {}),

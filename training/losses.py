@@ -481,6 +481,7 @@ def combine_losses(
     grpo: torch.Tensor | None,
     teacher_sft: torch.Tensor | None,
     self_sft: torch.Tensor | None,
+    *,
     grpo_weight: float,
     teacher_weight: float,
     self_weight: float,

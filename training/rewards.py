@@ -216,6 +216,7 @@ class ScoredSample:
 def compute_rewards(
     results: Sequence[Any],
     parsed: Sequence[ParsedResponse],
+    *,
     correctness: str = "binary",
     format_weight: float = 0.1,
     user_rewards: Sequence[UserReward] = (),

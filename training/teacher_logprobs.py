@@ -235,6 +235,7 @@ class LocalTeacherScorer:
 def build_teacher_scorer(
     teacher: TeacherConfig,
     student_tokenizer: Any,
+    *,
     student_name: str,
     cache_dir: str = "",
     torch_dtype: str = "float32",

@@ -122,6 +122,7 @@ def split_micro_batches(advantages: torch.Tensor, num_slots: int, dynamic_filter
 def plan_update(
     groups: list[list[ScoredSample]],
     policy: Any,
+    *,
     pad_id: int,
     device: Any,
     grpo: GRPOConfig,
@@ -275,12 +276,12 @@ def step_loss_metrics(
         terms["grpo"],
         terms["teacher_sft"],
         terms["self_sft"],
-        grpo_weight,
-        w_teacher,
-        w_self,
-        terms["opd"],
-        opd_weight,
-        terms["kl"],
-        kl_coef,
+        grpo_weight=grpo_weight,
+        teacher_weight=w_teacher,
+        self_weight=w_self,
+        opd=terms["opd"],
+        opd_weight=opd_weight,
+        kl=terms["kl"],
+        kl_coef=kl_coef,
     )
     return {**out, **combined}
