@@ -224,12 +224,12 @@ from tests.task_factory import call_task
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means; its workers must not
 task = call_task("t/ctrl-c", "f", ([], 1))
 with SandboxPool(workers=1, limits=SandboxLimits()) as pool:
-    assert execute_program("def f():\\n    return 1\\n", task, SandboxLimits(), pool).passed
+    assert execute_program("def f():\\n    return 1\\n", task, limits=SandboxLimits(), pool=pool).passed
     os.killpg(os.getpgrp(), signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     time.sleep(1.0)
-    print("after", execute_program("def f():\\n    return 1\\n", task, SandboxLimits(), pool).status)
+    print("after", execute_program("def f():\\n    return 1\\n", task, limits=SandboxLimits(), pool=pool).status)
     probe = "import signal\\ndef f():\\n    return int(signal.getsignal(2) is signal.default_int_handler)\\n"
-    print("program's handler", execute_program(probe, task, SandboxLimits(), pool).status)
+    print("program's handler", execute_program(probe, task, limits=SandboxLimits(), pool=pool).status)
 """
 
 
