@@ -98,17 +98,15 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
 
 def verify_references(splits: dict[str, tuple[list[Task], list[Task]]], config: Config, drop: bool) -> dict:
     """Run each task's first reference solution in the sandbox; optionally drop the failures."""
-    from sandbox.executor import SandboxLimits, SandboxPool, execute_many
+    from sandbox.executor import SandboxPool, execute_many
 
     report: dict = {}
-    limits = SandboxLimits.from_config(config.sandbox)
-    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate) as pool:
+    with SandboxPool.from_config(config.sandbox) as pool:
         for source, (train, val) in splits.items():
             tasks = [t for t in train + val if t.reference_solutions]
             results = execute_many(
                 [(t.reference_solutions[0], t) for t in tasks],
                 pool,
-                limits,
                 progress=True,
                 include_challenge=config.sandbox.include_challenge_tests,
             )

@@ -33,7 +33,7 @@ from config import (
     save_config,
 )
 from environments.code_env import make_environment
-from sandbox.executor import SandboxLimits, SandboxPool
+from sandbox.executor import SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
 from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
@@ -186,16 +186,15 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
         f"{len(tasks)} tasks x {n} samples from {input_path} -> {output_path}; "
         f"teacher {model} at {config.teacher.base_url}"
     )
-    limits = SandboxLimits.from_config(config.sandbox)
     mode = config.multi_turn.mode
     prompter = teacher_prompter(config) if mode == "tool" else None
     async with TeacherClient.from_config(config.teacher, model=model) as client:
         served = await client.list_models()  # fails fast and clearly when no server answers
         if served and model not in served and not any(s.startswith(model) for s in served):
             print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
-        with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
+        with SandboxPool.from_config(config.sandbox, secret_paths=[input_path]) as pool:
             environment = (
-                make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests, limits)
+                make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
                 if mode != "single"
                 else None
             )
@@ -205,7 +204,6 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
                 output_path,
                 num_samples=n,
                 pool=pool,
-                limits=limits,
                 num_visible_tests=config.prompt.num_visible_tests,
                 overwrite=overwrite,
                 teacher_model=config.teacher.model_name,
@@ -252,14 +250,12 @@ def reference_main(config: Config, input_path: Path, output_path: Path, overwrit
         f"each verified in the sandbox, thinking: {config.teacher.reference_thinking}"
     )
     start = time.monotonic()
-    limits = SandboxLimits.from_config(config.sandbox)
-    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=[input_path]) as pool:
+    with SandboxPool.from_config(config.sandbox, secret_paths=[input_path]) as pool:
         stats = write_reference_traces(
             tasks,
             output_path,
             n,
             pool=pool,
-            limits=limits,
             visible_tests=config.prompt.num_visible_tests,
             thinking_mode=config.teacher.reference_thinking,
             overwrite=overwrite,

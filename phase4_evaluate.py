@@ -51,7 +51,7 @@ from rollouts.from_config import build_sampler, episodes_for
 from rollouts.groups import sample_groups
 from rollouts.models import default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
-from sandbox.executor import SandboxLimits, SandboxPool, task_secret_paths, untrusted_task_ids
+from sandbox.executor import SandboxPool, task_secret_paths, untrusted_task_ids
 from utils.dataset_loader import DataFormatError, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.provenance import build_provenance
@@ -166,7 +166,6 @@ def main(
         visible_tests=eval_set.visible_tests,
         adapter_key=digest,
     )
-    limits = SandboxLimits.from_config(config.sandbox)
     # knobs that truncate enter the key only when set, so caches made before they existed stay valid
     settings = {
         **SamplingSettings.from_section(ev).truncating(),
@@ -192,10 +191,10 @@ def main(
             runs.append(("baseline", None))
     summaries, all_rows = {}, []
     secrets = [p for p in [eval_set.origin] if Path(p).exists()] + task_secret_paths(config)
-    with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate, secret_paths=secrets) as pool:
+    with SandboxPool.from_config(config.sandbox, secret_paths=secrets) as pool:
         # programs and shown tests run in the same pool as the scoring
         generators["episodes"] = episodes_for(
-            config, pool, limits, visible_tests=eval_set.visible_tests, max_new_tokens=ev.max_new_tokens
+            config, pool, visible_tests=eval_set.visible_tests, max_new_tokens=ev.max_new_tokens
         )
         for role, role_adapter in runs:
             key = fingerprint(
@@ -215,7 +214,7 @@ def main(
                 **generators["batching"],
                 mode=config.multi_turn.mode,
             )
-            rows = execute_samples(tasks, cache, ev.num_samples, pool, limits, config.sandbox.include_challenge_tests)
+            rows = execute_samples(tasks, cache, ev.num_samples, pool, config.sandbox.include_challenge_tests)
             summaries[role] = summarize(rows, ev.k_values, ev.bootstrap_resamples, ev.bootstrap_seed)
             all_rows += [replace(row, model=role) for row in rows]
     main_role = runs[0][0]

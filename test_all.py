@@ -260,7 +260,7 @@ def check_one_parser(report: Report, config: Config) -> None:
 
     from clients.openai_compat import TeacherResponse
     from evaluation.evaluate import CachedCompletion, execute_samples
-    from sandbox.executor import SandboxError, SandboxLimits, SandboxPool
+    from sandbox.executor import SandboxError, SandboxPool
     from synthesis.generate_traces import generate_traces
     from utils.jsonl import read_jsonl
 
@@ -273,9 +273,8 @@ def check_one_parser(report: Report, config: Config) -> None:
         async def complete(self, messages: list[dict]) -> TeacherResponse:
             return TeacherResponse(text=response, reasoning=reasoning, finish_reason="stop")
 
-    limits = SandboxLimits.from_config(config.sandbox)
     try:
-        with tempfile.TemporaryDirectory() as tmp, SandboxPool(1, limits, isolate=config.sandbox.isolate) as pool:
+        with tempfile.TemporaryDirectory() as tmp, SandboxPool.from_config(config.sandbox, workers=1) as pool:
             with parser_spy() as phase2_seen:
                 traces = Path(tmp) / "traces.jsonl"
                 asyncio.run(
@@ -285,14 +284,13 @@ def check_one_parser(report: Report, config: Config) -> None:
                         traces,
                         num_samples=1,
                         pool=pool,
-                        limits=limits,
                         progress=False,
                     )
                 )
             [trace] = read_jsonl(traces)
             cache = {(task.task_id, 0): CachedCompletion(task.task_id, 0, response, 1, "stop", None)}
             with parser_spy() as phase4_seen:
-                [row] = execute_samples([task], cache, 1, pool, limits)
+                [row] = execute_samples([task], cache, 1, pool)
     except (SandboxError, OSError) as exc:
         report.fail(f"the sandbox could not start: {exc}", "the sandbox needs Linux; see sandbox/worker.py")
         return
@@ -491,7 +489,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
 
 def check_code_execution(report: Report, config: Config) -> None:
     section("Code execution (sandbox) and rewards")
-    from sandbox.executor import SandboxError, SandboxLimits, SandboxPool, execute_many
+    from sandbox.executor import SandboxError, SandboxPool, execute_many
     from training.rewards import compute_rewards
 
     task = add_task()
@@ -503,9 +501,7 @@ def check_code_execution(report: Report, config: Config) -> None:
     }
     parsed = {name: extract_thinking_and_code_unified(text) for name, text in responses.items()}
     try:
-        with SandboxPool(
-            workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate
-        ) as pool:
+        with SandboxPool.from_config(config.sandbox, workers=2) as pool:
             results = dict(zip(responses, execute_many([(parsed[n].code, task) for n in responses], pool), strict=True))
             isolation = pool.isolation
     except (SandboxError, OSError) as exc:
@@ -569,7 +565,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     from environments.code_env import FeedbackEnvironment, ToolEnvironment
     from rollouts.groups import Episodes, sample_groups
     from rollouts.scripted import ScriptedBackend
-    from sandbox.executor import SandboxError, SandboxLimits, SandboxPool, execute_program
+    from sandbox.executor import SandboxError, SandboxPool, execute_program
 
     task = add_task()
     template = {"enable_thinking": True} if "enable_thinking" in str(tokenizer.chat_template or "") else None
@@ -583,9 +579,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     try:
         with (
             tempfile.TemporaryDirectory() as outside,
-            SandboxPool(
-                workers=2, limits=SandboxLimits.from_config(config.sandbox), isolate=config.sandbox.isolate
-            ) as pool,
+            SandboxPool.from_config(config.sandbox, workers=2) as pool,
         ):
 
             def run(turns, env, mode):  # through the sampling path phases 3 and 4 take

@@ -69,7 +69,7 @@ def main() -> None:
     from rollouts.groups import sample_groups
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
-    from sandbox.executor import SandboxLimits, SandboxPool
+    from sandbox.executor import SandboxPool
     from synthesis.generate_traces import TeacherTrace, load_teacher_examples
     from training.grpo_trainer import GRPOTrainer
     from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
@@ -107,8 +107,7 @@ def main() -> None:
     rollout = HFRollout(
         tokenizer, g.max_new_tokens, SamplingSettings.from_section(g), {"enable_thinking": True}, batch_size=8
     )
-    limits = SandboxLimits.from_config(config.sandbox)
-    with SandboxPool(2, limits) as pool:
+    with SandboxPool.from_config(config.sandbox, workers=2) as pool:
 
         def measure(tag: str) -> list[dict]:
             cache = generate_cached(
@@ -118,7 +117,7 @@ def main() -> None:
                 cache_path=out / f"samples_{tag}.jsonl",
                 chunk=args.samples,
             )
-            return [s.to_row() for s in execute_samples(tasks, cache, args.samples, pool, limits)]
+            return [s.to_row() for s in execute_samples(tasks, cache, args.samples, pool)]
 
         with model.disable_adapter():
             before = measure("before")

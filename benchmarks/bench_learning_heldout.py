@@ -112,7 +112,7 @@ def base_overrides(args: argparse.Namespace, out: Path) -> list[str]:
 def prepare_data(config, out: Path) -> tuple[Path, Path, dict]:
     """Phase 1's standard split and phase 2's reference teacher: (train file, trace file, trace statistics)."""
     import phase1_prepare_data as phase1
-    from sandbox.executor import SandboxLimits, SandboxPool
+    from sandbox.executor import SandboxPool
     from synthesis.reference_traces import write_reference_traces
     from utils.dataset_loader import read_tasks
 
@@ -123,14 +123,12 @@ def prepare_data(config, out: Path) -> tuple[Path, Path, dict]:
     traces = data / "reference_traces.jsonl"
     stats_file = data / "reference_traces.stats.json"
     if not stats_file.is_file():
-        limits = SandboxLimits.from_config(config.sandbox)
-        with SandboxPool(config.sandbox.max_workers, limits, config.sandbox.isolate) as pool:
+        with SandboxPool.from_config(config.sandbox) as pool:
             stats = write_reference_traces(
                 read_tasks(train_file),
                 traces,
                 config.teacher.num_samples_per_problem,
                 pool=pool,
-                limits=limits,
                 visible_tests=config.prompt.num_visible_tests,
                 thinking_mode=config.teacher.reference_thinking,
             )

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     from rollouts.groups import Episodes, sample_groups
     from rollouts.hf import HFRollout
     from rollouts.sampling import SamplingSettings
-    from sandbox.executor import SandboxLimits, SandboxPool
+    from sandbox.executor import SandboxPool
     from utils.dataset_loader import load_apps, load_mbpp
     from utils.student_model import load_student
 
@@ -127,13 +127,12 @@ def main(argv: list[str] | None = None) -> dict:
     model, tokenizer = load_student(args.model, "float32", device="cpu")
     sampling = SamplingSettings.from_section(config.evaluation)
     template = {"enable_thinking": config.student.enable_thinking}
-    limits = SandboxLimits.from_config(config.sandbox)
     out_dir = Path(args.output).parent / "multi_turn_check_cache"
     results: dict = {"settings": vars(args), "tasks": [t.task_id for t in tasks]}
     rows_of: dict[str, list[dict]] = {}
-    with SandboxPool(0, limits, config.sandbox.isolate) as pool:
+    with SandboxPool.from_config(config.sandbox, workers=0) as pool:
         single = HFRollout(tokenizer, args.budget, sampling, template, batch_size=8)
-        environment = make_environment("feedback", pool, config.multi_turn, 1, limits)
+        environment = make_environment("feedback", pool, config.multi_turn, 1)
         feedback = HFRollout(tokenizer, args.budget // args.max_turns, sampling, template)
         episodes = Episodes(
             environment, "feedback", args.budget // args.max_turns, config.multi_turn.max_total_tokens, template
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
                 num_visible_tests=1,
                 mode=mode,
             )
-            samples = execute_samples(tasks, cache, args.samples, pool, limits)
+            samples = execute_samples(tasks, cache, args.samples, pool)
             summary = summarize(samples, [1])
             rows = sample_rows(samples, cache)
             rows_of[name] = rows
@@ -212,7 +211,7 @@ def train_and_measure(
     from evaluation.evaluate import execute_samples, generate_cached
     from rollouts.from_config import build_sampler, episodes_for
     from rollouts.groups import sample_groups
-    from sandbox.executor import SandboxLimits, SandboxPool
+    from sandbox.executor import SandboxPool
     from training.grpo_trainer import GRPOTrainer
     from utils.student_model import attach_lora, load_student
 
@@ -239,10 +238,9 @@ def train_and_measure(
     model, tokenizer = load_student(args.model, "float32", device="cpu")
     lora = config.lora
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
-    limits = SandboxLimits.from_config(config.sandbox)
-    with SandboxPool(2, limits, config.sandbox.isolate) as pool:
+    with SandboxPool.from_config(config.sandbox, workers=2) as pool:
         evaluator = build_sampler(config, purpose="eval", tokenizer=tokenizer)
-        episodes = episodes_for(config, pool, limits, max_new_tokens=per_turn[variant])
+        episodes = episodes_for(config, pool, max_new_tokens=per_turn[variant])
 
         def measure(tag: str) -> list[dict]:
             torch.manual_seed(args.seed + 1)  # the same sampling noise before and after
@@ -260,7 +258,7 @@ def train_and_measure(
                 batch_samples=32,  # the kv sampler's best batch on CPU (bench_sampling)
                 mode=variant,
             )
-            return sample_rows(execute_samples(tasks, cache, args.samples, pool, limits), cache)
+            return sample_rows(execute_samples(tasks, cache, args.samples, pool), cache)
 
         with model.disable_adapter():
             before = measure("before")

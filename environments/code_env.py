@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.executor import MAX_CODE_BYTES, SandboxError, SandboxLimits, SandboxPool, execute_program
+from sandbox.executor import MAX_CODE_BYTES, SandboxError, SandboxPool, execute_program
 from utils.code_parser import check_syntax
 from utils.dataset_loader import Task
 from utils.prompts import PROGRAM_CLOSE, PROGRAM_OPEN, RESULT_CLOSE, RESULT_OPEN
@@ -104,7 +104,7 @@ def format_result(output: str, limit: int) -> str:
     return f"\n{RESULT_OPEN}\n{trim_bytes(output, limit).rstrip(chr(10))}\n{RESULT_CLOSE}\n"
 
 
-def run_tool_program(code: str | None, pool: SandboxPool, limits: SandboxLimits | None = None) -> tuple[str, bool]:
+def run_tool_program(code: str | None, pool: SandboxPool) -> tuple[str, bool]:
     """Run one program in the sandbox with an empty stdin; returns (what it printed, then its error
     line; ran without error). The job is a stdin test with no expected output: nothing of a task
     reaches the program process, and the output is never judged."""
@@ -117,13 +117,12 @@ def run_tool_program(code: str | None, pool: SandboxPool, limits: SandboxLimits 
     ok, syntax_error = check_syntax(code)
     if not ok:
         return f"SyntaxError: {syntax_error}", False
-    limits = limits or pool.limits
     job = {
         "mode": "stdin",
         "inputs": [""],
         "code": code,
         "id": None,
-        "limits": limits.job_limits(1),
+        "limits": pool.limits.job_limits(1),
     }
     try:
         raw = pool.run(job)
@@ -154,10 +153,8 @@ class ToolEnvironment:
 
     stop_strings: tuple[str, ...] = (PROGRAM_CLOSE,)
 
-    def __init__(
-        self, pool: SandboxPool, max_tool_calls: int, result_max_bytes: int, limits: SandboxLimits | None = None
-    ) -> None:
-        self.pool, self.limits = pool, limits
+    def __init__(self, pool: SandboxPool, max_tool_calls: int, result_max_bytes: int) -> None:
+        self.pool = pool
         self.max_tool_calls, self.result_max_bytes = max_tool_calls, result_max_bytes
 
     def start(self, task: Task) -> EpisodeState:
@@ -186,9 +183,7 @@ class ToolEnvironment:
                 state.tool_calls += 1
                 to_run.append(i)
         with ThreadPoolExecutor(max_workers=max(1, min(len(to_run), self.pool.size))) as executor:
-            outputs = list(
-                executor.map(lambda i: run_tool_program(extract_program(turns[i].text), self.pool, self.limits), to_run)
-            )
+            outputs = list(executor.map(lambda i: run_tool_program(extract_program(turns[i].text), self.pool), to_run))
         for i, (output, ok) in zip(to_run, outputs, strict=True):
             states[i].tool_successes += ok
             steps[i] = Step(
@@ -278,9 +273,8 @@ class FeedbackEnvironment:
         max_turns: int,
         num_visible_tests: int,
         feedback_max_chars: int,
-        limits: SandboxLimits | None = None,
     ) -> None:
-        self.pool, self.limits = pool, limits
+        self.pool = pool
         self.max_turns, self.num_visible_tests, self.feedback_max_chars = (
             max_turns,
             num_visible_tests,
@@ -305,7 +299,7 @@ class FeedbackEnvironment:
                 as_user_message=True,
                 info={"visible_passed": False},
             )
-        result = execute_program(code, state.visible, limits=self.limits, pool=self.pool)
+        result = execute_program(code, state.visible, pool=self.pool)
         if result.passed:
             return Step(done=True, info={"visible_passed": True})
         if result.status == "sandbox_error":  # the harness, not the program: no feedback to give
@@ -334,13 +328,13 @@ class FeedbackEnvironment:
 
 
 def make_environment(
-    mode: str, pool: SandboxPool, multi_turn: Any, num_visible_tests: int, limits: SandboxLimits | None = None
+    mode: str, pool: SandboxPool, multi_turn: Any, num_visible_tests: int
 ) -> ToolEnvironment | FeedbackEnvironment:
     """The environment of `multi_turn.mode` (a config.MultiTurnConfig section)."""
     if mode == "tool":
-        return ToolEnvironment(pool, multi_turn.max_tool_calls, multi_turn.result_max_bytes, limits)
+        return ToolEnvironment(pool, multi_turn.max_tool_calls, multi_turn.result_max_bytes)
     if mode == "feedback":
-        return FeedbackEnvironment(pool, multi_turn.max_turns, num_visible_tests, multi_turn.feedback_max_chars, limits)
+        return FeedbackEnvironment(pool, multi_turn.max_turns, num_visible_tests, multi_turn.feedback_max_chars)
     raise ValueError(f"no environment for mode {mode!r} (tool or feedback)")
 
 

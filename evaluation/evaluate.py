@@ -29,7 +29,7 @@ from typing import Any
 from evaluation.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, paired_bootstrap_interval
 from evaluation.pass_at_k import estimate_pass_at_k, pass_at_k_table
 from rollouts.completion import RolloutCompletion
-from sandbox.executor import SandboxLimits, SandboxPool, execute_many
+from sandbox.executor import SandboxPool, execute_many
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
@@ -317,7 +317,6 @@ def execute_samples(
     cache: dict[tuple[str, int], CachedCompletion],
     num_samples: int,
     pool: SandboxPool,
-    limits: SandboxLimits,
     include_challenge: bool = False,
 ) -> list[EvalSample]:
     """Parse and execute every sample; one record per sample with its code and verdict."""
@@ -326,7 +325,6 @@ def execute_samples(
     results = execute_many(
         [(p.code, task) for (task, _), p in zip(cached, parsed, strict=True)],
         pool,
-        limits,
         progress=True,
         include_challenge=include_challenge,
     )
@@ -353,7 +351,7 @@ def execute_samples(
         )
         for (task, record), p, result in zip(cached, parsed, results, strict=True)
     ]
-    return _score_earlier_answers(tasks, cache, samples, pool, limits, include_challenge)
+    return _score_earlier_answers(tasks, cache, samples, pool, include_challenge)
 
 
 def _score_earlier_answers(
@@ -361,7 +359,6 @@ def _score_earlier_answers(
     cache: dict[tuple[str, int], CachedCompletion],
     samples: list[EvalSample],
     pool: SandboxPool,
-    limits: SandboxLimits,
     include_challenge: bool,
 ) -> list[EvalSample]:
     """Multi-turn samples: copy the multi-turn fields and judge every answer before the last one on all tests,
@@ -380,7 +377,6 @@ def _score_earlier_answers(
         results = execute_many(
             [(code, by_task[samples[n].task_id]) for n, _, code in earlier],
             pool,
-            limits,
             include_challenge=include_challenge,
         )
         for (n, i, _), result in zip(earlier, results, strict=True):

@@ -72,7 +72,7 @@ def main(
     from rollouts.from_config import build_sampler, episodes_for
     from rollouts.groups import sample_groups
     from rollouts.models import default_model_path, resolve_model
-    from sandbox.executor import SandboxLimits, SandboxPool, execute_program
+    from sandbox.executor import SandboxPool, execute_program
     from utils.prompts import get_unified_prompt
     from utils.student_model import load_adapter, load_student
     from utils.thinking_extraction import extract_thinking_and_code_unified
@@ -92,17 +92,16 @@ def main(
     )
     config = dataclasses.replace(config, evaluation=ev, multi_turn=dataclasses.replace(config.multi_turn, mode=mode))
     sampler = build_sampler(config, purpose="eval", tokenizer=tokenizer)
-    limits = SandboxLimits.from_config(config.sandbox)
     # one pool runs the episodes' programs (a multi-turn mode) and judges the answers
-    with SandboxPool(2, limits, config.sandbox.isolate) as pool:
-        episodes = episodes_for(config, pool, limits, max_new_tokens=max_new_tokens)
+    with SandboxPool.from_config(config.sandbox, workers=2) as pool:
+        episodes = episodes_for(config, pool, max_new_tokens=max_new_tokens)
         [records] = sample_groups(
             sampler, model, [prompt], samples, tasks=[task or unjudged(problem)], episodes=episodes
         )
         answers = []
         for record in records:
             parsed = extract_thinking_and_code_unified(record.text)
-            verdict = execute_program(parsed.code, task, limits=limits, pool=pool) if task is not None else None
+            verdict = execute_program(parsed.code, task, pool=pool) if task is not None else None
             answers.append(Answer(record, parsed, verdict))
     return answers
 

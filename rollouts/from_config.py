@@ -240,7 +240,6 @@ def _training_sampler(
 def episodes_for(
     config: Config,
     pool: Any,
-    limits: Any = None,
     *,
     visible_tests: int | None = None,
     max_new_tokens: int | None = None,
@@ -255,7 +254,7 @@ def episodes_for(
 
     shown = config.prompt.num_visible_tests if visible_tests is None else visible_tests
     return Episodes(
-        make_environment(mode, pool, config.multi_turn, shown, limits),
+        make_environment(mode, pool, config.multi_turn, shown),
         mode,
         config.grpo.max_new_tokens if max_new_tokens is None else max_new_tokens,
         config.multi_turn.max_total_tokens,

@@ -287,6 +287,19 @@ def _empty_cgroup(path: str | None) -> None:
 class SandboxPool:
     """A fixed set of sandbox workers; `run` borrows one per program (thread-safe)."""
 
+    @classmethod
+    def from_config(
+        cls, sandbox: Any, *, workers: int | None = None, secret_paths: Sequence[str | os.PathLike] = ()
+    ) -> SandboxPool:
+        """A pool with a config.SandboxConfig section's limits and isolation, `workers` workers (the section's
+        max_workers if None). Everything that runs on it takes these limits: the pool owns them."""
+        return cls(
+            sandbox.max_workers if workers is None else workers,
+            SandboxLimits.from_config(sandbox),
+            sandbox.isolate,
+            secret_paths=secret_paths,
+        )
+
     def __init__(
         self,
         workers: int = 0,

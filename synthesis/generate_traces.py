@@ -33,7 +33,7 @@ from typing import Any
 
 from clients.openai_compat import TeacherClient, TeacherFatalError, TeacherResponse
 from environments.code_env import Turn
-from sandbox.executor import ExecutionResult, SandboxLimits, SandboxPool, execute_program, plan_tests
+from sandbox.executor import ExecutionResult, SandboxPool, execute_program, plan_tests
 from utils.dataset_loader import Task
 from utils.disk import DiskFullError, out_of_space
 from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
@@ -445,7 +445,6 @@ async def generate_traces(
     *,
     num_samples: int,
     pool: SandboxPool,
-    limits: SandboxLimits | None = None,
     num_visible_tests: int = 1,
     overwrite: bool = False,
     progress: bool = True,
@@ -514,7 +513,7 @@ async def generate_traces(
                 parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(
-                    execute_program, parsed.code, task, limits=limits, pool=pool, planned=plans[task.task_id]
+                    execute_program, parsed.code, task, pool=pool, planned=plans[task.task_id]
                 )
             record = build_record(
                 task,

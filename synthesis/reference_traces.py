@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sandbox.executor import ExecutionResult, SandboxLimits, SandboxPool, execute_many
+from sandbox.executor import ExecutionResult, SandboxPool, execute_many
 from synthesis.generate_traces import TeacherTrace, TraceFileBusy, count_lines, latest_records, verdict_fields
 from utils.dataset_loader import Task
 from utils.jsonl import FileBusyError, JsonlAppender
@@ -136,7 +136,6 @@ def verify_references(
     tasks: Sequence[Task],
     num_samples: int,
     pool: SandboxPool,
-    limits: SandboxLimits | None,
     visible_tests: int,
     thinking_mode: str = "short",
     skip: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset(),
@@ -158,7 +157,7 @@ def verify_references(
             else:  # what runs is what is written: the normalized text
                 jobs.append((task, i, normalize_newlines(code)))
     stats.candidates = len(jobs)
-    results = execute_many([(code, task) for task, _, code in jobs], pool, limits, progress=progress)
+    results = execute_many([(code, task) for task, _, code in jobs], pool, progress=progress)
     traces = []
     for (task, i, code), result in zip(jobs, results, strict=True):
         if result.passed:
@@ -178,7 +177,6 @@ def write_reference_traces(
     num_samples: int,
     *,
     pool: SandboxPool,
-    limits: SandboxLimits | None,
     visible_tests: int,
     thinking_mode: str = "short",
     overwrite: bool = False,
@@ -203,7 +201,7 @@ def write_reference_traces(
                 "Write them to another file with --output, or start afresh with --overwrite."
             )
         traces, stats = verify_references(
-            tasks, num_samples, pool, limits, visible_tests, thinking_mode, set(existing), progress
+            tasks, num_samples, pool, visible_tests, thinking_mode, set(existing), progress
         )
         if overwrite:
             out.truncate_now()

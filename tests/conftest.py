@@ -27,8 +27,8 @@ def smollm2_tokenizer():
 @pytest.fixture(scope="session")
 def pool():
     """One sandbox pool (2 workers, default limits) for the whole run; a test that needs other limits passes them
-    per call (`execute_program(code, task, limits=limits, pool=pool)`). The hostile batteries start their own: they kill and
-    replace workers on purpose."""
+    per call (`execute_program(code, task, limits=limits, pool=pool)`). The hostile batteries start their own:
+    they kill and replace workers on purpose."""
     from sandbox.pool import SandboxPool
 
     with SandboxPool(workers=2) as shared:

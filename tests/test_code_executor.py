@@ -251,3 +251,25 @@ def test_ctrl_c_to_the_process_group_leaves_the_workers_silent_and_serving():
     assert "after passed" in proc.stdout
     assert "program's handler passed" in proc.stdout  # a program still sees Python's default Ctrl-C handler
     assert "KeyboardInterrupt" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_pool_from_the_config_owns_its_limits_and_what_runs_on_it_takes_them():
+    """One set of limits: the config section's reach the pool, and the environments and scoring take the pool's."""
+    import dataclasses
+
+    from config import SandboxConfig, build_config
+    from environments.code_env import run_tool_program
+    from sandbox.pool import SandboxLimits, SandboxPool
+
+    defaults = SandboxConfig()
+    assert (defaults.timeout_per_test, defaults.memory_limit_mb) == (
+        SandboxLimits().test_timeout,
+        SandboxLimits().memory_mb,
+    ), "the config's defaults and the sandbox's are one set"
+    section = build_config("cpu").sandbox
+    tight = dataclasses.replace(section, timeout_per_test=0.5)
+    with SandboxPool.from_config(tight, workers=1) as pool:
+        assert pool.limits == SandboxLimits(test_timeout=0.5, memory_mb=section.memory_limit_mb)
+        assert pool.size == 1
+        output, ok = run_tool_program("import time\ntime.sleep(5)\nprint('late')", pool)
+    assert not ok and "late" not in output and "time" in output.lower()

@@ -95,7 +95,7 @@ def test_tool_programs_run_with_empty_stdin_and_report_errors(pool):
     assert run_tool_program("import sys\nprint(repr(sys.stdin.read()))", pool) == ("''\n", True)
     output, ok = run_tool_program("print('before')\n1 / 0", pool)
     assert not ok and output.startswith("before\n") and "ZeroDivisionError" in output
-    output, ok = run_tool_program("while True:\n    pass", pool, SandboxLimits(test_timeout=0.5))
+    output, ok = run_tool_program("while True:\n    pass", pool)
     assert not ok and "TimeoutError" in output
     assert run_tool_program("def f(:\n", pool)[0].startswith("SyntaxError")
     assert not run_tool_program(None, pool)[1]
@@ -442,7 +442,7 @@ def test_phase4_reports_the_final_answer_the_pass_rate_after_each_turn_and_tool_
         [MBPP], generate, 3, cache_path=tmp_path / "c.jsonl", num_visible_tests=1, progress=False, mode="feedback"
     )
     assert seen_prompts == [get_unified_prompt(MBPP, 1, mode="feedback")]
-    rows = execute_samples([MBPP], cache, 3, pool, LIMITS)
+    rows = execute_samples([MBPP], cache, 3, pool)
     assert [r.answers_passed for r in rows] == [(True,), (False, True), (False, False, False)]
     assert [r.truncated for r in rows] == [False, False, True]
     summary = summarize(rows, [1])

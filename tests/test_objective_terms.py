@@ -193,7 +193,7 @@ def test_fraction_rewards_score_the_tests_the_prompt_does_not_show(tmp_path, poo
     cheat = f"def {task.fn_name}(*args, **kwargs):\n    return {expected}\n"
     honest = task.reference_solutions[0]
     generations = [[RolloutCompletion(f"```python\n{code}```", (1, 2), (3,), "stop") for code in (cheat, honest)]]
-    groups, _ = score_rollouts([task], ["prompt"], generations, config, pool, _limits(config))
+    groups, _ = score_rollouts([task], ["prompt"], generations, config, pool)
     cheat_reward, honest_reward = (s.reward.correctness for s in groups[0])
     assert cheat_reward == 0.0  # passing only the shown assert earns nothing
     assert honest_reward == 1.0

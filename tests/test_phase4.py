@@ -11,7 +11,6 @@ import phase4_evaluate as phase4
 from evaluation.evaluate import execute_samples, generate_cached, read_cache, summarize
 from rollouts.completion import RolloutCompletion
 from rollouts.models import resolve_model
-from sandbox.executor import SandboxLimits
 from tests.canned_responses import WRONG_CODE
 from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import small_tasks, tiny_config
@@ -69,7 +68,7 @@ def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path, pool):
     tasks = small_tasks(3)
     correct = {tasks[0].task_id: 0, tasks[1].task_id: 2, tasks[2].task_id: 5}
     cache = generate_cached(tasks, scripted(tasks, correct), 5, cache_path=tmp_path / "c.jsonl", progress=False)
-    rows = execute_samples(tasks, cache, 5, pool, SandboxLimits())
+    rows = execute_samples(tasks, cache, 5, pool)
     summary = summarize(rows, [1, 2, 5, 10])
     # per task 1 - C(n-c, k)/C(n, k) with n = 5: c=0 -> 0; c=2 -> k=1: 0.4, k=2: 1 - 3/10 = 0.7; c=5 -> 1
     assert summary["pass_at_k"]["1"] == pytest.approx((0 + 0.4 + 1) / 3)

@@ -193,7 +193,7 @@ def _scripted_feedback(code):
 
 def test_phase4_rows_are_written_byte_identically_to_the_untyped_writers(tmp_path):
     from evaluation.evaluate import execute_samples, generate_cached, write_samples
-    from sandbox.executor import SandboxLimits, SandboxPool
+    from sandbox.executor import SandboxPool
 
     tasks = load_mbpp(EMBEDDED_MBPP)[0][:2]
     code = tasks[0].reference_solutions[0]
@@ -204,8 +204,8 @@ def test_phase4_rows_are_written_byte_identically_to_the_untyped_writers(tmp_pat
     for name in ("single.jsonl", "feedback.jsonl"):
         assert (tmp_path / name).read_bytes() == (GOLDEN_EVAL / name).read_bytes()
     with SandboxPool(1) as pool:
-        samples = execute_samples(tasks, single, 2, pool, SandboxLimits())
-        samples += execute_samples(tasks[:1], feedback, 1, pool, SandboxLimits())
+        samples = execute_samples(tasks, single, 2, pool)
+        samples += execute_samples(tasks[:1], feedback, 1, pool)
     write_samples(tmp_path / "samples.jsonl", [dataclasses.replace(s, model="trained") for s in samples])
     assert (tmp_path / "samples.jsonl").read_bytes() == (GOLDEN_EVAL / "samples.jsonl").read_bytes()
     assert samples[-1].answers_passed == (False, True) and samples[0].model is None

@@ -31,7 +31,7 @@ def _tasks():
 
 def test_a_failing_reference_is_dropped_and_the_rest_are_phase2_records(tmp_path, pool):
     out = tmp_path / "traces.jsonl"
-    stats = write_reference_traces(_tasks(), out, 4, pool=pool, limits=None, visible_tests=1, progress=False)
+    stats = write_reference_traces(_tasks(), out, 4, pool=pool, visible_tests=1, progress=False)
     assert (stats.passed, stats.dropped, stats.without_reference, stats.candidates) == (2, 1, 1, 3)
     assert len(stats.dropped_examples) == 1 and stats.dropped_examples[0].startswith("t/2#0: ")
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -52,15 +52,15 @@ def test_a_failing_reference_is_dropped_and_the_rest_are_phase2_records(tmp_path
 
 def test_a_rerun_skips_what_is_there_and_a_model_teachers_file_is_refused(tmp_path, pool):
     out = tmp_path / "traces.jsonl"
-    write_reference_traces(_tasks(), out, 1, pool=pool, limits=None, visible_tests=1, progress=False)
-    again = write_reference_traces(_tasks(), out, 1, pool=pool, limits=None, visible_tests=1, progress=False)
+    write_reference_traces(_tasks(), out, 1, pool=pool, visible_tests=1, progress=False)
+    again = write_reference_traces(_tasks(), out, 1, pool=pool, visible_tests=1, progress=False)
     assert (again.skipped_existing, again.candidates, again.passed) == (2, 1, 0)  # only the failing one re-runs
     assert len(out.read_text().splitlines()) == 2
     theirs = tmp_path / "model.jsonl"
     theirs.write_text(json.dumps(TeacherTrace("t/1", 0, "p", teacher_model="Qwen/Qwen3-32B").to_row()) + "\n")
     with pytest.raises(MixedTraceFile, match="Qwen3-32B"):
-        write_reference_traces(_tasks(), theirs, 1, pool=pool, limits=None, visible_tests=1, progress=False)
-    write_reference_traces(_tasks(), theirs, 1, pool=pool, limits=None, visible_tests=1, overwrite=True, progress=False)
+        write_reference_traces(_tasks(), theirs, 1, pool=pool, visible_tests=1, progress=False)
+    write_reference_traces(_tasks(), theirs, 1, pool=pool, visible_tests=1, overwrite=True, progress=False)
     assert {r.teacher_model for r in latest_records(theirs).values()} == {REFERENCE_TEACHER}
 
 

@@ -65,7 +65,7 @@ def test_lone_surrogates_in_a_stdin_program_come_out_as_valid_text(pool):
 def test_tool_output_is_valid_text(pool):
     from environments.code_env import run_tool_program
 
-    output, ok = run_tool_program("print('a')\nraise ValueError('\\udc81')\n", pool, LIMITS)
+    output, ok = run_tool_program("print('a')\nraise ValueError('\\udc81')\n", pool)
     assert not ok
     output.encode("utf-8")
     assert output.startswith("a\n")
@@ -236,7 +236,7 @@ def test_programs_open_unix_sockets_only(pool):
 def test_abstract_socket_carries_nothing_from_a_tool_call_to_the_graded_answer(pool):
     from environments.code_env import run_tool_program
 
-    run_tool_program(textwrap.dedent(SOCKET_PLANT), pool, LIMITS)
+    run_tool_program(textwrap.dedent(SOCKET_PLANT), pool)
     result = run(pool, SOCKET_PROBE, stdin_task("t/abstract", ("1\n", "7\n")))
     assert not result.passed and "none" in (result.error or ""), result
 

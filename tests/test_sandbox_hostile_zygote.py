@@ -501,7 +501,7 @@ def test_tool_call_leaves_nothing_for_the_graded_program(pool):
     keyring for the graded program to read back and pass."""
     from environments.code_env import run_tool_program
 
-    output, _ = run_tool_program(textwrap.dedent(KEYRING_WRITE), pool, LIMITS)
+    output, _ = run_tool_program(textwrap.dedent(KEYRING_WRITE), pool)
     assert "0" in output
     result = run(pool, KEYRING_READ, stdin_task("t/tool", ("1\n", "7\n")))
     assert not result.passed and "none" in (result.error or ""), result

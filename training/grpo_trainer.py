@@ -37,7 +37,7 @@ from config import Config, save_config
 from rollouts.from_config import budget_name, chat_template_kwargs, episodes_for, prompt_lengths, sample_budget
 from rollouts.groups import sample_groups
 from rollouts.protocol import Sampler
-from sandbox.executor import SandboxLimits, SandboxPool, plan_tests, task_secret_paths
+from sandbox.executor import SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
 from training.curriculum import build_curriculum, zero_spread_share
@@ -141,15 +141,14 @@ class GRPOTrainer:
                 config.multi_turn.mode,
             )
             self.teacher_scorer.check_context(max(lengths), sample_budget(config), budget_name(config))
-        self.limits = SandboxLimits.from_config(config.sandbox)
         self._own_pool = pool is None
         # each process on this machine takes its share of the cores (see training.launch)
         workers = sandbox_workers(config.sandbox.max_workers, local_world_size(self.accelerator))
-        self.pool = pool or SandboxPool(
-            workers, self.limits, config.sandbox.isolate, secret_paths=task_secret_paths(config)
+        self.pool = pool or SandboxPool.from_config(
+            config.sandbox, workers=workers, secret_paths=task_secret_paths(config)
         )
         self.rollout = rollout
-        self.episodes = episodes_for(config, self.pool, self.limits)  # None: single-turn samples
+        self.episodes = episodes_for(config, self.pool)  # None: single-turn samples
         self.state = TrainerState()
         self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
         self.teacher_rng = random.Random(training.seed + 1 + self.accelerator.process_index)
@@ -252,7 +251,7 @@ class GRPOTrainer:
                 self.rollout, unwrapped, prompts, size, step=step, tasks=tasks, episodes=self.episodes
             )
         rollout_time = time.monotonic() - start
-        groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.limits, self.user_rewards)
+        groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
         generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted
         metrics = {"time/rollout_s": rollout_time, "tokens_per_s": generated / max(rollout_time, 1e-9), **metrics}
         if self.curriculum is not None:

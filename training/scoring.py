@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from config import Config
 from rollouts.completion import RolloutCompletion
-from sandbox.executor import SandboxLimits, SandboxPool, execute_many
+from sandbox.executor import SandboxPool, execute_many
 from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns, shaping_reward
 from utils.dataset_loader import Task
 from utils.thinking_extraction import extract_thinking_and_code_unified
@@ -36,7 +36,6 @@ def score_rollouts(
     generations: Sequence[Sequence[RolloutCompletion]],
     config: Config,
     pool: SandboxPool,
-    limits: SandboxLimits,
     user_rewards: Sequence[UserReward] = (),
 ) -> tuple[list[list[ScoredSample]], dict[str, float]]:
     """(groups, metrics) for one rollout batch: `generations[i]` are task i's samples, prompted by `prompts[i]`.
@@ -50,10 +49,10 @@ def score_rollouts(
     flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
     parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
     jobs = [(p.code, t) for (t, _), p in zip(flat, parsed, strict=True)]
-    results = execute_many(jobs, pool, limits, include_challenge=include_challenge)
+    results = execute_many(jobs, pool, include_challenge=include_challenge)
     retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
     if retry:
-        again = execute_many([jobs[i] for i in retry], pool, limits, include_challenge=include_challenge)
+        again = execute_many([jobs[i] for i in retry], pool, include_challenge=include_challenge)
         for i, result in zip(retry, again, strict=True):
             results[i] = result
     confirmed = {i for i in retry if results[i].status == "sandbox_error"}
