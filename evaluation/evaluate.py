@@ -31,7 +31,7 @@ from evaluation.pass_at_k import estimate_pass_at_k, pass_at_k_table
 from rollouts.completion import RolloutCompletion
 from sandbox.executor import SandboxPool, execute_many
 from utils.dataset_loader import Task
-from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, write_json_atomic, write_jsonl_atomic
+from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, iter_records, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
@@ -235,13 +235,8 @@ def read_cache(path: Path) -> dict[tuple[str, int], CachedCompletion]:
     regenerated), a bad middle line is an error naming file and line (delete the cache file to start over)."""
     cache: dict[tuple[str, int], CachedCompletion] = {}
     if path.is_file():
-        for line_no, row in iter_jsonl(path, tolerate_torn_tail=True):
-            try:
-                record = CachedCompletion.from_row(row)
-            except (KeyError, ValueError, TypeError):
-                raise DataFormatError(
-                    f"{path}:{line_no}: not a completion-cache record; delete {path} to regenerate its completions."
-                ) from None
+        fix = f"not a completion-cache record; delete {path} to regenerate its completions."
+        for record in iter_records(path, CachedCompletion.from_row, fix):
             cache[(record.task_id, record.sample_idx)] = record
     return cache
 

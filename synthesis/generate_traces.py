@@ -36,7 +36,7 @@ from environments.code_env import Turn
 from sandbox.executor import ExecutionResult, SandboxPool, execute_program, plan_tests
 from utils.dataset_loader import Task
 from utils.disk import DiskFullError, out_of_space
-from utils.jsonl import DataFormatError, FileBusyError, JsonlAppender, iter_jsonl
+from utils.jsonl import FileBusyError, JsonlAppender, iter_records
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
 
@@ -372,14 +372,11 @@ def latest_records(path: Path) -> dict[tuple[str, int], TeacherTrace]:
     is an error naming file and line.
     """
     latest: dict[tuple[str, int], TeacherTrace] = {}
-    for line_no, row in iter_jsonl(path, tolerate_torn_tail=True):
-        try:
-            record = TeacherTrace.from_row(row)
-        except (KeyError, TypeError, ValueError):
-            raise DataFormatError(
-                f"{path}:{line_no}: not a trace record (needs task_id and sample_idx); fix or remove "
-                "that line, or start a fresh file with --overwrite."
-            ) from None
+    fix = (
+        "not a trace record (needs task_id and sample_idx); fix or remove that line, or start a fresh file with "
+        "--overwrite."
+    )
+    for record in iter_records(path, TeacherTrace.from_row, fix):
         latest[(record.task_id, record.sample_idx)] = record
     return latest
 

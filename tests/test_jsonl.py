@@ -190,3 +190,20 @@ def test_trace_reader_takes_the_newest_record_of_a_retried_sample(tmp_path):
         for e in load_teacher_examples(traces, {"a/1"}, True)
     ] == [("a/1", "p", "t", "x = 1", True, ("HTTP 500",))]
     assert [n for n, _ in iter_jsonl(traces)] == [1, 2]
+
+
+def test_a_record_file_names_the_file_and_line_of_a_row_that_is_not_a_record(tmp_path):
+    from synthesis.generate_traces import latest_records
+    from utils.jsonl import iter_records
+
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"n": 1}\n{"m": 2}\n{"n": 3}\n{"n": 4')  # a bad second line, a torn last one
+    with pytest.raises(DataFormatError, match=r"records\.jsonl:2: not a counter; fix it"):
+        list(iter_records(path, lambda row: row["n"], "not a counter; fix it"))
+    path.write_text('{"n": 1}\n{"n": 3}\n{"n": 4')
+    assert list(iter_records(path, lambda row: row["n"], "not a counter")) == [1, 3]  # the torn tail is skipped
+    path.write_text('{"task_id": "t/1", "sample_idx": 0, "prompt": "p"}\n{"sample_idx": 1}\n')
+    with pytest.raises(DataFormatError, match=r"records\.jsonl:2: not a trace record .*--overwrite"):
+        latest_records(path)
+    with pytest.raises(DataFormatError, match=r"records\.jsonl:1: not a completion-cache record; delete"):
+        read_cache(path)

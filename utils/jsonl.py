@@ -44,9 +44,11 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
 
 
 class DataFormatError(ValueError):
@@ -96,6 +98,17 @@ def iter_jsonl(path: str | Path, tolerate_torn_tail: bool = False) -> Iterator[t
         for line_no, _end, obj in _scan(handle, path, tolerate_torn_tail):
             if obj is not None:
                 yield line_no, obj
+
+
+def iter_records(path: str | Path, from_row: Callable[[dict[str, Any]], T], not_one: str) -> Iterator[T]:
+    """Each line of a record file as its typed record (`from_row`), a torn last line skipped; a line that is not
+    one is a DataFormatError naming the file and line, then `not_one` (what it is not, and what to do)."""
+    for line_no, row in iter_jsonl(path, tolerate_torn_tail=True):
+        try:
+            record = from_row(row)
+        except (KeyError, TypeError, ValueError):
+            raise DataFormatError(f"{path}:{line_no}: {not_one}") from None
+        yield record
 
 
 def read_jsonl(path: str | Path, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]:
