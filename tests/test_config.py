@@ -268,8 +268,7 @@ def test_choice_lists_equal_the_library_constants():
 
 
 # Numeric keys with no declared range, each on purpose: what the value means at every sign, or why no
-# bound is checked. Issue 16 moved the existing checks onto the fields without adding any (no behaviour
-# change); the keys marked "not checked yet" are candidates for a range of their own.
+# bound is checked; the keys marked "not checked yet" are candidates for a range of their own.
 UNBOUNDED_ON_PURPOSE = {
     "data.seed": "a seed: any integer",
     "training.seed": "a seed: any integer",
