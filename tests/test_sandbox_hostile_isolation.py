@@ -632,8 +632,10 @@ def test_c7_trainer_pool_hides_the_task_files(tmp_path, monkeypatch):
     class RecordingPool:
         size, isolation = 1, "recorded"
 
-        def __init__(self, *args, **kwargs):
+        @classmethod
+        def from_config(cls, section, **kwargs):  # how the trainer builds its pool
             created.update(kwargs)
+            return cls()
 
         def close(self):
             pass

@@ -223,8 +223,10 @@ def test_each_process_takes_its_share_of_the_sandbox_cores(tmp_path, monkeypatch
     sizes = []
 
     class RecordingPool:
-        def __init__(self, workers=0, *args, **kwargs):
+        @classmethod
+        def from_config(cls, section, *, workers=None, secret_paths=()):  # how the trainer builds its pool
             sizes.append(workers)
+            return cls()
 
     monkeypatch.setattr(trainer_module, "SandboxPool", RecordingPool)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
