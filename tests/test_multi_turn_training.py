@@ -13,10 +13,9 @@ from environments.code_env import FeedbackEnvironment, ToolEnvironment
 from rollouts.completion import MultiTurnInfo, RolloutCompletion, stop_ids
 from rollouts.episodes import run_episodes
 from rollouts.protocol import Continuation, SamplerBase, cut_continuation
-from tests.trainer_helpers import small_tasks, tiny_config
+from tests.trainer_helpers import plan_one_slot, small_tasks, tiny_config
 from training.grpo_trainer import GRPOTrainer
 from training.rewards import shaping_reward
-from training.update_plan import plan_update
 from utils.prompts import PROGRAM_CLOSE, get_unified_prompt
 from utils.sft_data import encode_conversation, encode_prompt, end_of_turn_id
 
@@ -157,18 +156,7 @@ def test_the_training_batch_masks_exactly_the_environment_tokens(tmp_path, tiny_
     groups, _ = trainer.collect_rollouts()
     samples = [s for g in groups for s in g]
     assert any(0 in s.completion.action_mask for s in samples)  # feedback turns were inserted
-    cfg = trainer.config
-    plan = plan_update(
-        groups,
-        trainer.model,
-        pad_id=trainer.tokenizer.pad_token_id,
-        device="cpu",
-        grpo=cfg.grpo,
-        num_slots=1,
-        forward_chunk_size=0,
-        self_batch=None,
-        num_self_examples=0,
-    )
+    plan = plan_one_slot(trainer, groups)
     [rows] = plan.micro_batches
     mask = plan.batches[0]["completion_mask"]
     for position, k in enumerate(rows):

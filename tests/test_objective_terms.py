@@ -16,11 +16,10 @@ import torch
 
 from config import ConfigError, build_config
 from rollouts.completion import RolloutCompletion
-from tests.trainer_helpers import ScriptedRollout, lora_state, scripted_trainer, small_tasks
+from tests.trainer_helpers import ScriptedRollout, lora_state, plan_one_slot, scripted_trainer, small_tasks
 from training.losses import k3_kl, masked_sft_nll, opd_token_advantages
 from training.rewards import Reward
 from training.scoring import score_rollouts
-from training.update_plan import plan_update
 from utils.sft_data import build_sft_example, collate_sft
 
 QUIET = {"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "training.max_grad_norm": 0.0}
@@ -275,17 +274,7 @@ def test_truncated_completions_can_be_masked_out_of_the_loss_but_not_the_group(t
     ]
     config = trainer.config
     model = trainer.accelerator.unwrap_model(trainer.model)
-    plan = plan_update(
-        groups,
-        model,
-        pad_id=trainer.tokenizer.pad_token_id,
-        device="cpu",
-        grpo=config.grpo,
-        num_slots=1,
-        forward_chunk_size=0,
-        self_batch=None,
-        num_self_examples=0,
-    )
+    plan = plan_one_slot(trainer, groups, model)
     samples = plan.samples
     mask = plan.batches[0]["completion_mask"]
     for row, k in enumerate(plan.micro_batches[0]):
@@ -294,17 +283,7 @@ def test_truncated_completions_can_be_masked_out_of_the_loss_but_not_the_group(t
     # the group statistics still include it: sample 1 of each group failed and keeps a negative advantage
     assert all(float(plan.advantages[g * 4 + 1]) < 0 for g in range(len(groups)))
     off = dataclasses.replace(config.grpo, mask_truncated_completions=False)
-    plan_off = plan_update(
-        groups,
-        model,
-        pad_id=trainer.tokenizer.pad_token_id,
-        device="cpu",
-        grpo=off,
-        num_slots=1,
-        forward_chunk_size=0,
-        self_batch=None,
-        num_self_examples=0,
-    )
+    plan_off = plan_one_slot(trainer, groups, model, off)
     assert torch.equal(plan_off.advantages, plan.advantages)
     assert int(plan_off.batches[0]["completion_mask"].sum()) > int(mask.sum())
 

@@ -95,28 +95,14 @@ def test_grpo_plus_opd_equals_one_surrogate_with_the_combined_token_advantage():
 
 
 def test_combine_losses_reports_the_opd_term_only_when_present():
-    total, m = combine_losses(
-        torch.tensor(2.0),
-        None,
-        None,
-        grpo_weight=1.0,
-        teacher_weight=0.0,
-        self_weight=0.0,
-        opd=torch.tensor(-1.0),
-        opd_weight=0.5,
-    )
+    no_sft = {"teacher_weight": 0.0, "self_weight": 0.0}
+    opd = {"opd": torch.tensor(-1.0)}
+    total, m = combine_losses(torch.tensor(2.0), None, None, grpo_weight=1.0, **no_sft, **opd, opd_weight=0.5)
     assert total.item() == pytest.approx(2.0 - 0.5)
     assert m["weight/opd"] == 0.5 and m["loss/opd"] == -1.0
-    _, without = combine_losses(torch.tensor(2.0), None, None, grpo_weight=1.0, teacher_weight=0.0, self_weight=0.0)
+    _, without = combine_losses(torch.tensor(2.0), None, None, grpo_weight=1.0, **no_sft)
     assert "weight/opd" not in without and "loss/opd" not in without
     only, _ = combine_losses(
-        torch.tensor(2.0),
-        None,
-        None,
-        grpo_weight=0.0,
-        teacher_weight=0.0,
-        self_weight=0.0,
-        opd=torch.tensor(-1.0),
-        opd_weight=1.0,
+        torch.tensor(2.0), None, None, grpo_weight=0.0, **no_sft, **opd, opd_weight=1.0
     )  # OPD only
     assert only.item() == -1.0

@@ -135,3 +135,21 @@ def launch_two_processes(script: str, *args: str, port: int) -> None:
     command = [accelerate, *launcher, str(ROOT / "tests" / script), *args]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def plan_one_slot(trainer, groups, model=None, grpo=None):
+    """The trainer's update plan for `groups` in one slot, no self-SFT, no forward chunking (its grpo section unless
+    another is given)."""
+    from training.update_plan import plan_update
+
+    return plan_update(
+        groups,
+        trainer.model if model is None else model,
+        pad_id=trainer.tokenizer.pad_token_id,
+        device="cpu",
+        grpo=trainer.config.grpo if grpo is None else grpo,
+        num_slots=1,
+        forward_chunk_size=0,
+        self_batch=None,
+        num_self_examples=0,
+    )
