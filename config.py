@@ -1753,6 +1753,22 @@ def parse_phase_args(
     return args, merged
 
 
+def phase_command_line(
+    description: str,
+    flags: tuple[ConfigFlag, ...],
+    argv: list[str] | None,
+    add_arguments: Callable[[argparse.ArgumentParser], Any] | None = None,
+) -> tuple[argparse.Namespace, Config]:
+    """What every phase's `cli` does first: its command line (`description`, the arguments `add_arguments` puts
+    on the parser, its config flags and the three config arguments; `--help` exits here), then the config those
+    resolve to (exit 2 with the message on a mistake; its summary printed). Returns the arguments and the config."""
+    parser = argparse.ArgumentParser(description=description)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args, overrides = parse_phase_args(parser, flags, argv)
+    return args, config_from_args_or_exit(args, overrides)
+
+
 def split_trl_flags(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
     """Take TRL-style flags (`--learning_rate 1e-4`, `--num_generations=8`, `--bf16`: the FLAT_KEYS and
     TRL_IGNORED names) that `parser` does not define itself out of `argv`. Returns the rest and {name: value},

@@ -14,7 +14,6 @@ whole set appears or nothing changes.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -25,9 +24,8 @@ from config import (
     Config,
     ConfigError,
     ConfigFlag,
-    config_from_args_or_exit,
     config_to_dict,
-    parse_phase_args,
+    phase_command_line,
     run_phase,
 )
 from utils.dataset_loader import (
@@ -255,17 +253,14 @@ FLAGS = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
-    parser = argparse.ArgumentParser(
-        description="Phase 1: load MBPP and APPS, split each dataset train/val with a fixed seed, merge, and "
-        "write data/train.jsonl, data/val.jsonl and data/split_manifest.json.",
-    )
-    return parse_phase_args(parser, FLAGS, argv)
+DESCRIPTION = (
+    "Phase 1: load MBPP and APPS, split each dataset train/val with a fixed seed, merge, and "
+    "write data/train.jsonl, data/val.jsonl and data/split_manifest.json."
+)
 
 
 def cli(argv: list[str] | None = None) -> int:
-    args, flags = parse_args(argv)
-    config = config_from_args_or_exit(args, flags)
+    _, config = phase_command_line(DESCRIPTION, FLAGS, argv)
     return run_phase(
         lambda: main(config),
         (DataFormatError, ConfigError),

@@ -27,8 +27,7 @@ from clients.openai_compat import TeacherClient, TeacherFatalError
 from config import (
     Config,
     ConfigFlag,
-    config_from_args_or_exit,
-    parse_phase_args,
+    phase_command_line,
     run_phase,
     save_config,
 )
@@ -341,13 +340,15 @@ FLAGS = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
-    parser = argparse.ArgumentParser(
-        description="Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
-        "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
-        "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
-        "2 bad configuration; 3 some requests failed (rerun to retry exactly those).",
-    )
+DESCRIPTION = (
+    "Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
+    "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
+    "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
+    "2 bad configuration; 3 some requests failed (rerun to retry exactly those)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--test_connection",
         action="store_true",
@@ -363,12 +364,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         help="Start a fresh trace file instead of resuming (the old "
         "one is replaced when the first good answer arrives).",
     )
-    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:
-    args, extra = parse_args(argv)
-    config = config_from_args_or_exit(args, extra)
+    args, config = phase_command_line(DESCRIPTION, FLAGS, argv, add_arguments)
     if args.test_connection:
         return asyncio.run(test_connection(config))
     input_file, output_file = Path(args.input) if args.input else None, Path(args.output) if args.output else None

@@ -27,8 +27,7 @@ from clients.openai_compat import TeacherFatalError
 from config import (
     Config,
     ConfigFlag,
-    config_from_args_or_exit,
-    parse_phase_args,
+    phase_command_line,
     run_phase,
 )
 from rollouts.from_config import build_sampler, chat_template_kwargs, tasks_within_prompt_length
@@ -313,11 +312,13 @@ FLAGS = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
-    parser = argparse.ArgumentParser(
-        description="Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
-        "best passing samples, training a LoRA adapter on the student.",
-    )
+DESCRIPTION = (
+    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
+    "best passing samples, training a LoRA adapter on the student."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
     )
@@ -334,12 +335,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
         help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
         "learning rate, data order and random state.",
     )
-    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:
-    args, flags = parse_args(argv)
-    config = config_from_args_or_exit(args, flags)
+    args, config = phase_command_line(DESCRIPTION, FLAGS, argv, add_arguments)
     traces = Path(args.teacher_traces) if args.teacher_traces else None
     train_file = Path(args.train_file) if args.train_file else None
     return run_phase(

@@ -27,9 +27,8 @@ import torch
 from config import (
     Config,
     ConfigFlag,
-    config_from_args_or_exit,
     config_to_dict,
-    parse_phase_args,
+    phase_command_line,
     run_phase,
 )
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
@@ -283,11 +282,13 @@ FLAGS = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]:
-    parser = argparse.ArgumentParser(
-        description="Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
-        "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
-    )
+DESCRIPTION = (
+    "Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
+    "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model_path",
         help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
@@ -324,12 +325,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict]
     )
     parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
     parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
-    return parse_phase_args(parser, FLAGS, argv)
 
 
 def cli(argv: list[str] | None = None) -> int:
-    args, extra = parse_args(argv)
-    config = config_from_args_or_exit(args, extra)
+    args, config = phase_command_line(DESCRIPTION, FLAGS, argv, add_arguments)
     out_dir = Path(config.paths.output_dir)
     if config.evaluation.temperature == 0 and config.evaluation.num_samples > 1:
         print(

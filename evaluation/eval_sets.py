@@ -18,6 +18,7 @@ the published protocol shows the model nothing else. The other sets keep the con
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from utils.dataset_loader import (
     HUMANEVAL_VERSION,
     MBPP_STANDARD_TEST_IDS,
     DataFormatError,
+    LoadReport,
     Task,
     humaneval_data_file,
     load_apps,
@@ -61,13 +63,22 @@ def file_digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _hub_error(name: str, flag: str, error: Exception) -> DataFormatError:
-    return DataFormatError(
-        f"could not load {name} from the hub ({type(error).__name__}: {str(error)[:200]}). "
-        f"Pass a local copy with {flag} (e.g. {flag} ../shared/data/"
-        f"{'mbpp.jsonl' if name == 'MBPP' else 'apps_test.jsonl'}), or allow hub access "
-        "(HF_HUB_OFFLINE=0)."
-    )
+def _load_or_explain(
+    name: str, flag: str, load: Callable[[], tuple[list[Task], LoadReport]]
+) -> tuple[list[Task], LoadReport]:
+    """`load()`; a failure other than a bad file (the hub path: network, offline mode, missing cache; the hub and
+    `datasets` raise many unrelated types for one failure) becomes a DataFormatError that says what to pass."""
+    try:
+        return load()
+    except DataFormatError:
+        raise
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        raise DataFormatError(
+            f"could not load {name} from the hub ({type(error).__name__}: {str(error)[:200]}). "
+            f"Pass a local copy with {flag} (e.g. {flag} ../shared/data/"
+            f"{'mbpp.jsonl' if name == 'MBPP' else 'apps_test.jsonl'}), or allow hub access "
+            "(HF_HUB_OFFLINE=0)."
+        ) from None
 
 
 def load_eval_set(
@@ -81,24 +92,12 @@ def load_eval_set(
     visible_tests: int = 1,
 ) -> EvalSet:
     """The tasks and label of an evaluation set; `visible_tests` is the configured count (val/MBPP/APPS)."""
-    if eval_file is not None:
-        path = Path(eval_file)
-        return EvalSet(
-            "file",
-            f"sha256:{file_digest(path)}" if path.is_file() else "?",
-            str(path),
-            tuple(read_tasks(path)),
-            visible_tests,
+    if eval_file is not None or name == "val":  # a task file: --eval_file, or phase 1's validation split
+        label, source, path = (
+            ("file", "", Path(eval_file)) if eval_file is not None else ("val", "phase-1 split, ", Path(val_file))
         )
-    if name == "val":
-        path = Path(val_file)
-        return EvalSet(
-            "val",
-            f"phase-1 split, sha256:{file_digest(path)}" if path.is_file() else "?",
-            str(path),
-            tuple(read_tasks(path)),
-            visible_tests,
-        )
+        revision = f"{source}sha256:{file_digest(path)}" if path.is_file() else "?"
+        return EvalSet(label, revision, str(path), tuple(read_tasks(path)), visible_tests)
     if name == "humaneval":
         path = humaneval_data_file()
         tasks, _ = load_humaneval(path)
@@ -110,38 +109,20 @@ def load_eval_set(
             0,
         )
     if name == "mbpp_test":
-        try:
-            tasks, report = load_mbpp(mbpp_path)
-        except DataFormatError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the hub path: network, offline mode, missing cache
-            raise _hub_error("MBPP", "--mbpp_path", error) from None
+        tasks, report = _load_or_explain("MBPP", "--mbpp_path", lambda: load_mbpp(mbpp_path))
         chosen = [t for t in tasks if t.metadata.get("original_id") in MBPP_STANDARD_TEST_IDS]
         if not chosen:
             raise DataFormatError(f"{report.origin}: no MBPP task with an id in 11-510 (the published test split).")
         digest = f", sha256:{file_digest(mbpp_path)}" if mbpp_path else ""
-        return EvalSet(
-            "mbpp_test",
-            f"MBPP task ids 11-510 ({len(chosen)} tasks){digest}",
-            report.origin,
-            tuple(chosen),
-            visible_tests,
-        )
+        revision = f"MBPP task ids 11-510 ({len(chosen)} tasks){digest}"
+        return EvalSet("mbpp_test", revision, report.origin, tuple(chosen), visible_tests)
     if name == "apps_test":
         if apps_difficulty != "all" and apps_difficulty not in APPS_DIFFICULTIES:
             raise DataFormatError(f"--apps_difficulty must be 'all' or one of {', '.join(APPS_DIFFICULTIES)}.")
-        try:
-            tasks, report = load_apps(apps_path, split="test", difficulty=apps_difficulty)
-        except DataFormatError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the hub and datasets raise many unrelated types for one failure
-            raise _hub_error("APPS", "--apps_path", error) from None
-        digest = f", sha256:{file_digest(apps_path)}" if apps_path else ""
-        return EvalSet(
-            "apps_test",
-            f"APPS test, difficulty {apps_difficulty} ({len(tasks)} tasks){digest}",
-            report.origin,
-            tuple(tasks),
-            visible_tests,
+        tasks, report = _load_or_explain(
+            "APPS", "--apps_path", lambda: load_apps(apps_path, split="test", difficulty=apps_difficulty)
         )
+        digest = f", sha256:{file_digest(apps_path)}" if apps_path else ""
+        revision = f"APPS test, difficulty {apps_difficulty} ({len(tasks)} tasks){digest}"
+        return EvalSet("apps_test", revision, report.origin, tuple(tasks), visible_tests)
     raise DataFormatError(f"unknown evaluation set {name!r}; choose one of {', '.join(EVAL_SETS)}.")

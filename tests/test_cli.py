@@ -205,7 +205,7 @@ def test_lora_target_module_typos_are_errors_and_all_linear_works(tiny_model_nam
 
 def _help(module, argv):
     with pytest.raises(SystemExit):
-        module.parse_args(argv)
+        module.cli(argv)
 
 
 def test_help_shows_the_resolved_presets_defaults(capsys):

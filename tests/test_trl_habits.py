@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import config as cfg
-from phase1_prepare_data import parse_args as phase1_args
-from phase3_train_grpo import parse_args as phase3_args
+import phase1_prepare_data as phase1
+import phase3_train_grpo as phase3
 from tests.cli_helpers import run_script
 
 OPEN_R1_LIKE = """\
@@ -144,15 +144,15 @@ def test_near_trl_keys_refused_when_they_cannot_be_mapped(tmp_path, recipe, mess
 
 
 def test_trl_flags_on_a_phase_command_line():
-    args, extra = phase3_args(
-        ["--preset", "cpu", "--learning_rate", "1e-4", "--num_generations=4", "--bf16", "--logging_steps", "5"]
-    )
-    config = cfg.config_from_args(args, extra)
+    argv = ["--preset", "cpu", "--learning_rate", "1e-4", "--num_generations=4", "--bf16", "--logging_steps", "5"]
+    _, config = cfg.phase_command_line(phase3.DESCRIPTION, phase3.FLAGS, argv, phase3.add_arguments)
     assert config.training.learning_rate == 1e-4
     assert config.grpo.num_samples_per_prompt == 4
     assert config.student.torch_dtype == "bfloat16"
-    args, extra = phase1_args(["--preset", "cpu", "--model_name_or_path", "some/model"])
-    assert cfg.config_from_args(args, extra).student.model_name == "some/model"
+    _, config = cfg.phase_command_line(
+        phase1.DESCRIPTION, phase1.FLAGS, ["--preset", "cpu", "--model_name_or_path", "x/m"]
+    )
+    assert config.student.model_name == "x/m"
 
 
 def test_set_takes_flat_trl_names():

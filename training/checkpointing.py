@@ -116,7 +116,18 @@ def save_checkpoint(
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         try:
-            _write_main_state(tmp, accelerator, model, optimizer, scheduler, config, state, total_steps)
+            accelerator.unwrap_model(model).save_pretrained(tmp / "adapter", save_embedding_layers=False)  # no hub
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+            trainer_state = {
+                "global_step": state.global_step,
+                "rollout_batches": state.rollout_batches,
+                "total_steps": total_steps,
+                "num_processes": accelerator.num_processes,
+            }
+            (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
+            save_config(config, tmp / "config.json")
+            write_provenance(tmp, build_provenance(config))
         except Exception as error:  # re-raised unless out of space
             shutil.rmtree(tmp, ignore_errors=True)
             if out_of_space(error):
@@ -126,30 +137,6 @@ def save_checkpoint(
         prune_checkpoints(output_dir, config.training.save_total_limit)
     accelerator.wait_for_everyone()
     return final
-
-
-def _write_main_state(
-    tmp: Path,
-    accelerator: Any,
-    model: Any,
-    optimizer: Any,
-    scheduler: Any,
-    config: Config,
-    state: TrainerState,
-    total_steps: int,
-) -> None:
-    accelerator.unwrap_model(model).save_pretrained(tmp / "adapter", save_embedding_layers=False)  # no hub lookup
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    trainer_state = {
-        "global_step": state.global_step,
-        "rollout_batches": state.rollout_batches,
-        "total_steps": total_steps,
-        "num_processes": accelerator.num_processes,
-    }
-    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state))
-    save_config(config, tmp / "config.json")
-    write_provenance(tmp, build_provenance(config))
 
 
 def sweep_temp_folders(output_dir: str | Path) -> list[Path]:

@@ -316,7 +316,7 @@ def grpo_loss(
 ) -> tuple[torch.Tensor, dict]:
     """The GRPO policy-gradient term for one mini-batch: the clipped surrogate, aggregated once.
 
-    logp/old_logp/mask: (B, T); advantages: (B,).
+    logp/old_logp/mask: (B, T); advantages: (B,) one per sequence, or (B, T) one per token (`opd_loss`).
     mask: 1 on the tokens trained on (the policy's), 0 on padding and environment-inserted tokens.
     `denominator`: see `aggregate_loss` (for a chunk of a larger batch; metrics stay chunk means).
     `token_weights` (B, T): importance weights multiplying the surrogate, see `truncated_importance_weights`.
@@ -401,28 +401,18 @@ def opd_loss(
     mask: torch.Tensor,
     *,
     advantage_clip: float = 0.0,
-    clip_low: float = 0.2,
-    clip_high: float | None = None,
-    aggregation: str = "token-mean",
-    norm_length: int | None = None,
-    denominator: float | None = None,
-    token_weights: torch.Tensor | None = None,
+    **surrogate: typing.Any,
 ) -> tuple[torch.Tensor, dict]:
-    """The on-policy distillation term for one mini-batch: the clipped surrogate with the per-token
-    advantage of `opd_token_advantages` (taken against `old_logp`, the policy that sampled), aggregated
-    like GRPO's so that the two terms share one normalizer.
+    """The on-policy distillation term for one mini-batch: GRPO's clipped surrogate (`grpo_loss`, whose keyword
+    arguments `surrogate` passes on: clip range, aggregation, `denominator`, `token_weights`) with the per-token
+    advantage of `opd_token_advantages` (taken against `old_logp`, the policy that sampled), so that the two terms
+    share one normalizer and one importance weight (the same tokens came from the same sampler).
 
-    logp/old_logp/teacher_logp/mask: (B, T); `denominator`, `token_weights`: as in `grpo_loss` (importance
-    weights multiply this surrogate too: the same tokens came from the same sampler).
-    metrics: those of `opd_token_advantages` and loss/opd.
+    logp/old_logp/teacher_logp/mask: (B, T). metrics: those of `opd_token_advantages` and loss/opd.
     """
-    keep = mask.bool()
-    old_logp = torch.where(keep, old_logp, logp.detach())  # as in grpo_loss: no exp() overflow off the mask
+    old_logp = torch.where(mask.bool(), old_logp, logp.detach())  # as in grpo_loss: no exp() overflow off the mask
     advantages, metrics = opd_token_advantages(old_logp, teacher_logp, mask, advantage_clip)
-    per_token, _ = clipped_surrogate(logp, old_logp, advantages, mask, clip_low, clip_high)
-    if token_weights is not None:
-        per_token = per_token * token_weights
-    loss = aggregate_loss(per_token, mask, aggregation, norm_length, denominator)
+    loss, _ = grpo_loss(logp, old_logp, advantages, mask, **surrogate)
     metrics["loss/opd"] = float(loss.detach())
     return loss, metrics
 

@@ -95,20 +95,17 @@ class PassRunner:
                 "norm_length": grpo.max_new_tokens,
                 "denominator": denominator,
             }
-            clip_high = grpo.clip_range_high if grpo.clip_range_high >= 0 else None
+            # GRPO's and OPD's surrogates: one clip range, one normalizer, one importance weight
+            surrogate: dict[str, Any] = {
+                "clip_low": grpo.clip_range,
+                "clip_high": grpo.clip_range_high if grpo.clip_range_high >= 0 else None,
+                "token_weights": weights,
+                **aggregation,
+            }
             terms: list[torch.Tensor] = []
             metrics: dict[str, float] = {}
             if self.grpo_weight > 0:
-                loss, grpo_metrics = grpo_loss(
-                    logp,
-                    old,
-                    advantages[index],
-                    mask,
-                    clip_low=grpo.clip_range,
-                    clip_high=clip_high,
-                    token_weights=weights,
-                    **aggregation,
-                )
+                loss, grpo_metrics = grpo_loss(logp, old, advantages[index], mask, **surrogate)
                 metrics.update(grpo_metrics)
                 terms.append(self.grpo_weight * loss)
             if grpo.kl_coef > 0:
@@ -119,17 +116,7 @@ class PassRunner:
                 terms.append(grpo.kl_coef * kl)
             if teacher_logp is not None and self.opd_weight > 0:
                 opd, opd_metrics = opd_loss(
-                    logp,
-                    old,
-                    teacher_logp[index, :width],
-                    mask,
-                    advantage_clip=self.opd_advantage_clip,
-                    clip_low=grpo.clip_range,
-                    clip_high=clip_high,
-                    aggregation=grpo.loss_aggregation,
-                    norm_length=grpo.max_new_tokens,
-                    denominator=denominator,
-                    token_weights=weights,
+                    logp, old, teacher_logp[index, :width], mask, advantage_clip=self.opd_advantage_clip, **surrogate
                 )
                 metrics.update(opd_metrics)
                 terms.append(self.opd_weight * opd)

@@ -37,7 +37,7 @@ import os
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -394,21 +394,27 @@ def _mbpp_hub_rows(config: str) -> tuple[list[tuple[str, dict]], str]:
     ], f"{MBPP_HUB_ID} ({config})"
 
 
+def keep_distinct(candidates: Iterable[tuple[Task | None, str]], report: LoadReport, duplicate: str) -> list[Task]:
+    """The tasks of (task or None, why not) pairs, first of each task_id kept in order; each None and each repeated
+    id is counted in `report` as skipped (with its reason, or `duplicate`), and `report.kept` set."""
+    tasks: dict[str, Task] = {}
+    for task, reason in candidates:
+        if task is None:
+            report.skip(reason)
+        elif task.task_id in tasks:
+            report.skip(duplicate)
+        else:
+            tasks[task.task_id] = task
+    report.kept = len(tasks)
+    return list(tasks.values())
+
+
 def load_mbpp(path: str | Path | None = None, config: str = "full") -> tuple[list[Task], LoadReport]:
     """All MBPP tasks from a local file (either schema) or the hub (config 'full' or 'sanitized')."""
     rows, origin = (read_rows(path), str(path)) if path else _mbpp_hub_rows(config)
     report = LoadReport("mbpp", origin, rows=len(rows))
-    tasks: dict[str, Task] = {}
-    for where, row in rows:
-        task = mbpp_row_to_task(row, where)
-        if task is None:
-            report.skip("no tests")
-        elif task.task_id in tasks:
-            report.skip("duplicate task_id")
-        else:
-            tasks[task.task_id] = task
-    report.kept = len(tasks)
-    return list(tasks.values()), report
+    candidates = ((mbpp_row_to_task(row, where), "no tests") for where, row in rows)
+    return keep_distinct(candidates, report, "duplicate task_id"), report
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,19 +501,15 @@ def load_apps(
         raise ValueError(f"difficulty must be 'all' or one of {APPS_DIFFICULTIES}, got {difficulty!r}")
     rows, origin = (read_rows(path), str(path)) if path else _apps_hub_rows(split)
     report = LoadReport("apps", origin, rows=len(rows))
-    tasks: dict[str, Task] = {}
-    for where, row in rows:
-        task, reason = apps_row_to_task(row, where, split)
-        if task is None:
-            report.skip(reason or "not a task")
-        elif difficulty != "all" and task.difficulty != difficulty:
-            report.skip(f"difficulty is not {difficulty}")
-        elif task.task_id in tasks:
-            report.skip("duplicate problem_id")
-        else:
-            tasks[task.task_id] = task
-    report.kept = len(tasks)
-    return list(tasks.values()), report
+
+    def candidates() -> Iterator[tuple[Task | None, str]]:
+        for where, row in rows:
+            task, reason = apps_row_to_task(row, where, split)
+            if task is not None and difficulty != "all" and task.difficulty != difficulty:
+                task, reason = None, f"difficulty is not {difficulty}"
+            yield task, reason or "not a task"
+
+    return keep_distinct(candidates(), report, "duplicate problem_id"), report
 
 
 # --------------------------------------------------------------------------------------------
