@@ -42,6 +42,7 @@ from config import (
     Config,
     ConfigError,
     add_config_arguments,
+    apply_overrides,
     config_from_args,
     config_summary,
     exit_on_config_error,
@@ -422,7 +423,6 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
 
 def check_training_step(report: Report, config: Config, model, tokenizer) -> None:
     section("One training step (GRPO + teacher-SFT + self-SFT)")
-    import dataclasses
     import tempfile
 
     import torch
@@ -433,19 +433,21 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     from utils.student_model import attach_lora
 
     task = add_task("Write a function add(a, b) that returns a + b.", num_tests=2)
-    small = dataclasses.replace(
+    small = apply_overrides(
         config,
-        grpo=dataclasses.replace(config.grpo, num_samples_per_prompt=2, max_new_tokens=48),
-        training=dataclasses.replace(
-            config.training,
-            per_device_train_batch_size=1,
-            gradient_accumulation_steps=1,
-            max_steps=1,
-            save_steps=0,
-            warmup_steps=0,
-            gradient_checkpointing=False,
-        ),
-        dual_source=dataclasses.replace(config.dual_source, teacher_sft_batch_size=1),
+        {
+            "grpo": {"num_samples_per_prompt": 2, "max_new_tokens": 48},
+            "training": {
+                "per_device_train_batch_size": 1,
+                "gradient_accumulation_steps": 1,
+                "max_steps": 1,
+                "save_steps": 0,
+                "warmup_steps": 0,
+                "gradient_checkpointing": False,
+            },
+            "dual_source": {"teacher_sft_batch_size": 1},
+        },
+        "the preflight's one-step run",
     )
     lora = config.lora
     peft_model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
@@ -457,7 +459,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     with tempfile.TemporaryDirectory() as out:
         # the configured sampler; vLLM's own checks are below
         backend = small.grpo.rollout_backend if small.grpo.rollout_backend in ("hf", "kv") else "hf"
-        sampled = dataclasses.replace(small, grpo=dataclasses.replace(small.grpo, rollout_backend=backend))
+        sampled = apply_overrides(small, {"grpo": {"rollout_backend": backend}}, "the preflight")
         rollout = build_sampler(sampled, purpose="train", tokenizer=tokenizer, output_dir=Path(out))
         try:
             trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)

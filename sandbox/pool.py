@@ -67,6 +67,13 @@ PRELOAD = (
 )
 
 
+def _wait(selector: selectors.BaseSelector, deadline: float, late: str) -> None:
+    """Until the selector's one pipe is ready; SandboxError(`late`) once `deadline` (time.monotonic()) passes."""
+    left = deadline - time.monotonic()
+    if left <= 0 or not selector.select(left):
+        raise SandboxError(late)
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     test_timeout: float = 4.0  # seconds per test (APPS harness: 4)
@@ -211,9 +218,7 @@ class _Worker:
         with selectors.DefaultSelector() as selector:
             selector.register(self._from_worker, selectors.EVENT_READ)
             while remaining:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    raise SandboxError("sandbox worker did not answer in time")
+                _wait(selector, deadline, "sandbox worker did not answer in time")
                 chunk = os.read(self._from_worker, min(remaining, 1 << 20))
                 if not chunk:
                     raise SandboxError(f"sandbox worker exited (code {self.process.poll()})")
@@ -228,9 +233,7 @@ class _Worker:
         with selectors.DefaultSelector() as selector:
             selector.register(self._to_worker, selectors.EVENT_WRITE)
             while view:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    raise SandboxError("sandbox worker did not take its job in time")
+                _wait(selector, deadline, "sandbox worker did not take its job in time")
                 view = view[os.write(self._to_worker, view[: 1 << 16]) :]
 
     def run(self, job: dict, timeout: float) -> dict:

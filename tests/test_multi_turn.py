@@ -22,7 +22,8 @@ from rollouts.scripted import ScriptedBackend
 from sandbox.executor import SandboxLimits, execute_program
 from tests.cli_helpers import fake_teacher_argv
 from tests.conftest import ROOT
-from utils.dataset_loader import Task, load_apps, load_mbpp
+from tests.task_factory import assert_task, stdin_task
+from utils.dataset_loader import load_apps, load_mbpp
 from utils.prompts import RESULT_CLOSE, RESULT_OPEN, TOOL_EXAMPLE, get_unified_prompt
 from utils.sft_data import (
     encode_conversation,
@@ -34,24 +35,20 @@ from utils.sft_data import (
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 LIMITS = SandboxLimits(test_timeout=3.0)
-MBPP = Task(
-    task_id="t/1",
-    source="t",
+MBPP = assert_task(
+    "t/1",
+    "add",
+    "assert add(1, 2) == 3",
+    "assert add(20, 22) == 42",
+    "assert add(-7, 7) == 0",
     problem="Write a function add(a, b) that returns a + b.",
-    test_type="assert",
-    fn_name="add",
-    tests=("assert add(1, 2) == 3", "assert add(20, 22) == 42", "assert add(-7, 7) == 0"),
 )
-STDIN = Task(
-    task_id="t/2",
-    source="t",
-    test_type="stdin",
+STDIN = stdin_task(
+    "t/2",
+    ("3 4\n", "7\n"),
+    ("100 250\n", "350\n"),
+    ("-9 1\n", "-8\n"),
     problem="Print the sum of two integers.\n\n-----Examples-----\nInput\n3 4\n\nOutput\n7",
-    tests=(
-        {"input": "3 4\n", "output": "7\n"},
-        {"input": "100 250\n", "output": "350\n"},
-        {"input": "-9 1\n", "output": "-8\n"},
-    ),
 )
 ANSWER = "<think>\nAdd them.\n</think>\n\n```python\ndef add(a, b):\n    return {}\n```"
 

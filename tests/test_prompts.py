@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from utils.dataset_loader import Task
+from tests.task_factory import assert_task, call_task, stdin_task
 from utils.prompts import (
     CODE_FENCE,
     PROGRAM_CLOSE,
@@ -20,17 +20,14 @@ from utils.prompts import (
 )
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
-MBPP = Task(
-    task_id="mbpp/2",
+MBPP = assert_task(
+    "mbpp/2",
+    "similar_elements",
+    "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
+    "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
+    "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))",
     source="mbpp",
     problem="Write a function to find the shared elements from the given two lists.",
-    test_type="assert",
-    fn_name="similar_elements",
-    tests=(
-        "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
-        "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
-        "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))",
-    ),
 )
 
 
@@ -53,23 +50,16 @@ def test_prompt_shows_the_answer_format_with_the_shared_constants():
 
 
 def test_stdin_and_call_prompts():
-    stdin = Task(
-        task_id="apps/1",
-        source="apps",
-        problem="Print the sum of two integers.",
-        test_type="stdin",
-        tests=({"input": "1 2\n", "output": "3\n"},),
-    )
+    stdin = stdin_task("apps/1", ("1 2\n", "3\n"), source="apps", problem="Print the sum of two integers.")
     p = get_unified_prompt(stdin)
     assert "standard input" in p and "standard output" in p and "1 2" not in p.split("Format:")[0].split("integers.")[1]
-    call = Task(
-        task_id="apps/2",
+    call = call_task(
+        "apps/2",
+        "reverseWords",
+        (["a b"], "b a"),
         source="apps",
         problem="Reverse the words.",
-        test_type="call",
-        fn_name="reverseWords",
         starter_code="\nclass Solution:\n    def reverseWords(self, s: str) -> str:\n        ",
-        tests=({"input": ["a b"], "output": "b a"},),
     )
     p = get_unified_prompt(call)
     assert "class Solution:\n    def reverseWords(self, s: str) -> str:" in p

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipeline_stub import Health
+
 ROOT = Path(__file__).resolve().parent.parent
 STUB = Path(__file__).resolve().parent / "pipeline_stub.py"
 
@@ -54,16 +56,6 @@ def pids_alive(tmp_path: Path) -> list[int]:
                 continue
             alive.append(int(pid))
     return alive
-
-
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def test_refuses_a_teacher_it_did_not_start(tmp_path: Path) -> None:
