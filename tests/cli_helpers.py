@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tests.conftest import ROOT
 
@@ -34,4 +35,12 @@ def run_script(*args: str, timeout: float = 120, env: Mapping[str, str] | None =
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+    )
+
+
+def start_script(*args: str, **popen: Any) -> subprocess.Popen:
+    """`python *args` from the repository root in the background; output discarded unless `popen` (Popen's
+    keyword arguments) says where it goes."""
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen}
     )

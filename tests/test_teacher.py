@@ -6,8 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,8 +17,7 @@ from clients.openai_compat import TeacherClient, TeacherFatalError
 from config import build_config
 from synthesis.generate_traces import TraceFileBusy, open_trace_file
 from tests.canned_responses import SHAPES, TEACHER_THINKING
-from tests.cli_helpers import cpu_argv, fake_teacher_argv
-from tests.conftest import ROOT
+from tests.cli_helpers import cpu_argv, fake_teacher_argv, run_script, start_script
 from tests.fake_openai_server import FakeTeacher, RunningServer, free_port
 from utils.dataset_loader import read_tasks
 from utils.prompts import build_chat_messages, get_unified_prompt
@@ -228,20 +225,8 @@ def test_stats_count_verified_traces_too_long_for_teacher_sft(train_file, tmp_pa
         fit = json.loads(out.with_suffix(".stats.json").read_text())["teacher_sft_fit"]
         assert fit == {"usable": 3, "too_long": 0, "sft_max_length": build_config("cpu").dual_source.sft_max_length}
         capsys.readouterr()
-        assert (
-            run_phase2(
-                train_file,
-                out,
-                server.url,
-                "--max_tasks",
-                "3",
-                "--num_samples",
-                "1",
-                "--set",
-                "dual_source.sft_max_length=64",
-            )
-            == 0
-        )
+        more = "--max_tasks 3 --num_samples 1 --set dual_source.sft_max_length=64".split()
+        assert run_phase2(train_file, out, server.url, *more) == 0
     fit = json.loads(out.with_suffix(".stats.json").read_text())["teacher_sft_fit"]
     assert fit == {"usable": 3, "too_long": 3, "sft_max_length": 64}  # the whole file counts, not only this run
     assert "3 of 3 usable traces in the file do not fit dual_source.sft_max_length=64" in capsys.readouterr().out
@@ -316,14 +301,8 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
     tasks = read_tasks(train_file)[:8]
     with RunningServer(solving_teacher(tasks, delay=0.3)) as server:
         argv = fake_teacher_argv(server.url, train_file, out, "--max_tasks", "8", "--num_samples", "2")
-        command = [sys.executable, "phase2_generate_teacher_traces.py", *argv, "--concurrency", "2"]
-        proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        args = ["phase2_generate_teacher_traces.py", *argv, "--concurrency", "2"]
+        proc = start_script(*args, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 4):
             time.sleep(0.05)
@@ -334,7 +313,7 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
         with out.open("a") as handle:  # as if the kill had landed in the middle of a write
             handle.write('{"task_id": "mbpp/9001", "sample_idx": 1, "prom')
         requests_before = len(server.state.requests)
-        resumed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        resumed = run_script(*args)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         after = read_records(out)
         keys = [(r["task_id"], r["sample_idx"]) for r in after]
@@ -349,13 +328,7 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
 def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
     """`transformers serve` with the embedded model, started the way `make teacher` starts it."""
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "scripts/serve_local_teacher.py", "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    server = start_script("scripts/serve_local_teacher.py", "--port", str(port), start_new_session=True)
     try:
         import urllib.request
 
@@ -503,20 +476,8 @@ def test_resuming_with_other_sampling_settings_is_refused(train_file, tmp_path, 
         assert run_phase2(train_file, out, server.url, "--max_tasks", "2", "--num_samples", "1") == 0
         saved = out.with_suffix(".config.json").read_text()
         sent = len(server.state.requests)
-        assert (
-            run_phase2(
-                train_file,
-                out,
-                server.url,
-                "--max_tasks",
-                "2",
-                "--num_samples",
-                "2",
-                "--set",
-                "teacher.temperature=0.2",
-            )
-            == 1
-        )
+        more = "--max_tasks 2 --num_samples 2 --set teacher.temperature=0.2".split()
+        assert run_phase2(train_file, out, server.url, *more) == 1
         assert len(server.state.requests) == sent and out.with_suffix(".config.json").read_text() == saved
         assert "teacher.temperature 0.7 -> 0.2" in capsys.readouterr().err
         # more samples with the same settings is a normal resume

@@ -11,7 +11,7 @@ import torch
 
 from rollouts.completion import RolloutCompletion
 from synthesis.generate_traces import load_teacher_examples
-from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
+from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script, start_script
 from tests.trainer_helpers import (
     ScriptedRollout,
     base_state,
@@ -609,21 +609,13 @@ def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(
     import os
     import signal
     import subprocess
-    import sys
     import time
 
-    from tests.conftest import ROOT
     from utils.run_lock import LOCK_NAME
 
     out = tmp_path / "out"
     argv = tiny_phase3_argv(tmp_path)
-    first = subprocess.Popen(
-        [sys.executable, "phase3_train_grpo.py", *argv],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = start_script("phase3_train_grpo.py", *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not (out / LOCK_NAME).is_file() or not (out / LOCK_NAME).read_text():
