@@ -223,17 +223,8 @@ def _one_success(groups):
 
 
 def test_self_sft_weighs_each_success_as_one_group_of_the_step(tmp_path, pool):
-    trainer = scripted_trainer(
-        tmp_path / "out",
-        pool,
-        **{
-            "dual_source.grpo_weight": 0.0,
-            "dual_source.teacher_sft_weight": 0.0,
-            "dual_source.self_sft_weight": 0.5,
-            "grpo.kl_coef": 0.0,
-            "training.max_grad_norm": 0.0,
-        },
-    )
+    self_sft_only = {**QUIET, "dual_source.grpo_weight": 0.0, "dual_source.self_sft_weight": 0.5, "grpo.kl_coef": 0.0}
+    trainer = scripted_trainer(tmp_path / "out", pool, **self_sft_only)
     groups = _one_success(trainer.collect_rollouts()[0])
     num_groups = len(groups)
     assert num_groups == 4
@@ -334,16 +325,9 @@ def test_the_default_opd_clip_bounds_a_ruled_out_token():
 
 
 def test_a_linear_sft_schedule_that_starts_at_zero_turns_on(tmp_path, pool):
-    trainer = scripted_trainer(
-        tmp_path / "out",
-        pool,
-        **{
-            "dual_source.teacher_sft_weight": 0.0,
-            "dual_source.teacher_sft_final_weight": 0.3,
-            "dual_source.sft_weight_schedule": "linear",
-            "training.max_steps": 4,
-        },
-    )
+    rising = {"dual_source.teacher_sft_weight": 0.0, "dual_source.teacher_sft_final_weight": 0.3}
+    linear = {"dual_source.sft_weight_schedule": "linear", "training.max_steps": 4}
+    trainer = scripted_trainer(tmp_path / "out", pool, **rising, **linear)
     assert len(trainer.teacher_sft) > 0
     assert trainer.sft_weights(2)[0] == pytest.approx(0.15)
 
