@@ -1565,13 +1565,6 @@ def format_config(config: Config) -> str:
     return "\n".join(lines)
 
 
-def save_config(config: Config, path: str | Path) -> Path:
-    """Write the resolved config as JSON next to an output (atomically)."""
-    from utils.jsonl import write_json_atomic  # standard library only; config stays import-light
-
-    return write_json_atomic(path, config_to_dict(config))
-
-
 def allowed_values(fld: dataclasses.Field) -> str:
     """' Choices: a, b.' or ' Range: >= 0 (0: off).' for a field's help text; '' when it declares neither."""
     choices, value_range = fld.metadata.get("choices"), fld.metadata.get("range")

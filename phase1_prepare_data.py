@@ -20,14 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from config import (
-    Config,
-    ConfigError,
-    ConfigFlag,
-    config_to_dict,
-    phase_command_line,
-    run_phase,
-)
+from config import Config, ConfigError, ConfigFlag, config_to_dict, phase_command_line, run_phase
 from utils.dataset_loader import (
     EMBEDDED_APPS,
     EMBEDDED_MBPP,

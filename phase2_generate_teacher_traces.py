@@ -24,17 +24,12 @@ import time
 from pathlib import Path
 
 from clients.openai_compat import TeacherClient, TeacherFatalError
-from config import (
-    Config,
-    ConfigFlag,
-    phase_command_line,
-    run_phase,
-    save_config,
-)
+from config import Config, ConfigFlag, phase_command_line, run_phase
 from environments.code_env import make_environment
 from sandbox.executor import SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
+from training.checkpointing import save_config
 from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
 from utils.disk import DiskFullError
 from utils.jsonl import write_json_atomic

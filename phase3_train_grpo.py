@@ -24,12 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.openai_compat import TeacherFatalError
-from config import (
-    Config,
-    ConfigFlag,
-    phase_command_line,
-    run_phase,
-)
+from config import Config, ConfigFlag, phase_command_line, run_phase
 from rollouts.from_config import build_sampler, chat_template_kwargs, tasks_within_prompt_length
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import (

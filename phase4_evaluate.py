@@ -24,13 +24,7 @@ from pathlib import Path
 
 import torch
 
-from config import (
-    Config,
-    ConfigFlag,
-    config_to_dict,
-    phase_command_line,
-    run_phase,
-)
+from config import Config, ConfigFlag, config_to_dict, phase_command_line, run_phase
 from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     content_digest,

@@ -13,9 +13,10 @@ import phase1_prepare_data as phase1
 import phase2_generate_teacher_traces as phase2
 import phase3_train_grpo as phase3
 import phase4_evaluate as phase4
-from config import build_config, save_config
+from config import build_config
 from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.trainer_helpers import small_tasks
+from training.checkpointing import save_config
 from utils.dataset_loader import write_tasks
 from utils.student_model import ModelLoadError, attach_lora, load_student, resolve_model_path
 

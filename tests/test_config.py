@@ -5,6 +5,7 @@ import pytest
 import config as cfg
 from config import ConfigError, build_config
 from tests.conftest import ROOT
+from training.checkpointing import save_config
 
 
 def test_gpu_preset_has_the_product_defaults():
@@ -139,7 +140,7 @@ def test_script_flags_apply_before_set():
 
 def test_saved_config_round_trips(tmp_path):
     c = build_config("cpu", overrides=["grpo.kl_coef=0.01"])
-    path = cfg.save_config(c, tmp_path / "sub" / "config.json")
+    path = save_config(c, tmp_path / "sub" / "config.json")
     data = json.loads(path.read_text())
     assert data["grpo"]["kl_coef"] == 0.01 and data["preset"] == "cpu"
     # the saved file is itself a valid --config file that reproduces the same config

@@ -21,10 +21,8 @@ LAYERS = {
     "utils": 6,
     "config": 7,
 }
-# (importing module, imported module): each written down in ARCHITECTURE.md with its reason
-EXCEPTIONS = {
-    ("config", "utils.jsonl"),  # save_config writes atomically, lazily imported
-}
+# (importing module, imported module): each written down in ARCHITECTURE.md with its reason (none today)
+EXCEPTIONS: set[tuple[str, str]] = set()
 LIBRARY_FOLDERS = (
     "synthesis",
     "training",

@@ -1,4 +1,5 @@
-"""Checkpoints of a training run: save, load, prune, resolve.
+"""Checkpoints of a training run: save, load, prune, resolve; and `save_config`, the resolved config written
+beside an output (a checkpoint, the final model, phase 2's trace file).
 
 A checkpoint is one folder `checkpoint-N/` that appears by a single rename (written to a hidden
 temporary folder first, so a crash mid-save leaves the previous one intact):
@@ -28,9 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from config import Config, save_config
+from config import Config, config_to_dict
 from utils.disk import DiskFullError, out_of_space
-from utils.jsonl import replace_folder
+from utils.jsonl import replace_folder, write_json_atomic
 from utils.provenance import build_provenance, write_model_card, write_provenance
 from utils.student_model import save_adapter
 
@@ -74,6 +75,11 @@ def prune_checkpoints(output_dir: str | Path, limit: int) -> None:
     """Keep the newest `limit` checkpoints (0: keep all)."""
     for old in checkpoint_folders(output_dir)[:-limit] if limit > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def save_config(config: Config, path: str | Path) -> Path:
+    """Write the resolved config as JSON next to an output (atomically)."""
+    return write_json_atomic(path, config_to_dict(config))
 
 
 def rank_state_name(process_index: int) -> str:

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from config import Config, save_config
+from config import Config
 from rollouts.from_config import budget_name, chat_template_kwargs, episodes_for, prompt_lengths, sample_budget
 from rollouts.groups import sample_groups
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
-from training.checkpointing import TrainerState, resolve_checkpoint
+from training.checkpointing import TrainerState, resolve_checkpoint, save_config
 from training.curriculum import build_curriculum, zero_spread_share
 from training.launch import check_accelerator, local_world_size, sandbox_workers
 from training.losses import group_has_spread, lr_factor, scheduled_weight
