@@ -26,6 +26,7 @@ from typing import Any
 from clients.openai_compat import TeacherFatalError
 from config import Config, ConfigFlag, phase_command_line, run_phase
 from rollouts.from_config import build_sampler, chat_template_kwargs, tasks_within_prompt_length
+from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import (
     CHECKPOINT_PREFIX,
@@ -341,6 +342,7 @@ def cli(argv: list[str] | None = None) -> int:
         (
             DataFormatError,
             ModelLoadError,
+            UnsupportedModelError,
             FileNotFoundError,
             RunSetupError,
             RewardFunctionError,

@@ -42,6 +42,7 @@ from evaluation.evaluate import (
 )
 from rollouts.from_config import build_sampler, episodes_for
 from rollouts.groups import sample_groups
+from rollouts.kv_sampler import UnsupportedModelError
 from rollouts.models import default_model_path, resolve_model
 from rollouts.sampling import SamplingSettings
 from sandbox.executor import SandboxPool, task_secret_paths, untrusted_task_ids
@@ -104,7 +105,7 @@ def role_samplers(
         trained = sampler.lora_request_for(f"eval-{adapter_key}", 1, adapter.resolve())  # type: ignore[attr-defined]
     roles: dict = {"episodes": None}
 
-    def draw(policy, prompts, n, tasks=None):
+    def draw(policy, prompts, n, tasks):
         return sample_groups(
             sampler, policy, prompts, n, tasks=tasks, episodes=roles["episodes"], seed=config.training.seed
         )
@@ -354,7 +355,7 @@ def cli(argv: list[str] | None = None) -> int:
 
     return run_phase(
         evaluate,
-        (DataFormatError, ModelLoadError, FileBusyError),
+        (DataFormatError, ModelLoadError, FileBusyError, UnsupportedModelError),
         f"completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same command to continue.",
     )
 

@@ -112,7 +112,7 @@ def main() -> None:
         def measure(tag: str) -> list[dict]:
             cache = generate_cached(
                 tasks,
-                lambda p, n: sample_groups(rollout, model, p, n),
+                lambda p, n, _tasks: sample_groups(rollout, model, p, n),
                 args.samples,
                 cache_path=out / f"samples_{tag}.jsonl",
                 chunk=args.samples,

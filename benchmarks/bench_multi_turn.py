@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
         episodes = Episodes(
             environment, "feedback", args.budget // args.max_turns, config.multi_turn.max_total_tokens, template
         )
-        runs: dict[str, tuple[Generate, str]] = {  # (prompts, n[, tasks]) -> completions per prompt, mode
-            "single": (lambda prompts, n: sample_groups(single, model, prompts, n), "single"),
+        runs: dict[str, tuple[Generate, str]] = {  # (prompts, n, tasks) -> completions per prompt, mode
+            "single": (lambda prompts, n, _tasks: sample_groups(single, model, prompts, n), "single"),
             "feedback": (
                 lambda prompts, n, tasks_: sample_groups(feedback, model, prompts, n, tasks=tasks_, episodes=episodes),
                 "feedback",
@@ -245,7 +245,7 @@ def train_and_measure(
         def measure(tag: str) -> list[dict]:
             torch.manual_seed(args.seed + 1)  # the same sampling noise before and after
 
-            def generate(prompts: list[str], n: int, tasks_: list | None = None) -> list:
+            def generate(prompts: list[str], n: int, tasks_: list) -> list:
                 return sample_groups(evaluator, model, prompts, n, tasks=tasks_, episodes=episodes)
 
             cache = generate_cached(

@@ -255,9 +255,9 @@ def generate_cached(
 ) -> dict[tuple[str, int], CachedCompletion]:
     """Make sure every (task, sample) has a cached completion; returns them all.
 
-    `generate(prompts, n)` returns n completions per prompt (a rollout's generate bound to a model);
-    in a multi-turn `mode` it is `generate(prompts, n, tasks)` (the environment runs the tasks' shown
-    tests) and the multi-turn fields of each record (`MULTI_TURN_FIELDS`) are cached too.
+    `generate(prompts, n, tasks)` returns n completions per prompt (a sampler bound to a model; the tasks are the
+    prompts' own, which a multi-turn `mode`'s environment runs the shown tests of, and a single turn ignores);
+    in a multi-turn mode the multi-turn fields of each record (`MULTI_TURN_FIELDS`) are cached too.
     Work is cut into units of at most `chunk` samples of one task; units of equal size (from any
     tasks: `generate` takes one n per call) are batched into one call of up to `batch_samples`
     sequences (several tasks at once keep the CPU/GPU busy; vLLM callers pass whole tasks and
@@ -268,9 +268,8 @@ def generate_cached(
     prompts = {task.task_id: get_unified_prompt(task, num_visible_tests, mode=mode) for task in tasks}
     digests = {task_id: prompt_digest(prompt) for task_id, prompt in prompts.items()}
     for key in [k for k, record in cache.items() if record.prompt_sha256 != digests.get(k[0])]:
-        del cache[
-            key
-        ]  # the task's text (or the prompt format) changed since: its old completions answer another prompt
+        # the task's text (or the prompt format) changed since: its old completions answer another prompt
+        del cache[key]
     units = []  # (task, sample indices), each at most `chunk` long
     for task in tasks:
         indices = [i for i in range(num_samples) if (task.task_id, i) not in cache]
@@ -282,28 +281,24 @@ def generate_cached(
     for size, same in by_size.items():
         per_call = max(batch_samples // size, 1)
         calls += [same[i : i + per_call] for i in range(0, len(same), per_call)]
-    bar = None
-    if progress and units:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(idx) for _, idx in units), desc="generating", unit="sample", dynamic_ncols=True)
-    with JsonlAppender(cache_path) as handle:  # cuts a torn last line; one writer per cache file
+    total = sum(len(indices) for _, indices in units)
+    # the bar closes before an error propagates, so the error line is not written into it
+    with (
+        tqdm(
+            total=total, desc="generating", unit="sample", dynamic_ncols=True, disable=not (progress and units)
+        ) as bar,
+        JsonlAppender(cache_path) as handle,  # cuts a torn last line; one writer per cache file
+    ):
         for call in calls:
-            call_prompts = [prompts[task.task_id] for task, _ in call]
-            outputs = (
-                generate(call_prompts, len(call[0][1]))
-                if mode == "single"
-                else generate(call_prompts, len(call[0][1]), [task for task, _ in call])
-            )
+            outputs = generate([prompts[task.task_id] for task, _ in call], len(call[0][1]), [task for task, _ in call])
             for (task, indices), samples in zip(call, outputs, strict=True):
                 for sample_idx, sample in zip(indices, samples, strict=True):
                     record = CachedCompletion.from_sample(task.task_id, sample_idx, sample, digests[task.task_id])
                     handle.write(record.to_row())
                     cache[(task.task_id, sample_idx)] = record
-            if bar is not None:
-                bar.update(sum(len(idx) for _, idx in call))
-    if bar is not None:
-        bar.close()
+            bar.update(sum(len(indices) for _, indices in call))
     return cache
 
 

@@ -48,7 +48,7 @@ def scripted(tasks, correct_per_task):
     """A generate() whose first c samples of each task are the reference solution, the rest wrong."""
     counters: dict[str, int] = {}
 
-    def generate(prompts, n):
+    def generate(prompts, n, _tasks):
         results = []
         for prompt in prompts:
             task = next(t for t in tasks if t.problem.strip() in prompt)
@@ -88,11 +88,11 @@ def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
     calls = []
     inner = scripted(tasks, {t.task_id: 1 for t in tasks})
 
-    def flaky(prompts, n):
+    def flaky(prompts, n, tasks):
         calls.append(n)
         if len(calls) == 3:
             raise KeyboardInterrupt  # interrupted during the second task's second chunk
-        return inner(prompts, n)
+        return inner(prompts, n, tasks)
 
     path = tmp_path / "cache.jsonl"
     with pytest.raises(KeyboardInterrupt):
@@ -101,7 +101,12 @@ def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
     assert len(done) == 4  # task 0: 4 samples in two chunks; nothing of the interrupted chunk
     calls.clear()
     cache = generate_cached(
-        tasks, lambda p, n: (calls.append(n * len(p)), inner(p, n))[1], 4, cache_path=path, chunk=2, progress=False
+        tasks,
+        lambda p, n, t: (calls.append(n * len(p)), inner(p, n, t))[1],
+        4,
+        cache_path=path,
+        chunk=2,
+        progress=False,
     )
     assert len(cache) == 12 and sum(calls) == 8  # only the 8 missing samples were generated
     assert len(calls) == 1  # in one batched call: 4 units of 2 samples, 8 sequences <= 16
@@ -282,7 +287,7 @@ def test_a_changed_task_text_is_generated_again(tmp_path):
     tasks = small_tasks(2)
     calls = []
 
-    def generate(prompts, n):
+    def generate(prompts, n, tasks):
         calls.append(len(prompts))
         return [[RolloutCompletion("x", (0,), (), "stop")] * n for _ in prompts]
 
@@ -413,3 +418,21 @@ def test_solve_prints_the_models_text_when_it_wrote_no_code():
     coded = "```python\nprint(1)\n```"
     answer = Answer(RolloutCompletion(coded, (1,), (3,), "stop"), extract_thinking_and_code_unified(coded), None)
     assert "the model's text" not in format_answer(answer, 1, 1)
+
+
+def test_a_model_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, tiny_model_name, capsys):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from utils.student_model import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(tiny_model_name))
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2, **ids))
+    model.save_pretrained(tmp_path / "gpt2")
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    settings = ["--set", "evaluation.backend=kv", "--set", f"paths.output_dir={tmp_path / 'out'}"]
+    code = _evaluate(tmp_path, "--model_path", str(tmp_path / "gpt2"), *settings)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement model_type 'gpt2'")
+    assert "Traceback" not in err

@@ -150,7 +150,7 @@ GOLDEN_EVAL = Path(__file__).parent / "data" / "golden_eval"
 
 
 def _scripted_single(code):
-    def generate(prompts, n):
+    def generate(prompts, n, tasks):
         samples = [  # placeholder token ids: the cache keeps only their number
             RolloutCompletion(f"<think>é</think>\n```python\n{code}\n```", (0,) * 7, (), "stop"),
             RolloutCompletion("no code", (0,) * 2, (), "length"),

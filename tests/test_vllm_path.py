@@ -334,7 +334,7 @@ def test_generate_cached_batches_tasks_whose_sample_counts_split_unevenly(tmp_pa
     tasks = small_tasks(6)
     calls = []
 
-    def generate(prompts, n):
+    def generate(prompts, n, tasks):
         calls.append(len(prompts) * n)
         return [[RolloutCompletion("x", (0,), (), "stop")] * n for _ in prompts]
 
