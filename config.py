@@ -362,6 +362,11 @@ class StudentConfig:
         "read it; templates that don't know it ignore it).",
     )
 
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """What the student's chat template is rendered with, in every phase."""
+        return {"enable_thinking": self.enable_thinking}
+
 
 @dataclass(frozen=True)
 class LoraConfig:

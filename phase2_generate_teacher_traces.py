@@ -130,7 +130,7 @@ def teacher_sft_fit(config: Config, output_path: Path, task_ids: set[str]) -> di
     except (ModelLoadError, OSError) as error:
         print(f"note: cannot count traces too long for teacher-SFT ({str(error).splitlines()[0]})", file=sys.stderr)
         return None
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     usable = load_teacher_examples(output_path, task_ids, d.teacher_sft_only_passed)
     too_long = sum(
         build_sft_example(*teacher_sft_ids(tokenizer, t, d.include_thinking, template), d.sft_max_length) is None

@@ -25,7 +25,7 @@ from typing import Any
 
 from clients.openai_compat import TeacherFatalError
 from config import Config, ConfigFlag, phase_command_line, run_phase
-from rollouts.from_config import build_sampler, chat_template_kwargs, tasks_within_prompt_length
+from rollouts.from_config import build_sampler, tasks_within_prompt_length
 from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import (
@@ -231,9 +231,7 @@ def _train(
     )
     if teacher_examples and config.dual_source.teacher_sft_weight > 0:
         try:  # a second think block in teacher-SFT targets (Qwen3 template, enable_thinking=false)
-            check_thinking_targets(
-                tokenizer, config.dual_source.include_thinking, {"enable_thinking": config.student.enable_thinking}
-            )
+            check_thinking_targets(tokenizer, config.dual_source.include_thinking, config.student.chat_template_kwargs)
         except ValueError as error:
             raise RunSetupError(str(error)) from None
     lora = config.lora
@@ -283,7 +281,12 @@ def _tasks_within_prompt_length(
         return tasks
     tokenizer = load_tokenizer(config.student.model_name, config.paths.model_cache_dir)
     kept, note = tasks_within_prompt_length(
-        tokenizer, tasks, limit, config.prompt.num_visible_tests, chat_template_kwargs(config), config.multi_turn.mode
+        tokenizer,
+        tasks,
+        limit,
+        config.prompt.num_visible_tests,
+        config.student.chat_template_kwargs,
+        config.multi_turn.mode,
     )
     if note and main_process:
         print(note)

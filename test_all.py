@@ -333,7 +333,7 @@ def check_sft_labels(report: Report, config: Config, tokenizer) -> None:
         ),
     ]
     d = dataclasses.replace(config.dual_source, teacher_sft_weight=1.0, teacher_sft_batch_size=2, sft_max_length=4096)
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     try:
         built, _ = build_teacher_sft(traces, tokenizer, dataclasses.replace(config, dual_source=d))
         batch = collate_sft(built, tokenizer.pad_token_id)
@@ -397,7 +397,7 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
         num_samples=1,
         max_new_tokens=max_new_tokens,
         sampling=SamplingSettings(temperature=0.0),
-        chat_template_kwargs={"enable_thinking": config.student.enable_thinking},
+        chat_template_kwargs=config.student.chat_template_kwargs,
     )[0][0]
     report.expect(
         sample.num_tokens > 0,

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = (mbpp + apps)[: args.tasks]
     model, tokenizer = load_student(args.model, "float32", device="cpu")
     sampling = SamplingSettings.from_section(config.evaluation)
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     out_dir = Path(args.output).parent / "multi_turn_check_cache"
     results: dict = {"settings": vars(args), "tasks": [t.task_id for t in tasks]}
     rows_of: dict[str, list[dict]] = {}

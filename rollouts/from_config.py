@@ -30,11 +30,6 @@ from utils.sft_data import encode_prompt
 from utils.student_model import DTYPES, resolve_model_path, save_adapter
 
 
-def chat_template_kwargs(config: Config) -> dict[str, Any]:
-    """What the student's chat template is rendered with, in every phase."""
-    return {"enable_thinking": config.student.enable_thinking}
-
-
 def prompt_lengths(
     tokenizer: Any,
     tasks: Sequence,
@@ -99,7 +94,9 @@ def colocated_engine(
     import vllm  # lazy: the optional GPU extra
 
     ranks = ranks or RankInfo()
-    lengths = prompt_lengths(tokenizer, tasks, visible_tests, chat_template_kwargs(config), config.multi_turn.mode)
+    lengths = prompt_lengths(
+        tokenizer, tasks, visible_tests, config.student.chat_template_kwargs, config.multi_turn.mode
+    )
     kwargs = engine_kwargs(
         resolve_model_path(model_name, config.paths.model_cache_dir),
         max_model_len=max_model_len(lengths, max_new_tokens),
@@ -149,7 +146,7 @@ def build_sampler(
         return _training_sampler(config, tokenizer, Path(output_dir or "."), accelerator, tasks)
     ev = config.evaluation
     sampling = SamplingSettings.from_section(ev)
-    template = chat_template_kwargs(config)
+    template = config.student.chat_template_kwargs
     if config.evaluation_backend == "vllm":
         vllm, llm = colocated_engine(
             config,
@@ -178,7 +175,7 @@ def _training_sampler(
 ) -> Sampler:
     """Phase 3's backend. vLLM: one colocated engine per process, on that process's GPU."""
     g = config.grpo
-    template = chat_template_kwargs(config)
+    template = config.student.chat_template_kwargs
     sampling = SamplingSettings.from_section(g)
 
     def vllm_rollout_args() -> tuple[Any, int, SamplingSettings, AdapterHandoff, int, dict[str, Any]]:
@@ -258,7 +255,7 @@ def episodes_for(
         mode,
         config.grpo.max_new_tokens if max_new_tokens is None else max_new_tokens,
         config.multi_turn.max_total_tokens,
-        chat_template_kwargs(config),
+        config.student.chat_template_kwargs,
     )
 
 

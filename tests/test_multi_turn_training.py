@@ -376,7 +376,7 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     tasks = small_tasks(4)
     rollout = build_sampler(config, purpose="train", tokenizer=tok, output_dir=tmp_path, tasks=tasks)
     engine = fake_vllm.ENGINES[-1]
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     longest = max(prompt_lengths(tok, tasks, config.prompt.num_visible_tests, template, "feedback"))
     assert engine.kwargs["max_model_len"] == longest + 300  # the mode's prompt plus the whole sample
     trainer = GRPOTrainer(config, model, tok, tasks, [], tmp_path, rollout=rollout)

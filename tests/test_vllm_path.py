@@ -67,9 +67,7 @@ def test_engine_context_is_the_longest_prompt_plus_the_budget(tmp_path, vllm):
     tasks = small_tasks(6)
     build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path, tasks=tasks)
     longest = max(
-        prompt_lengths(
-            tokenizer, tasks, config.prompt.num_visible_tests, {"enable_thinking": config.student.enable_thinking}
-        )
+        prompt_lengths(tokenizer, tasks, config.prompt.num_visible_tests, config.student.chat_template_kwargs)
     )
     assert longest > 50
     assert fake_vllm.ENGINES[-1].kwargs["max_model_len"] == longest + config.grpo.max_new_tokens
@@ -347,7 +345,7 @@ def test_prompt_ids_reach_vllm_as_token_ids(tmp_path, vllm):
     model, tokenizer = tiny_policy(config)
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     out = sample_groups(rollout, model, ["p1", "p2"], 3, step=0)
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     assert [list(s[0].prompt_ids) for s in out] == [
         encode_prompt(tokenizer, p, chat_template_kwargs=template) for p in ("p1", "p2")
     ]

@@ -127,7 +127,7 @@ def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path
     assert [call[0] for call in state.calls] == [names[0]] * 4 + [names[1]] * 4 + [names[2]] * 2  # 2 prompts a step
     assert digests[0] == digests[1] != digests[2] == digests[3] != digests[4]  # the weights loaded at each sync
     assert sorted(p.name for p in (tmp_path / ".vllm_adapters").iterdir()) == ["step-4"]  # older folders removed
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     eot = end_of_turn_id(tokenizer)
     for _, _, body, sampling in state.calls:
         assert body["prompt"] in (
@@ -230,7 +230,7 @@ def test_tool_mode_training_continues_each_sample_on_the_server_token_for_token(
     assert all(m["multi_turn/tool_calls_mean"] == 1.0 and m["pass_rate"] == 1.0 for m in metrics)
     assert all("rollout/logp_abs_diff" in m for m in metrics)  # the server's log-probs reached the trainer
     bodies = [body for _, _, body, _ in state.calls]
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     firsts = {
         tuple(encode_prompt(tokenizer, get_unified_prompt(t, 1, mode="tool"), chat_template_kwargs=template))
         for t in tasks
@@ -258,7 +258,7 @@ def test_a_server_context_too_short_for_the_run_is_refused_at_start(tmp_path, mo
     config = server_config(
         tmp_path, "http://unused/v1", **{"multi_turn.mode": mode, "multi_turn.max_total_tokens": 400}
     )
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     longest = max(prompt_lengths(tokenizer, tasks, config.prompt.num_visible_tests, template, mode))
     budget = config.grpo.max_new_tokens if mode == "single" else 400
     needed = longest + budget

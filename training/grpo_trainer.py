@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from config import Config
-from rollouts.from_config import budget_name, chat_template_kwargs, episodes_for, prompt_lengths, sample_budget
+from rollouts.from_config import budget_name, episodes_for, prompt_lengths, sample_budget
 from rollouts.groups import sample_groups
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, plan_tests, task_secret_paths
@@ -137,7 +137,7 @@ class GRPOTrainer:
                 tokenizer,
                 tasks,
                 config.prompt.num_visible_tests,
-                chat_template_kwargs(config),
+                config.student.chat_template_kwargs,
                 config.multi_turn.mode,
             )
             self.teacher_scorer.check_context(max(lengths), sample_budget(config), budget_name(config))

@@ -109,7 +109,7 @@ def build_teacher_sft(examples: list[TeacherTrace], tokenizer: Any, config: Conf
     the share dropped, and the share of kept targets longer than the rollout budget (a student
     imitating them could not finish within grpo.max_new_tokens)."""
     d = config.dual_source
-    template = {"enable_thinking": config.student.enable_thinking}
+    template = config.student.chat_template_kwargs
     if not examples or d.teacher_sft_batch_size <= 0 or max_scheduled_weight(d, "teacher_sft") <= 0:
         return [], {"teacher_sft/dropped_too_long": 0.0, "teacher_sft/over_rollout_budget": 0.0}
     check_thinking_targets(tokenizer, d.include_thinking, template)
