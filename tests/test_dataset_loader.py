@@ -252,10 +252,11 @@ real = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not p
 def test_real_mbpp_loads_completely():
     tasks, report = load_mbpp(SHARED_DATA / "mbpp.jsonl")
     assert report.rows == 974 and report.kept == 974 and not report.skipped
-    from utils.code_parser import defines_entry_point
+    from utils.code_parser import find_function_names
 
     # the entry point is always a function the reference solution defines
-    assert all(defines_entry_point(t.reference_solutions[0], t.fn_name) for t in tasks)
+    names = [find_function_names(t.reference_solutions[0]) for t in tasks]
+    assert all(t.fn_name in found or f"Solution.{t.fn_name}" in found for t, found in zip(tasks, names, strict=True))
     by_id = {t.metadata["original_id"]: t for t in tasks}
     assert by_id[367].test_setup_code.startswith("root = Node(1)")
     assert sum(1 for t in tasks if t.challenge_tests) == 11

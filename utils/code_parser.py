@@ -101,10 +101,6 @@ def parse_quietly(code: str) -> ast.Module:
         return ast.parse(code)
 
 
-def is_valid_python(code: str | None) -> bool:
-    return code is not None and bool(code.strip()) and check_syntax(code)[0]
-
-
 _PROGRAM_NODES = (
     ast.FunctionDef,
     ast.AsyncFunctionDef,
@@ -172,9 +168,3 @@ def find_function_names(code: str) -> list[str]:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
             )
     return names
-
-
-def defines_entry_point(code: str, fn_name: str) -> bool:
-    """True if `code` defines `fn_name` at top level or as a method of class Solution."""
-    names = find_function_names(code)
-    return fn_name in names or f"Solution.{fn_name}" in names
