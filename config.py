@@ -770,7 +770,8 @@ class SandboxConfig:
     timeout_per_test: float = option(
         4.0,
         "Wall-clock seconds for one test (the APPS harness uses 4). Too low marks slow-but-correct "
-        "code wrong, which RL then learns to avoid; too high makes every infinite loop cost that much.",
+        "code wrong, which RL then learns to avoid; too high makes every infinite loop cost that much. "
+        "A whole program (all its tests in one process) gets tests x this + 2 s, at most 60 s.",
         gt=0,
     )
     memory_limit_mb: int = option(
