@@ -328,6 +328,16 @@ class TeacherConfig:
         """api_url as the OpenAI client wants it (a trailing /chat/completions is trimmed)."""
         return normalize_api_base(self.api_url)
 
+    @property
+    def tokenizer_name(self) -> str:
+        """The tokenizer that stands for the teacher's: `tokenizer`, else `model_name`."""
+        return self.tokenizer or self.model_name
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        """What the teacher's chat template is rendered with (by the server, or here in tool mode)."""
+        return {"enable_thinking": self.enable_thinking}
+
 
 def normalize_api_base(url: str) -> str:
     """'http://h:8129/v1/chat/completions' or 'http://h:8129/v1/' -> 'http://h:8129/v1'."""

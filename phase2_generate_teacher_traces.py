@@ -35,20 +35,14 @@ from utils.disk import DiskFullError
 from utils.jsonl import write_json_atomic
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
 from utils.sft_data import build_sft_example, teacher_sft_ids
-from utils.student_model import EMBEDDED_PREFIX, ModelLoadError, load_tokenizer, resolve_model_path
+from utils.student_model import ModelLoadError, load_tokenizer, served_model_name
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 EXIT_SOME_FAILED = 3
 
 
-def resolve_teacher_model(config: Config) -> str:
-    """Embedded names are served by their materialized folder path (what `transformers serve` expects)."""
-    name = config.teacher.model_name
-    return resolve_model_path(name, config.paths.model_cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
-
-
 async def test_connection(config: Config) -> int:
-    model = resolve_teacher_model(config)
+    model = served_model_name(config.teacher.model_name, config.paths.model_cache_dir)
     async with TeacherClient.from_config(config.teacher, model=model, max_retries=1) as client:
         print(f"Teacher: {client.base_url}  model: {model}")
         prompt = get_unified_prompt("Write a Python function add(a, b) that returns a + b.")
@@ -170,7 +164,7 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
     if config.teacher.max_tasks > 0:
         tasks = tasks[: config.teacher.max_tasks]
     tasks = require_tasks(tasks, input_path, len(task_ids))
-    model = resolve_teacher_model(config)
+    model = served_model_name(config.teacher.model_name, config.paths.model_cache_dir)
     n = config.teacher.num_samples_per_problem
     config_path = output_path.with_suffix(".config.json")
     if not overwrite:
@@ -287,7 +281,7 @@ def teacher_prompter(config: Config) -> TextPrompter:
     """Tool mode renders the teacher's chat prompt here and continues its text through /v1/completions, so it
     needs the teacher's tokenizer: teacher.tokenizer, else teacher.model_name (a hub name downloads only the
     tokenizer files; an embedded name resolves to its folder). ModelLoadError says what to set."""
-    name = config.teacher.tokenizer or config.teacher.model_name
+    name = config.teacher.tokenizer_name
     try:
         tokenizer = load_tokenizer(name, config.paths.model_cache_dir)
     except (ModelLoadError, OSError) as error:
@@ -296,7 +290,7 @@ def teacher_prompter(config: Config) -> TextPrompter:
             f"{str(error).splitlines()[0]}\nSet teacher.tokenizer (--set teacher.tokenizer=NAME_OR_FOLDER) to the "
             "served model's tokenizer."
         ) from None
-    return TextPrompter(tokenizer, {"enable_thinking": config.teacher.enable_thinking})
+    return TextPrompter(tokenizer, config.teacher.chat_template_kwargs)
 
 
 def exit_status(result: dict) -> int:

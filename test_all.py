@@ -659,10 +659,9 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
     import asyncio
 
     from clients.openai_compat import TeacherClient, TeacherFatalError
-    from utils.student_model import EMBEDDED_PREFIX, resolve_model_path
+    from utils.student_model import served_model_name
 
-    name = config.teacher.model_name
-    model = resolve_model_path(name, config.paths.model_cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
+    model = served_model_name(config.teacher.model_name, config.paths.model_cache_dir)
 
     async def probe():
         async with TeacherClient.from_config(

@@ -248,7 +248,7 @@ def build_teacher_scorer(
     server: the tokenizer is loaded from teacher.tokenizer (else teacher.model_name; an embedded name resolves
     to its folder); the requests go to teacher.api_url for teacher.model_name. local: teacher.model_name is
     loaded here, with teacher.local_adapter on it when set."""
-    from utils.student_model import EMBEDDED_PREFIX, load_adapter, load_student, load_tokenizer, resolve_model_path
+    from utils.student_model import load_adapter, load_student, load_tokenizer, served_model_name
 
     name = teacher.model_name
     if teacher.logprob_source == "local":
@@ -260,7 +260,7 @@ def build_teacher_scorer(
         for parameter in model.parameters():
             parameter.requires_grad_(False)
         return LocalTeacherScorer(model, student_tokenizer.pad_token_id, chunk_size, shared_prompt)
-    tokenizer_name = teacher.tokenizer or name
+    tokenizer_name = teacher.tokenizer_name
     check_same_tokenizer(student_tokenizer, load_tokenizer(tokenizer_name, cache_dir), student_name, tokenizer_name)
-    served = resolve_model_path(name, cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
+    served = served_model_name(name, cache_dir)
     return ServedTeacherScorer(TeacherClient.from_config(teacher, model=served), served)

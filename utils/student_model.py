@@ -142,6 +142,12 @@ def looks_like_local_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
 
 
+def served_model_name(name: str, cache_dir: str | Path = "") -> str:
+    """The name an OpenAI-compatible server knows `name` by: an embedded model is served from its materialized
+    folder (what `transformers serve` is given); any other name is the server's own, passed on unchecked."""
+    return resolve_model_path(name, cache_dir) if name.startswith(EMBEDDED_PREFIX) else name
+
+
 def resolve_model_path(name: str, cache_dir: str | Path = "") -> str:
     """Embedded names -> their materialized local folder; anything else is returned unchanged.
 
