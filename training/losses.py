@@ -228,36 +228,39 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (torch.exp(delta) - delta - 1.0).clamp(-K3_VALUE_BOUND, K3_VALUE_BOUND)
 
 
+# What a (B, T) mask adds to a step's normalizer, per aggregation mode: its tokens (token modes), its rows that
+# have tokens (seq-mean-token-mean) or all its rows (seq-mean-token-sum-norm, whose divisor is rows x a length)
+_UNITS: dict[str, typing.Callable[[torch.Tensor], float]] = {
+    "token-mean": lambda m: float(m.sum()),
+    "micro-token-mean": lambda m: float(m.sum()),
+    "seq-mean-token-mean": lambda m: float((m.sum(dim=1) > 0).sum()),
+    "seq-mean-token-sum-norm": lambda m: float(m.shape[0]),
+}
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in _UNITS:
+        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def aggregation_units(mask: torch.Tensor, mode: str = "token-mean") -> float:
+    """What a (B, T) mask adds to a step's normalizer (see `_UNITS`). Not clamped: summed over micro-batches and
+    ranks first, then turned into a divisor by `step_denominator`."""
+    _check_mode(mode)
+    return _UNITS[mode](mask.float())
+
+
 def aggregation_denominator(mask: torch.Tensor, mode: str = "token-mean", norm_length: int | None = None) -> float:
-    """The divisor `aggregate_loss` uses for a (B, T) mask: the number of tokens (token-mean), of rows
-    that have tokens (seq-mean-token-mean), or B * norm_length (seq-mean-token-sum-norm); at least 1.
+    """The divisor `aggregate_loss` uses for a (B, T) mask alone: the number of tokens (token-mean), of rows
+    that have tokens (seq-mean-token-mean), or B * norm_length (seq-mean-token-sum-norm; norm_length defaults
+    to T); at least 1. It is `step_denominator` of a step that is this one mask on one rank.
 
     Computing it once for a whole micro-batch and passing it to `aggregate_loss` for each chunk of
     rows makes the chunk losses sum to the whole-batch loss: the same gradient with a smaller
     activation peak.
     """
-    m = mask.float()
-    if mode in ("token-mean", "micro-token-mean"):
-        return max(float(m.sum()), 1.0)
-    if mode == "seq-mean-token-mean":
-        return max(float((m.sum(dim=1) > 0).sum()), 1.0)
-    if mode == "seq-mean-token-sum-norm":
-        return float(mask.shape[0] * (norm_length if norm_length is not None else mask.shape[1]))
-    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
-
-
-def aggregation_units(mask: torch.Tensor, mode: str = "token-mean") -> float:
-    """What a (B, T) mask adds to a step's normalizer: its tokens (token modes), its rows that have
-    tokens (seq-mean-token-mean) or all its rows (seq-mean-token-sum-norm). Not clamped: summed over
-    micro-batches and ranks first, then turned into a divisor by `step_denominator`."""
-    m = mask.float()
-    if mode in ("token-mean", "micro-token-mean"):
-        return float(m.sum())
-    if mode == "seq-mean-token-mean":
-        return float((m.sum(dim=1) > 0).sum())
-    if mode == "seq-mean-token-sum-norm":
-        return float(mask.shape[0])
-    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+    length = norm_length if norm_length is not None else mask.shape[1]
+    return step_denominator(aggregation_units(mask, mode), mode, length)
 
 
 def step_denominator(units: float, mode: str = "token-mean", norm_length: int | None = None, world: int = 1) -> float:
@@ -289,8 +292,7 @@ def aggregate_loss(
     `aggregation_denominator` of the enclosing batch) replaces this batch's own divisor, so that the
     losses of row chunks add up to the loss of the batch they were cut from.
     """
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+    _check_mode(mode)
     m = mask.to(per_token.dtype)
     sums = (per_token * m).sum(dim=1)  # (B,)
     if mode == "seq-mean-token-mean":
