@@ -42,6 +42,23 @@ def tiny_model_name():
     return EMBEDDED_MODELS[1]
 
 
+@pytest.fixture
+def gelu_model_dir(tmp_path, tiny_model_name):
+    """A one-layer random Llama with a GELU MLP and the tiny model's tokenizer: a model the kv-cache sampler
+    refuses (it implements SiLU only), with the q_proj/v_proj layers LoRA attaches to."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from utils.student_model import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(tiny_model_name))
+    shape = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_act="gelu", **shape, **ids))
+    model.save_pretrained(tmp_path / "gelu")
+    tokenizer.save_pretrained(tmp_path / "gelu")
+    return tmp_path / "gelu"
+
+
 # tests/vllm_cpu runs the product against the real vLLM engine (its CPU build): `make test-vllm` sets
 # TGRPO_VLLM_CPU=1 and runs it in .venv-vllm. The default suite (`make test`, .venv without vLLM) leaves it out.
 collect_ignore = [] if os.environ.get("TGRPO_VLLM_CPU") == "1" else ["vllm_cpu"]

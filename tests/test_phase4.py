@@ -420,19 +420,10 @@ def test_solve_prints_the_models_text_when_it_wrote_no_code():
     assert "the model's text" not in format_answer(answer, 1, 1)
 
 
-def test_a_model_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, tiny_model_name, capsys):
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from utils.student_model import resolve_model_path
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(tiny_model_name))
-    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2, **ids))
-    model.save_pretrained(tmp_path / "gpt2")
-    tokenizer.save_pretrained(tmp_path / "gpt2")
+def test_a_model_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, gelu_model_dir, capsys):
     settings = ["--set", "evaluation.backend=kv", "--set", f"paths.output_dir={tmp_path / 'out'}"]
-    code = _evaluate(tmp_path, "--model_path", str(tmp_path / "gpt2"), *settings)
+    code = _evaluate(tmp_path, "--model_path", str(gelu_model_dir), *settings)
     err = capsys.readouterr().err
     assert code == 1
-    assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement model_type 'gpt2'")
+    assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement hidden_act 'gelu'")
     assert "Traceback" not in err

@@ -655,3 +655,14 @@ def test_a_folder_another_run_is_writing_is_refused_as_busy_even_once_it_holds_c
             phase3.check_run_setup(config, None, tmp_path / "none.jsonl", False)
     with pytest.raises(phase3.RunSetupError, match="already holds a run"):  # released: now it is an earlier run
         phase3.check_run_setup(config, None, tmp_path / "none.jsonl", False)
+
+
+def test_a_student_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, gelu_model_dir, capsys):
+    import phase3_train_grpo as phase3
+
+    argv = tiny_phase3_argv(tmp_path)
+    code = phase3.cli([*argv, "--set", f"student.model_name={gelu_model_dir}", "--set", "grpo.rollout_backend=kv"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement hidden_act 'gelu'")
+    assert "Traceback" not in err

@@ -406,34 +406,34 @@ class GRPOTrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(self.config, self.output_dir / "config.json")
             self.sinks.open(self.state.global_step)
-        bar = tqdm(
+        # closed before an error or Ctrl-C propagates, so its message is not written into the bar
+        with tqdm(
             total=self.total_steps,
             initial=self.state.global_step,
             desc="GRPO",
             unit="step",
             disable=not main,
             dynamic_ncols=True,
-        )
-        last: dict = {}
-        while self.state.global_step < self.total_steps:
-            groups, rollout_metrics = self.collect_rollouts()
-            for metrics in self.train_on_rollouts(groups, rollout_metrics):
-                last = metrics = reduce_over_processes(metrics, self.accelerator)
-                if main:
-                    self.sinks.write(metrics)
-                    bar.set_postfix(
-                        reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                        loss=f"{metrics.get('loss/total', float('nan')):.3f}",
-                        pass_rate=f"{metrics.get('pass_rate', float('nan')):.2f}",
-                        refresh=False,
-                    )
-                    bar.update(1)
-            self.state.rollout_batches += 1
-            save_every = self.config.training.save_steps
-            due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
-            if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
-                self.save_checkpoint()
-        bar.close()
+        ) as bar:
+            last: dict = {}
+            while self.state.global_step < self.total_steps:
+                groups, rollout_metrics = self.collect_rollouts()
+                for metrics in self.train_on_rollouts(groups, rollout_metrics):
+                    last = metrics = reduce_over_processes(metrics, self.accelerator)
+                    if main:
+                        self.sinks.write(metrics)
+                        bar.set_postfix(
+                            reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                            loss=f"{metrics.get('loss/total', float('nan')):.3f}",
+                            pass_rate=f"{metrics.get('pass_rate', float('nan')):.2f}",
+                            refresh=False,
+                        )
+                        bar.update(1)
+                self.state.rollout_batches += 1
+                save_every = self.config.training.save_steps
+                due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
+                if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
+                    self.save_checkpoint()
         checkpointing.save_final(self.output_dir, self.accelerator, self.model, self.tokenizer, self.config)
         self.sinks.close()
         if self._own_pool:
