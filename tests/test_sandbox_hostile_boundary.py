@@ -153,7 +153,7 @@ def test_the_judging_process_never_compiles_a_program(pool):
     finally:
         done.set()
         thread.join()
-    assert gaps[0] < 1.0, gaps  # ~9 s when the compile ran here
+    assert gaps[0] < 3.0, gaps  # ~9 s when the compile ran here (a busy machine adds scheduling gaps)
     assert result.status in ("timeout", "runtime_error"), result
 
 
