@@ -1,4 +1,5 @@
-"""The README stays a door (short, linking into docs/), and no link of the documentation points nowhere."""
+"""The README stays a door (short, linking into docs/), ARCHITECTURE.md stays a map (short, the detail in the
+package docstrings), and no link of the documentation points nowhere."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 README_MAX_LINES = 350  # the rest belongs in a docs/ page, with a headline row in the README
+ARCHITECTURE_MAX_LINES = 200  # the rest belongs in the docstring of the package or module it is about
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -25,6 +27,13 @@ def broken_links(page: Path) -> list[str]:
 def test_the_readme_is_short():
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move details to a docs/ page and link it"
+
+
+def test_the_architecture_map_is_short():
+    lines = (ROOT / "ARCHITECTURE.md").read_text().count("\n")
+    assert lines <= ARCHITECTURE_MAX_LINES, (
+        f"ARCHITECTURE.md has {lines} lines: move the detail into the docstring of the package or module it is about"
+    )
 
 
 def test_every_relative_link_of_the_documentation_resolves():

@@ -5,6 +5,39 @@ trackers are the Accelerator's `log_with` (`training.logging_backends`, see `mak
 initialised under `training.tracker_project` with the flattened config, run name
 `training.run_name` or the output folder's name. Metrics are averaged over processes first
 (`reduce_over_processes`): each process saw different prompts.
+
+The metrics record (`outputs/metrics.jsonl`, one line per optimizer step; a plain dict, not typed yet):
+- always: `step`, `epoch`, `lr`, `grad_norm`, `reward/mean`, `reward/std`, `reward/format_mean`, `pass_rate`,
+  `pass_fraction/mean`, `frac_reward_zero_std`, `frac_format_only_spread`, `frac_unscorable`,
+  `sandbox/error_retried`, `sandbox/error_confirmed`, `teacher_sft/dropped_too_long`,
+  `teacher_sft/over_rollout_budget`, `loss/grpo`, `loss/teacher_sft`, `loss/self_sft`, `loss/total`,
+  `weight/grpo`, `weight/teacher_sft`, `weight/self_sft`, `completion/mean_length`, `completion/clipped_ratio`,
+  `format/closed_think`, `self_sft/samples`, `teacher_sft/pool`, `time/rollout_s`, `time/reward_s`,
+  `time/update_s`, `tokens_per_s`;
+- `update/skipped`: 1 when the step had no signal beyond the format bonus, so no optimizer step was taken;
+- with a GRPO weight: `clip_ratio/low_mean`, `clip_ratio/high_mean`, `ratio/mean`;
+- with `kl_coef` > 0: `kl`, `loss/kl`, `weight/kl`;
+- with `grpo.dynamic_sampling`: `sampling/rounds`, `sampling/groups_sampled`, `sampling/groups_kept`;
+- with a vLLM backend: `rollout/logp_abs_diff`, `rollout/seq_ratio_mean`, `rollout/is_weight_mean`,
+  `rollout/is_truncated_frac`.
+  The sampler's log-probs come back with each sample.
+  Each GRPO token's surrogate is weighted by the capped trainer/sampler ratio (`losses.truncated_importance_weights`),
+  per token or per sequence (`grpo.importance_sampling`); the KL term is not reweighted;
+- with on-policy distillation (`dual_source.opd_weight` > 0): `loss/opd`, `weight/opd`, `opd/kl` (mean student −
+  teacher log-prob over policy tokens: the per-token reverse-KL estimate), `opd/advantage_mean`,
+  `opd/clipped_frac`, `opd/advantage_p01`, `opd/advantage_p99` (the raw advantages' tails, before the clip),
+  `opd/teacher_s` (seconds the teacher took to score the rollout batch), `opd/teacher_tokens` (tokens it scored);
+- when the sampler returns log-probs (kv, vLLM): `entropy/token_mean`, the mean −log-prob of the sampled policy
+  tokens at the sampling temperature (a Monte Carlo estimate of the policy's per-token entropy);
+- with `curriculum.enabled`: `curriculum/skipped` (tasks skipped while drawing this batch), `curriculum/forced`
+  (drawn although settled: nothing else left), `curriculum/settled_share_plain_draw` (the share of settled tasks
+  the unfiltered order would have drawn: the zero-spread share before the filter), `curriculum/zero_spread_share`
+  (the share of this batch's groups whose correctness rewards are all equal: after the filter),
+  `curriculum/known_tasks`, `curriculum/settled_all_pass`, `curriculum/settled_all_fail`, `curriculum/mean_rate`,
+  `curriculum/skipped_total`;
+- in a multi-turn mode: `multi_turn/*` (`training.scoring.multi_turn_metrics`: turns, the share truncated, the
+  share that passed after more than one turn, the share of inserted tokens, tool calls and their success share, the
+  mean shaping); `tokens_per_s` then counts policy tokens only.
 """
 
 from __future__ import annotations
