@@ -18,10 +18,23 @@ def tiny(tiny_model_name):
     return sm.load_student(tiny_model_name, "float32", device="cpu")
 
 
-def test_tiny_model_is_seeded_and_shares_the_tokenizer(tiny, smollm2_tokenizer):
+def test_tiny_model_is_seeded_and_shares_the_template_and_special_tokens(tiny, smollm2_tokenizer):
     model, tok = tiny
     assert model.config.num_hidden_layers == 2
-    assert len(tok) == len(smollm2_tokenizer) and tok.chat_template == smollm2_tokenizer.chat_template
+    assert (
+        len(tok) == sm.TINY_VOCAB_SIZE == model.config.vocab_size
+        and tok.chat_template == smollm2_tokenizer.chat_template
+    )
+    for token in ("<|im_start|>", "<|im_end|>", "<|endoftext|>"):
+        assert tok.convert_tokens_to_ids(token) == smollm2_tokenizer.convert_tokens_to_ids(token)
+    messages = [
+        {"role": "user", "content": "Write f.\nassert f(1) == 2"},
+        {"role": "assistant", "content": "```python\ndef f(x):\n    return x + 1\n```"},
+    ]
+    text = smollm2_tokenizer.apply_chat_template(messages, tokenize=False)
+    assert tok.apply_chat_template(messages, tokenize=False) == text
+    ids = tok(text)["input_ids"]
+    assert max(ids) < sm.TINY_VOCAB_SIZE and tok.decode(ids) == text  # every text still encodes, losslessly
     assert tok.padding_side == "left" and tok.pad_token_id is not None
     again, _ = sm.load_student(sm.EMBEDDED_MODELS[1], "float32", device="cpu")
     for a, b in zip(model.parameters(), again.parameters(), strict=True):

@@ -5,8 +5,11 @@ Model names are hub names, local folders, or embedded names that need no network
   (installed with ``--no-deps``; the package itself does not import then, so it is located with
   `importlib.util.find_spec`). It is dequantized to fp32 and saved once as a normal Hugging Face
   folder in the cache directory (~520 MB), then loaded from there offline in about a second.
-- ``embedded:tiny-random``: a seeded 2-layer Llama with random weights and the SmolLM2 tokenizer,
-  for fast tests of mechanics (shapes, masking, LoRA plumbing). It generates noise.
+- ``embedded:tiny-random``: a seeded 2-layer Llama with random weights, for fast tests of mechanics (shapes,
+  masking, LoRA plumbing, chunking, resume). Its tokenizer is SmolLM2's cut to the first
+  ``TINY_VOCAB_SIZE`` ids: the same special tokens at the same ids, the same chat template and byte-level
+  pre-tokenizer, only the later BPE merges dropped, so any text still encodes (in ~1.4x the tokens) while the
+  output layer is ~48x smaller (the vocabulary dominates a tiny model's compute). It generates noise.
 
 What this module does not know: configs (callers pass plain values), rewards, losses, sampling.
 """
@@ -27,6 +30,7 @@ from utils.jsonl import publish_folder, replace_folder
 EMBEDDED_PREFIX = "embedded:"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
 TINY_NAME = "tiny-random"
+TINY_VOCAB_SIZE = 1024  # specials and the 256 bytes take the first 252 ids; the rest are the first merges
 EMBEDDED_MODELS = (EMBEDDED_PREFIX + SMOLLM2_NAME, EMBEDDED_PREFIX + TINY_NAME)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _COMPLETE_MARKER = ".materialized"  # written last: its presence means the folder is whole
@@ -104,14 +108,43 @@ def materialize_smollm2(cache_dir: Path) -> Path:
     return _publish(tmp, target)
 
 
+def truncate_bpe_tokenizer(source: Path, target: Path, vocab_size: int) -> None:
+    """Save `source`'s tokenizer into `target` keeping only ids below `vocab_size`.
+
+    A byte-level BPE's merges are ordered by priority and merge i creates the id just after the previous one's,
+    so keeping the first merges and the ids they reach gives a valid, smaller BPE that still encodes every text
+    (the bytes stay) and keeps every special token whose id is below the cut."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
+    path = target / "tokenizer.json"
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    model = spec["model"]
+    vocab = {token: i for token, i in model["vocab"].items() if i < vocab_size}
+    merges = []
+    for merge in model["merges"]:
+        left, right = merge if isinstance(merge, list) else merge.split(" ")
+        if vocab.get(left + right, vocab_size) < vocab_size:
+            merges.append(merge)
+    if any(token["id"] >= vocab_size for token in spec.get("added_tokens", [])):
+        raise ValueError(f"a special token of {source} has an id >= {vocab_size}: the cut would drop it")
+    model["vocab"], model["merges"] = vocab, merges
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+
+
 def materialize_tiny_random(cache_dir: Path, seed: int = 0) -> Path:
-    """A seeded tiny Llama sharing SmolLM2's tokenizer and chat template (for mechanics tests)."""
-    target = cache_dir / "models" / f"{TINY_NAME}-seed{seed}"
+    """A seeded tiny Llama with SmolLM2's chat template and special tokens and a small vocabulary."""
+    target = cache_dir / "models" / f"{TINY_NAME}-v{TINY_VOCAB_SIZE}-seed{seed}"
     if not _stale_target(target):
         return target
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(materialize_smollm2(cache_dir))
+    tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    truncate_bpe_tokenizer(materialize_smollm2(cache_dir), tmp, TINY_VOCAB_SIZE)
+    tokenizer = AutoTokenizer.from_pretrained(tmp)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -129,10 +162,7 @@ def materialize_tiny_random(cache_dir: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     torch.random.set_rng_state(generator_state)
-    tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
     return _publish(tmp, target)
 
 
