@@ -753,6 +753,14 @@ class TrainingConfig:
         "gradients as full-row forwards, several times cheaper when prompts are longer than completions. "
         "Off (or a model without a usable cache, or gradient checkpointing): one full-row forward per sample.",
     )
+    ddp_timeout: int = option(
+        1800,
+        "Seconds a process waits at a collective (all-reduce, barrier) for the others before the job is stopped "
+        "(the process group's timeout; transformers' ddp_timeout default). Under DDP one rank may reach the "
+        "first all-reduce of a step long after another (hf rollouts of different lengths, several turns, OPD): "
+        "raise it when a run stops with a collective timeout.",
+        ge=1,
+    )
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")

@@ -37,7 +37,7 @@ from training.checkpointing import (
 )
 from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
-from training.launch import LaunchError, check_launch_environment
+from training.launch import LaunchError, check_launch_environment, unshared_output_dir
 from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
@@ -199,6 +199,11 @@ def _train(
     output_dir = Path(config.paths.output_dir)
     set_seed(config.training.seed)
     accelerator = make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+    unshared = unshared_output_dir(accelerator, output_dir)  # before any model loads: a node-local folder fails late
+    if unshared:
+        if accelerator.is_main_process:
+            raise LaunchError(unshared)
+        raise SystemExit(1)  # the main process says why, in one line
     check_teacher_gpu(config, accelerator.device)  # before the student takes its share of the GPU
     if resume_from is None and overwrite_output_dir and accelerator.is_main_process:
         for name in previous_run(output_dir):
