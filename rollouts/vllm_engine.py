@@ -137,10 +137,16 @@ def set_launcher_env(ranks: RankInfo) -> None:
     os.environ.setdefault("MASTER_PORT", "29500")
 
 
-def build_engine(vllm_module: Any, kwargs: dict[str, Any], ranks: RankInfo = RankInfo()) -> Any:
-    """One `vllm.LLM` for this process (on its own GPU when there are several)."""
+def build_engine(
+    vllm_module: Any, kwargs: dict[str, Any], ranks: RankInfo = RankInfo(), in_process: bool = False
+) -> Any:
+    """One `vllm.LLM` for this process (on its own GPU when there are several). in_process: its worker runs in this
+    process also with one process (VLLM_ENABLE_V1_MULTIPROCESSING=0; several processes use the external launcher,
+    which always does), so merged weights reach it without a copy over a socket."""
     if kwargs.get("distributed_executor_backend") == "external_launcher":
         set_launcher_env(ranks)
+    elif in_process:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     return vllm_module.LLM(**kwargs)
 
 
