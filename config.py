@@ -917,8 +917,8 @@ class EvaluationConfig:
     max_new_tokens: int = option(1024, "Max tokens per evaluation completion.")
     backend: str = option(
         "rollout",
-        "Phase 4's sampler: 'rollout' = phase 3's (grpo.rollout_backend, 'auto' resolved; hf for vllm_server, whose server "
-        "holds training adapters only); or 'hf' (transformers generate), 'kv' (rollouts/kv_sampler.py, CPU, "
+        "Phase 4's sampler: 'rollout' = phase 3's (grpo.rollout_backend, 'auto' resolved; hf for vllm_server, whose "
+        "server holds training adapters only); or 'hf' (transformers generate), 'kv' (rollouts/kv_sampler.py, CPU, "
         "in grpo.sampler_dtype), 'vllm' (a vllm.LLM of phase 4's own).",
         choices=("rollout", "hf", "kv", "vllm"),
     )

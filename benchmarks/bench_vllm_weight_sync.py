@@ -48,7 +48,9 @@ FP32_TOLERANCE = 1e-3  # nats per token: the float32 trainer against a float32 e
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--leg", choices=("adapter", "merged"), help="Run one leg in this process (the parent runs both).")
+    parser.add_argument(
+        "--leg", choices=("adapter", "merged"), help="Run one leg in this process (the parent runs both)."
+    )
     parser.add_argument("--lora_r", type=int, default=64, help="Adapter rank (default: %(default)s, the gpu preset's).")
     parser.add_argument("--scale", type=float, default=0.02, help="Std of the perturbed lora_B (default: %(default)s).")
     parser.add_argument("--prompts", type=int, default=8, help="Prompts per sampling call (at most 8).")
@@ -82,7 +84,6 @@ def run_leg(args: argparse.Namespace) -> dict:
     import torch
     import vllm
 
-    from rollouts.groups import sample_groups
     from rollouts.sampling import SamplingSettings
     from rollouts.vllm_colocated import VLLMRollout
     from rollouts.vllm_engine import AdapterHandoff, build_engine, engine_kwargs
@@ -105,7 +106,9 @@ def run_leg(args: argparse.Namespace) -> dict:
         handoff = (
             None
             if merged
-            else AdapterHandoff(Path(tmp), lambda m, path: save_adapter(m, None, path, torch.float32), True, lambda: None)
+            else AdapterHandoff(
+                Path(tmp), lambda m, path: save_adapter(m, None, path, torch.float32), True, lambda: None
+            )
         )
         start = time.monotonic()
         llm = build_engine(vllm, kwargs, in_process=merged)

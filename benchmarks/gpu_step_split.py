@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 # The full shape (a GPU) and the toy (CPU, CI): layers, vocabulary, token counts, sequences per generate call.
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "full": {"layers": 28, "vocab": None, "prompt": 512, "completion": 1024, "sft": 3072, "decode": 128,
              "decode_prompt": 228, "sequences": (8, 32, 64), "merged_sequences": (8, 64), "repeats": 3},
     "tiny": {"layers": 2, "vocab": 2048, "prompt": 16, "completion": 32, "sft": 64, "decode": 8,
@@ -57,7 +57,9 @@ SFT_ROWS = 2  # dual_source.teacher_sft_batch_size of the preset
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="A 2-layer toy shape on the CPU (the CI check).")
-    parser.add_argument("--out", type=Path, help="Folder for gpu_step_split.json (default $OUT, else benchmarks/results).")
+    parser.add_argument(
+        "--out", type=Path, help="Folder for gpu_step_split.json (default $OUT, else benchmarks/results)."
+    )
     parser.add_argument("--repeats", type=int, help="Timed runs per measurement after the warm-up (default 3; tiny 1).")
     return parser.parse_args(argv)
 
@@ -101,7 +103,7 @@ def decode_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.
         for sequences in shape["merged_sequences"] if merged else shape["sequences"]:
             ids = random_ids(vocab, sequences, shape["decode_prompt"], device, seed=sequences)
 
-            def generate() -> None:
+            def generate(ids: torch.Tensor = ids) -> None:
                 with torch.no_grad():
                     model.generate(
                         input_ids=ids,
@@ -135,6 +137,7 @@ def decode_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.
 def update_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.device, config: Any) -> list[dict]:
     """Leg B: one GRPO chunk, its reference forward, one teacher-SFT pass; with the memory model's peaks."""
     from bench_memory import rollout_batch
+
     from training import memory_model as mm
     from training.batching import chunked_completion_logprobs, completion_logprobs, dropout_disabled
     from training.losses import masked_sft_nll

@@ -32,9 +32,9 @@ rollout backend (rollouts/vllm_server.py).
 from __future__ import annotations
 
 import asyncio
-import sys
 import email.utils
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -241,8 +241,8 @@ class TeacherClient:
         """The server refused `thinking_token_budget` (vLLM without --reasoning-parser): stop sending it."""
         if self.thinking_token_budget and not self.thinking_budget_note:
             self.thinking_budget_note = (
-                f"the teacher server at {self.base_url} refused thinking_token_budget ({refusal[:160]}): requests go on "
-                "without it, so thinking that runs past teacher.max_tokens leaves no code; start vLLM with "
+                f"the teacher server at {self.base_url} refused thinking_token_budget ({refusal[:160]}): requests go "
+                "on without it, so thinking that runs past teacher.max_tokens leaves no code; start vLLM with "
                 "--reasoning-parser qwen3 (docs/gpu.md) to have the thinking end inside the budget"
             )
             print(f"warning: {self.thinking_budget_note}", file=sys.stderr, flush=True)

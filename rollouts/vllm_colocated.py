@@ -73,24 +73,28 @@ def merged_lora_weights(policy: Any, dtype: Any = None) -> Iterator[tuple[str, A
     `dtype` (the engine's; None: the base weight's). The model itself is left as it is: peft's merge_adapter /
     unmerge_adapter would round W + dW and then W back to bfloat16 every sync, so the trainer's base weights, the
     KL term's reference, would drift."""
+    import torch
     from peft.tuners.lora import LoraLayer
 
-    for name, module in policy.named_modules():
-        if not isinstance(module, LoraLayer):
+    for name, layer in policy.named_modules():
+        if not isinstance(layer, LoraLayer):
             continue
-        base = module.get_base_layer().weight.detach()
-        merged = base.float()
-        for adapter in module.active_adapters:
-            if adapter in module.lora_A:
-                merged = merged + module.get_delta_weight(adapter).float()
-        yield name.removeprefix(PEFT_PREFIX) + ".weight", merged.to(dtype or base.dtype)
+        module: Any = layer  # peft's LoRA Linear: get_delta_weight lives on the concrete layer classes
+        with torch.no_grad():  # not around the yield: grad mode is per thread, the consumer runs in between
+            base = module.get_base_layer().weight
+            merged = base.float()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    merged = merged + module.get_delta_weight(adapter).float()
+            merged = merged.to(dtype or base.dtype)
+        yield name.removeprefix(PEFT_PREFIX) + ".weight", merged
 
 
 def load_merged_weights(llm: Any, policy: Any, dtype: Any = None) -> None:
     """Load `merged_lora_weights(policy)` into the in-process engine `llm` through its worker's `reload_weights`
     (vLLM's in-place reload: the weights of every layer named are replaced and processed again, e.g. repacked for
     the CPU kernels; layers not named keep theirs). The engine must run in this process (one process:
-    VLLM_ENABLE_V1_MULTIPROCESSING=0; several: the external launcher): the weights go as a generator, not over a
+    the external launcher, also for one process): the weights go as a generator, not over a
     socket."""
     if not hasattr(llm.llm_engine, "model_executor"):
         raise RuntimeError(

@@ -81,7 +81,9 @@ def test_the_gpu_step_split_runs_on_a_toy_shape_and_reports_every_measurement(tm
     update = {("grpo_chunk", None, None), ("reference_forward", None, None), ("teacher_sft_pass", None, None)}
     assert found == generate | update | {("adapter_save", None, None)}
     assert all(r["seconds"] > 0 for r in result["measurements"])
-    assert all(r["predicted_peak_bytes"] > 0 for r in result["measurements"] if r["measure"] in dict(update))
+    assert all(
+        r["predicted_peak_bytes"] > 0 for r in result["measurements"] if r["measure"] in {m for m, _, _ in update}
+    )
     estimate = result["preset_step_estimate"]
     assert estimate["rollout_sequences_per_call"] == 64  # the preset's whole rollout batch in one call
     assert estimate["update_s"] > 0 and estimate["reference_s"] > 0 and estimate["adapter_save_s"] > 0

@@ -261,9 +261,11 @@ def hf_prompts_per_call(
     limit = max(update_parts.values())
     static = static_bytes(shape, config.lora.r, lora_targets(config.lora.target_modules), dtype)
     prompts = t.per_device_train_batch_size * t.gradient_accumulation_steps
-    while prompts > 1 and static + generate_bytes(
-        shape, prompts * g.num_samples_per_prompt, prompt_tokens + completion, dtype
-    ) > limit:
+    while (
+        prompts > 1
+        and static + generate_bytes(shape, prompts * g.num_samples_per_prompt, prompt_tokens + completion, dtype)
+        > limit
+    ):
         prompts -= 1
     return prompts
 
