@@ -64,6 +64,7 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
     return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs, strict=True)]
 
 
+WEIGHT_SYNCS = ("merged", "adapter")  # how the policy reaches the engine (grpo.vllm_weight_sync)
 PEFT_PREFIX = "base_model.model."  # what peft puts before the wrapped model's module names
 
 
@@ -133,6 +134,8 @@ class VLLMRollout(AdapterSyncedSampler):
         self.vllm = vllm_module
         self.llm = llm
         self.sleep_mode = sleep_mode
+        if weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"weight_sync must be one of {WEIGHT_SYNCS}, got {weight_sync!r}")
         self.weight_sync = weight_sync
         self.engine_dtype = engine_dtype  # merged: the dtype the weights are handed over in
         self.lora_request = None  # the adapter published last (training)

@@ -228,6 +228,7 @@ def test_choice_lists_equal_the_library_constants():
     import dataclasses
 
     from rollouts.kv_sampler import SAMPLER_DTYPES
+    from rollouts.vllm_colocated import WEIGHT_SYNCS
     from synthesis.reference_traces import TEACHER_SOURCES, THINKING_MODES
     from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
     from training.rewards import CORRECTNESS_REWARDS
@@ -248,6 +249,7 @@ def test_choice_lists_equal_the_library_constants():
         ("teacher", "logprob_source"): LOGPROB_SOURCES,
         ("teacher", "source"): TEACHER_SOURCES,
         ("teacher", "reference_thinking"): THINKING_MODES,
+        ("grpo", "vllm_weight_sync"): WEIGHT_SYNCS,
     }
     config = cfg.Config()
     declared = {

@@ -135,9 +135,9 @@ def test_the_engine_methods_we_call_have_the_arguments_we_pass():
 
 def test_the_merged_weight_sync_calls_exist_with_the_arguments_we_pass():
     """`load_merged_weights`: LLM.collective_rpc("reload_weights", kwargs={"weights_iterator": ...,
-    "is_checkpoint_format": True}) runs the worker's in-place reload, then LLM.reset_prefix_cache(); `build_engine(in_process=True)` uses the
-    external launcher (the engine-argument cases above check that value); the in-process engine has
-    llm_engine.model_executor."""
+    "is_checkpoint_format": True}) runs the worker's in-place reload, then LLM.reset_prefix_cache();
+    `build_engine(in_process=True)` uses the external launcher (the engine-argument cases above check that value);
+    the in-process engine has llm_engine.model_executor."""
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.worker.gpu_worker import Worker
 

@@ -2,10 +2,10 @@
 
 Phase 2 uses a running vLLM server as its teacher (single and tool mode); phase 3 trains 2 steps with the
 `vllm_server` backend (single and tool mode) and with the colocated `vllm` backend (one process, tool mode
-and 2 processes under `accelerate launch`, the merged weight sync; the merged sync in one process too); phase 4 evaluates with vLLM and `--baseline` (inside the smoke
-run). In float32 vLLM's sampled-token log-probs equal the trainer's, so `rollout/logp_abs_diff` must stay
-below 1e-3 every step; a stale adapter (vLLM sampling with an older adapter than the trainer's policy) is
-planted once to show that this check catches it.
+and 2 processes under `accelerate launch`, with the merged weight sync; that sync in one process too); phase 4
+evaluates with vLLM and `--baseline` (inside the smoke run). In float32 vLLM's sampled-token log-probs equal the
+trainer's, so `rollout/logp_abs_diff` must stay below 1e-3 every step; a stale adapter (vLLM sampling with an
+older adapter than the trainer's policy) is planted once to show that this check catches it.
 """
 
 from __future__ import annotations
