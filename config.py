@@ -280,13 +280,23 @@ class TeacherConfig:
         32, "Requests in flight. vLLM batches them; past the server's batch capacity more only queue.", ge=1
     )
     max_tokens: int = option(
-        2560,
+        1792,
         "Max completion tokens per request (tool mode: per sample, the <result> blocks included). A truncated "
         "answer (finish_reason=length) has no code. Phase 3 drops every trace longer than "
         "dual_source.sft_max_length (prompt + response), so a budget beyond that minus the prompt buys traces "
-        "that are never trained on; raise both together (the SFT pass's memory: docs/gpu.md). Qwen3 thinking "
-        "often needs 2-6k tokens on APPS: those tasks are lost at this size.",
+        "that are never trained on: 1792 fits 3072 with an APPS prompt at its 95th percentile (~1,190 tokens); "
+        "raise both together (the SFT pass's memory: docs/gpu.md). Qwen3 thinking often needs 2-6k tokens on "
+        "APPS: thinking_token_budget ends it in time to write the code.",
         ge=1,
+    )
+    thinking_token_budget: int = option(
+        1280,
+        "With enable_thinking: vLLM's per-request thinking_token_budget, the thinking tokens after which the "
+        "server ends the thinking (</think>) so the answer still fits max_tokens (here max_tokens minus 512 for "
+        "the code). vLLM accepts it only when served with --reasoning-parser (the documented command has it); a "
+        "server that refuses it gets the requests without it, with one warning. 0: not sent.",
+        ge=0,
+        note="0: off",
     )
     request_timeout: float = option(600.0, "Seconds before one request is abandoned and retried.")
     logprob_source: str = option(
@@ -545,8 +555,11 @@ class GRPOConfig:
         "a length penalty when most samples run into the budget.",
     )
     rollout_backend: str = option(
-        "hf",
-        "'hf': transformers generate (CPU and small GPUs). 'vllm': a vllm.LLM with LoRA enabled per training "
+        "auto",
+        "'auto' (the gpu preset): 'vllm' when the vllm package is installed, else 'hf' (phases 3 and 4 then say so "
+        "in one line, with the install and the expected sampling time). 'hf': transformers generate (CPU and small "
+        "GPUs; one generate call per rollout batch, as many prompts as the memory model lets sampling hold without "
+        "raising the update's peak). 'vllm': a vllm.LLM with LoRA enabled per training "
         "process, much faster on GPU; needs the gpu extra. 'vllm_server': a running `vllm serve BASE "
         "--enable-lora` on other GPUs (started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) at "
         "grpo.vllm_server_url; each new adapter is loaded into it by name (trainer and server must see the "
@@ -554,7 +567,7 @@ class GRPOConfig:
         "only, Llama/Qwen2/Qwen3 decoders; the current adapter is merged into a sampling copy of the weights "
         "before every rollout; ~3x generate's tokens/s on CPU, see docs/results.md; the cpu preset's default). "
         "Phase 4 samples with evaluation.backend.",
-        choices=("hf", "kv", "vllm", "vllm_server"),
+        choices=("auto", "hf", "kv", "vllm", "vllm_server"),
     )
     sampler_dtype: str = option(
         "bfloat16",
@@ -591,6 +604,16 @@ class GRPOConfig:
     )
     vllm_gpu_memory_utilization: float = option(
         0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
+    )
+    vllm_weight_sync: str = option(
+        "merged",
+        "vllm backend: how the policy reaches the colocated engine. 'merged': the adapter merged into the "
+        "engine's weights (W + scale x B @ A per adapted layer, computed without touching the trainer's weights) "
+        "and loaded in place every gen_update_steps steps; the engine has no LoRA and decodes without LoRA "
+        "kernels, as TRL's colocate mode. 'adapter': the adapter saved to output_dir/.vllm_adapters and sampled "
+        "with a LoRA request (vLLM's LoRA kernels on every projection). The engine runs in the training process "
+        "either way. docs/gpu.md compares the two.",
+        choices=("merged", "adapter"),
     )
     vllm_sleep_mode: bool = option(
         False,
@@ -753,6 +776,14 @@ class TrainingConfig:
         "gradients as full-row forwards, several times cheaper when prompts are longer than completions. "
         "Off (or a model without a usable cache, or gradient checkpointing): one full-row forward per sample.",
     )
+    ddp_timeout: int = option(
+        1800,
+        "Seconds a process waits at a collective (all-reduce, barrier) for the others before the job is stopped "
+        "(the process group's timeout; transformers' ddp_timeout default). Under DDP one rank may reach the "
+        "first all-reduce of a step long after another (hf rollouts of different lengths, several turns, OPD): "
+        "raise it when a run stops with a collective timeout.",
+        ge=1,
+    )
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")
@@ -886,8 +917,8 @@ class EvaluationConfig:
     max_new_tokens: int = option(1024, "Max tokens per evaluation completion.")
     backend: str = option(
         "rollout",
-        "Phase 4's sampler: 'rollout' = the one grpo.rollout_backend names (hf for vllm_server, whose server "
-        "holds training adapters only); or 'hf' (transformers generate), 'kv' (rollouts/kv_sampler.py, CPU, "
+        "Phase 4's sampler: 'rollout' = phase 3's (grpo.rollout_backend, 'auto' resolved; hf for vllm_server, whose "
+        "server holds training adapters only); or 'hf' (transformers generate), 'kv' (rollouts/kv_sampler.py, CPU, "
         "in grpo.sampler_dtype), 'vllm' (a vllm.LLM of phase 4's own).",
         choices=("rollout", "hf", "kv", "vllm"),
     )
@@ -960,12 +991,27 @@ class Config:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     @property
+    def rollout_backend(self) -> str:
+        """Phase 3's sampler: grpo.rollout_backend, where 'auto' means vllm when the vllm package is installed, else
+        hf (`auto_backend_note` says which and why)."""
+        if self.grpo.rollout_backend != "auto":
+            return self.grpo.rollout_backend
+        return "vllm" if vllm_installed() else "hf"
+
+    @property
     def evaluation_backend(self) -> str:
-        """Phase 4's sampler: evaluation.backend, where 'rollout' means grpo.rollout_backend (hf for
+        """Phase 4's sampler: evaluation.backend, where 'rollout' means phase 3's (`rollout_backend`; hf for
         vllm_server: the rollout server holds training adapters, phase 4 loads the one it evaluates)."""
         if self.evaluation.backend != "rollout":
             return self.evaluation.backend
-        return "hf" if self.grpo.rollout_backend == "vllm_server" else self.grpo.rollout_backend
+        return "hf" if self.rollout_backend == "vllm_server" else self.rollout_backend
+
+
+def vllm_installed() -> bool:
+    """Whether the vllm package can be imported here (found, not imported: importing it takes seconds)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 SECTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.name != "preset")
@@ -992,6 +1038,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "max_tasks": 12,
             "max_concurrent_requests": 2,
             "max_tokens": 160,
+            "thinking_token_budget": 0,  # the local stand-in runs no reasoning parser
             "request_timeout": 120.0,
         },
         "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},
@@ -1502,15 +1549,15 @@ def validate(config: Config) -> None:
     for spec in config.grpo.reward_funcs:
         need(":" in spec, "grpo.reward_funcs", f"entries are 'module:function' or 'file.py:function', got {spec!r}")
     need(
-        not (config.student.load_in_8bit and "kv" in (config.grpo.rollout_backend, config.evaluation_backend)),
+        not (config.student.load_in_8bit and "kv" in (config.rollout_backend, config.evaluation_backend)),
         "student.load_in_8bit",
         "cannot be combined with the kv sampler (grpo.rollout_backend or evaluation.backend): it samples on "
         "CPU from float weights, 8-bit loading is CUDA only. Use the hf backend or load_in_8bit=false",
     )
     need(
-        not (config.student.load_in_8bit and config.grpo.rollout_backend in ("vllm", "vllm_server")),
+        not (config.student.load_in_8bit and config.rollout_backend in ("vllm", "vllm_server")),
         "student.load_in_8bit",
-        f"cannot be combined with grpo.rollout_backend={config.grpo.rollout_backend}: vLLM would sample from the "
+        f"cannot be combined with grpo.rollout_backend={config.rollout_backend}: vLLM would sample from the "
         "bf16 base while the 8-bit one is trained (off-policy rollouts). Use the hf backend or load_in_8bit=false",
     )
     need(

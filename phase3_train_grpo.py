@@ -25,7 +25,7 @@ from typing import Any
 
 from clients.openai_compat import TeacherFatalError
 from config import Config, ConfigFlag, phase_command_line, run_phase
-from rollouts.from_config import build_sampler, tasks_within_prompt_length
+from rollouts.from_config import auto_backend_note, build_sampler, sample_budget, tasks_within_prompt_length
 from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
 from training.checkpointing import (
@@ -37,10 +37,12 @@ from training.checkpointing import (
 )
 from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
-from training.launch import LaunchError, check_launch_environment
+from training.launch import LaunchError, check_launch_environment, unshared_output_dir
+from training.memory_model import hf_prompts_for_run
 from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
+from training.run_summary import read_metrics, step_time_split
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
 from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
@@ -199,6 +201,11 @@ def _train(
     output_dir = Path(config.paths.output_dir)
     set_seed(config.training.seed)
     accelerator = make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+    unshared = unshared_output_dir(accelerator, output_dir)  # before any model loads: a node-local folder fails late
+    if unshared:
+        if accelerator.is_main_process:
+            raise LaunchError(unshared)
+        raise SystemExit(1)  # the main process says why, in one line
     check_teacher_gpu(config, accelerator.device)  # before the student takes its share of the GPU
     if resume_from is None and overwrite_output_dir and accelerator.is_main_process:
         for name in previous_run(output_dir):
@@ -238,8 +245,18 @@ def _train(
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     if accelerator.is_main_process:
         model.print_trainable_parameters()
+    hf_prompts = hf_prompts_for_run(config, tokenizer, tasks) if config.rollout_backend == "hf" else None
+    if accelerator.is_main_process:
+        for line in rollout_lines(config, hf_prompts):
+            print(line, flush=True)
     rollout = build_sampler(
-        config, purpose="train", tokenizer=tokenizer, output_dir=output_dir, accelerator=accelerator, tasks=tasks
+        config,
+        purpose="train",
+        tokenizer=tokenizer,
+        output_dir=output_dir,
+        accelerator=accelerator,
+        tasks=tasks,
+        hf_prompts_per_call=hf_prompts,
     )
     trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator, rollout=rollout)
     try:
@@ -252,10 +269,33 @@ def _train(
         png = plot_metrics(
             output_dir / "metrics.jsonl", output_dir / "training_curves.png", config.training.run_name or None
         )
+        split = step_time_split(read_metrics(output_dir / "metrics.jsonl"))
+        if split:
+            print(f"\n{split}")
         print(f"\nfinal adapter: {output_dir / 'final_model'}; metrics: {output_dir / 'metrics.jsonl'}; curves: {png}")
         if config.training.push_to_hub:
             push_final_adapter(config, output_dir / "final_model")
     return summary
+
+
+def rollout_lines(config: Config, hf_prompts: int | None) -> list[str]:
+    """What phase 3 says about its sampler before it starts: with hf, the prompts per generate call; with 'auto'
+    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`)."""
+    if config.rollout_backend != "hf":
+        return []
+    t = config.training
+    prompts = hf_prompts or t.per_device_train_batch_size
+    rollout_prompts = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    calls = -(-rollout_prompts // prompts)
+    lines = [
+        f"hf rollouts: {prompts} of the {rollout_prompts} prompts of a rollout batch per generate call "
+        f"({prompts * config.grpo.num_samples_per_prompt} sequences; the most the memory model lets sampling hold "
+        "without raising the update's peak)"
+        if hf_prompts
+        else f"hf rollouts: {prompts} prompts per generate call (one micro-batch: the student's shape is unknown)"
+    ]
+    note = auto_backend_note(config, "train", calls=calls, tokens=sample_budget(config))
+    return lines + ([note] if note else [])
 
 
 def push_final_adapter(config: Config, final: Path) -> None:

@@ -40,7 +40,7 @@ from evaluation.evaluate import (
     summarize,
     write_samples,
 )
-from rollouts.from_config import build_sampler, episodes_for
+from rollouts.from_config import HF_EVAL_PROMPTS_PER_CALL, auto_backend_note, build_sampler, episodes_for
 from rollouts.groups import sample_groups
 from rollouts.kv_sampler import UnsupportedModelError
 from rollouts.models import default_model_path, resolve_model
@@ -148,6 +148,10 @@ def main(
         + (f" + adapter {adapter}" if adapter else "")
         + f"; {decoding}"
     )
+    calls = -(-len(tasks) // HF_EVAL_PROMPTS_PER_CALL)
+    note = auto_backend_note(config, "eval", calls=calls, tokens=ev.max_new_tokens)
+    if note:
+        print(note, flush=True)
     cache_dir = Path(config.paths.output_dir) / "eval_cache"
     # Keyed by content, not by path: new weights (or tokenizer) in the same folder never reuse old completions.
     memo = cache_dir / "file_hashes.json"

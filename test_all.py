@@ -458,7 +458,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     ]
     with tempfile.TemporaryDirectory() as out:
         # the configured sampler; vLLM's own checks are below
-        backend = small.grpo.rollout_backend if small.grpo.rollout_backend in ("hf", "kv") else "hf"
+        backend = small.rollout_backend if small.rollout_backend in ("hf", "kv") else "hf"
         sampled = apply_overrides(small, {"grpo": {"rollout_backend": backend}}, "the preflight")
         rollout = build_sampler(sampled, purpose="train", tokenizer=tokenizer, output_dir=Path(out))
         try:
@@ -788,7 +788,7 @@ def check_gpu_setup(report: Report, config: Config, num_processes: int) -> None:
         report.ok("launch type supported (plain processes or DDP)")
     except LaunchError as exc:
         report.fail(str(exc), "answer `accelerate config` with multi-GPU (no DeepSpeed, no FSDP)")
-    if config.grpo.rollout_backend == "vllm":
+    if config.rollout_backend == "vllm":
         report.expect(
             importlib.util.find_spec("vllm") is not None,
             "vLLM is importable",
@@ -830,7 +830,7 @@ def check_gpu_memory(report: Report, config: Config, prompt_tokens: int = 512) -
     est = memory_model.estimate(config, shape, prompt_tokens, teacher)
     need = memory_model.required_bytes(config, est, total)
     gb = memory_model.GB
-    vllm = config.grpo.rollout_backend == "vllm" and not config.grpo.vllm_sleep_mode
+    vllm = config.rollout_backend == "vllm" and not config.grpo.vllm_sleep_mode
     detail = (
         f"predicted peak of phase 3 {need / gb:.1f} GB ({est.largest} {est.peak / gb:.1f} GB"
         + f" + {memory_model.GPU_ALLOWANCE / gb:.1f} GB CUDA allowance"

@@ -6,7 +6,11 @@ rollout backend (rollouts/vllm_server.py).
 
 - At most `max_concurrency` requests in flight (a semaphore); one sample per request, because some
   servers ignore `n` (vLLM's prefix cache makes repeated prompts cheap anyway).
-- Sampling parameters and ``extra_body={"chat_template_kwargs": {"enable_thinking": ...}}``.
+- Sampling parameters and ``extra_body={"chat_template_kwargs": {"enable_thinking": ...}}``; with thinking on,
+  vLLM's per-request ``thinking_token_budget`` (0.32+: after that many thinking tokens the server ends the
+  thinking, so the answer still fits ``max_tokens``). vLLM accepts it only from a server started with
+  ``--reasoning-parser``; a server that refuses it (HTTP 400 naming it) gets the requests without it from then
+  on, and `thinking_budget_note` says so once.
 - Retries with exponential backoff and full jitter on connection errors, timeouts, 408/409/429 and
   5xx, never sooner than a `Retry-After` (or `retry-after-ms`) header asks; never on other 4xx. A
   request for a model the server does not serve raises `TeacherFatalError` at once, listing what
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,6 +139,7 @@ class TeacherClient:
         presence_penalty: float = 0.0,
         max_tokens: int = 1024,
         enable_thinking: bool = True,
+        thinking_token_budget: int = 0,
         request_timeout: float = 600.0,
         max_retries: int = 5,
         max_concurrency: int = 32,
@@ -146,6 +152,8 @@ class TeacherClient:
         if presence_penalty:
             self.sampling["presence_penalty"] = presence_penalty
         self.extra_body = {"chat_template_kwargs": {"enable_thinking": enable_thinking}}
+        self.thinking_token_budget = thinking_token_budget if enable_thinking else 0  # 0: not sent
+        self.thinking_budget_note = ""  # why the budget stopped being sent (the server refused it), once
         self.request_timeout = request_timeout
         self.max_retries = max_retries
         self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
@@ -172,6 +180,7 @@ class TeacherClient:
             presence_penalty=teacher.presence_penalty,
             max_tokens=teacher.max_tokens,
             enable_thinking=teacher.enable_thinking,
+            thinking_token_budget=teacher.thinking_token_budget,
             request_timeout=teacher.request_timeout,
             max_retries=teacher.max_retries,
             max_concurrency=teacher.max_concurrent_requests,
@@ -212,16 +221,32 @@ class TeacherClient:
         """One chat completion with retries. Never raises for a bad sample; raises TeacherFatalError
         for mistakes that would fail every request."""
         start = time.monotonic()
-        try:
-            response, attempts = await self.post_json(
-                "/chat/completions",
-                {"model": self.model, "messages": messages, **self.sampling, **self.extra_body},
-                parse=self._parse,
-            )
-        except RequestFailedError as failed:
-            return self._failed(str(failed), start, failed.attempts)
+        while True:
+            body = {"model": self.model, "messages": messages, **self.sampling, **self.extra_body}
+            budget = self.thinking_token_budget
+            if budget:
+                body["thinking_token_budget"] = budget
+            try:
+                response, attempts = await self.post_json("/chat/completions", body, parse=self._parse)
+            except RequestFailedError as failed:
+                if budget and failed.status == 400 and "thinking_token_budget" in str(failed):
+                    self._drop_thinking_budget(str(failed))
+                    continue  # the same request without it
+                return self._failed(str(failed), start, failed.attempts)
+            break
         response.latency, response.attempts = time.monotonic() - start, attempts
         return response
+
+    def _drop_thinking_budget(self, refusal: str) -> None:
+        """The server refused `thinking_token_budget` (vLLM without --reasoning-parser): stop sending it."""
+        if self.thinking_token_budget and not self.thinking_budget_note:
+            self.thinking_budget_note = (
+                f"the teacher server at {self.base_url} refused thinking_token_budget ({refusal[:160]}): requests go "
+                "on without it, so thinking that runs past teacher.max_tokens leaves no code; start vLLM with "
+                "--reasoning-parser qwen3 (docs/gpu.md) to have the thinking end inside the budget"
+            )
+            print(f"warning: {self.thinking_budget_note}", file=sys.stderr, flush=True)
+        self.thinking_token_budget = 0
 
     def text_request(self, prompt: str, stop: Sequence[str], max_tokens: int) -> dict[str, Any]:
         """The body of `complete_text`'s request: OpenAI completion fields only (`transformers serve` refuses

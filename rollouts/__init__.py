@@ -44,8 +44,10 @@ The record (`completion.RolloutCompletion`):
 
 The builder (`from_config`):
 - `build_sampler(config, purpose=...)` is the one builder.
-- `purpose="train"` gives phase 3's backend (`grpo.rollout_backend`); vLLM runs over `colocated_engine` with the
-  training share of the GPU.
+- `purpose="train"` gives phase 3's backend (`Config.rollout_backend`: `grpo.rollout_backend`, where `auto` means
+  vLLM when the package is installed, else hf; `auto_backend_note` is the one line that says so).
+  vLLM runs over `colocated_engine` with the training share of the GPU.
+  hf puts `hf_prompts_per_call` prompts in one `generate` (phase 3 takes it from `memory_model.hf_prompts_per_call`).
 - `purpose="eval"` gives the sampler of phase 4 and `evaluation.solve` (`Config.evaluation_backend`, i.e.
   `evaluation.backend`, where `rollout` means the training backend).
   vLLM gets an engine of its own from the same `colocated_engine`, with the evaluation share, sized for the
@@ -80,8 +82,11 @@ The backends:
   `benchmarks/bench_sampling.py` (docs/results.md).
   It refuses a model on a GPU or an architecture it does not implement, naming the backend to use instead.
 - `vllm_colocated.VLLMRollout` samples from a colocated `vllm.LLM` (imported lazily).
-  It hands the adapter over every `grpo.gen_update_steps` steps (`sync`: wake, publish when due; `release`: prune,
-  sleep).
+  It hands the policy over every `grpo.gen_update_steps` steps (`sync`: wake, publish when due; `release`: prune,
+  sleep), by `grpo.vllm_weight_sync`.
+  `merged`: W + scale × B @ A per adapted layer (`merged_lora_weights`, the trainer's weights untouched) loaded into
+  the in-process engine by vLLM's in-place `reload_weights` (`load_merged_weights`); the engine has no LoRA.
+  `adapter`: an adapter folder and a new `LoRARequest`.
   Phase 4 syncs it to a fixed LoRA request or none.
   Its `continue_sequences` is one `LLM.generate` with one `SamplingParams` per sequence (`stop` +
   `include_stop_str_in_output`); `stop_reason` tells a stop string from a stop id.

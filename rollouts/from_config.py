@@ -1,7 +1,8 @@
 """The one sampler builder, `build_sampler(config, purpose=...)`, for phases 3 and 4, `evaluation.solve`, the preflight,
 and `episodes_for(config, pool)`, how a multi-turn sample goes on after its first turn.
 
-- `purpose="train"`: the backend `grpo.rollout_backend` names, sampling with `grpo`'s settings.
+- `purpose="train"`: the backend `Config.rollout_backend` names (grpo.rollout_backend, 'auto' resolved: vllm when
+  installed, else hf, `auto_backend_note`), sampling with `grpo`'s settings.
 - `purpose="eval"`: the backend `Config.evaluation_backend` names (kv, hf or vllm), sampling with `evaluation`'s
   settings; vLLM gets an engine of its own, alone on the GPU, that reads the evaluated adapter folder itself.
 - `colocated_engine`: a `vllm.LLM` for this process sized for the tasks' prompts in the mode plus the sample budget.
@@ -88,9 +89,10 @@ def colocated_engine(
     sleep_mode: bool = False,
     logprobs: bool = True,
     cpu_platform: bool = False,
+    in_process: bool = False,
 ) -> tuple[Any, Any]:
     """(vllm module, a `vllm.LLM` for this process) sized for these tasks' prompts in the configured mode (its
-    instructions lengthen them) plus the budget."""
+    instructions lengthen them) plus the budget; `in_process`: its worker runs in this process (merged weights)."""
     import vllm  # lazy: the optional GPU extra
 
     ranks = ranks or RankInfo()
@@ -109,7 +111,37 @@ def colocated_engine(
         logprobs=logprobs,
         cpu_platform=cpu_platform,
     )
-    return vllm, build_engine(vllm, kwargs, ranks)
+    return vllm, build_engine(vllm, kwargs, ranks, in_process=in_process)
+
+
+# Seconds per decode step of transformers `generate` for Qwen3-1.7B with the preset's LoRA, measured on an H200 at 8
+# sequences per call (benchmarks/results/gpu_check_h200.md: 105-109 s for 1,024 tokens); the base of the hf
+# backend's expected sampling time. vLLM on the same GPU takes a few milliseconds per step.
+HF_SECONDS_PER_DECODE_STEP = 0.1
+HF_EVAL_PROMPTS_PER_CALL = 8  # phase 4's hf sampler: tasks per generate call (x evaluation.num_samples sequences)
+VLLM_INSTALL = "pip install -r requirements-gpu.txt (vllm==0.33.0)"
+
+
+def auto_backend_note(config: Config, purpose: Literal["train", "eval"], *, calls: int, tokens: int) -> str:
+    """One line when 'auto' fell back to hf because vLLM is not installed ('' otherwise): the install, how to choose
+    hf without this line, and the expected sampling time of `calls` generate calls of up to `tokens` new tokens
+    (per optimizer step for "train", per evaluated model for "eval")."""
+    if config.grpo.rollout_backend != "auto" or config.rollout_backend != "hf":
+        return ""
+    if purpose == "eval" and config.evaluation.backend != "rollout":
+        return ""
+    minutes = calls * tokens * HF_SECONDS_PER_DECODE_STEP / 60
+    if purpose == "train":
+        what = f"phase 3 samples with transformers generate (hf): {calls} generate call(s) per optimizer step"
+        per, choose = "per step", "--set grpo.rollout_backend=hf"
+    else:
+        what = f"phase 4 samples with transformers generate (hf): {calls} generate calls per evaluated model"
+        per, choose = "per model", "--set evaluation.backend=hf"
+    return (
+        f"grpo.rollout_backend=auto: vllm is not installed, so {what}, up to ~{minutes:.0f} min {per} at the "
+        f"~{HF_SECONDS_PER_DECODE_STEP:.1f} s per decode step of {tokens} tokens measured on an H200 (vLLM: a few ms "
+        f"per step). For vLLM: {VLLM_INSTALL}; to keep hf without this line: {choose}."
+    )
 
 
 def sample_budget(config: Config, max_new_tokens: int | None = None) -> int:
@@ -137,13 +169,15 @@ def build_sampler(
     model_name: str | None = None,
     adapter: Path | None = None,
     visible_tests: int | None = None,
+    hf_prompts_per_call: int | None = None,
 ) -> Sampler:
-    """The configured sampler. train: phase 3's (output_dir holds vLLM's adapter hand-off; tasks size the engine).
+    """The configured sampler. train: phase 3's (output_dir holds vLLM's adapter hand-off; tasks size the engine;
+    the hf backend puts `hf_prompts_per_call` prompts in one generate call, one micro-batch's if None).
     eval: phase 4's and `evaluation.solve`'s (evaluation.backend=hf); a vLLM engine loads `model_name`
     (student.model_name if None), reads `adapter` itself and is sized for `tasks` shown `visible_tests` tests
     (prompt.num_visible_tests if None)."""
     if purpose == "train":
-        return _training_sampler(config, tokenizer, Path(output_dir or "."), accelerator, tasks)
+        return _training_sampler(config, tokenizer, Path(output_dir or "."), accelerator, tasks, hf_prompts_per_call)
     ev = config.evaluation
     sampling = SamplingSettings.from_section(ev)
     template = config.student.chat_template_kwargs
@@ -166,12 +200,22 @@ def build_sampler(
     if config.evaluation_backend == "kv":
         return KVCacheRollout(tokenizer, ev.max_new_tokens, sampling, template, config.grpo.sampler_dtype)
     return HFRollout(
-        tokenizer, ev.max_new_tokens, sampling, template, batch_size=8, sequences_per_call=8 * ev.num_samples
+        tokenizer,
+        ev.max_new_tokens,
+        sampling,
+        template,
+        batch_size=HF_EVAL_PROMPTS_PER_CALL,
+        sequences_per_call=HF_EVAL_PROMPTS_PER_CALL * ev.num_samples,
     )
 
 
 def _training_sampler(
-    config: Config, tokenizer: Any, output_dir: Path, accelerator: Any, tasks: Sequence | None
+    config: Config,
+    tokenizer: Any,
+    output_dir: Path,
+    accelerator: Any,
+    tasks: Sequence | None,
+    hf_prompts_per_call: int | None = None,
 ) -> Sampler:
     """Phase 3's backend. vLLM: one colocated engine per process, on that process's GPU."""
     g = config.grpo
@@ -183,7 +227,8 @@ def _training_sampler(
         handoff = adapter_handoff(config, output_dir, accelerator)
         return tokenizer, g.max_new_tokens, sampling, handoff, g.gen_update_steps, template
 
-    if g.rollout_backend == "vllm_server":
+    backend = config.rollout_backend  # 'auto' resolved
+    if backend == "vllm_server":
         from rollouts.vllm_server import VLLMServerRollout, server_client
 
         server = VLLMServerRollout(
@@ -195,8 +240,9 @@ def _training_sampler(
             )
             server.check_context(max(lengths), sample_budget(config), budget_name(config))
         return server
-    if g.rollout_backend == "vllm":
+    if backend == "vllm":
         ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
+        merged = g.vllm_weight_sync == "merged"
         vllm, llm = colocated_engine(
             config,
             tokenizer,
@@ -204,10 +250,11 @@ def _training_sampler(
             tasks=tasks or [],
             visible_tests=config.prompt.num_visible_tests,
             max_new_tokens=sample_budget(config),  # multi-turn: a sample grows to max_total_tokens after its prompt
-            lora_rank=config.lora.r,
+            lora_rank=None if merged else config.lora.r,  # merged: no LoRA in the engine at all
             gpu_memory_utilization=g.vllm_gpu_memory_utilization,
             ranks=ranks,
             sleep_mode=g.vllm_sleep_mode,
+            in_process=merged,
         )
         # Under external_launcher (several processes) vLLM's worker runs in this process and selected its device
         # here: say which (scripts/gpu_smoke.sh checks it). One process: the engine lives in vLLM's own
@@ -219,18 +266,37 @@ def _training_sampler(
                 f"vLLM engine: rank {ranks.rank} (local {ranks.local_rank}) on cuda:{torch.cuda.current_device()}",
                 flush=True,
             )
+        if merged:  # the weights go to the engine in memory: no adapter folder
+            import torch
+
+            configured = DTYPES[config.student.torch_dtype]
+            return VLLMRollout(
+                llm,
+                tokenizer,
+                g.max_new_tokens,
+                sampling,
+                None,
+                g.gen_update_steps,
+                template,
+                sleep_mode=g.vllm_sleep_mode,
+                vllm_module=vllm,
+                weight_sync="merged",
+                engine_dtype=configured if isinstance(configured, torch.dtype) else None,
+            )
         return VLLMRollout(llm, *vllm_rollout_args(), sleep_mode=g.vllm_sleep_mode, vllm_module=vllm)
-    if g.rollout_backend == "kv":
+    if backend == "kv":
         return KVCacheRollout(tokenizer, g.max_new_tokens, sampling, template, g.sampler_dtype)
+    # prompts per `generate` call (each returns G sequences): phase 3 passes as many of the rollout batch as the
+    # memory model lets sampling hold (training.memory_model.hf_prompts_per_call), else one micro-batch;
+    # multi-turn continues that many sequences per call too
+    prompts = hf_prompts_per_call or config.training.per_device_train_batch_size
     return HFRollout(
         tokenizer,
         g.max_new_tokens,
         sampling,
         template,
-        # prompts per `generate` call (each returns G sequences): one micro-batch of per_device x G sequences;
-        # multi-turn continues that many sequences per call too
-        batch_size=config.training.per_device_train_batch_size,
-        sequences_per_call=config.training.per_device_train_batch_size * g.num_samples_per_prompt,
+        batch_size=prompts,
+        sequences_per_call=prompts * g.num_samples_per_prompt,
     )
 
 

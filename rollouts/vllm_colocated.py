@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,54 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
     return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs, strict=True)]
 
 
+WEIGHT_SYNCS = ("merged", "adapter")  # how the policy reaches the engine (grpo.vllm_weight_sync)
+PEFT_PREFIX = "base_model.model."  # what peft puts before the wrapped model's module names
+
+
+def merged_lora_weights(policy: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
+    """(checkpoint name, weight) of every LoRA-adapted linear layer of the peft model `policy` with its active
+    adapters merged in, W + scale x B @ A, computed in float32 per layer (one layer's copy at a time) and cast to
+    `dtype` (the engine's; None: the base weight's). The model itself is left as it is: peft's merge_adapter /
+    unmerge_adapter would round W + dW and then W back to bfloat16 every sync, so the trainer's base weights, the
+    KL term's reference, would drift."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    for name, layer in policy.named_modules():
+        if not isinstance(layer, LoraLayer):
+            continue
+        module: Any = layer  # peft's LoRA Linear: get_delta_weight lives on the concrete layer classes
+        with torch.no_grad():  # not around the yield: grad mode is per thread, the consumer runs in between
+            base = module.get_base_layer().weight
+            merged = base.float()
+            for adapter in module.active_adapters:
+                if adapter in module.lora_A:
+                    merged = merged + module.get_delta_weight(adapter).float()
+            merged = merged.to(dtype or base.dtype)
+        yield name.removeprefix(PEFT_PREFIX) + ".weight", merged
+
+
+def load_merged_weights(llm: Any, policy: Any, dtype: Any = None) -> None:
+    """Load `merged_lora_weights(policy)` into the in-process engine `llm` through its worker's `reload_weights`
+    (vLLM's in-place reload: the weights of every layer named are replaced and processed again, e.g. repacked for
+    the CPU kernels; layers not named keep theirs). The engine must run in this process (one process:
+    the external launcher, also for one process): the weights go as a generator, not over a
+    socket."""
+    if not hasattr(llm.llm_engine, "model_executor"):
+        raise RuntimeError(
+            "grpo.vllm_weight_sync=merged needs the vLLM engine in the training process; it was built in its own "
+            "process (build it with rollouts.vllm_engine.build_engine(..., in_process=True))"
+        )
+    llm.collective_rpc(
+        "reload_weights", kwargs={"weights_iterator": merged_lora_weights(policy, dtype), "is_checkpoint_format": True}
+    )
+    llm.reset_prefix_cache()  # cached KV blocks were computed with the previous weights
+
+
 class VLLMRollout(AdapterSyncedSampler):
-    """The `Sampler` over a colocated vLLM engine; `sync` keeps the engine's adapter in step with the policy."""
+    """The `Sampler` over a colocated vLLM engine; `sync` keeps the engine in step with the policy: by a new
+    `LoRARequest` per adapter folder (weight_sync "adapter"), or by loading the merged weights into the engine
+    (weight_sync "merged", then sampled with no LoRA request: no LoRA kernels in the decode)."""
 
     def __init__(
         self,
@@ -78,6 +125,8 @@ class VLLMRollout(AdapterSyncedSampler):
         sleep_mode: bool = False,
         logprobs: bool = True,
         vllm_module: Any = None,
+        weight_sync: str = "adapter",
+        engine_dtype: Any = None,
     ) -> None:
         if vllm_module is None:
             vllm_module = importlib.import_module("vllm")  # lazy: the optional GPU extra
@@ -85,6 +134,10 @@ class VLLMRollout(AdapterSyncedSampler):
         self.vllm = vllm_module
         self.llm = llm
         self.sleep_mode = sleep_mode
+        if weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"weight_sync must be one of {WEIGHT_SYNCS}, got {weight_sync!r}")
+        self.weight_sync = weight_sync
+        self.engine_dtype = engine_dtype  # merged: the dtype the weights are handed over in
         self.lora_request = None  # the adapter published last (training)
         self.request: Any = None  # what `sample` and `continue_sequences` sample with
         if sleep_mode:  # give the memory back until the first rollout
@@ -115,16 +168,26 @@ class VLLMRollout(AdapterSyncedSampler):
         self._synced_step = step
         return self.lora_request
 
+    def sync_merged(self, model: Any, step: int) -> None:
+        """Load the policy's merged weights into the engine every `gen_update_steps` steps (no LoRA request)."""
+        if self.sync_due(step):
+            load_merged_weights(self.llm, model, self.engine_dtype)
+            self._synced_step = step
+
     def sync(self, policy: Any, step: int) -> None:
-        """Wake a sleeping engine; with an adapter hand-off (training) publish the policy's adapter when due, else
-        (phase 4) `policy` is the `LoRARequest` to sample with (None: the base model)."""
+        """Wake a sleeping engine; in training publish the policy when due (its adapter folder, or its merged
+        weights), else (phase 4) `policy` is the `LoRARequest` to sample with (None: the base model)."""
         if self.sleep_mode:
             self.wake()
         self.policy = policy
+        if self.weight_sync == "merged" and self.handoff is None:
+            self.sync_merged(policy, step)
+            self.request = None
+            return
         self.request = self.sync_adapter(policy, step) if self.handoff is not None else policy
 
     def release(self) -> None:
-        if self.handoff is not None:  # every process passed `publish`'s barrier: older folders are unused
+        if self.handoff is not None and self.request is not None:  # every process passed `publish`'s barrier
             self.handoff.prune(keep=Path(self.request.lora_path))
         if self.sleep_mode:  # the update gets the memory back
             self.llm.sleep(level=1)

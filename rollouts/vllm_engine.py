@@ -137,11 +137,27 @@ def set_launcher_env(ranks: RankInfo) -> None:
     os.environ.setdefault("MASTER_PORT", "29500")
 
 
-def build_engine(vllm_module: Any, kwargs: dict[str, Any], ranks: RankInfo = RankInfo()) -> Any:
-    """One `vllm.LLM` for this process (on its own GPU when there are several)."""
+def build_engine(
+    vllm_module: Any, kwargs: dict[str, Any], ranks: RankInfo = RankInfo(), in_process: bool = False
+) -> Any:
+    """One `vllm.LLM` for this process (on its own GPU when there are several). in_process: its worker runs in this
+    process also with one process (the external launcher with a world of one, as TRL's colocate mode builds it;
+    several processes always use it), so merged weights reach it without a copy over a socket."""
+    if in_process and "distributed_executor_backend" not in kwargs:
+        kwargs = {**kwargs, "distributed_executor_backend": "external_launcher"}
+        if not os.environ.get("MASTER_PORT"):  # a world of one still rendezvous: a port nothing else holds
+            os.environ["MASTER_PORT"] = str(free_port())
     if kwargs.get("distributed_executor_backend") == "external_launcher":
         set_launcher_env(ranks)
     return vllm_module.LLM(**kwargs)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 class AdapterHandoff:

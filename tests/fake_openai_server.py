@@ -41,6 +41,9 @@ class FakeTeacher:
     # v1/engine/detokenizer.py: left out of `text`, named in `stop_reason`) or "transformers" (`transformers
     # serve`: generation stops after the token completing it, which stays in the text; no stop_reason)
     stop_style: str = "vllm"
+    # False: a `vllm serve` without --reasoning-parser, which refuses thinking_token_budget (vLLM 0.32/0.33,
+    # v1/engine/input_processor.py: a 400 naming it)
+    reasoning_parser: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def text_completion(self, payload: dict) -> dict:
@@ -118,6 +121,12 @@ def build_app(state: FakeTeacher) -> FastAPI:
         if index <= state.fail_first:
             headers = {"retry-after": state.retry_after} if state.retry_after is not None else None
             return JSONResponse({"error": {"message": "temporarily unavailable"}}, state.fail_status, headers=headers)
+        if "thinking_token_budget" in payload and not state.reasoning_parser:
+            message = (
+                "thinking_token_budget is set but reasoning_config is not configured. Please set --reasoning-parser "
+                "and/or --reasoning-config to use thinking_token_budget."
+            )
+            return JSONResponse({"error": {"message": message, "type": "BadRequestError", "code": 400}}, 400)
         if state.shape == "error400":
             return JSONResponse({"error": {"message": "bad request"}}, 400)
         if state.shape == "garbage":

@@ -160,6 +160,8 @@ class FakeLLM:
         self.call_params: list[list[SamplingParams]] = []  # every call's SamplingParams, one per prompt
         self.loaded: dict[int, str] = {}  # adapter id -> digest of the weights read when first seen
         self.asleep = False
+        self.merged_digest: str | None = None  # the merged weights last loaded (grpo.vllm_weight_sync=merged)
+        self.merged_names: list[str] = []
         self.events: list[str] = []
         self.rng = random.Random(kwargs.get("seed", 0))
         ENGINES.append(self)
@@ -199,6 +201,7 @@ class FakeLLM:
             per_prompt = sampling_params
         else:
             per_prompt = [sampling_params or SamplingParams()] * len(prompts)
+        digest = digest if lora_request is not None else self.merged_digest
         self.calls.append(Call(lora_request, digest, len(prompts), per_prompt[0] if per_prompt else SamplingParams()))
         self.call_params.append(per_prompt)
         self.events.append("generate")
@@ -233,6 +236,38 @@ class FakeLLM:
                 completions.append(CompletionOutput(i, text, token_ids, None, logprobs, finish, reason))
             outputs.append(RequestOutput(str(number), None, ids, completions))
         return outputs
+
+    @property
+    def llm_engine(self) -> Any:
+        """vLLM's LLMEngine has `model_executor` only when the worker runs in this process (the external launcher),
+        which the merged weight sync needs."""
+        in_process = self.kwargs.get("distributed_executor_backend") == "external_launcher"
+        return types.SimpleNamespace(model_executor=object()) if in_process else types.SimpleNamespace()
+
+    def collective_rpc(
+        self, method: Any, timeout: float | None = None, args: tuple = (), kwargs: dict | None = None
+    ) -> list[Any]:
+        """`reload_weights(weights_iterator=..., is_checkpoint_format=True)`: the merged weights are read (a
+        digest of them is kept, as `loaded` keeps one per adapter) and the engine samples with them."""
+        if method != "reload_weights":
+            raise AttributeError(f"the fake worker has no method {method!r}")
+        kwargs = kwargs or {}
+        if self.kwargs.get("enable_lora"):
+            raise AssertionError("merged weights were loaded into an engine built with LoRA")
+        digest = hashlib.sha256()
+        names = []
+        for name, tensor in kwargs["weights_iterator"]:
+            names.append(name)
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+        self.merged_names = names
+        self.merged_digest = digest.hexdigest()[:16]
+        self.events.append("reload_weights")
+        return [None]
+
+    def reset_prefix_cache(self) -> bool:
+        self.events.append("reset_prefix_cache")
+        return True
 
     def logprob_of(self, prompt_ids: list[int], position: int, token: int) -> float:
         return -0.5 - 0.01 * ((token + position) % 7)

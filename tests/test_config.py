@@ -228,6 +228,7 @@ def test_choice_lists_equal_the_library_constants():
     import dataclasses
 
     from rollouts.kv_sampler import SAMPLER_DTYPES
+    from rollouts.vllm_colocated import WEIGHT_SYNCS
     from synthesis.reference_traces import TEACHER_SOURCES, THINKING_MODES
     from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
     from training.rewards import CORRECTNESS_REWARDS
@@ -248,6 +249,7 @@ def test_choice_lists_equal_the_library_constants():
         ("teacher", "logprob_source"): LOGPROB_SOURCES,
         ("teacher", "source"): TEACHER_SOURCES,
         ("teacher", "reference_thinking"): THINKING_MODES,
+        ("grpo", "vllm_weight_sync"): WEIGHT_SYNCS,
     }
     config = cfg.Config()
     declared = {
@@ -369,3 +371,25 @@ def test_help_shows_each_declared_range():
                 f"Range{' of each item' if isinstance(f.default, tuple) else ''}: {f.metadata['range'].describe()}"
                 in line
             )
+
+
+def test_the_gpu_preset_samples_with_vllm_when_it_is_installed(monkeypatch):
+    """Phases 3 and 4 of the gpu preset sample with vLLM when the package is there; without it they fall back to hf
+    and say so in one line that names the install, how to keep hf, and the expected sampling time."""
+    import config as config_module
+    from rollouts.from_config import auto_backend_note
+
+    monkeypatch.setattr(config_module, "vllm_installed", lambda: True)
+    config = build_config("gpu")
+    assert (config.rollout_backend, config.evaluation_backend) == ("vllm", "vllm")
+    assert auto_backend_note(config, "train", calls=1, tokens=1024) == ""
+    monkeypatch.setattr(config_module, "vllm_installed", lambda: False)
+    assert (config.rollout_backend, config.evaluation_backend) == ("hf", "hf")
+    train = auto_backend_note(config, "train", calls=1, tokens=1024)
+    assert "vllm is not installed" in train and "pip install -r requirements-gpu.txt" in train
+    assert "~2 min per step" in train and "--set grpo.rollout_backend=hf" in train  # 1,024 x 0.1 s
+    evaluation = auto_backend_note(config, "eval", calls=150, tokens=1024)
+    assert "~256 min per model" in evaluation and "--set evaluation.backend=hf" in evaluation
+    chosen = build_config("gpu", overrides=["grpo.rollout_backend=hf"])
+    assert chosen.rollout_backend == "hf" and auto_backend_note(chosen, "train", calls=1, tokens=1024) == ""
+    assert build_config("cpu").rollout_backend == "kv"  # the cpu preset keeps its sampler

@@ -72,3 +72,27 @@ def test_opd_commands_put_the_teacher_and_the_trainer_on_their_own_gpus():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     assert {str(p.relative_to(ROOT)): unpinned_opd_commands(p) for p in pages if unpinned_opd_commands(p)} == {}
     assert sum("opd_weight" in p.read_text() and "CUDA_VISIBLE_DEVICES" in p.read_text() for p in pages) >= 2
+
+
+def test_the_documented_gpu_commands_sample_with_vllm_when_it_is_installed(monkeypatch):
+    """Every `phase3_train_grpo.py` / `phase4_evaluate.py --preset gpu` line of the README and docs/gpu.md, with its
+    own --set flags, samples with vLLM where vLLM is installed, unless the line chooses hf itself (and says so)."""
+    import shlex
+
+    import config as config_module
+    from config import build_config
+
+    monkeypatch.setattr(config_module, "vllm_installed", lambda: True)
+    found = 0
+    for page in (ROOT / "README.md", ROOT / "docs" / "gpu.md"):
+        for line in page.read_text().splitlines():
+            if "--preset gpu" not in line or not re.search(r"phase[34]_\w+\.py", line):
+                continue
+            words = shlex.split(line.split("#")[0].rstrip(" \\"))
+            sets = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
+            config = build_config("gpu", overrides=sets)
+            backend = config.rollout_backend if "phase3" in line else config.evaluation_backend
+            chooses_hf = any(s.endswith("=hf") for s in sets)
+            assert backend == ("hf" if chooses_hf else "vllm") or backend == "vllm_server", (page.name, line)
+            found += 1
+    assert found >= 4

@@ -95,9 +95,22 @@ def required_gb(config, total_gb: float) -> float:
 
 
 def test_the_gpu_preset_fits_one_24_gb_gpu_with_hf_rollouts():
-    config = build_config("gpu")
-    assert config.grpo.rollout_backend == "hf"
+    config = build_config("gpu", overrides=["grpo.rollout_backend=hf"])
+    assert config.rollout_backend == "hf"
     assert required_gb(config, 24) <= 24
+
+
+def test_the_gpu_preset_with_vllm_fits_a_40_gb_gpu_and_a_24_gb_one_asleep(monkeypatch):
+    """With vLLM installed the preset samples with a colocated engine that keeps 0.3 of the GPU through the update:
+    a 40 GB card holds both; a 24 GB card needs the engine asleep during the update (docs/gpu.md)."""
+    import config as config_module
+
+    monkeypatch.setattr(config_module, "vllm_installed", lambda: True)
+    config = build_config("gpu")
+    assert config.rollout_backend == "vllm"
+    assert required_gb(config, 24) > 24 and required_gb(config, 40) <= 40
+    asleep = build_config("gpu", overrides=["grpo.vllm_sleep_mode=true"])
+    assert required_gb(asleep, 24) <= 24
 
 
 def test_the_one_gpu_recipe_fits_a_40_gb_gpu_with_its_colocated_engine():
@@ -137,11 +150,29 @@ def test_the_gpu_preflight_warns_when_the_predicted_peak_exceeds_the_gpu(
         assert "gradient_checkpointing=true" in out
 
 
-def test_phase_two_budget_fits_what_phase_three_trains_on():
-    """Phase 3 drops every teacher trace longer than dual_source.sft_max_length: phase 2's budget, with a 512-token
-    prompt, must fit inside it (8,192 did not fit 2,048: most long traces were paid for and never trained on)."""
+def test_phase_two_budget_fits_what_phase_three_trains_on(smollm2_tokenizer):
+    """Phase 3 drops every teacher trace longer than dual_source.sft_max_length: phase 2's budget, after an APPS
+    prompt at the 95th percentile of the real APPS sample (the project's template; the embedded tokenizer stands in
+    for Qwen3's, which is not available offline), must fit inside it, or traces are paid for and never trained on;
+    and the thinking budget leaves the answer room for its code."""
+    import numpy as np
+
+    from rollouts.from_config import prompt_lengths
+    from tests.conftest import SHARED_DATA
+    from utils.dataset_loader import load_apps
+
     config = build_config("gpu")
-    assert config.teacher.max_tokens + 512 <= config.dual_source.sft_max_length
+    apps = SHARED_DATA / "apps_sample.jsonl"
+    if not apps.is_file():
+        pytest.skip(f"{apps} is not beside the repository")
+    tasks = load_apps(apps)[0]
+    lengths = prompt_lengths(
+        smollm2_tokenizer, tasks, config.prompt.num_visible_tests, config.student.chat_template_kwargs
+    )
+    p95 = int(np.percentile(lengths, 95))
+    assert p95 > 1000  # APPS prompts are long: 512 stood for MBPP's
+    assert config.teacher.max_tokens + p95 <= config.dual_source.sft_max_length
+    assert config.teacher.max_tokens - config.teacher.thinking_token_budget >= 512
     field = {f.name: f for f in dataclasses.fields(config.dual_source)}["sft_max_length"]
     assert "dropped" in field.metadata["help"] and "cut." not in field.metadata["help"].replace("never cut.", "")
 
@@ -181,3 +212,48 @@ def test_a_local_opd_teacher_counts_in_the_estimate():
     alone, beside = mm.estimate(config, student), mm.estimate(config, student, teacher=teacher)
     assert beside.parts["grpo update"] - alone.parts["grpo update"] == teacher.parameters() * 2
     assert "local teacher forward" in beside.parts and "local teacher forward" not in alone.parts
+
+
+def test_hf_rollouts_sample_a_whole_rollout_batch_per_generate_call(smollm2_tokenizer):
+    """The gpu preset's hf rollouts: one generate call for the whole rollout batch (2 x 8 prompts x G 4 = 64
+    sequences) at MBPP prompt lengths, since its KV cache stays below the update's predicted peak; a prompt so long
+    that 64 sequences would set the peak gets fewer prompts per call, and never a peak above the update's."""
+    from rollouts.from_config import build_sampler
+    from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
+
+    config = build_config("gpu", overrides=["grpo.rollout_backend=hf"])
+    shape = mm.KNOWN_SHAPES["Qwen/Qwen3-1.7B"]
+    assert mm.hf_prompts_per_call(config, shape, 512) == 16
+    long_prompt = 4096
+    fewer = mm.hf_prompts_per_call(config, shape, long_prompt)
+    assert 1 <= fewer < 16
+    est = mm.estimate(config, shape, long_prompt)
+    assert est.largest != "rollout (hf generate)" and est.parts["rollout (hf generate)"] <= est.peak
+
+    tasks = load_mbpp(EMBEDDED_MBPP)[0][:16]
+    prompts = mm.hf_prompts_for_run(config, smollm2_tokenizer, tasks)
+    assert prompts == 16
+    sampler = build_sampler(config, purpose="train", tokenizer=smollm2_tokenizer, hf_prompts_per_call=prompts)
+
+    class CountingPolicy(torch.nn.Module):
+        """A stand-in student whose generate ends every sequence at once with the end-of-sequence token."""
+
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+            self.calls: list[int] = []
+
+        def generate(self, input_ids, num_return_sequences=1, **kwargs):
+            self.calls.append(input_ids.shape[0] * num_return_sequences)
+            rows = input_ids.repeat_interleave(num_return_sequences, dim=0)
+            eos = torch.full((rows.shape[0], 1), smollm2_tokenizer.eos_token_id)
+            return torch.cat([rows, eos], dim=1)
+
+    policy = CountingPolicy()
+    sampler.sync(policy, 0)
+    from utils.prompts import get_unified_prompt
+
+    groups = sampler.sample([get_unified_prompt(t) for t in tasks], 4)
+    sampler.release()
+    assert [len(g) for g in groups] == [4] * 16
+    assert policy.calls == [64]  # one call for the rollout batch (one micro-batch of 8 sequences per call before)

@@ -364,6 +364,7 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     fake_vllm.install(monkeypatch)
     settings = {
         "grpo.rollout_backend": "vllm",
+        "grpo.vllm_weight_sync": "adapter",
         "grpo.vllm_sleep_mode": True,
         "multi_turn.mode": "feedback",
         "multi_turn.max_turns": 2,

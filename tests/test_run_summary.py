@@ -61,3 +61,19 @@ def test_no_usable_traces_and_missing_phases(tmp_path: Path) -> None:
     summary = summarize_run(data, out)
     assert len(summary.warnings) == 3
     assert any("no usable teacher traces" in w for w in summary.warnings)
+
+
+def test_the_summary_says_where_the_step_time_went(tmp_path: Path) -> None:
+    """Rollout, scoring (with the log-prob forwards that ran beside it) and update, each the mean over the logged
+    steps, in the closing summary."""
+    data, out = write_run(tmp_path, asked=12, failed=0, usable=9)
+    rows = [
+        {"step": 1, "time/rollout_s": 10.0, "time/score_s": 3.0, "time/logprobs_s": 1.0, "time/update_s": 20.0},
+        {"step": 2, "time/rollout_s": 12.0, "time/score_s": 5.0, "time/logprobs_s": 2.0, "time/update_s": 22.0},
+    ]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = summarize_run(data, out).text()
+    assert (
+        "phase 3: 2 training steps; step time (mean of 2 steps): rollout 11.0 s, scoring 4.0 s "
+        "(log-probs beside it 1.5 s), update 21.0 s"
+    ) in text

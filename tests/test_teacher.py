@@ -489,3 +489,30 @@ def test_retry_after_is_honoured():
     with RunningServer(FakeTeacher(fail_first=1, fail_status=429, retry_after="1.5")) as server:
         response = ask(server.url, max_retries=2)  # backoff_base=0.01: without the header it would retry at once
     assert response.ok and response.attempts == 2 and response.latency >= 1.5
+
+
+def test_a_thinking_teacher_gets_the_thinking_budget_and_a_server_without_a_parser_gets_none(capsys):
+    """Phase 2's requests carry teacher.thinking_token_budget (vLLM ends the thinking there, so the code still fits
+    max_tokens); a server without --reasoning-parser refuses it with a 400, and the request goes again without it,
+    with one warning for the whole run."""
+    config = build_config("gpu")
+    assert 0 < config.teacher.thinking_token_budget < config.teacher.max_tokens
+    with RunningServer(FakeTeacher()) as server:
+        response = ask(server.url, thinking_token_budget=config.teacher.thinking_token_budget)
+        assert response.ok and server.state.requests[0]["thinking_token_budget"] == 1280
+    with RunningServer(FakeTeacher()) as server:
+        ask(server.url, thinking_token_budget=1280, enable_thinking=False)  # no thinking: no budget
+        assert "thinking_token_budget" not in server.state.requests[0]
+    with RunningServer(FakeTeacher(reasoning_parser=False)) as server:
+
+        async def two_requests():
+            async with TeacherClient(server.url, "fake-teacher", thinking_token_budget=1280) as client:
+                first = await client.complete(build_chat_messages("Write add."))
+                second = await client.complete(build_chat_messages("Write add."))
+                return first, second, client.thinking_budget_note
+
+        first, second, note = asyncio.run(two_requests())
+        sent = [("thinking_token_budget" in r) for r in server.state.requests]
+    assert first.ok and second.ok and sent == [True, False, False]
+    assert "--reasoning-parser" in note
+    assert capsys.readouterr().err.count("refused thinking_token_budget") == 1

@@ -666,3 +666,59 @@ def test_a_student_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, gelu_mo
     assert code == 1
     assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement hidden_act 'gelu'")
     assert "Traceback" not in err
+
+
+def test_the_reference_forward_runs_while_the_sandbox_scores(tmp_path, pool, monkeypatch):
+    """The KL term's reference log-probs need only the token ids: they are computed while the sandbox scores the
+    rollout batch (the accelerator would otherwise idle until the slowest program ends), the plan takes them as
+    they are, and they equal what the plan computes after scoring."""
+    import threading
+
+    import training.grpo_trainer as trainer_module
+    from training.update_plan import plan_update
+
+    trainer = make_trainer(tmp_path, pool)  # kl_coef 0.05: a reference forward per micro-batch
+    forward_started = threading.Event()
+    trainer.model.get_input_embeddings().register_forward_pre_hook(lambda *args: forward_started.set())
+    real_score, seen = trainer_module.score_rollouts, {}
+
+    def score_rollouts(*args, **kwargs):
+        seen["forward while scoring"] = forward_started.wait(timeout=30)  # returns at once when it started
+        return real_score(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "score_rollouts", score_rollouts)
+    groups, metrics = trainer.collect_rollouts()
+    assert seen["forward while scoring"]
+    assert metrics["time/score_s"] >= 0 and metrics["time/logprobs_s"] >= 0
+    forwards = trainer._forwards
+    assert forwards is not None and len(forwards.ref_logps) == trainer.micro_batches
+
+    def plan(precomputed):
+        return plan_update(
+            groups,
+            trainer.model,
+            pad_id=trainer.tokenizer.pad_token_id,
+            device="cpu",
+            grpo=trainer.config.grpo,
+            num_slots=trainer.micro_batches,
+            forward_chunk_size=trainer.config.training.forward_chunk_size,
+            self_batch=None,
+            num_self_examples=0,
+            shared_prompt=trainer.config.training.shared_prompt_forward,
+            forwards=precomputed,
+        )
+
+    overlapped, sequential = plan(forwards), plan(None)
+    assert overlapped.ref_logps is forwards.ref_logps  # taken, not computed again
+    for ours, theirs, batch in zip(overlapped.ref_logps, sequential.ref_logps, sequential.batches, strict=True):
+        mask = batch["completion_mask"].bool()
+        assert torch.allclose(ours[mask], theirs[mask], atol=1e-6)
+    assert trainer.train_on_rollouts(groups, metrics)[0]["kl"] == 0.0  # the first step: policy == reference
+
+
+def test_dynamic_filtering_computes_the_reference_after_scoring(tmp_path, pool):
+    """Dynamic filtering picks the micro-batches from the rewards: nothing is computed beside the scoring."""
+    trainer = make_trainer(tmp_path, pool, **{"grpo.dynamic_filtering": True})
+    assert not trainer.forwards_while_scoring
+    groups, metrics = trainer.collect_rollouts()
+    assert trainer._forwards is None and "time/logprobs_s" not in metrics and metrics["time/score_s"] >= 0

@@ -73,3 +73,35 @@ def check_global_token_mean(rank0, rank1):
             ddp_name = next(k for k in rank0["grads"] if k.endswith(name))
             assert torch.allclose(rank0["grads"][ddp_name], param.grad, rtol=1e-4, atol=1e-8), name
             assert torch.allclose(rank1["grads"][ddp_name], param.grad, rtol=1e-4, atol=1e-8), name
+
+
+@pytest.mark.slow
+def test_processes_with_different_output_folders_are_named_before_any_model_loads(tmp_path):
+    """Two machines with node-local output folders: the main process's token cannot be read by the other one. The
+    start-up check says so on every process, naming the unreadable path and the requirement; with one folder
+    shared by both it passes, and no token is left behind."""
+    launch_two_processes("ddp_shared_folder.py", str(tmp_path), port=29519)
+    found = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank in found:
+        assert rank["shared"] == ""
+        assert rank["left_behind"] == []
+        line = rank["separate"]
+        assert "process 1 on " in line and str(tmp_path / "node-1" / ".tgrpo-shared-folder-check") in line
+        assert "process 0" not in line.split(", which")[0]  # the main process reads its own token
+        assert "shared by every machine at the same path" in line
+    assert found[0]["separate"] == found[1]["separate"]
+
+
+def test_the_process_group_waits_as_long_as_the_config_says(tmp_path):
+    """DDP's collectives time out after training.ddp_timeout seconds (torch's NCCL default is 10 minutes)."""
+    from accelerate.utils import InitProcessGroupKwargs
+
+    from config import build_config
+    from training.metric_sinks import make_accelerator
+
+    config = build_config("cpu", overrides={"training": {"ddp_timeout": 5400}})
+    accelerator = make_accelerator(config, tmp_path, cpu=True)
+    handler = accelerator.init_handler
+    assert isinstance(handler, InitProcessGroupKwargs), handler
+    assert handler.timeout.total_seconds() == 5400
+    assert build_config("gpu").training.ddp_timeout == 1800  # transformers' TrainingArguments.ddp_timeout

@@ -133,6 +133,34 @@ def test_the_engine_methods_we_call_have_the_arguments_we_pass():
     assert "prompt_token_ids" in typing.get_type_hints(TokensPrompt)  # we send {"prompt_token_ids": ids}
 
 
+def test_the_merged_weight_sync_calls_exist_with_the_arguments_we_pass():
+    """`load_merged_weights`: LLM.collective_rpc("reload_weights", kwargs={"weights_iterator": ...,
+    "is_checkpoint_format": True}) runs the worker's in-place reload, then LLM.reset_prefix_cache();
+    `build_engine(in_process=True)` uses the external launcher (the engine-argument cases above check that value);
+    the in-process engine has llm_engine.model_executor."""
+    from vllm.v1.engine.llm_engine import LLMEngine
+    from vllm.v1.worker.gpu_worker import Worker
+
+    rpc = inspect.signature(LLM.collective_rpc).parameters
+    assert {"method", "args", "kwargs"} <= set(rpc)
+    reload = inspect.signature(Worker.reload_weights)
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    runner = inspect.signature(GPUModelRunner.reload_weights).parameters
+    assert {"weights_iterator", "is_checkpoint_format"} <= set(runner)
+    assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in reload.parameters.values())  # passed through
+    assert "reset_prefix_cache" in dir(LLM)
+    assert "model_executor" in inspect.getsource(LLMEngine.__init__)
+
+
+def test_the_thinking_budget_is_a_chat_request_field_and_a_sampling_parameter():
+    """Phase 2 sends thinking_token_budget in its chat requests (with a reasoning parser on the server)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    assert "thinking_token_budget" in ChatCompletionRequest.model_fields
+    assert SamplingParams(thinking_token_budget=1280).thinking_token_budget == 1280
+
+
 def test_outputs_carry_what_we_read():
     from vllm.logprobs import Logprob
     from vllm.outputs import CompletionOutput

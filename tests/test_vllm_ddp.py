@@ -25,6 +25,8 @@ def test_two_ranks_each_get_an_engine_on_their_own_gpu_and_share_one_adapter_fol
         "--set",
         "grpo.rollout_backend=vllm",
         "--set",
+        "grpo.vllm_weight_sync=adapter",
+        "--set",
         "student.torch_dtype=float32",
         "--set",
         "grpo.max_new_tokens=64",

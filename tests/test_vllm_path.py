@@ -38,7 +38,8 @@ def vllm(monkeypatch):
 
 
 def vllm_config(tmp_path, **overrides):
-    return tiny_config(tmp_path, **{"grpo.rollout_backend": "vllm", **overrides})
+    """The colocated engine with the adapter-folder sync (the merged sync has its own tests below)."""
+    return tiny_config(tmp_path, **{"grpo.rollout_backend": "vllm", "grpo.vllm_weight_sync": "adapter", **overrides})
 
 
 def tiny_policy(config, dtype="float32", r=None):
@@ -502,3 +503,68 @@ def test_the_rerun_promise_is_scoped_to_batch_invariance_on_gpus():
     seed_help = {f.name: f for f in dataclasses.fields(build_config("gpu").training)}["seed"].metadata["help"]
     assert "VLLM_BATCH_INVARIANT=1" in seed_help
     assert "VLLM_BATCH_INVARIANT=1" in (ROOT / "docs" / "phase4-evaluation.md").read_text()
+
+
+# ------------------------------------------------------------------ phase 3: the merged weight sync
+
+
+def test_merged_weights_are_the_adapter_merged_in_and_leave_the_policy_as_it_was(tmp_path):
+    """W + scale x B @ A of every adapted projection, named as the checkpoint names it, equal to peft's own
+    merge_and_unload; the trainer's weights (the KL term's reference among them) are not changed."""
+    from rollouts.vllm_colocated import merged_lora_weights
+
+    config = tiny_config(tmp_path)
+    model, _ = tiny_policy(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    merged = dict(merged_lora_weights(model))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
+    import copy
+
+    reference = copy.deepcopy(model).merge_and_unload().state_dict()
+    from peft.tuners.lora import LoraLayer
+
+    adapted = [n for n, m in model.named_modules() if isinstance(m, LoraLayer)]
+    assert merged and len(merged) == len(adapted)
+    assert not any(w.requires_grad for w in merged.values())
+    for name, weight in merged.items():
+        assert name.startswith("model.layers.") and name.endswith("_proj.weight"), name
+        assert torch.allclose(weight, reference[name], atol=1e-6), name
+        assert not torch.allclose(weight, before["base_model.model." + name.replace(".weight", ".base_layer.weight")])
+
+
+def test_the_merged_sync_loads_the_policy_into_an_engine_without_lora(tmp_path, vllm):
+    """grpo.vllm_weight_sync=merged (the default): the engine is built without LoRA and in this process (the external
+    launcher, a world of one); every due sync loads the current policy's merged weights and clears the prefix
+    cache; samples are drawn with no LoRA request, and no adapter folder is written."""
+    from rollouts.vllm_colocated import merged_lora_weights
+
+    config = tiny_config(tmp_path, **{"grpo.rollout_backend": "vllm", "grpo.gen_update_steps": 2})
+    assert config.grpo.vllm_weight_sync == "merged"
+    model, tokenizer = tiny_policy(config)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
+    engine = fake_vllm.ENGINES[-1]
+    assert "enable_lora" not in engine.kwargs and engine.kwargs["distributed_executor_backend"] == "external_launcher"
+
+    def digest_of_policy():
+        probe = fake_vllm.FakeLLM("probe", distributed_executor_backend="external_launcher")
+        probe.collective_rpc("reload_weights", kwargs={"weights_iterator": merged_lora_weights(model)})
+        fake_vllm.ENGINES.remove(probe)
+        return probe.merged_digest
+
+    sampled_with = []
+    for step in range(4):
+        with torch.no_grad():  # the update between two rollouts
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.add_(0.01 * (step + 1))
+        sample_groups(rollout, model, ["Write add."], 2, step=step)
+        sampled_with.append((engine.calls[-1].lora, engine.calls[-1].adapter_digest, digest_of_policy()))
+    assert all(lora is None for lora, _, _ in sampled_with)
+    assert [engine_digest == policy for _, engine_digest, policy in sampled_with] == [True, False, True, False]
+    assert engine.events.count("reload_weights") == 2 and engine.events.count("reset_prefix_cache") == 2
+    assert not (tmp_path / ".vllm_adapters").exists()

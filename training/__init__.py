@@ -25,6 +25,8 @@ Imports go one way: `grpo_trainer` → those modules → `losses`.
 
 The loop (`grpo_trainer`):
 - Collect: sample, then `scoring.score_rollouts`.
+  The plan's no-grad reference/old forwards (`update_plan.rollout_forwards`) run in a thread beside the scoring
+  when the micro-batches do not depend on the rewards.
   With `grpo.dynamic_sampling` it samples more rounds until the batch is full of groups with correctness spread.
   It samples nothing when no loss term uses rollouts.
 - Plan: `update_plan.plan_update`.
@@ -123,6 +125,8 @@ The run around the loop:
   DeepSpeed and FSDP are refused: accelerate's DeepSpeed engine steps on every backward, and this trainer runs one
   per chunk and loss term.
   Each process takes `cpu_count // processes per machine` sandbox workers.
+  `unshared_output_dir` checks at start that every process reads the token the main process wrote in the output
+  folder: several machines need one shared folder at one path.
 - `checkpointing`: save, load, prune, resolve `latest`, the final model; the last step is always checkpointed.
   Checkpoints keep their own format instead of `Accelerator.save_state`.
   `save_state` would write the whole model's state dict, the frozen base too (3.4 GB per checkpoint for

@@ -6,7 +6,9 @@ checkpoints.
 
 One optimizer step consumes `per_device_train_batch_size x gradient_accumulation_steps` prompts per
 process (TRL's convention): all of them are rolled out first (G completions each), scored in the
-sandbox, then planned and applied, one backward pass per row chunk and loss term. With
+sandbox, then planned and applied, one backward pass per row chunk and loss term. The no-grad forwards
+of the plan (reference, old log-probs) need only the token ids: they run in a thread while the sandbox scores
+(`time/score_s` is that stage; `time/logprobs_s` the forwards' own time). With
 `num_iterations` (mu) > 1 the same rollouts serve mu optimizer steps; with mu = 1 the ratio is exactly
 1 and clipping is inert. Log-probs cover the whole completion, thinking and code.
 
@@ -27,6 +29,7 @@ import contextlib
 import random
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +52,15 @@ from training.rewards import ScoredSample, load_reward_functions
 from training.scoring import score_rollouts
 from training.sft_sources import SuccessBuffer, build_teacher_sft, max_scheduled_weight, self_sft_examples
 from training.teacher_logprobs import ServedTeacherScorer, TeacherScorer, build_teacher_scorer
-from training.update_plan import UpdatePlan, correctness_rewards, plan_step, plan_update, step_loss_metrics
+from training.update_plan import (
+    RolloutForwards,
+    UpdatePlan,
+    correctness_rewards,
+    plan_step,
+    plan_update,
+    rollout_forwards,
+    step_loss_metrics,
+)
 from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
 from utils.sft_data import collate_sft, end_of_turn_id
@@ -120,6 +131,7 @@ class GRPOTrainer:
         )
         # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
         self.opd = config.dual_source.opd_weight > 0
+        self._forwards: RolloutForwards | None = None  # the last rollout batch's, computed while it was scored
         self.teacher_scorer = teacher_scorer
         if self.opd and teacher_scorer is None:
             self.teacher_scorer = build_teacher_scorer(
@@ -251,12 +263,53 @@ class GRPOTrainer:
                 self.rollout, unwrapped, prompts, size, step=step, tasks=tasks, episodes=self.episodes
             )
         rollout_time = time.monotonic() - start
-        groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
+        if self.forwards_while_scoring:  # the accelerator computes the no-grad log-probs while the sandbox scores
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="no-grad-forwards") as forward_thread:
+                future = forward_thread.submit(self._rollout_forwards, [s for group in generations for s in group])
+                groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
+                self._forwards, forward_time = future.result()
+            metrics["time/logprobs_s"] = forward_time
+        else:
+            groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
+        score_time = time.monotonic() - start - rollout_time
         generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted
-        metrics = {"time/rollout_s": rollout_time, "tokens_per_s": generated / max(rollout_time, 1e-9), **metrics}
+        metrics = {
+            "time/rollout_s": rollout_time,
+            "time/score_s": score_time,
+            "tokens_per_s": generated / max(rollout_time, 1e-9),
+            **metrics,
+        }
         if self.curriculum is not None:
             metrics.update(self._observe_curriculum(chosen, groups))
         return groups, metrics
+
+    @property
+    def forwards_while_scoring(self) -> bool:
+        """Whether a rollout batch's reference/old log-probs are computed while the sandbox scores it: when some
+        no-grad forward is needed and the batch is trained as sampled (dynamic filtering or dynamic sampling choose
+        the groups from their rewards, so the micro-batches are known only after scoring)."""
+        grpo = self.config.grpo
+        needed = self.passes.rollout_terms and (grpo.kl_coef > 0 or grpo.num_iterations > 1)
+        filtered = grpo.dynamic_filtering and not self.opd  # with OPD every group keeps its per-token signal
+        return needed and not filtered and not grpo.dynamic_sampling
+
+    def _rollout_forwards(self, completions: list) -> tuple[RolloutForwards, float]:
+        """`rollout_forwards` of this rollout batch and its seconds, run in a thread beside the scoring."""
+        start = time.monotonic()
+        device = torch.device(self.accelerator.device)
+        if device.type == "cuda":  # a new thread starts on the default device, not this process's
+            torch.cuda.set_device(device)
+        forwards = rollout_forwards(
+            completions,
+            self.accelerator.unwrap_model(self.model),
+            pad_id=self.tokenizer.pad_token_id,
+            device=device,
+            grpo=self.config.grpo,
+            num_slots=self.micro_batches,
+            forward_chunk_size=self.config.training.forward_chunk_size,
+            shared_prompt=self.config.training.shared_prompt_forward,
+        )
+        return forwards, time.monotonic() - start
 
     def _observe_curriculum(self, chosen: list[int], groups: list[list[ScoredSample]]) -> dict[str, float]:
         """Add this batch's correctness rewards (the reward in use: partial credit is spread, as the advantage
@@ -385,7 +438,9 @@ class GRPOTrainer:
             teacher_logps=teacher_logps,
             shared_prompt=self.config.training.shared_prompt_forward,
             rollout_terms=self.passes.rollout_terms,
+            forwards=self._forwards,
         )
+        self._forwards = None
         self.model.train()
         step_metrics = []
         for _ in range(self.config.grpo.num_iterations):

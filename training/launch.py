@@ -5,6 +5,10 @@
   (this trainer calls it once per chunk and loss term, ~30 times per optimizer step), ZeRO-3 saves
   empty adapters and gathers parameters for every decoded token, and for a LoRA of ~70 M parameters
   sharding saves nothing worth having. DDP replicates the frozen base on each GPU, which fits.
+- Several machines. Every process reads and writes the output folder at the same path (the adapter
+  hand-off to vLLM, each rank's checkpoint file in the folder the main process made), so it must be one
+  folder shared by every machine; `unshared_output_dir` checks that at start with a token the main
+  process writes and every process reads back.
 - Sandbox workers. With `sandbox.max_workers=0` each of the N processes on a machine takes
   cpu_count // N workers, not cpu_count each: oversubscribed cores turn correct-but-slow programs
   into timeouts (reward noise).
@@ -13,9 +17,13 @@
 from __future__ import annotations
 
 import os
+import socket
+import uuid
+from pathlib import Path
 from typing import Any
 
 UNSUPPORTED_LAUNCHES = ("DEEPSPEED", "FSDP")
+SHARED_FOLDER_TOKEN = ".tgrpo-shared-folder-check"
 _LAUNCH_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
 
 
@@ -59,3 +67,39 @@ def sandbox_workers(configured: int, processes_per_machine: int, cpu_count: int 
         return configured
     cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
     return max(1, cores // max(1, processes_per_machine))
+
+
+def unshared_output_dir(accelerator: Any, output_dir: str | Path) -> str:
+    """'' when every process reads, in its own `output_dir`, the token the main process wrote in its own (one
+    folder shared at one path); otherwise the line that says which processes could not, on every process. Called
+    by every process together (a broadcast, a gather and a barrier); one process: '' without touching the disk."""
+    if accelerator.num_processes == 1:
+        return ""
+    from accelerate.utils import broadcast_object_list, gather_object
+
+    path = Path(output_dir).resolve() / SHARED_FOLDER_TOKEN
+    token = [uuid.uuid4().hex if accelerator.is_main_process else ""]
+    if accelerator.is_main_process:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(token[0])
+            handle.flush()
+            os.fsync(handle.fileno())  # on a network file system the others open it after this close
+    expected = broadcast_object_list(token, from_process=0)[0]  # sent after the write: the others read after it
+    try:
+        seen = path.read_text(encoding="utf-8") == expected  # a token left by an earlier run does not match
+    except OSError:
+        seen = False
+    everyone = gather_object([(accelerator.process_index, socket.gethostname(), str(path), seen)])
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        path.unlink(missing_ok=True)
+    failed = [f"process {rank} on {host} cannot read {where}" for rank, host, where, ok in everyone if not ok]
+    if not failed:
+        return ""
+    _, main_host, main_path, _ = everyone[0]
+    return (
+        f"{'; '.join(failed)}, which process 0 wrote on {main_host} at {main_path}: paths.output_dir must be one "
+        "folder shared by every machine at the same path (a network file system mounted alike on each; "
+        "docs/gpu.md, 'Several machines')"
+    )

@@ -23,6 +23,7 @@ allocator's fragmentation, and kernel workspaces; `GPU_ALLOWANCE` stands for the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,6 +245,45 @@ class Estimate:
         return max(self.parts, key=lambda k: self.parts[k])
 
 
+def hf_prompts_per_call(
+    config: Any, shape: ModelShape, prompt_tokens: int = 512, update_parts: dict[str, float] | None = None
+) -> int:
+    """Prompts per hf `generate` call in phase 3: the whole rollout batch (per_device_train_batch_size x
+    gradient_accumulation_steps prompts, G sequences each), or as many as keep sampling (weights + KV cache of
+    prompt_tokens + the budget + one step's logits) within the update's predicted peak, so sampling never sets the
+    run's peak; at least one prompt. Decoding is bound by kernel launches at these sizes, so one call of 64 sequences
+    takes about as long per step as one of 8."""
+    t, g = config.training, config.grpo
+    dtype = 4 if config.student.torch_dtype == "float32" else 2
+    completion = config.multi_turn.max_total_tokens if config.multi_turn.mode != "single" else g.max_new_tokens
+    if update_parts is None:
+        update_parts = {k: v for k, v in estimate(config, shape, prompt_tokens).parts.items() if "rollout" not in k}
+    limit = max(update_parts.values())
+    static = static_bytes(shape, config.lora.r, lora_targets(config.lora.target_modules), dtype)
+    prompts = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    while (
+        prompts > 1
+        and static + generate_bytes(shape, prompts * g.num_samples_per_prompt, prompt_tokens + completion, dtype)
+        > limit
+    ):
+        prompts -= 1
+    return prompts
+
+
+def hf_prompts_for_run(config: Any, tokenizer: Any, tasks: Sequence[Any]) -> int | None:
+    """`hf_prompts_per_call` for phase 3's tasks (their longest templated prompt; hf pads a call to it); None when
+    the student's shape cannot be read (the sampler then keeps one micro-batch per call)."""
+    from rollouts.from_config import prompt_lengths
+
+    shape = student_shape(config.student.model_name, config.paths.model_cache_dir)
+    if shape is None:
+        return None
+    lengths = prompt_lengths(
+        tokenizer, tasks, config.prompt.num_visible_tests, config.student.chat_template_kwargs, config.multi_turn.mode
+    )
+    return hf_prompts_per_call(config, shape, max(lengths) if lengths else 512)
+
+
 def estimate(config: Any, shape: ModelShape, prompt_tokens: int = 512, teacher: ModelShape | None = None) -> Estimate:
     """Phase 3's peaks under `config` for a student of `shape`, prompts of `prompt_tokens` (bytes, no allowance).
 
@@ -268,9 +308,10 @@ def estimate(config: Any, shape: ModelShape, prompt_tokens: int = 512, teacher: 
         parts["teacher-SFT update"] = sft.total
     if g.kl_coef > 0:
         parts["reference forward"] = static + no_grad_pass(shape, rows, prompt_tokens, completion, dtype)
-    if g.rollout_backend == "hf":
+    if config.rollout_backend == "hf":
+        prompts = hf_prompts_per_call(config, shape, prompt_tokens, parts)
         parts["rollout (hf generate)"] = static + generate_bytes(
-            shape, t.per_device_train_batch_size * g.num_samples_per_prompt, prompt_tokens + completion, dtype
+            shape, prompts * g.num_samples_per_prompt, prompt_tokens + completion, dtype
         )
     if ds.opd_weight > 0 and config.teacher.logprob_source == "local" and teacher is not None:
         teacher_static = teacher.parameters() * dtype
@@ -285,6 +326,6 @@ def required_bytes(config: Any, est: Estimate, total_memory: float) -> float:
     """What the GPU must hold: the estimate plus `GPU_ALLOWANCE`, plus the colocated vLLM engine's share of
     `total_memory` when it stays awake through the update."""
     need = est.peak + GPU_ALLOWANCE
-    if config.grpo.rollout_backend == "vllm" and not config.grpo.vllm_sleep_mode:
+    if config.rollout_backend == "vllm" and not config.grpo.vllm_sleep_mode:
         need += config.grpo.vllm_gpu_memory_utilization * total_memory
     return need

@@ -66,9 +66,12 @@ def tracker_run_name(config: Config, output_dir: str | Path) -> str:
 
 def make_accelerator(config: Config, output_dir: str | Path, cpu: bool | None = None) -> Any:
     """The Accelerator a run uses, with training.logging_backends as its trackers (tensorboard files go to
-    <output_dir>/tensorboard/<run name>/<tracker_project>)."""
+    <output_dir>/tensorboard/<run name>/<tracker_project>) and training.ddp_timeout as its process group's
+    timeout (torch's own default for NCCL is 10 minutes, less than the gap hf rollouts can open between ranks)."""
+    from datetime import timedelta
+
     from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration
+    from accelerate.utils import InitProcessGroupKwargs, ProjectConfiguration
 
     output_dir = Path(output_dir)
     project = ProjectConfiguration(
@@ -78,6 +81,7 @@ def make_accelerator(config: Config, output_dir: str | Path, cpu: bool | None = 
         cpu=not torch.cuda.is_available() if cpu is None else cpu,
         log_with=list(config.training.logging_backends) or None,
         project_config=project,
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=config.training.ddp_timeout))],
     )
 
 

@@ -119,6 +119,74 @@ def split_micro_batches(advantages: torch.Tensor, num_slots: int, dynamic_filter
     return [m for m in micro if m]
 
 
+@dataclass
+class RolloutForwards:
+    """A rollout batch's padded micro-batches and their no-grad log-probs, computed from the completions alone
+    (no reward needed) while the sandbox scores them; `layout` names which completion sits in which slot."""
+
+    layout: list[list[int]]  # id() of each micro-batch's completions, in slot order
+    batches: list[dict[str, torch.Tensor]]
+    ref_logps: list[torch.Tensor]
+    old_logps: list[torch.Tensor]
+
+
+def layout_of(completions: Sequence[Any], micro: list[list[int]]) -> list[list[int]]:
+    return [[id(completions[k]) for k in m] for m in micro]
+
+
+def micro_batch_tensors(
+    completions: Sequence[Any], micro: list[list[int]], pad_id: int, device: Any, grpo: GRPOConfig
+) -> list[dict[str, torch.Tensor]]:
+    """`pad_rollout_batch` of each micro-batch on the device; with `grpo.mask_truncated_completions` a completion cut
+    at the budget leaves the loss (its mask is zero), not its group's statistics."""
+    batches = []
+    for m in micro:
+        batch = pad_rollout_batch([completions[k] for k in m], pad_id)
+        if grpo.mask_truncated_completions:
+            cut = torch.tensor([completions[k].finish_reason == "length" for k in m])  # (B,)
+            batch["completion_mask"] = batch["completion_mask"] * (~cut).unsqueeze(1).to(batch["completion_mask"].dtype)
+        batches.append({k: v.to(device) for k, v in batch.items()})
+    return batches
+
+
+def no_grad_logprobs(
+    policy: Any, batches: list[dict[str, torch.Tensor]], grpo: GRPOConfig, forward_chunk_size: int, shared_prompt: bool
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(reference log-probs, old log-probs), (B, T) per micro-batch: the reference with the adapter disabled, only
+    when the KL term is on; the old ones only when mu > 1 (otherwise the passes use the current ones, detached)."""
+    ref_logps: list[torch.Tensor] = []
+    old_logps: list[torch.Tensor] = []
+    logprobs = shared_chunked_completion_logprobs if shared_prompt else chunked_completion_logprobs
+    with torch.no_grad(), dropout_disabled(policy):
+        for batch in batches:
+            if grpo.kl_coef > 0:
+                with policy.disable_adapter():  # the frozen base model is the reference
+                    ref_logps.append(logprobs(policy, batch, forward_chunk_size, grpo.temperature))
+            if grpo.num_iterations > 1:
+                old_logps.append(logprobs(policy, batch, forward_chunk_size, grpo.temperature))
+    return ref_logps, old_logps
+
+
+def rollout_forwards(
+    completions: Sequence[Any],
+    policy: Any,
+    *,
+    pad_id: int,
+    device: Any,
+    grpo: GRPOConfig,
+    num_slots: int,
+    forward_chunk_size: int,
+    shared_prompt: bool = False,
+) -> RolloutForwards:
+    """The plan's micro-batches and no-grad log-probs for a rollout batch whose groups all stay (no dynamic filtering):
+    sample k in slot k mod `num_slots`, as `split_micro_batches` puts them. Needs only the token ids, so it runs on
+    the accelerator while the sandbox scores the same completions."""
+    micro = [m for m in (list(range(len(completions)))[i::num_slots] for i in range(num_slots)) if m]
+    batches = micro_batch_tensors(completions, micro, pad_id, device, grpo)
+    ref_logps, old_logps = no_grad_logprobs(policy, batches, grpo, forward_chunk_size, shared_prompt)
+    return RolloutForwards(layout_of(completions, micro), batches, ref_logps, old_logps)
+
+
 def plan_update(
     groups: list[list[ScoredSample]],
     policy: Any,
@@ -133,6 +201,7 @@ def plan_update(
     teacher_logps: Sequence[Sequence[float]] | None = None,
     shared_prompt: bool = False,
     rollout_terms: bool = True,
+    forwards: RolloutForwards | None = None,
 ) -> UpdatePlan:
     """Advantages, filtering, micro-batches and the no-grad log-probs of one rollout batch (see the module
     docstring). `policy` is the unwrapped peft model (its adapter is disabled for the reference).
@@ -143,7 +212,10 @@ def plan_update(
     `shared_prompt`: the no-grad forwards read each group's prompt once (`training.shared_prompt_forward`).
 
     `rollout_terms` False (GRPO, KL and OPD all off): no batches and no log-prob forwards; the groups still
-    give the advantage metrics and self-SFT's budget."""
+    give the advantage metrics and self-SFT's budget.
+
+    `forwards`: the batches and no-grad log-probs `rollout_forwards` computed while the sandbox scored; used when
+    their micro-batches are the plan's (same completions in the same slots), otherwise computed here."""
     advantages, adv_metrics = rollout_advantages(groups, grpo.scale_rewards)
     samples = [s for group in groups for s in group]
     micro = (
@@ -151,13 +223,12 @@ def plan_update(
         if rollout_terms
         else []
     )
-    batches = []
-    for m in micro:
-        batch = pad_rollout_batch([samples[k].completion for k in m], pad_id)
-        if grpo.mask_truncated_completions:  # cut at the budget: out of the loss, still in the group's statistics
-            cut = torch.tensor([samples[k].completion.finish_reason == "length" for k in m])  # (B,)
-            batch["completion_mask"] = batch["completion_mask"] * (~cut).unsqueeze(1).to(batch["completion_mask"].dtype)
-        batches.append({k: v.to(device) for k, v in batch.items()})
+    completions = [s.completion for s in samples]
+    if forwards is not None and forwards.layout == layout_of(completions, micro):  # computed while scoring
+        batches, ref_logps, old_logps = forwards.batches, forwards.ref_logps, forwards.old_logps
+    else:
+        batches = micro_batch_tensors(completions, micro, pad_id, device, grpo)
+        ref_logps, old_logps = no_grad_logprobs(policy, batches, grpo, forward_chunk_size, shared_prompt)
     teacher = []
     if teacher_logps is not None:
         if len(teacher_logps) != len(samples):
@@ -172,15 +243,6 @@ def plan_update(
                     )
                 rows[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
             teacher.append(rows.to(device))
-    ref_logps, old_logps = [], []
-    logprobs = shared_chunked_completion_logprobs if shared_prompt else chunked_completion_logprobs
-    with torch.no_grad(), dropout_disabled(policy):
-        for batch in batches:
-            if grpo.kl_coef > 0:
-                with policy.disable_adapter():  # the frozen base model is the reference
-                    ref_logps.append(logprobs(policy, batch, forward_chunk_size, grpo.temperature))
-            if grpo.num_iterations > 1:
-                old_logps.append(logprobs(policy, batch, forward_chunk_size, grpo.temperature))
     spread = int(group_has_spread(correctness_rewards(groups)).sum()) if groups else 0
     return UpdatePlan(
         samples,

@@ -2,10 +2,10 @@
 
 Phase 2 uses a running vLLM server as its teacher (single and tool mode); phase 3 trains 2 steps with the
 `vllm_server` backend (single and tool mode) and with the colocated `vllm` backend (one process, tool mode
-and 2 processes under `accelerate launch`); phase 4 evaluates with vLLM and `--baseline` (inside the smoke
-run). In float32 vLLM's sampled-token log-probs equal the trainer's, so `rollout/logp_abs_diff` must stay
-below 1e-3 every step; a stale adapter (vLLM sampling with an older adapter than the trainer's policy) is
-planted once to show that this check catches it.
+and 2 processes under `accelerate launch`, with the merged weight sync; that sync in one process too); phase 4
+evaluates with vLLM and `--baseline` (inside the smoke run). In float32 vLLM's sampled-token log-probs equal the
+trainer's, so `rollout/logp_abs_diff` must stay below 1e-3 every step; a stale adapter (vLLM sampling with an
+older adapter than the trainer's policy) is planted once to show that this check catches it.
 """
 
 from __future__ import annotations
@@ -179,7 +179,9 @@ def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data
 
 
 def test_phase3_vllm_colocated_two_processes_under_accelerate(data_dir, tmp_path):
-    """vLLM's external launcher: each rank builds its engine in its own process (gloo DDP on CPU)."""
+    """vLLM's external launcher: each rank builds its engine in its own process (gloo DDP on CPU) and loads the
+    policy's merged weights into it each step (grpo.vllm_weight_sync=merged, the default): its samples' log-probs
+    are the trainer's on both steps, so the second step sampled the updated policy; no adapter folder is written."""
     done = phase3(
         "phase 3, vllm, 2 processes under accelerate launch",
         data_dir,
@@ -201,7 +203,33 @@ def test_phase3_vllm_colocated_two_processes_under_accelerate(data_dir, tmp_path
         ),
     )
     assert_sampler_matches_trainer(tmp_path / "run", done)
-    assert len(list((tmp_path / "run" / ".vllm_adapters").iterdir())) <= 1
+    assert not (tmp_path / "run" / ".vllm_adapters").exists()
+
+
+def test_the_merged_weights_sample_the_policy_in_one_process(tmp_path):
+    """The merged sync with one process (the engine built in the training process with a world of one): a perturbed
+    adapter merged into an engine without LoRA gives samples whose log-probs are the trainer's (float32, within
+    1e-3) and far from the base model's; benchmarks/bench_vllm_weight_sync.py's merged leg, at a small size."""
+    import subprocess
+    import sys
+
+    from tests.vllm_cpu.conftest import ROOT
+
+    progress("merged weight sync, one process (bench_vllm_weight_sync.py --leg merged) ...")
+    argv = ["--leg", "merged", "--lora_r", "8", "--prompts", "2", "--samples", "2", "--max_new_tokens", "16"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_vllm_weight_sync.py"), *argv, "--repeats", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and found, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(found[-1][len("RESULT ") :])
+    progress(f"merged: {result}")
+    assert result["logp_abs_diff_vs_trainer"] < LOGP_TOLERANCE, result
+    assert result["logp_abs_diff_vs_base"] > 5 * LOGP_TOLERANCE, result  # the merged adapter changed the engine
 
 
 def test_opd_teacher_scores_student_tokens_on_the_real_server(vllm_server):
