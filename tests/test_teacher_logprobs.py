@@ -127,14 +127,18 @@ def test_the_local_scorer_is_a_teacher_forced_forward_per_sample(tiny):
 
 def test_the_tokenizer_check_refuses_another_vocabulary(tiny, smollm2_tokenizer):
     _, tokenizer = tiny
-    check_same_tokenizer(smollm2_tokenizer, tokenizer, "student", "teacher")  # the tiny model reuses SmolLM2's
-    assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(smollm2_tokenizer)
     from transformers import AutoTokenizer
 
+    same = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    check_same_tokenizer(tokenizer, same, "student", "teacher")
+    assert tokenizer_fingerprint(same) == tokenizer_fingerprint(tokenizer)
     other = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
     other.add_tokens(["<extra_token_for_the_test>"])
     with pytest.raises(TokenizerMismatchError, match=r"'student'.*'Qwen/teacher'.*<extra_token_for_the_test>"):
-        check_same_tokenizer(smollm2_tokenizer, other, "student", "Qwen/teacher")
+        check_same_tokenizer(tokenizer, other, "student", "Qwen/teacher")
+    # The tiny model's vocabulary is SmolLM2's cut short: the same ids where both have them, still another vocabulary.
+    with pytest.raises(TokenizerMismatchError, match=r"49152 tokens.*1024 tokens"):
+        check_same_tokenizer(smollm2_tokenizer, tokenizer, "student", "teacher")
 
 
 def test_build_teacher_scorer_local_loads_the_model_and_its_adapter(tmp_path, tiny, tiny_model_name):
