@@ -18,7 +18,6 @@ parallel on the pool's workers.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from sandbox.executor import MAX_CODE_BYTES, SandboxError, SandboxPool, execute_
 from utils.code_parser import check_syntax
 from utils.dataset_loader import Task
 from utils.prompts import PROGRAM_CLOSE, PROGRAM_OPEN, RESULT_CLOSE, RESULT_OPEN
+from utils.shown_tests import shown_tests_task
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
@@ -197,32 +197,11 @@ class ToolEnvironment:
 # -------------------------------------------------------------------------------------- feedback
 
 
-def _shown(text: str, problem: str) -> bool:
-    """Whether `text` appears in the problem statement (whitespace-insensitive, non-empty)."""
-    squeeze = " ".join(text.split())
-    return bool(squeeze) and squeeze in " ".join(problem.split())
-
-
 def visible_tests(task: Task, num_visible_tests: int) -> Task | None:
-    """The task restricted to the tests its prompt shows, or None when it shows none.
-
-    MBPP-style asserts: the first `num_visible_tests` (exactly what `get_unified_prompt` prints).
-    APPS stdin/call tests: those whose input and output both appear in the problem statement (its
-    examples). A test that is not in the prompt is never run here, so no observation can reveal one.
-    """
-    if task.test_type == "assert":
-        shown = list(task.tests)[: max(num_visible_tests, 0)]
-    elif task.test_type == "stdin":
-        shown = [t for t in task.tests if _shown(t["input"], task.problem) and _shown(t["output"], task.problem)]
-    else:
-
-        def literal_shown(value: Any) -> bool:
-            return _shown(json.dumps(value), task.problem) or _shown(repr(value), task.problem)
-
-        shown = [t for t in task.tests if all(literal_shown(a) for a in t["input"]) and literal_shown(t["output"])]
-    if not shown:
-        return None
-    return dataclasses.replace(task, tests=tuple(shown), challenge_tests=())
+    """The task restricted to the tests its prompt shows, or None when it shows none
+    (`utils.shown_tests`: the one definition of a shown test, by content). A test that is not
+    shown is never run here, so no observation can reveal one."""
+    return shown_tests_task(task, num_visible_tests)
 
 
 def describe_test(task: Task, index: int) -> str:

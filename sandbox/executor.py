@@ -83,10 +83,14 @@ def execute_program(
     sample_id: str | None = None,
     include_challenge: bool = False,
     planned: PlannedTests | None = None,
+    stop_at_first_failure: bool = False,
 ) -> ExecutionResult:
     """Run one program against one task's tests in the sandbox and judge it.
 
     `planned` may pass `plan_tests(task, include_challenge)` computed once for many samples.
+    `stop_at_first_failure` (the binary reward): the tests after the first one the program's run fails
+    (an error, a time, memory or output limit, a crash, a non-zero exit) are not run and count as failed
+    (`not_run`); a wrong value is known only here, after the run, so the run goes on past it.
     """
     start = time.monotonic()
     planned = planned or plan_tests(task, include_challenge)
@@ -127,6 +131,8 @@ def execute_program(
         job["tests"] = planned.program_tests()
     if task.test_type == "stdin":
         job["wrap_like_apps"] = True
+    if stop_at_first_failure:
+        job["stop_at_first_failure"] = True
     try:
         raw = pool.run(job)
     except SandboxError as exc:
@@ -220,8 +226,10 @@ def execute_many(
     sample_ids: Sequence[str] | None = None,
     progress: bool = False,
     include_challenge: bool = False,
+    stop_at_first_failure: bool = False,
 ) -> list[ExecutionResult]:
-    """Execute (code, task) pairs on all workers of the pool; results come back in input order."""
+    """Execute (code, task) pairs on all workers of the pool; results come back in input order
+    (`stop_at_first_failure`: see `execute_program`)."""
     items = list(items)
     pool = pool or default_pool()
     ids = list(sample_ids) if sample_ids is not None else [None] * len(items)
@@ -247,6 +255,7 @@ def execute_many(
                 sample_id=ids[index],
                 include_challenge=include_challenge,
                 planned=plans[id(task)],
+                stop_at_first_failure=stop_at_first_failure,
             )
         except Exception as exc:  # noqa: BLE001 - one program's failure never loses the batch
             result = _sandbox_failure(

@@ -72,7 +72,7 @@ STATUSES = (
 @dataclass
 class TestOutcome:
     passed: bool
-    status: str  # a STATUSES value other than syntax_error/no_code
+    status: str  # a STATUSES value other than syntax_error/no_code, or not_run (after a failure, binary reward)
     error: str | None = None
     time: float = 0.0
 
@@ -918,6 +918,8 @@ def _common_outcome(test: dict) -> TestOutcome | None:
     t = float(t) if isinstance(t, (int, float)) else 0.0
     if status in ("timeout", "output_limit", "memory_limit"):
         return TestOutcome(False, status, error or status.replace("_", " "), t)
+    if status == "not_run":  # the binary reward's run stopped at an earlier failure (sandbox.supervisor)
+        return TestOutcome(False, "not_run", "not run: an earlier test failed", 0.0)
     if status == "crashed":
         sig = test.get("signal")
         return TestOutcome(False, _signal_status(sig) if sig is not None else "runtime_error", error, t)

@@ -273,3 +273,25 @@ def test_a_pool_from_the_config_owns_its_limits_and_what_runs_on_it_takes_them()
         assert pool.size == 1
         output, ok = run_tool_program("import time\ntime.sleep(5)\nprint('late')", pool)
     assert not ok and "late" not in output and "time" in output.lower()
+
+
+# ------------------------------------------------------------------------------- binary reward: stop early
+
+
+def test_a_binary_run_stops_at_the_first_failing_test(pool):
+    task = call_task("t/stop", "f", ([1], 1), ([2], 2), ([3], 3), ([4], 4))
+    code = "def f(x):\n    if x >= 2:\n        raise ValueError(x)\n    return x"
+    stopped = execute_program(code, task, pool=pool, limits=LIMITS, stop_at_first_failure=True)
+    assert [o.status for o in stopped.test_outcomes] == ["passed", "runtime_error", "not_run", "not_run"]
+    assert stopped.status == "runtime_error" and stopped.tests_passed == 1
+    every = execute_program(code, task, pool=pool, limits=LIMITS)  # the fraction reward runs them all
+    assert [o.status for o in every.test_outcomes] == ["passed"] + ["runtime_error"] * 3
+
+
+def test_a_binary_stdin_run_does_not_rerun_the_tests_after_a_timeout(pool):
+    task = stdin_task("t/hang", ("1\n", "1\n"), ("2\n", "2\n"), ("3\n", "3\n"), ("4\n", "4\n"))
+    code = "n = int(input())\nwhile n == 2:\n    pass\nprint(n)"
+    stopped = execute_program(code, task, pool=pool, limits=SandboxLimits(test_timeout=1.0), stop_at_first_failure=True)
+    assert [o.status for o in stopped.test_outcomes] == ["passed", "timeout", "not_run", "not_run"]
+    every = execute_program(code, task, pool=pool, limits=SandboxLimits(test_timeout=1.0))
+    assert [o.status for o in every.test_outcomes] == ["passed", "timeout", "passed", "passed"]

@@ -149,14 +149,14 @@ def test_visible_tests_are_exactly_what_the_prompt_shows():
     counted = 0
     for task in fixtures:
         visible = visible_tests(task, 1)
-        prompt = " ".join(get_unified_prompt(task, 1, mode="feedback").split())
+        prompt = "".join(get_unified_prompt(task, 1, mode="feedback").split())
         for test in visible.tests if visible else ():
             counted += 1
             if task.test_type == "call":  # each argument and the result, written as JSON or as Python
                 parts = [(json.dumps(v), repr(v)) for v in [*test["input"], test["output"]]]
             else:
                 parts = [(test,)] if isinstance(test, str) else [(test["input"],), (test["output"],)]
-            assert all(any(" ".join(w.split()) in prompt for w in ways) for ways in parts), (task.task_id, test)
+            assert all(any("".join(w.split()) in prompt for w in ways) for ways in parts), (task.task_id, test)
     assert counted >= 45  # every MBPP task shows one; APPS examples where the statement has them
 
 
