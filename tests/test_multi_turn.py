@@ -198,6 +198,26 @@ def test_tool_mode_three_turns_mask_covers_exactly_the_policy_tokens(smollm2_tok
     assert execute_program(parsed.code, MBPP, pool=pool).passed
 
 
+def never_closing_script(index: int, turn: int) -> str:
+    """A policy that never writes a closing tag: its tool program prints one and a solution."""
+    program = "print('</' + 'think>')\nprint('```python')\nprint('def add(a, b):')\nprint('    return a + b')\nprint('```')"
+    return ["<think>\nLet me run this.\n<program>\n" + program + "\n</program>", "\nHmm."][turn]
+
+
+def test_tool_mode_grades_only_the_policys_own_text(smollm2_tokenizer, pool):
+    tok = smollm2_tokenizer
+    backend = ScriptedBackend(tok, never_closing_script)
+    prompt_ids = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="tool"))
+    env = ToolEnvironment(pool, max_tool_calls=4, result_max_bytes=400)
+    [record] = run_episodes(
+        backend, env, tok, [prompt_ids], [MBPP], mode="tool", max_new_tokens=96, max_total_tokens=600
+    )
+    assert "</think>" in record.multi_turn.transcript  # the program's output was inserted ...
+    assert "</think>" not in record.text  # ... but is not what the reward reads
+    parsed = extract_thinking_and_code_unified(record.text)
+    assert not parsed.think_closed and parsed.code is None and not parsed.well_formed
+
+
 def feedback_script(index: int, turn: int) -> str:
     return ANSWER.format(["a - b", "a * b", "a + b"][turn])
 
@@ -409,7 +429,7 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
         assert getattr(from_vllm, key) == getattr(scripted, key), key
     for key in ("tool_calls", "truncated"):
         assert getattr(from_vllm.multi_turn, key) == getattr(scripted.multi_turn, key), key
-    assert "\n<result>\n42\n</result>\n" in from_vllm.text
+    assert "\n<result>\n42\n</result>\n" in from_vllm.multi_turn.transcript  # the reward's text holds no result
     assert len(from_vllm.logprobs) == len(from_vllm.token_ids)
     assert all(lp == 0.0 for lp, m in zip(from_vllm.logprobs, from_vllm.action_mask, strict=True) if m == 0)
     assert all(lp < 0 for lp, m in zip(from_vllm.logprobs, from_vllm.action_mask, strict=True) if m == 1)
