@@ -62,6 +62,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxPool",
     "TestOutcome",
+    "compile_error",
     "default_pool",
     "execute_many",
     "execute_program",
@@ -175,6 +176,31 @@ def execute_program(
         message = f"unjudgeable result: {type(exc).__name__}"
         outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
     return summarize(outcomes, time.monotonic() - start, sample_id, planned.untrusted)
+
+
+def compile_error(code: str, pool: SandboxPool, limits: SandboxLimits | None = None) -> str | None:
+    """The compiler's message when `code` does not compile as a module, else None, from a sandbox
+    process that compiles the program and never runs it (a trusted process never compiles a model's
+    program). Raises SandboxError when the sandbox itself failed."""
+    if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
+        return f"program longer than {MAX_CODE_BYTES} bytes"
+    limits = limits or pool.limits
+    job = {
+        "mode": "calls",
+        "tests": [{"kind": "expr", "src": "None"}],
+        "code": code,
+        "imports": "",
+        "setup": "",
+        "prelude": False,
+        "compile_only": True,
+        "id": "compile",
+        "limits": limits.job_limits(1),
+    }
+    raw = pool.run(job)
+    tests = raw.get("tests")
+    if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != 1 or not isinstance(tests[0], dict):
+        raise SandboxError(f"compile check: {raw.get('sandbox_error') or 'a reply of the wrong shape'}")
+    return _syntax_error(tests)
 
 
 def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: SandboxLimits) -> str | None:

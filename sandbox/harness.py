@@ -150,6 +150,10 @@ def _child_calls(job: dict) -> None:
     code = _compile_program(job)
     if code is None:
         return
+    if job.get("compile_only"):  # a syntax check for a trusted process: the program never runs
+        for index in job["run"]:
+            frame(_RESULT_FD, b'{"k": "val", "i": %d, "v": null}' % index)
+        return
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
             exec(code if source is None else compile(source, f"<{phase}>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job

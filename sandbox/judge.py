@@ -102,6 +102,12 @@ class ExecutionResult:
     def pass_fraction(self) -> float:
         return self.tests_passed / self.tests_total if self.tests_total else 0.0
 
+    @property
+    def compiles(self) -> bool:
+        """The program was found and compiled (in its own process: a model's program is never compiled
+        in a trusted one); False for no code and for a syntax error."""
+        return self.status not in ("no_code", "syntax_error")
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["pass_fraction"] = self.pass_fraction

@@ -241,7 +241,7 @@ def build_record(
         code=parsed.code,
         response=response.text,
         reasoning=response.reasoning,
-        syntax_ok=parsed.syntax_ok,
+        syntax_ok=result.compiles,  # compiled in the sandbox, never here
         **verdict_fields(result),
     )
 

@@ -200,7 +200,9 @@ def test_tool_mode_three_turns_mask_covers_exactly_the_policy_tokens(smollm2_tok
 
 def never_closing_script(index: int, turn: int) -> str:
     """A policy that never writes a closing tag: its tool program prints one and a solution."""
-    program = "print('</' + 'think>')\nprint('```python')\nprint('def add(a, b):')\nprint('    return a + b')\nprint('```')"
+    program = (
+        "print('</' + 'think>')\nprint('```python')\nprint('def add(a, b):')\nprint('    return a + b')\nprint('```')"
+    )
     return ["<think>\nLet me run this.\n<program>\n" + program + "\n</program>", "\nHmm."][turn]
 
 
