@@ -166,7 +166,9 @@ def _child_calls(job: dict) -> None:
         try:
             if test["kind"] == "expr":
                 # values computed in another process (a program-free input, a program's result), as plain data
-                namespace.update({name: decode_value(data) for name, data in test.get("bind", {}).items()})
+                # (numpy values as numpy values where the test's imports loaded numpy)
+                numpy = sys.modules.get("numpy")
+                namespace.update({name: decode_value(data, 0, numpy) for name, data in test.get("bind", {}).items()})
                 value = eval(compile(test["src"], "<test>", "eval"), namespace)
             elif test["kind"] == "exec":
                 exec(compile(test["src"], "<test>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
