@@ -88,6 +88,18 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
     return splits, reports
 
 
+def check_expected_sides(tasks: list[Task], config: Config) -> dict[str, str]:
+    """Every task's expected sides computed once in a program-free sandbox process (only tasks whose asserts
+    have one start a pool): task_id -> why, for those that err or time out."""
+    from sandbox.executor import SandboxPool, expected_side_failures, plan_tests
+
+    with_references = [t for t in tasks if plan_tests(t, True).reference_job is not None]
+    if not with_references:
+        return {}
+    with SandboxPool.from_config(config.sandbox) as pool:
+        return expected_side_failures(with_references, pool)
+
+
 def verify_references(splits: dict[str, tuple[list[Task], list[Task]]], config: Config, drop: bool) -> dict:
     """Run each task's first reference solution in the sandbox; optionally drop the failures."""
     from sandbox.executor import SandboxPool, execute_many
@@ -204,6 +216,10 @@ def main(config: Config) -> dict:
             f"all in {row['all_shown']} ({row['tests_shown']} tests shown, {row['tests_hidden']} hidden)"
         )
     print(f"tasks whose prompt shows every test (no correctness signal in training): {len(no_hidden)}")
+    unjudgeable = check_expected_sides(train + val, config)
+    print(f"tasks whose expected side cannot be computed (their tests judge nothing): {len(unjudgeable)}")
+    for task_id, why in list(unjudgeable.items())[:10]:
+        print(f"  {task_id}: {why}")
 
     out_dir = Path(config.paths.data_dir)
     payloads = {"train.jsonl": _jsonl_bytes(train), "val.jsonl": _jsonl_bytes(val)}
@@ -218,6 +234,7 @@ def main(config: Config) -> dict:
         "untrusted_tasks": untrusted,
         "shown_tests": {"num_visible_tests": config.prompt.num_visible_tests, "per_source": shown},
         "no_hidden_test_tasks": no_hidden,
+        "unjudgeable_tasks": unjudgeable,
         "files": {
             name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()
         },

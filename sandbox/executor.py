@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sandbox.judge import (
     STATUSES,
+    UNJUDGEABLE,
     AssertPlan,
     ExecutionResult,
     PlannedTests,
@@ -54,6 +55,7 @@ from utils.thinking_extraction import extract_function_from_code
 
 __all__ = [
     "STATUSES",
+    "UNJUDGEABLE",
     "AssertPlan",
     "ExecutionResult",
     "PlannedTests",
@@ -66,6 +68,7 @@ __all__ = [
     "default_pool",
     "execute_many",
     "execute_program",
+    "expected_side_failures",
     "plan_tests",
     "task_secret_paths",
     "untrusted_task_ids",
@@ -216,6 +219,11 @@ def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: Sandbo
     if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != planned.total:
         return f"reference run: {raw.get('sandbox_error') or 'a reply of the wrong shape'}"
     tests = [t if isinstance(t, dict) else {} for t in tests]
+    failed = [k for k, t in enumerate(tests) if planned.expectations[k].reference_test and t.get("status") != "ok"]
+    if failed:  # the task's own data cannot be computed: no program is to blame (kept uncached: retried)
+        k = failed[0]
+        why = tests[k].get("error") or tests[k].get("status")
+        return f"{UNJUDGEABLE}the expected side of test {k} could not be computed ({str(why)[:200]})"
     planned.references = decode_references(tests)
     planned.reference_values = [t.get("value") if t.get("status") == "ok" else None for t in tests]
     return None
@@ -243,6 +251,19 @@ def _sandbox_failure(message: str, n: int, start: float, sample_id: str | None) 
         [TestOutcome(False, "sandbox_error", message[:200]) for _ in range(n)],
         sample_id,
     )
+
+
+def expected_side_failures(tasks: Sequence[Task], pool: SandboxPool, include_challenge: bool = True) -> dict[str, str]:
+    """Each task's expected sides computed once, in a program-free sandbox process (phase 1's check):
+    task_id -> why, for the tasks whose expected side errs or times out (their tests judge nothing)."""
+    failures: dict[str, str] = {}
+    for task in tasks:
+        planned = plan_tests(task, include_challenge)
+        if planned.reference_job is not None:
+            error = _compute_references(planned, pool, pool.limits)
+            if error is not None:
+                failures[task.task_id] = error
+    return failures
 
 
 def execute_many(

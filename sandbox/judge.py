@@ -51,6 +51,10 @@ from sandbox.protocol import Opaque, decode_value, hashing_is_bounded, valid_tex
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
 
+# how a `sandbox_error` that is the task's, not the harness's nor the program's, begins: an expected side
+# that errs or times out in its program-free process (`ExecutionResult.unjudgeable`)
+UNJUDGEABLE = "unjudgeable task: "
+
 STATUSES = (
     "passed",
     "wrong_answer",
@@ -101,6 +105,12 @@ class ExecutionResult:
     @property
     def pass_fraction(self) -> float:
         return self.tests_passed / self.tests_total if self.tests_total else 0.0
+
+    @property
+    def unjudgeable(self) -> bool:
+        """The task's data could not judge this run (an expected side that errs or times out): no verdict
+        on the program, however often it is run."""
+        return self.status == "sandbox_error" and (self.error or "").startswith(UNJUDGEABLE)
 
     @property
     def compiles(self) -> bool:

@@ -295,3 +295,40 @@ def test_a_binary_stdin_run_does_not_rerun_the_tests_after_a_timeout(pool):
     assert [o.status for o in stopped.test_outcomes] == ["passed", "timeout", "not_run", "not_run"]
     every = execute_program(code, task, pool=pool, limits=SandboxLimits(test_timeout=1.0))
     assert [o.status for o in every.test_outcomes] == ["passed", "timeout", "passed", "passed"]
+
+
+# ------------------------------------------------------------------------ task data that cannot judge
+
+
+def test_an_expected_side_that_errs_makes_the_test_unjudgeable_not_wrong(pool):
+    task = assert_task("t/bad-expected", "f", "assert f(1) == math.factorial(-1)", test_imports=("import math",))
+    result = execute_program("def f(x):\n    return x", task, pool=pool, limits=LIMITS)
+    assert result.status == "sandbox_error" and result.unjudgeable, (result.status, result.error)
+    assert "expected side" in (result.error or "")
+
+
+def test_an_unjudgeable_task_gives_no_signal_even_after_the_retry(tmp_path, pool):
+    from config import build_config
+    from rollouts.completion import RolloutCompletion
+    from training.scoring import score_rollouts
+
+    task = assert_task(
+        "t/bad-expected2",
+        "f",
+        "assert f(0) == 0",
+        "assert f(1) == math.factorial(-1)",
+        test_imports=("import math",),
+    )
+    config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=binary"])
+    answer = RolloutCompletion("<think>x</think>\n```python\ndef f(x):\n    return x\n```", (1,), (2,), "stop")
+    groups, metrics = score_rollouts([task], ["p"], [[answer]], config, pool)
+    assert groups[0][0].reward.correctness is None and metrics["sandbox/error_confirmed"] == 0.0
+
+
+def test_phase_one_computes_each_expected_side_once_and_names_those_that_fail(pool):
+    from sandbox.executor import expected_side_failures
+
+    bad = assert_task("t/bad", "f", "assert f(1) == math.factorial(-1)", test_imports=("import math",))
+    good = assert_task("t/good", "f", "assert f(1) == math.factorial(3)", test_imports=("import math",))
+    failures = expected_side_failures([bad, good], pool)
+    assert list(failures) == ["t/bad"] and "expected side of test 0" in failures["t/bad"]

@@ -144,6 +144,7 @@ def test_real_data_random_and_standard_splits(tmp_path):
     apps = manifest["shown_tests"]["per_source"]["apps"]
     assert (apps["none_shown"], apps["some_shown"], apps["all_shown"]) == (15, 50, 88)
     assert len(manifest["no_hidden_test_tasks"]) == 88 + manifest["shown_tests"]["per_source"]["mbpp"]["all_shown"]
+    assert manifest["unjudgeable_tasks"] == {}  # every expected side of real MBPP computes
     standard = phase1.main(
         build_config(
             "cpu",

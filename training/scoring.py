@@ -40,7 +40,8 @@ def score_rollouts(
     show); a task with none runs on all its tests for the metrics, and its samples get no correctness signal.
     Under the binary reward a program's run stops at its first failing test; `fraction` runs them all.
     A sample whose run hit a harness failure (`sandbox_error`) is run once more; failing twice on the same
-    program it counts as a failure, not as unverifiable (`compute_rewards(confirmed_failures=)`). The
+    program it counts as a failure, not as unverifiable (`compute_rewards(confirmed_failures=)`), unless the
+    task's own expected side could not be computed (`ExecutionResult.unjudgeable`): that stays None. The
     optional multi-turn terms (`training.rewards.shaping_reward`) enter the reward's shaping part.
     """
     start = time.monotonic()
@@ -60,7 +61,8 @@ def score_rollouts(
         )
         for i, result in zip(retry, again, strict=True):
             results[i] = result
-    confirmed = {i for i in retry if results[i].status == "sandbox_error"}
+    # a task whose expected side cannot be computed is no program's failure: it stays unscored (None)
+    confirmed = {i for i in retry if results[i].status == "sandbox_error" and not results[i].unjudgeable}
     m = config.multi_turn
     shaping = [shaping_reward(s, m.tool_call_reward, m.tool_reward_cap, m.turn_cost) for _, s in flat]
     rewards = compute_rewards(
