@@ -508,6 +508,7 @@ def _numpy_scalar(dtype: str, value: object) -> object:
 
 _DTYPE = re.compile(r"[a-z]+[0-9]{0,3}|<U[0-9]{1,6}")
 MAX_ARRAY_ITEMS = 10_000_000
+MAX_FRACTION_BITS = 1 << 16  # about 20,000 digits per term: far above any honest answer
 
 
 def decode_value(data: object, depth: int = 0, numpy: Any = None) -> object:
@@ -560,6 +561,8 @@ def decode_value(data: object, depth: int = 0, numpy: Any = None) -> object:
         if tag == "decimal" and type(v) is str:
             return decimal.Decimal(v)
         if tag == "fraction" and type(v) is list and len(v) == 2 and all(type(x) is int for x in v) and v[1]:
+            if max(abs(x).bit_length() for x in v) > MAX_FRACTION_BITS:  # normalizing takes a gcd: ~2 s at 800 kbit
+                return Opaque("fraction too large to compare")
             return fractions.Fraction(v[0], v[1])
         if tag == "bytearray" and type(v) is str:
             return bytearray(base64.b64decode(v, validate=True))

@@ -120,11 +120,13 @@ def _program_free_part(test: ast.AST, fn_name: str | None) -> str | None:
     the program (`1 == 1`, the `True` of `f(x) == 2 or True`), else None."""
     if not _depends_on_program(test, fn_name):
         return ast.unparse(test)
-    for node in ast.walk(test):
-        if isinstance(node, ast.BoolOp):
-            for operand in node.values:
-                if not _depends_on_program(operand, fn_name):
-                    return ast.unparse(operand)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _program_free_part(test.operand, fn_name)
+    if isinstance(test, ast.BoolOp):  # the verdict's own boolean structure (not a value's `x or y` inside it)
+        for operand in test.values:
+            part = _program_free_part(operand, fn_name)
+            if part is not None:
+                return part
     return None
 
 
