@@ -471,7 +471,7 @@ class NumpyArray:
     def __init__(self, dtype: str, shape: tuple[int, ...], items: list) -> None:
         self.dtype, self.shape, self.items = dtype, shape, items
 
-    def __eq__(self, other: object) -> Any:  # type: ignore[override]  # elementwise, as numpy's
+    def __eq__(self, other: object) -> Any:  # elementwise, as numpy's
         if isinstance(other, NumpyArray):
             theirs: list | None = other.items if other.shape == self.shape else None
         elif isinstance(other, (list, tuple)):
@@ -491,7 +491,7 @@ class NumpyArray:
         return f"array(shape={self.shape}, dtype={self.dtype})"
 
 
-def _numpy_scalar(dtype: str, value: object) -> object:
+def _numpy_scalar(dtype: str, value: Any) -> object:
     if dtype == "bool" and type(value) is bool:
         return NumpyBool(value)
     if dtype.startswith(("int", "uint")) and type(value) is int:
@@ -567,13 +567,13 @@ def decode_value(data: object, depth: int = 0, numpy: Any = None) -> object:
         if tag == "bytearray" and type(v) is str:
             return bytearray(base64.b64decode(v, validate=True))
         if tag == "memoryview" and type(v) is list and len(v) == 3 and type(v[0]) is str and type(v[2]) is str:
-            view = memoryview(base64.b64decode(v[2], validate=True))
+            view: Any = memoryview(base64.b64decode(v[2], validate=True))
             shape = v[1]
             if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape) or len(shape) > 8:
                 return Opaque("malformed memoryview")
             return view.cast("B").cast(v[0], shape) if shape else view.cast("B").cast(v[0])
         if tag in ("dict_keys", "dict_items", "dict_values") and type(v) is list:
-            items = [decode_value(x, depth + 1, numpy) for x in v]
+            items: list[Any] = [decode_value(x, depth + 1, numpy) for x in v]
             if tag == "dict_values":
                 return dict(enumerate(items)).values()
             if tag == "dict_keys":

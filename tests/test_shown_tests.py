@@ -83,3 +83,13 @@ def test_a_task_whose_prompt_shows_every_test_gives_no_correctness_signal(tmp_pa
     examples = "import sys\nprint({'3 4': 7, '1 1': 2}.get(' '.join(sys.stdin.read().split()), 0))"
     groups, _ = score_rollouts([every], ["prompt"], [[_answer(examples)]], config, pool)
     assert groups[0][0].reward.correctness is None and groups[0][0].reward.total is None
+
+
+def test_self_sft_never_imitates_a_sample_of_a_task_without_hidden_tests(tmp_path, pool):
+    from training.sft_sources import best_passing_sample
+
+    every = stdin_task("t/all2", ("3 4\n", "7\n"), ("1 1\n", "2\n"), problem=STATEMENT)
+    config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=binary"])
+    examples = "import sys\nprint({'3 4': 7, '1 1': 2}.get(' '.join(sys.stdin.read().split()), 0))"
+    groups, _ = score_rollouts([every], ["prompt"], [[_answer(examples)]], config, pool)
+    assert groups[0][0].result.passed and best_passing_sample(groups[0]) is None
