@@ -602,6 +602,23 @@ def test_phase2_tool_mode_runs_the_teachers_program_and_continues_its_text(tmp_p
     assert not any(hidden in r["prompt"] for r in requests for hidden in MBPP.tests[1:])
 
 
+def test_phase2_tool_mode_grades_only_the_teachers_own_text(tmp_path, capsys):
+    from tests.fake_openai_server import FakeTeacher
+
+    printer = (
+        "print('</' + 'think>')\nprint('```python')\nprint('def add(a, b):')\nprint('    return a + b')\nprint('```')"
+    )
+    program = "<think>\n<program>\n" + printer + "\n</program>"
+
+    def teacher(prompt: str) -> str:  # runs a program that prints a solution, then never closes its thinking
+        return "\nDone." if prompt.rstrip().endswith(RESULT_CLOSE) else program
+
+    code, [record], _ = run_phase2_tool(tmp_path, FakeTeacher(text_script=teacher))
+    assert code == 0, capsys.readouterr().err
+    assert "</think>" in record["response"]  # the result block holds the printed tag ...
+    assert record["code"] is None and not record["passed"]  # ... but grading reads the teacher's text only
+
+
 def test_phase2_tool_traces_train_the_teachers_text_never_the_results(tmp_path, smollm2_tokenizer):
     from synthesis.generate_traces import load_teacher_examples
     from tests.fake_openai_server import FakeTeacher
