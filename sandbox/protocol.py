@@ -5,9 +5,9 @@ worker (`sandbox.worker`) talk in frames; the worker also reads frames that the 
 writes on its result channel (`parse_frames`, `FrameBuffer`: never an exception, whatever arrives).
 
 Values: the program's return values cross the boundary as tagged JSON. `encode_value` runs in the
-untrusted child; `decode_value` runs in the judging process and builds plain Python data only, so
-no object of the program ever exists where the verdict is made. Expected values never travel in
-any message: they stay in `sandbox.judge`.
+untrusted child; `decode_value` runs in the judging process and builds plain Python data (and the
+numpy stand-ins below) only, so no object of the program ever exists where the verdict is made.
+Expected values never travel in any message: they stay in `sandbox.judge`.
 """
 
 from __future__ import annotations
@@ -481,6 +481,11 @@ class NumpyArray:
         if theirs is None:
             raise ValueError("operands could not be broadcast together")
         return _Elementwise([a == b for a, b in zip(self.items, theirs, strict=True)])
+
+    def __bool__(self) -> bool:  # numpy's rule: defined for exactly one element
+        if len(self.items) != 1:
+            raise ValueError("the truth value of an array that has not exactly one element is ambiguous")
+        return bool(self.items[0])
 
     def __len__(self) -> int:
         if not self.shape:

@@ -72,3 +72,8 @@ def test_the_codec_keeps_the_type_and_the_judge_imports_no_numpy():
     with pytest.raises(ValueError):
         bool(decoded[1] == [[1, 2]])
     assert already or "numpy" not in sys.modules
+
+
+def test_an_array_is_truthy_only_with_one_element(pool):
+    assert verdict(pool, "np.array([1])", "assert f()")
+    assert not verdict(pool, "np.array([1, 1])", "assert f()")  # numpy: ambiguous truth value
