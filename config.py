@@ -472,10 +472,11 @@ class GRPOConfig:
     )
     correctness_reward: str = option(
         "binary",
-        "'binary': 1 only when every test passes (no credit for near misses, cannot be gamed by "
-        "passing the easy tests); 'fraction': the share of the tests the prompt does not show that pass "
-        "(prompt.num_visible_tests asserts are shown; hard-coding their answers earns nothing), a denser "
-        "signal for weak students. 'fraction' needs scale_rewards=false: z-scored, a group's 1/3 partial credit "
+        "Both score only the tests the prompt does not show (MBPP: prompt.num_visible_tests asserts; APPS: "
+        "the statement's examples), so hard-coding shown answers earns nothing; a task that shows every test "
+        "gives no signal. 'binary': 1 only when every such test passes (no credit for near misses; a run stops "
+        "at its first failing test); 'fraction': the share that pass, a denser signal for weak students. "
+        "'fraction' needs scale_rewards=false: z-scored, a group's 1/3 partial credit "
         "would get the advantage of a full solve.",
         choices=("binary", "fraction"),
     )

@@ -35,6 +35,7 @@ from utils.dataset_loader import (
     split_tasks,
 )
 from utils.jsonl import jsonl_bytes, write_files_atomic
+from utils.shown_tests import no_hidden_test_ids, shown_counts
 
 OUTPUT_NAMES = ("train.jsonl", "val.jsonl", "split_manifest.json", "phase1_config.json")
 
@@ -85,6 +86,18 @@ def load_sources(config: Config) -> tuple[dict[str, tuple[list[Task], list[Task]
             reports.append(report)
             splits["apps"] = split_tasks(seeded_sample(apps, data.max_apps, data.seed), data.val_ratio, data.seed)
     return splits, reports
+
+
+def check_expected_sides(tasks: list[Task], config: Config) -> dict[str, str]:
+    """Every task's expected sides computed once in a program-free sandbox process (only tasks whose asserts
+    have one start a pool): task_id -> why, for those that err or time out."""
+    from sandbox.executor import SandboxPool, expected_side_failures, plan_tests
+
+    with_references = [t for t in tasks if plan_tests(t, True).reference_job is not None]
+    if not with_references:
+        return {}
+    with SandboxPool.from_config(config.sandbox) as pool:
+        return expected_side_failures(with_references, pool)
 
 
 def verify_references(splits: dict[str, tuple[list[Task], list[Task]]], config: Config, drop: bool) -> dict:
@@ -194,6 +207,19 @@ def main(config: Config) -> dict:
     # tests that only the program's own process can judge: such results earn no training reward
     untrusted = untrusted_task_ids(train + val, include_challenge=True)
     print(f"tasks with a test judged inside the program's process (no reward signal): {len(untrusted)}")
+    # what the prompt prints of each task's tests (utils.shown_tests): correctness is scored on the others
+    shown = shown_counts(train + val, config.prompt.num_visible_tests)
+    no_hidden = no_hidden_test_ids(train + val, config.prompt.num_visible_tests)
+    for source, row in shown.items():
+        print(
+            f"{source}: tests shown in the prompt: none in {row['none_shown']} tasks, some in {row['some_shown']}, "
+            f"all in {row['all_shown']} ({row['tests_shown']} tests shown, {row['tests_hidden']} hidden)"
+        )
+    print(f"tasks whose prompt shows every test (no correctness signal in training): {len(no_hidden)}")
+    unjudgeable = check_expected_sides(train + val, config)
+    print(f"tasks whose expected side cannot be computed (their tests judge nothing): {len(unjudgeable)}")
+    for task_id, why in list(unjudgeable.items())[:10]:
+        print(f"  {task_id}: {why}")
 
     out_dir = Path(config.paths.data_dir)
     payloads = {"train.jsonl": _jsonl_bytes(train), "val.jsonl": _jsonl_bytes(val)}
@@ -206,6 +232,9 @@ def main(config: Config) -> dict:
         "counts": table,
         "totals": {"train": len(train), "val": len(val)},
         "untrusted_tasks": untrusted,
+        "shown_tests": {"num_visible_tests": config.prompt.num_visible_tests, "per_source": shown},
+        "no_hidden_test_tasks": no_hidden,
+        "unjudgeable_tasks": unjudgeable,
         "files": {
             name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)} for name, data in payloads.items()
         },

@@ -49,6 +49,7 @@ from sandbox.executor import SandboxPool, task_secret_paths, untrusted_task_ids
 from utils.dataset_loader import DataFormatError, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.provenance import build_provenance
+from utils.shown_tests import no_hidden_test_ids
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer, resolve_model_path
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
@@ -227,6 +228,8 @@ def main(
         # tasks with a test only the program's own process can judge (a forgeable verdict, counted as
         # judged there; the training rewards give such results no signal)
         "untrusted_tasks": untrusted_task_ids(tasks, config.sandbox.include_challenge_tests),
+        # tasks whose prompt shows every test: a pass there may be the printed examples, not a solution
+        "no_hidden_test_tasks": no_hidden_test_ids(tasks, eval_set.visible_tests),
         "config": config_to_dict(config),
         "provenance": build_provenance(config),
         **summaries[main_role],
@@ -255,6 +258,11 @@ def main(
     if result["untrusted_tasks"]:
         print(
             f"{len(result['untrusted_tasks'])} tasks have a test judged inside the program's process (untrusted_tasks)"
+        )
+    if result["no_hidden_test_tasks"]:
+        print(
+            f"{len(result['no_hidden_test_tasks'])} tasks show every test in the prompt (no_hidden_test_tasks): "
+            "a pass there is no evidence of solving"
         )
     print(f"\nWrote {output} and {samples_output}")
     return result

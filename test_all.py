@@ -411,12 +411,13 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
     report.ok_or_warn(
         parsed.has_code, "code extracted from the output", "no code could be extracted from the output", small
     )
-    if parsed.has_code:
+    if parsed.has_code and parsed.code is not None:
+        from sandbox.executor import SandboxPool, compile_error
+
+        with SandboxPool.from_config(config.sandbox, workers=1) as pool:  # a model's code compiles only there
+            error = compile_error(parsed.code, pool)
         report.ok_or_warn(
-            parsed.syntax_ok,
-            "student code is valid Python",
-            f"student code does not compile ({parsed.syntax_error})",
-            small,
+            error is None, "student code is valid Python", f"student code does not compile ({error})", small
         )
     return model, tokenizer
 

@@ -17,10 +17,9 @@ mode's instructions.
   It returns stdout, then the error line, cut at `result_max_bytes`, as a `<result>` block.
   Past `max_tool_calls` it answers without running.
 - `FeedbackEnvironment` runs an answer on `visible_tests(task)` only.
-  For MBPP that is the first `num_visible_tests` asserts, what the prompt prints.
-  For stdin and call tasks it is the tests whose input and output both appear in the statement.
+  Those are `utils.shown_tests`' shown tests, the one definition the prompt and the rewards read too.
   So no observation can contain a hidden test, by construction.
   A failure becomes a user message (the test, expected vs got or the error, trimmed).
   After `max_turns` answers the sample ends, truncated.
-  A task that shows no test only hears about code that does not compile.
+  A task that shows no test only hears about code that does not compile (checked in the sandbox).
 """

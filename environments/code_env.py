@@ -18,7 +18,6 @@ parallel on the pool's workers.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -26,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.executor import MAX_CODE_BYTES, SandboxError, SandboxPool, execute_program
-from utils.code_parser import check_syntax
+from sandbox.executor import MAX_CODE_BYTES, SandboxError, SandboxPool, compile_error, execute_program
 from utils.dataset_loader import Task
 from utils.prompts import PROGRAM_CLOSE, PROGRAM_OPEN, RESULT_CLOSE, RESULT_OPEN
+from utils.shown_tests import shown_tests_task
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
@@ -114,10 +113,7 @@ def run_tool_program(code: str | None, pool: SandboxPool) -> tuple[str, bool]:
         return "empty program; nothing was run", False
     if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
         return f"program longer than {MAX_CODE_BYTES} bytes; nothing was run", False
-    ok, syntax_error = check_syntax(code)
-    if not ok:
-        return f"SyntaxError: {syntax_error}", False
-    job = {
+    job = {  # compiled only in the program's own process: a compile error comes back as its report
         "mode": "stdin",
         "inputs": [""],
         "code": code,
@@ -139,6 +135,8 @@ def run_tool_program(code: str | None, pool: SandboxPool) -> tuple[str, bool]:
     if status == "done":
         failed = bool(test.get("exit_code")) or bool(error)
         return stdout + (("\n" if stdout and not stdout.endswith("\n") else "") + error if error else ""), not failed
+    if status == "error":  # it did not compile (the only error reported before a stdin program runs)
+        return f"{test.get('type') or 'Error'}: {error or ''}", False
     if status == "timeout":
         return stdout + "TimeoutError: the program ran longer than the time limit", False
     if status == "output_limit":
@@ -197,32 +195,11 @@ class ToolEnvironment:
 # -------------------------------------------------------------------------------------- feedback
 
 
-def _shown(text: str, problem: str) -> bool:
-    """Whether `text` appears in the problem statement (whitespace-insensitive, non-empty)."""
-    squeeze = " ".join(text.split())
-    return bool(squeeze) and squeeze in " ".join(problem.split())
-
-
 def visible_tests(task: Task, num_visible_tests: int) -> Task | None:
-    """The task restricted to the tests its prompt shows, or None when it shows none.
-
-    MBPP-style asserts: the first `num_visible_tests` (exactly what `get_unified_prompt` prints).
-    APPS stdin/call tests: those whose input and output both appear in the problem statement (its
-    examples). A test that is not in the prompt is never run here, so no observation can reveal one.
-    """
-    if task.test_type == "assert":
-        shown = list(task.tests)[: max(num_visible_tests, 0)]
-    elif task.test_type == "stdin":
-        shown = [t for t in task.tests if _shown(t["input"], task.problem) and _shown(t["output"], task.problem)]
-    else:
-
-        def literal_shown(value: Any) -> bool:
-            return _shown(json.dumps(value), task.problem) or _shown(repr(value), task.problem)
-
-        shown = [t for t in task.tests if all(literal_shown(a) for a in t["input"]) and literal_shown(t["output"])]
-    if not shown:
-        return None
-    return dataclasses.replace(task, tests=tuple(shown), challenge_tests=())
+    """The task restricted to the tests its prompt shows, or None when it shows none
+    (`utils.shown_tests`: the one definition of a shown test, by content). A test that is not
+    shown is never run here, so no observation can reveal one."""
+    return shown_tests_task(task, num_visible_tests)
 
 
 def describe_test(task: Task, index: int) -> str:
@@ -287,13 +264,16 @@ class FeedbackEnvironment:
     def _check(self, state: EpisodeState, turn: Turn) -> Step:
         code = extract_thinking_and_code_unified(turn.text).code
         if state.visible is None:  # nothing shown to test against: only a program that does not compile is told
-            if not code or check_syntax(code)[0]:
+            try:  # compiled in the sandbox, never here
+                error = compile_error(code, self.pool) if code else None
+            except SandboxError:  # the harness, not the program: no feedback to give
+                error = None
+            if error is None:
                 return Step(done=True, info={"visible_passed": None})
             return Step(
                 False,
                 observation=trim_chars(
-                    f"Your code does not compile: {check_syntax(code)[1]}\n"
-                    "Correct the code and answer again in the same format.",
+                    f"Your code does not compile: {error}\nCorrect the code and answer again in the same format.",
                     self.feedback_max_chars,
                 ),
                 as_user_message=True,

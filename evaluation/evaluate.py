@@ -331,7 +331,7 @@ def execute_samples(
             code=p.code,
             think_closed=p.think_closed,
             has_code=p.has_code,
-            syntax_ok=p.syntax_ok,
+            syntax_ok=result.compiles,  # compiled in the sandbox, never here
             passed=result.passed,
             status=result.status,
             tests_passed=result.tests_passed,

@@ -32,7 +32,7 @@ class MultiTurnInfo:
     # ("tool_status" / "visible_passed"), and "feedback" when a feedback turn followed}. Plain rows,
     # not a record: their keys are the environment's, and phase 4's cache writes them as they are.
     turns: tuple[dict[str, Any], ...]
-    answers: tuple[str, ...]  # feedback: each answer the policy gave; tool: the transcript alone
+    answers: tuple[str, ...]  # feedback: each answer the policy gave; tool: the policy's own text alone
     transcript: str  # every policy turn with what the environment inserted, as text
     truncated: bool  # ended by a limit (tokens, turns), not by the policy: scored on its last answer
     tool_calls: int  # tool mode: programs the policy asked to run

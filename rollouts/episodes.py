@@ -93,8 +93,11 @@ def _record(episode: Episode, mode: str) -> RolloutCompletion:
         if turn.get("feedback") is not None:  # a user turn: shown as such (its ids are the template's)
             pieces.append(f"\n\n[feedback]\n{turn['feedback']}\n\n")
     transcript = "".join(pieces)
+    # what the reward scores: only text the policy sampled. Tool mode: its own spans, one turn per line,
+    # never a `<result>` block (a program could print `</think>` and a solution there); feedback: the last answer
+    graded = "\n".join(answers) if mode == "tool" else last["text"]
     return RolloutCompletion(
-        text=transcript if mode == "tool" else last["text"],  # what the reward scores: the final answer
+        text=graded,
         token_ids=tuple(episode.token_ids),
         prompt_ids=tuple(episode.prompt_ids),
         finish_reason="stop" if last["finish_reason"] == "stop" else "length",
@@ -103,7 +106,7 @@ def _record(episode: Episode, mode: str) -> RolloutCompletion:
         multi_turn=MultiTurnInfo(
             mode=mode,
             turns=tuple(episode.turns),
-            answers=tuple(answers) if mode == "feedback" else (transcript,),
+            answers=tuple(answers) if mode == "feedback" else (graded,),
             transcript=transcript,
             truncated=episode.truncated,
             tool_calls=episode.state.tool_calls,

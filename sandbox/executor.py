@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sandbox.judge import (
     STATUSES,
+    UNJUDGEABLE,
     AssertPlan,
     ExecutionResult,
     PlannedTests,
@@ -54,6 +55,7 @@ from utils.thinking_extraction import extract_function_from_code
 
 __all__ = [
     "STATUSES",
+    "UNJUDGEABLE",
     "AssertPlan",
     "ExecutionResult",
     "PlannedTests",
@@ -62,9 +64,11 @@ __all__ = [
     "SandboxLimits",
     "SandboxPool",
     "TestOutcome",
+    "compile_error",
     "default_pool",
     "execute_many",
     "execute_program",
+    "expected_side_failures",
     "plan_tests",
     "task_secret_paths",
     "untrusted_task_ids",
@@ -83,10 +87,14 @@ def execute_program(
     sample_id: str | None = None,
     include_challenge: bool = False,
     planned: PlannedTests | None = None,
+    stop_at_first_failure: bool = False,
 ) -> ExecutionResult:
     """Run one program against one task's tests in the sandbox and judge it.
 
     `planned` may pass `plan_tests(task, include_challenge)` computed once for many samples.
+    `stop_at_first_failure` (the binary reward): the tests after the first one the program's run fails
+    (an error, a time, memory or output limit, a crash, a non-zero exit) are not run and count as failed
+    (`not_run`); a wrong value is known only here, after the run, so the run goes on past it.
     """
     start = time.monotonic()
     planned = planned or plan_tests(task, include_challenge)
@@ -127,6 +135,8 @@ def execute_program(
         job["tests"] = planned.program_tests()
     if task.test_type == "stdin":
         job["wrap_like_apps"] = True
+    if stop_at_first_failure:
+        job["stop_at_first_failure"] = True
     try:
         raw = pool.run(job)
     except SandboxError as exc:
@@ -171,6 +181,31 @@ def execute_program(
     return summarize(outcomes, time.monotonic() - start, sample_id, planned.untrusted)
 
 
+def compile_error(code: str, pool: SandboxPool, limits: SandboxLimits | None = None) -> str | None:
+    """The compiler's message when `code` does not compile as a module, else None, from a sandbox
+    process that compiles the program and never runs it (a trusted process never compiles a model's
+    program). Raises SandboxError when the sandbox itself failed."""
+    if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
+        return f"program longer than {MAX_CODE_BYTES} bytes"
+    limits = limits or pool.limits
+    job = {
+        "mode": "calls",
+        "tests": [{"kind": "expr", "src": "None"}],
+        "code": code,
+        "imports": "",
+        "setup": "",
+        "prelude": False,
+        "compile_only": True,
+        "id": "compile",
+        "limits": limits.job_limits(1),
+    }
+    raw = pool.run(job)
+    tests = raw.get("tests")
+    if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != 1 or not isinstance(tests[0], dict):
+        raise SandboxError(f"compile check: {raw.get('sandbox_error') or 'a reply of the wrong shape'}")
+    return _syntax_error(tests)
+
+
 def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: SandboxLimits) -> str | None:
     """Run the plan's program-free job once (a fresh sandbox process with no program in it) and keep
     the reference values on the plan; returns an error only when the harness itself failed."""
@@ -184,6 +219,11 @@ def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: Sandbo
     if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != planned.total:
         return f"reference run: {raw.get('sandbox_error') or 'a reply of the wrong shape'}"
     tests = [t if isinstance(t, dict) else {} for t in tests]
+    failed = [k for k, t in enumerate(tests) if planned.expectations[k].reference_test and t.get("status") != "ok"]
+    if failed:  # the task's own data cannot be computed: no program is to blame (kept uncached: retried)
+        k = failed[0]
+        why = tests[k].get("error") or tests[k].get("status")
+        return f"{UNJUDGEABLE}the expected side of test {k} could not be computed ({str(why)[:200]})"
     planned.references = decode_references(tests)
     planned.reference_values = [t.get("value") if t.get("status") == "ok" else None for t in tests]
     return None
@@ -213,6 +253,19 @@ def _sandbox_failure(message: str, n: int, start: float, sample_id: str | None) 
     )
 
 
+def expected_side_failures(tasks: Sequence[Task], pool: SandboxPool, include_challenge: bool = True) -> dict[str, str]:
+    """Each task's expected sides computed once, in a program-free sandbox process (phase 1's check):
+    task_id -> why, for the tasks whose expected side errs or times out (their tests judge nothing)."""
+    failures: dict[str, str] = {}
+    for task in tasks:
+        planned = plan_tests(task, include_challenge)
+        if planned.reference_job is not None:
+            error = _compute_references(planned, pool, pool.limits)
+            if error is not None:
+                failures[task.task_id] = error
+    return failures
+
+
 def execute_many(
     items: Iterable[tuple[str | None, Task]],
     pool: SandboxPool | None = None,
@@ -220,8 +273,10 @@ def execute_many(
     sample_ids: Sequence[str] | None = None,
     progress: bool = False,
     include_challenge: bool = False,
+    stop_at_first_failure: bool = False,
 ) -> list[ExecutionResult]:
-    """Execute (code, task) pairs on all workers of the pool; results come back in input order."""
+    """Execute (code, task) pairs on all workers of the pool; results come back in input order
+    (`stop_at_first_failure`: see `execute_program`)."""
     items = list(items)
     pool = pool or default_pool()
     ids = list(sample_ids) if sample_ids is not None else [None] * len(items)
@@ -247,6 +302,7 @@ def execute_many(
                 sample_id=ids[index],
                 include_challenge=include_challenge,
                 planned=plans[id(task)],
+                stop_at_first_failure=stop_at_first_failure,
             )
         except Exception as exc:  # noqa: BLE001 - one program's failure never loses the batch
             result = _sandbox_failure(

@@ -143,11 +143,16 @@ def _child_calls(job: dict) -> None:
     """Program body for assert/call tests: set up once, then report one value per test on fd 3."""
     send, encode, frame = write_message, encode_json, write_frame  # bound before the program can rebind them
     too_large = ValueTooLarge
+    stop_early = bool(job.get("stop_at_first_failure"))
     limit = job["limits"]["output_bytes"]  # one value's encoded size, like one test's stdout
     namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
     exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
     code = _compile_program(job)
     if code is None:
+        return
+    if job.get("compile_only"):  # a syntax check for a trusted process: the program never runs
+        for index in job["run"]:
+            frame(_RESULT_FD, b'{"k": "val", "i": %d, "v": null}' % index)
         return
     for phase, source in (("imports", job.get("imports", "")), ("program", None), ("setup", job.get("setup", ""))):
         try:
@@ -161,7 +166,9 @@ def _child_calls(job: dict) -> None:
         try:
             if test["kind"] == "expr":
                 # values computed in another process (a program-free input, a program's result), as plain data
-                namespace.update({name: decode_value(data) for name, data in test.get("bind", {}).items()})
+                # (numpy values as numpy values where the test's imports loaded numpy)
+                numpy = sys.modules.get("numpy")
+                namespace.update({name: decode_value(data, 0, numpy) for name, data in test.get("bind", {}).items()})
                 value = eval(compile(test["src"], "<test>", "eval"), namespace)
             elif test["kind"] == "exec":
                 exec(compile(test["src"], "<test>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
@@ -179,12 +186,15 @@ def _child_calls(job: dict) -> None:
             send(_RESULT_FD, {"k": "big", "i": index})
         except BaseException as exc:  # noqa: BLE001
             send(_RESULT_FD, {"k": "err", "i": index, "type": type(exc).__name__, "msg": _trim(exc)})
+            if stop_early:  # the supervisor marks the rest not run whatever comes after
+                return
 
 
 def _child_stdin(job: dict) -> None:
     """Program body for stdin tests: run the program as __main__ once per test, each test on its own
     stdin/stdout memfds, and report each test's exit status on fd 3 (the output stays in the memfd)."""
     send, dup2, fresh_stdio = write_message, os.dup2, _fresh_stdio  # bound before the program can patch them
+    stop_early = bool(job.get("stop_at_first_failure"))
     code = _compile_program(job)
     if code is None:
         return
@@ -206,6 +216,8 @@ def _child_stdin(job: dict) -> None:
         except BaseException as exc:  # noqa: BLE001 - a closed or full stdout is the program's problem
             status, error = status or 1, error or f"{type(exc).__name__}: {_trim(exc)}"
         send(_RESULT_FD, {"k": "done", "i": index, "exit": status, "error": error})
+        if status and stop_early:
+            return
 
 
 def _trim(exc: BaseException, limit: int = 300) -> str:

@@ -51,6 +51,10 @@ from sandbox.protocol import Opaque, decode_value, hashing_is_bounded, valid_tex
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
 
+# how a `sandbox_error` that is the task's, not the harness's nor the program's, begins: an expected side
+# that errs or times out in its program-free process (`ExecutionResult.unjudgeable`)
+UNJUDGEABLE = "unjudgeable task: "
+
 STATUSES = (
     "passed",
     "wrong_answer",
@@ -72,7 +76,7 @@ STATUSES = (
 @dataclass
 class TestOutcome:
     passed: bool
-    status: str  # a STATUSES value other than syntax_error/no_code
+    status: str  # a STATUSES value other than syntax_error/no_code, or not_run (after a failure, binary reward)
     error: str | None = None
     time: float = 0.0
 
@@ -101,6 +105,18 @@ class ExecutionResult:
     @property
     def pass_fraction(self) -> float:
         return self.tests_passed / self.tests_total if self.tests_total else 0.0
+
+    @property
+    def unjudgeable(self) -> bool:
+        """The task's data could not judge this run (an expected side that errs or times out): no verdict
+        on the program, however often it is run."""
+        return self.status == "sandbox_error" and (self.error or "").startswith(UNJUDGEABLE)
+
+    @property
+    def compiles(self) -> bool:
+        """The program was found and compiled (in its own process: a model's program is never compiled
+        in a trusted one); False for no code and for a syntax error."""
+        return self.status not in ("no_code", "syntax_error")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -918,6 +934,8 @@ def _common_outcome(test: dict) -> TestOutcome | None:
     t = float(t) if isinstance(t, (int, float)) else 0.0
     if status in ("timeout", "output_limit", "memory_limit"):
         return TestOutcome(False, status, error or status.replace("_", " "), t)
+    if status == "not_run":  # the binary reward's run stopped at an earlier failure (sandbox.supervisor)
+        return TestOutcome(False, "not_run", "not run: an earlier test failed", 0.0)
     if status == "crashed":
         sig = test.get("signal")
         return TestOutcome(False, _signal_status(sig) if sig is not None else "runtime_error", error, t)

@@ -5,15 +5,17 @@ worker (`sandbox.worker`) talk in frames; the worker also reads frames that the 
 writes on its result channel (`parse_frames`, `FrameBuffer`: never an exception, whatever arrives).
 
 Values: the program's return values cross the boundary as tagged JSON. `encode_value` runs in the
-untrusted child; `decode_value` runs in the judging process and builds plain Python data only, so
-no object of the program ever exists where the verdict is made. Expected values never travel in
-any message: they stay in `sandbox.judge`.
+untrusted child; `decode_value` runs in the judging process and builds plain Python data (and the
+numpy stand-ins below) only, so no object of the program ever exists where the verdict is made.
+Expected values never travel in any message: they stay in `sandbox.judge`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import decimal
+import fractions
 import json
 import math
 import os
@@ -181,6 +183,12 @@ def wrap_like_apps(code: str) -> str:
 
 MAX_DEPTH = 200
 _BASES: tuple[type[Any], ...] = (bool, int, float, str, tuple, list, dict, frozenset, set, bytes)
+# set-like views compare as sets (`{1: 2}.keys() == {1}`), a values view equals only itself
+_VIEW_TAGS: dict[type, str] = {
+    type({}.keys()): "dict_keys",
+    type({}.items()): "dict_items",
+    type({}.values()): "dict_values",
+}
 _INT_DIGITS = 4000  # below Python's 4300-digit str() limit; larger ints travel as hex (no digit limit)
 _json_string = json.encoder.encode_basestring_ascii  # the C escaper json.dumps uses
 
@@ -278,8 +286,33 @@ class _Writer:
 
     def other(self, value: Any, t: type, depth: int) -> None:
         module = getattr(t, "__module__", "")
-        if module == "numpy" and hasattr(value, "tolist"):  # numpy scalars and arrays
-            return self.value(value.tolist(), depth + 1)
+        name = getattr(t, "__qualname__", "")
+        if module == "numpy" and hasattr(value, "tolist") and hasattr(value, "dtype"):
+            # the dtype and shape travel: Python's `==` on an array is elementwise, on a numpy bool `is True` is False
+            if name == "ndarray":
+                return self.tagged(
+                    "ndarray",
+                    lambda: self.sequence([str(value.dtype), list(value.shape), value.tolist()], depth),
+                )
+            return self.tagged("npscalar", lambda: self.sequence([str(value.dtype), value.item()], depth))
+        if module == "decimal" and name == "Decimal":
+            text = str(value)
+            self.reserve(len(text))
+            return self.tagged("decimal", lambda: self.emit(_json_string(text)))
+        if module == "fractions" and name == "Fraction":
+            return self.tagged("fraction", lambda: self.sequence([value.numerator, value.denominator], depth))
+        if t is bytearray:
+            self.reserve(len(value) * 4 // 3)
+            return self.tagged("bytearray", lambda: self.emit('"' + base64.b64encode(value).decode("ascii") + '"'))
+        if t is memoryview:
+            data = value.tobytes()
+            self.reserve(len(data) * 4 // 3)
+            return self.tagged(
+                "memoryview",
+                lambda: self.sequence([value.format, list(value.shape), base64.b64encode(data).decode("ascii")], depth),
+            )
+        if t in _VIEW_TAGS:
+            return self.tagged(_VIEW_TAGS[t], lambda: self.sequence(list(value), depth))
         for base in _BASES:
             if isinstance(value, base):  # subclass: convert through the base type's constructor
                 return self.value(base(value), depth + 1)
@@ -355,34 +388,170 @@ class Opaque:
         return f"<{self.type_name} object>"
 
 
-def decode_value(data: object, depth: int = 0) -> object:
+_NAN = float("nan")  # every NaN decodes to this one object: see `decode_value`
+
+
+class NumpyInt(int):
+    """A numpy integer scalar in the judging process (no numpy here): equal as its value, not `is` an int."""
+
+    dtype: str = "int64"
+
+
+class NumpyFloat(float):
+    """A numpy float scalar: equal as its (exactly carried) value; `is` no float."""
+
+    dtype: str = "float64"
+
+
+class NumpyComplex(complex):
+    dtype: str = "complex128"
+
+
+class NumpyBool:
+    """`numpy.bool_`: equal to True/1 or False/0 as a bool is, but never `is True` or `is False`."""
+
+    __slots__ = ("value",)
+    dtype = "bool"
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NumpyBool):
+            return self.value == other.value
+        return bool(self.value == other) if isinstance(other, (bool, int, float, complex)) else False
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __bool__(self) -> bool:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"np.{self.value}_"
+
+
+class _Elementwise:
+    """What `array == other` gives: its truth is defined for one element only (numpy's ValueError otherwise)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[bool]) -> None:
+        self.values = values
+
+    def __bool__(self) -> bool:
+        if len(self.values) != 1:
+            raise ValueError("the truth value of an array with more than one element is ambiguous")
+        return self.values[0]
+
+
+def _flat(value: Any, shape: tuple[int, ...]) -> list | None:
+    """The elements of a nested list of exactly `shape`, row-major, or None."""
+    if not shape:
+        return None if isinstance(value, (list, tuple)) else [value]
+    if not isinstance(value, (list, tuple)) or len(value) != shape[0]:
+        return None
+    out: list = []
+    for item in value:
+        inner = _flat(item, shape[1:])
+        if inner is None:
+            return None
+        out += inner
+    return out
+
+
+class NumpyArray:
+    """A numpy array in the judging process (no numpy here): its dtype, shape and elements, with numpy's
+    `==` (elementwise against an array, a nested list of the same shape or a scalar; the result's truth
+    is defined for one element only), so `assert f(x) == [1, 2]` on an array fails as in Python."""
+
+    __slots__ = ("dtype", "shape", "items")
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like an array
+
+    def __init__(self, dtype: str, shape: tuple[int, ...], items: list) -> None:
+        self.dtype, self.shape, self.items = dtype, shape, items
+
+    def __eq__(self, other: object) -> Any:  # elementwise, as numpy's
+        if isinstance(other, NumpyArray):
+            theirs: list | None = other.items if other.shape == self.shape else None
+        elif isinstance(other, (list, tuple)):
+            theirs = _flat(other, self.shape)
+        else:
+            theirs = [other] * len(self.items)
+        if theirs is None:
+            raise ValueError("operands could not be broadcast together")
+        return _Elementwise([a == b for a, b in zip(self.items, theirs, strict=True)])
+
+    def __bool__(self) -> bool:  # numpy's rule: defined for exactly one element
+        if len(self.items) != 1:
+            raise ValueError("the truth value of an array that has not exactly one element is ambiguous")
+        return bool(self.items[0])
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"array(shape={self.shape}, dtype={self.dtype})"
+
+
+def _numpy_scalar(dtype: str, value: Any) -> object:
+    if dtype == "bool" and type(value) is bool:
+        return NumpyBool(value)
+    if dtype.startswith(("int", "uint")) and type(value) is int:
+        scalar: Any = NumpyInt(value)
+    elif dtype.startswith("float") and type(value) in (int, float):
+        scalar = NumpyFloat(value)
+    elif dtype.startswith("complex") and type(value) is complex:
+        scalar = NumpyComplex(value)
+    else:
+        return value  # str_, bytes_, datetime...: their plain value
+    scalar.dtype = dtype
+    return scalar
+
+
+_DTYPE = re.compile(r"[a-z]+[0-9]{0,3}|<U[0-9]{1,6}")
+MAX_ARRAY_ITEMS = 10_000_000
+MAX_FRACTION_BITS = 1 << 16  # about 20,000 digits per term: far above any honest answer
+
+
+def decode_value(data: object, depth: int = 0, numpy: Any = None) -> object:
     """Inverse of encode_value, in the trusted parent: builds plain Python data only.
 
     The input is untrusted: anything malformed (a wrong shape, an unknown tag, an unhashable
     element of a set or key of a dict, nesting deeper than the encoder produces) decodes to an
     Opaque, which equals nothing; this function never raises.
+
+    Types whose equality depends on the type come back as that standard type (Decimal, Fraction,
+    bytearray, memoryview, dict views) or, for numpy values, as a stand-in with numpy's comparison
+    (`NumpyArray`, `NumpyBool`, `NumpyFloat`...: the judging process imports no numpy); with `numpy`
+    (the module, in a sandbox process that imported it) they become real numpy values. Every NaN
+    decodes to one object, so `[nan] == [nan]` holds as it does in one process for `math.nan`.
     """
     if depth > MAX_DEPTH + 2:
         return Opaque("too deeply nested value")
-    if data is None or type(data) in (bool, int, float, str):
+    if data is None or type(data) in (bool, int, str):
         return data
+    if type(data) is float:
+        return _NAN if data != data else data
     if type(data) is list:
-        return [decode_value(v, depth + 1) for v in data]
+        return [decode_value(v, depth + 1, numpy) for v in data]
     if type(data) is not dict:
         return Opaque("malformed value")
     tag, v = data.get("__t"), data.get("v")
     try:
         if tag == "tuple" and type(v) is list:
-            return tuple(decode_value(x, depth + 1) for x in v)
+            return tuple(decode_value(x, depth + 1, numpy) for x in v)
         if tag == "dict" and type(v) is list:
             if not all(type(pair) is list and len(pair) == 2 for pair in v):
                 return Opaque("malformed dict")
-            keys = [_hashable(decode_value(pair[0], depth + 1)) for pair in v]
+            keys = [_hashable(decode_value(pair[0], depth + 1, numpy)) for pair in v]
             if not hashing_is_bounded(keys):
                 return Opaque("dict whose keys collide")
-            return dict(zip(keys, (decode_value(pair[1], depth + 1) for pair in v), strict=True))
+            return dict(zip(keys, (decode_value(pair[1], depth + 1, numpy) for pair in v), strict=True))
         if tag in ("set", "frozenset") and type(v) is list:
-            elements = [_hashable(decode_value(x, depth + 1)) for x in v]
+            elements = [_hashable(decode_value(x, depth + 1, numpy)) for x in v]
             if not hashing_is_bounded(elements):
                 return Opaque("set whose elements collide")
             return frozenset(elements) if tag == "frozenset" else set(elements)
@@ -393,12 +562,58 @@ def decode_value(data: object, depth: int = 0) -> object:
             # a short range only: the judge may make a list of it (`list(range(10**12))` would not fit)
             return span if len(span) <= MAX_RANGE else Opaque("range too long to compare")
         if tag == "float" and v in ("inf", "-inf", "nan"):
-            return float(v)
+            return _NAN if v == "nan" else float(v)
+        if tag == "decimal" and type(v) is str:
+            return decimal.Decimal(v)
+        if tag == "fraction" and type(v) is list and len(v) == 2 and all(type(x) is int for x in v) and v[1]:
+            if max(abs(x).bit_length() for x in v) > MAX_FRACTION_BITS:  # normalizing takes a gcd: ~2 s at 800 kbit
+                return Opaque("fraction too large to compare")
+            return fractions.Fraction(v[0], v[1])
+        if tag == "bytearray" and type(v) is str:
+            return bytearray(base64.b64decode(v, validate=True))
+        if tag == "memoryview" and type(v) is list and len(v) == 3 and type(v[0]) is str and type(v[2]) is str:
+            view: Any = memoryview(base64.b64decode(v[2], validate=True))
+            shape = v[1]
+            if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape) or len(shape) > 8:
+                return Opaque("malformed memoryview")
+            return view.cast("B").cast(v[0], shape) if shape else view.cast("B").cast(v[0])
+        if tag in ("dict_keys", "dict_items", "dict_values") and type(v) is list:
+            items: list[Any] = [decode_value(x, depth + 1, numpy) for x in v]
+            if tag == "dict_values":
+                return dict(enumerate(items)).values()
+            if tag == "dict_keys":
+                keys = [_hashable(x) for x in items]
+                if not hashing_is_bounded(keys):
+                    return Opaque("view whose keys collide")
+                return dict.fromkeys(keys).keys()
+            if not all(type(pair) is tuple and len(pair) == 2 for pair in items):
+                return Opaque("malformed items view")
+            keys = [_hashable(pair[0]) for pair in items]
+            if not hashing_is_bounded(keys):
+                return Opaque("view whose keys collide")
+            return dict(zip(keys, (pair[1] for pair in items), strict=True)).items()
+        if tag == "npscalar" and type(v) is list and len(v) == 2 and type(v[0]) is str and _DTYPE.fullmatch(v[0]):
+            value = decode_value(v[1], depth + 1)
+            if numpy is not None:
+                return numpy.dtype(v[0]).type(value)
+            return _numpy_scalar(v[0], value)
+        if tag == "ndarray" and type(v) is list and len(v) == 3 and type(v[0]) is str and _DTYPE.fullmatch(v[0]):
+            dtype, shape = v[0], v[1]
+            if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape) or len(shape) > 32:
+                return Opaque("malformed array")
+            nested = decode_value(v[2], depth + 1)
+            if numpy is not None:
+                return numpy.array(nested, dtype=dtype).reshape(shape)
+            size = math.prod(shape)
+            flat = _flat(nested, tuple(shape)) if size <= MAX_ARRAY_ITEMS else None
+            if flat is None:
+                return Opaque("malformed array")
+            return NumpyArray(dtype, tuple(shape), [_numpy_scalar(dtype, x) for x in flat])
         if tag == "bytes" and type(v) is str:
             return base64.b64decode(v, validate=True)
         if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):
             return complex(v[0], v[1])
-    except (TypeError, ValueError, OverflowError, binascii.Error, RecursionError, MemoryError):
+    except (TypeError, ValueError, ArithmeticError, binascii.Error, RecursionError, MemoryError):
         return Opaque("malformed value")
     if tag == "object":
         return Opaque(valid_text(str(data.get("type", "object"))[:200]))

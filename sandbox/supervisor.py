@@ -326,6 +326,12 @@ class Supervisor:
                     tests[index] = self._record(job, reports.get(index, {}), end, budget)
             pending = [i for i in pending if i not in tests]
             together = False
+            if job.get("stop_at_first_failure"):  # the binary reward: a failure decides the program's verdict
+                failed = [i for i in sorted(tests) if _failed(tests[i])]
+                if failed:
+                    for i in range(failed[0] + 1, n):
+                        tests[i] = {"status": "not_run", "error": "not run: an earlier test failed", "time": 0.0}
+                    pending = []
         return {
             "id": job.get("id"),
             "tests": [_valid_strings(tests[i]) for i in range(n)],
@@ -403,6 +409,13 @@ class Supervisor:
         if budget[0] < 0 or budget[1] < 0 or size > cap:
             return dict(record, status="output_limit", error="the program's outputs exceed the reply budget")
         return dict(record, status="ok", value=report.get("v"))
+
+
+def _failed(record: dict) -> bool:
+    """A test this process already knows failed (an error, a limit, a crash, a non-zero exit); a wrong value
+    or a wrong output is known only to the judge."""
+    status = record.get("status")
+    return status not in ("ok", "done") or (status == "done" and record.get("exit_code") != 0)
 
 
 MAX_REPLY_NODES = MAX_FRAME_NODES  # a frame over it is never parsed (sandbox.protocol.parse_frames)

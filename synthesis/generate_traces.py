@@ -1,4 +1,4 @@
-"""Teacher traces: prompt -> teacher -> parse -> syntax check -> sandbox -> one JSONL record.
+"""Teacher traces: prompt -> teacher -> parse -> sandbox (which also says if the code compiles) -> JSONL record.
 
 Knows tasks, prompts, parsing, verification and resumption; knows nothing about HTTP (that is
 `clients.openai_compat`).
@@ -241,7 +241,7 @@ def build_record(
         code=parsed.code,
         response=response.text,
         reasoning=response.reasoning,
-        syntax_ok=parsed.syntax_ok,
+        syntax_ok=result.compiles,  # compiled in the sandbox, never here
         **verdict_fields(result),
     )
 
@@ -507,7 +507,9 @@ async def generate_traces(
                 response = await client.complete(messages)
             parsed = result = None
             if response.ok:
-                parsed = extract_thinking_and_code_unified(response.text, response.reasoning)
+                # graded: only what the teacher wrote (tool mode: its own turns, never a <result> block)
+                graded = "\n".join(t.response or "" for t in turns) if mode == "tool" else response.text
+                parsed = extract_thinking_and_code_unified(graded, response.reasoning)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(
                     execute_program, parsed.code, task, pool=pool, planned=plans[task.task_id]

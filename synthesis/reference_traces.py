@@ -36,7 +36,6 @@ from utils.dataset_loader import Task
 from utils.jsonl import FileBusyError, JsonlAppender
 from utils.prompts import get_unified_prompt
 from utils.sft_data import build_sft_target
-from utils.thinking_extraction import extract_thinking_and_code_unified
 
 REFERENCE_TEACHER = "references"
 THINKING_MODES = ("short", "none")  # teacher.reference_thinking
@@ -116,7 +115,6 @@ def reference_trace(
     re-parses `response` gets the same thinking and code back."""
     thinking = reference_thinking(task, code, thinking_mode)
     response = build_sft_target(thinking, code, include_thinking=True)
-    parsed = extract_thinking_and_code_unified(response)
     return TeacherTrace(
         task_id=task.task_id,
         sample_idx=sample_idx,
@@ -127,7 +125,7 @@ def reference_trace(
         thinking=thinking,
         code=code,
         response=response,
-        syntax_ok=parsed.syntax_ok,
+        syntax_ok=result.compiles,
         **verdict_fields(result),
     )
 

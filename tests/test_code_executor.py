@@ -273,3 +273,62 @@ def test_a_pool_from_the_config_owns_its_limits_and_what_runs_on_it_takes_them()
         assert pool.size == 1
         output, ok = run_tool_program("import time\ntime.sleep(5)\nprint('late')", pool)
     assert not ok and "late" not in output and "time" in output.lower()
+
+
+# ------------------------------------------------------------------------------- binary reward: stop early
+
+
+def test_a_binary_run_stops_at_the_first_failing_test(pool):
+    task = call_task("t/stop", "f", ([1], 1), ([2], 2), ([3], 3), ([4], 4))
+    code = "def f(x):\n    if x >= 2:\n        raise ValueError(x)\n    return x"
+    stopped = execute_program(code, task, pool=pool, limits=LIMITS, stop_at_first_failure=True)
+    assert [o.status for o in stopped.test_outcomes] == ["passed", "runtime_error", "not_run", "not_run"]
+    assert stopped.status == "runtime_error" and stopped.tests_passed == 1
+    every = execute_program(code, task, pool=pool, limits=LIMITS)  # the fraction reward runs them all
+    assert [o.status for o in every.test_outcomes] == ["passed"] + ["runtime_error"] * 3
+
+
+def test_a_binary_stdin_run_does_not_rerun_the_tests_after_a_timeout(pool):
+    task = stdin_task("t/hang", ("1\n", "1\n"), ("2\n", "2\n"), ("3\n", "3\n"), ("4\n", "4\n"))
+    code = "n = int(input())\nwhile n == 2:\n    pass\nprint(n)"
+    stopped = execute_program(code, task, pool=pool, limits=SandboxLimits(test_timeout=1.0), stop_at_first_failure=True)
+    assert [o.status for o in stopped.test_outcomes] == ["passed", "timeout", "not_run", "not_run"]
+    every = execute_program(code, task, pool=pool, limits=SandboxLimits(test_timeout=1.0))
+    assert [o.status for o in every.test_outcomes] == ["passed", "timeout", "passed", "passed"]
+
+
+# ------------------------------------------------------------------------ task data that cannot judge
+
+
+def test_an_expected_side_that_errs_makes_the_test_unjudgeable_not_wrong(pool):
+    task = assert_task("t/bad-expected", "f", "assert f(1) == math.factorial(-1)", test_imports=("import math",))
+    result = execute_program("def f(x):\n    return x", task, pool=pool, limits=LIMITS)
+    assert result.status == "sandbox_error" and result.unjudgeable, (result.status, result.error)
+    assert "expected side" in (result.error or "")
+
+
+def test_an_unjudgeable_task_gives_no_signal_even_after_the_retry(tmp_path, pool):
+    from config import build_config
+    from rollouts.completion import RolloutCompletion
+    from training.scoring import score_rollouts
+
+    task = assert_task(
+        "t/bad-expected2",
+        "f",
+        "assert f(0) == 0",
+        "assert f(1) == math.factorial(-1)",
+        test_imports=("import math",),
+    )
+    config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=binary"])
+    answer = RolloutCompletion("<think>x</think>\n```python\ndef f(x):\n    return x\n```", (1,), (2,), "stop")
+    groups, metrics = score_rollouts([task], ["p"], [[answer]], config, pool)
+    assert groups[0][0].reward.correctness is None and metrics["sandbox/error_confirmed"] == 0.0
+
+
+def test_phase_one_computes_each_expected_side_once_and_names_those_that_fail(pool):
+    from sandbox.executor import expected_side_failures
+
+    bad = assert_task("t/bad", "f", "assert f(1) == math.factorial(-1)", test_imports=("import math",))
+    good = assert_task("t/good", "f", "assert f(1) == math.factorial(3)", test_imports=("import math",))
+    failures = expected_side_failures([bad, good], pool)
+    assert list(failures) == ["t/bad"] and "expected side of test 0" in failures["t/bad"]

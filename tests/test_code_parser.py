@@ -55,6 +55,9 @@ def test_looks_like_program():
     assert not looks_like_program("hello")
     assert not looks_like_program("42")
     assert not looks_like_program("This is prose.")
+    assert looks_like_program("@cache\ndef f(n):\n    return n\nx, y = f(1), 2\nresult[0] += 1")
+    assert not looks_like_program("# only a comment\n'a string'")
+    assert not looks_like_program("Here is the code:\nprint(1)")  # text is read, never compiled
 
 
 def test_function_names_and_entry_points():

@@ -324,3 +324,15 @@ def test_mbpp_rows_with_malformed_tests_name_their_line(tmp_path):
     path = write_jsonl(tmp_path / "m.jsonl", [FULL_ROW, {**FULL_ROW, "task_id": 9, "test_list": ["add(1, 2) == 3"]}])
     with pytest.raises(DataFormatError, match=r"m\.jsonl:2: tests\[0\] 'add\(1, 2\) == 3' is not an assert statement"):
         load_mbpp(path)
+
+
+@pytest.mark.parametrize(
+    "test",
+    ["assert 1 == 1", "assert f(1) == 2 or True", "assert len([1, 2]) == 2", "assert f(1) == 2 and math.pi > 3 or 1"],
+)
+def test_a_test_whose_verdict_does_not_depend_on_the_program_is_refused(tmp_path, test):
+    row = {"task_id": "t/1", "source": "t", "problem": "p", "test_type": "assert", "fn_name": "f", "tests": [test]}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DataFormatError, match=r"tasks\.jsonl:1: .*does not depend on the program"):
+        read_tasks(path)

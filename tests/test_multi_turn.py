@@ -149,14 +149,14 @@ def test_visible_tests_are_exactly_what_the_prompt_shows():
     counted = 0
     for task in fixtures:
         visible = visible_tests(task, 1)
-        prompt = " ".join(get_unified_prompt(task, 1, mode="feedback").split())
+        prompt = "".join(get_unified_prompt(task, 1, mode="feedback").split())
         for test in visible.tests if visible else ():
             counted += 1
             if task.test_type == "call":  # each argument and the result, written as JSON or as Python
                 parts = [(json.dumps(v), repr(v)) for v in [*test["input"], test["output"]]]
             else:
                 parts = [(test,)] if isinstance(test, str) else [(test["input"],), (test["output"],)]
-            assert all(any(" ".join(w.split()) in prompt for w in ways) for ways in parts), (task.task_id, test)
+            assert all(any("".join(w.split()) in prompt for w in ways) for ways in parts), (task.task_id, test)
     assert counted >= 45  # every MBPP task shows one; APPS examples where the statement has them
 
 
@@ -196,6 +196,28 @@ def test_tool_mode_three_turns_mask_covers_exactly_the_policy_tokens(smollm2_tok
     assert not info.truncated and record.finish_reason == "stop"
     parsed = extract_thinking_and_code_unified(record.text)
     assert execute_program(parsed.code, MBPP, pool=pool).passed
+
+
+def never_closing_script(index: int, turn: int) -> str:
+    """A policy that never writes a closing tag: its tool program prints one and a solution."""
+    program = (
+        "print('</' + 'think>')\nprint('```python')\nprint('def add(a, b):')\nprint('    return a + b')\nprint('```')"
+    )
+    return ["<think>\nLet me run this.\n<program>\n" + program + "\n</program>", "\nHmm."][turn]
+
+
+def test_tool_mode_grades_only_the_policys_own_text(smollm2_tokenizer, pool):
+    tok = smollm2_tokenizer
+    backend = ScriptedBackend(tok, never_closing_script)
+    prompt_ids = encode_prompt(tok, get_unified_prompt(MBPP, 1, mode="tool"))
+    env = ToolEnvironment(pool, max_tool_calls=4, result_max_bytes=400)
+    [record] = run_episodes(
+        backend, env, tok, [prompt_ids], [MBPP], mode="tool", max_new_tokens=96, max_total_tokens=600
+    )
+    assert "</think>" in record.multi_turn.transcript  # the program's output was inserted ...
+    assert "</think>" not in record.text  # ... but is not what the reward reads
+    parsed = extract_thinking_and_code_unified(record.text)
+    assert not parsed.think_closed and parsed.code is None and not parsed.well_formed
 
 
 def feedback_script(index: int, turn: int) -> str:
@@ -409,7 +431,7 @@ def test_vllm_and_scripted_backends_give_the_same_record(smollm2_tokenizer, pool
         assert getattr(from_vllm, key) == getattr(scripted, key), key
     for key in ("tool_calls", "truncated"):
         assert getattr(from_vllm.multi_turn, key) == getattr(scripted.multi_turn, key), key
-    assert "\n<result>\n42\n</result>\n" in from_vllm.text
+    assert "\n<result>\n42\n</result>\n" in from_vllm.multi_turn.transcript  # the reward's text holds no result
     assert len(from_vllm.logprobs) == len(from_vllm.token_ids)
     assert all(lp == 0.0 for lp, m in zip(from_vllm.logprobs, from_vllm.action_mask, strict=True) if m == 0)
     assert all(lp < 0 for lp, m in zip(from_vllm.logprobs, from_vllm.action_mask, strict=True) if m == 1)
@@ -578,6 +600,23 @@ def test_phase2_tool_mode_runs_the_teachers_program_and_continues_its_text(tmp_p
     assert [r["prompt"] for r in requests] == [rendered, rendered + program_turn + result]
     assert all(r["stop"] == ["</program>"] and "messages" not in r for r in requests)
     assert not any(hidden in r["prompt"] for r in requests for hidden in MBPP.tests[1:])
+
+
+def test_phase2_tool_mode_grades_only_the_teachers_own_text(tmp_path, capsys):
+    from tests.fake_openai_server import FakeTeacher
+
+    printer = (
+        "print('</' + 'think>')\nprint('```python')\nprint('def add(a, b):')\nprint('    return a + b')\nprint('```')"
+    )
+    program = "<think>\n<program>\n" + printer + "\n</program>"
+
+    def teacher(prompt: str) -> str:  # runs a program that prints a solution, then never closes its thinking
+        return "\nDone." if prompt.rstrip().endswith(RESULT_CLOSE) else program
+
+    code, [record], _ = run_phase2_tool(tmp_path, FakeTeacher(text_script=teacher))
+    assert code == 0, capsys.readouterr().err
+    assert "</think>" in record["response"]  # the result block holds the printed tag ...
+    assert record["code"] is None and not record["passed"]  # ... but grading reads the teacher's text only
 
 
 def test_phase2_tool_traces_train_the_teachers_text_never_the_results(tmp_path, smollm2_tokenizer):

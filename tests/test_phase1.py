@@ -139,6 +139,12 @@ def test_real_data_random_and_standard_splits(tmp_path):
     ]
     manifest = phase1.main(build_config("cpu", overrides=[*base, f"paths.data_dir={tmp_path / 'r'}"]))
     assert manifest["totals"] == {"train": 779 + 122, "val": 195 + 31}
+    # what the prompt prints of the tests, by content (utils.shown_tests): most APPS statements print
+    # every test of theirs as an example; those tasks give no correctness signal in training
+    apps = manifest["shown_tests"]["per_source"]["apps"]
+    assert (apps["none_shown"], apps["some_shown"], apps["all_shown"]) == (15, 50, 88)
+    assert len(manifest["no_hidden_test_tasks"]) == 88 + manifest["shown_tests"]["per_source"]["mbpp"]["all_shown"]
+    assert manifest["unjudgeable_tasks"] == {}  # every expected side of real MBPP computes
     standard = phase1.main(
         build_config(
             "cpu",

@@ -40,6 +40,7 @@ RESULT_KEYS = {
     "delta_ci95",
     "multi_turn",
     "untrusted_tasks",
+    "no_hidden_test_tasks",
     "provenance",
 }
 

@@ -42,9 +42,7 @@ def test_a_parsed_response_is_a_frozen_record_with_every_field():
         "has_code",
         "code_source",
         "num_code_blocks",
-        "syntax_ok",
-        "syntax_error",
-        "well_formed",
+        "well_formed",  # whether the code compiles is the sandbox's verdict (ExecutionResult.compiles)
     ]
     assert (parsed.thinking, parsed.code, parsed.well_formed, parsed.code_source) == (
         "plan",

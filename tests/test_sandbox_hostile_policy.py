@@ -219,9 +219,11 @@ def test_debug_prints_in_a_function_task(pool):
 # ------------------------------------------------------------------------------------------
 
 VALUE_SHAPES = {
-    # name: (program, passes): Python's own `==` decides, on plain data
+    # name: (program, passes): Python's own `==` decides, on decoded data (numpy values keep dtype and shape)
     "numpy_integer": ("import numpy as np\ndef add(a, b):\n    return np.int64(a + b)\n", True),
-    "numpy_array_of_one": ("import numpy as np\ndef add(a, b):\n    return np.array([a + b])\n", False),
+    # Python: `np.array([3]) == 3` is array([True]), whose truth is True (one element): the reference harness passes it
+    "numpy_array_of_one": ("import numpy as np\ndef add(a, b):\n    return np.array([a + b])\n", True),
+    "numpy_array_of_two": ("import numpy as np\ndef add(a, b):\n    return np.array([a + b, a + b])\n", False),
     "bool_for_one": ("def add(a, b):\n    return True if a + b == 1 else a + b\n", True),
     "float_for_an_int": ("def add(a, b):\n    return float(a + b)\n", True),
     "generator_for_a_number": ("def add(a, b):\n    return (x for x in [a + b])\n", False),

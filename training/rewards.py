@@ -8,11 +8,11 @@ punished as wrong. The trainer re-runs such a program once; if the harness fails
 counts as a failure (`confirmed_failures`), so breaking the harness is never rewarded.
 
 - correctness ``binary``: 1.0 if every test passed, else 0.0 (the product's GRPO reward);
-- correctness ``fraction``: the share of the tests the prompt does not show that passed (partial credit;
-  the CPU preset uses it, because a 135M student rarely passes every test and binary rewards would be
-  almost all zero). The shown tests are left out of the share because a program can pass them by
-  returning their literal answers; `shown_tests` says how many of a task's first tests the prompt showed;
-  a task with no other test keeps the share of all its tests;
+- correctness ``fraction``: the share of the tests that passed (partial credit; the CPU preset uses it,
+  because a 135M student rarely passes every test and binary rewards would be almost all zero).
+  Both are computed on the tests the prompt does not show (`utils.shown_tests`): the trainer runs a
+  program on its task's hidden tests only, since a program can pass a shown test by printing its
+  literal answer; a task whose prompt shows every test gives no correctness signal (None, `ungraded`);
 - ``format``: 1.0 for the requested shape (closed ``<think>`` then a ```` ```python ```` block),
   0.5 for code in any other shape, 0.0 for no code; added with a small weight.
 
@@ -56,23 +56,10 @@ def binary_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse])
     return [None if _unverifiable(r) else float(r.passed) for r in results]
 
 
-def hidden_pass_fraction(result: Any, shown: int) -> float:
-    """The share of the tests after the first `shown` (those the prompt showed) that passed; all of them when
-    nothing else is left. A run that stopped early (a timeout) counts its unreached tests as failed."""
-    outcomes = list(getattr(result, "test_outcomes", ()) or ())
-    if shown <= 0 or result.tests_total <= shown:
-        return float(result.pass_fraction)
-    passed_shown = sum(bool(o.passed) for o in outcomes[:shown])
-    return (result.tests_passed - passed_shown) / (result.tests_total - shown)
-
-
-def fraction_correctness(
-    results: Sequence[Any], parsed: Sequence[ParsedResponse], shown_tests: Sequence[int] = ()
-) -> list[float | None]:
-    """The share of hidden tests passed per result (`shown_tests`: per result, how many of its task's first
-    tests the prompt showed; empty: none)."""
-    shown = list(shown_tests) or [0] * len(results)
-    return [None if _unverifiable(r) else hidden_pass_fraction(r, k) for r, k in zip(results, shown, strict=True)]
+def fraction_correctness(results: Sequence[Any], parsed: Sequence[ParsedResponse]) -> list[float | None]:
+    """The share of the tests run that passed, per result (a run that stopped early counts its unreached
+    tests as failed)."""
+    return [None if _unverifiable(r) else float(r.pass_fraction) for r in results]
 
 
 def format_scores(parsed: Sequence[ParsedResponse]) -> list[float]:
@@ -225,7 +212,7 @@ def compute_rewards(
     columns: dict[str, list] | None = None,
     confirmed_failures: Collection[int] = (),
     shaping: Sequence[float] = (),
-    shown_tests: Sequence[int] = (),
+    ungraded: Collection[int] = (),
 ) -> list[Reward]:
     """total = correctness + format_weight * format + sum(weight * user value) + shaping, or None when
     correctness is None.
@@ -237,8 +224,8 @@ def compute_rewards(
     failures (correctness 0), not as unverifiable: an unverifiable sample gets advantage 0, which in a
     group of wrong answers is better than theirs, so a program that can break the harness would be
     rewarded for it.
-    `shown_tests`: per sample, how many of its task's first tests the prompt showed (the `fraction` reward
-    scores the others; empty: none shown).
+    `ungraded`: indices whose task has no hidden test (its prompt shows every test): correctness None, like
+    an unverifiable sample, since passing what the prompt printed is no evidence of solving.
     """
     if correctness not in CORRECTNESS_REWARDS:
         raise ValueError(f"unknown correctness reward {correctness!r}; valid: {', '.join(CORRECTNESS_REWARDS)}")
@@ -246,11 +233,8 @@ def compute_rewards(
         raise ValueError(f"{len(results)} results but {len(parsed)} parsed responses")
     if shaping and len(shaping) != len(results):
         raise ValueError(f"{len(shaping)} shaping terms for {len(results)} results")
-    if correctness == "fraction":
-        correct = fraction_correctness(results, parsed, shown_tests)
-    else:
-        correct = get_reward_function(correctness)(results, parsed)
-    correct = [0.0 if i in confirmed_failures else c for i, c in enumerate(correct)]
+    correct = get_reward_function(correctness)(results, parsed)
+    correct = [None if i in ungraded else 0.0 if i in confirmed_failures else c for i, c in enumerate(correct)]
     fmt = format_scores(parsed)
     user = {r.name: _call_user_reward(r, prompts, completions, columns or {}) for r in user_rewards}
     weights = {r.name: r.weight for r in user_rewards}

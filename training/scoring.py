@@ -16,12 +16,8 @@ from rollouts.completion import RolloutCompletion
 from sandbox.executor import SandboxPool, execute_many
 from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns, shaping_reward
 from utils.dataset_loader import Task
+from utils.shown_tests import hidden_tests_task
 from utils.thinking_extraction import extract_thinking_and_code_unified
-
-
-def shown_test_count(task: Task, num_visible_tests: int) -> int:
-    """How many of the task's first tests its prompt shows (`utils.prompts`: MBPP-style asserts only)."""
-    return min(max(num_visible_tests, 0), len(task.tests)) if task.test_type == "assert" else 0
 
 
 def mean_of_present(values: Sequence[float | None]) -> float:
@@ -40,25 +36,35 @@ def score_rollouts(
 ) -> tuple[list[list[ScoredSample]], dict[str, float]]:
     """(groups, metrics) for one rollout batch: `generations[i]` are task i's samples, prompted by `prompts[i]`.
 
+    Each program runs on its task's hidden tests only (`utils.shown_tests`: the tests the prompt does not
+    show); a task with none runs on all its tests for the metrics, and its samples get no correctness signal.
+    Under the binary reward a program's run stops at its first failing test; `fraction` runs them all.
     A sample whose run hit a harness failure (`sandbox_error`) is run once more; failing twice on the same
-    program it counts as a failure, not as unverifiable (`compute_rewards(confirmed_failures=)`). The
+    program it counts as a failure, not as unverifiable (`compute_rewards(confirmed_failures=)`), unless the
+    task's own expected side could not be computed (`ExecutionResult.unjudgeable`): that stays None. The
     optional multi-turn terms (`training.rewards.shaping_reward`) enter the reward's shaping part.
     """
     start = time.monotonic()
     include_challenge = config.sandbox.include_challenge_tests
+    stop_early = config.grpo.correctness_reward == "binary"
+    hidden = [hidden_tests_task(task, config.prompt.num_visible_tests) for task in tasks]
+    graded = [h or task for h, task in zip(hidden, tasks, strict=True)]  # G samples share one Task (one plan)
     flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
+    group_of = [k for k, group in enumerate(generations) for _ in group]
     parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
-    jobs = [(p.code, t) for (t, _), p in zip(flat, parsed, strict=True)]
-    results = execute_many(jobs, pool, include_challenge=include_challenge)
+    jobs = [(p.code, graded[k]) for k, p in zip(group_of, parsed, strict=True)]
+    results = execute_many(jobs, pool, include_challenge=include_challenge, stop_at_first_failure=stop_early)
     retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
     if retry:
-        again = execute_many([jobs[i] for i in retry], pool, include_challenge=include_challenge)
+        again = execute_many(
+            [jobs[i] for i in retry], pool, include_challenge=include_challenge, stop_at_first_failure=stop_early
+        )
         for i, result in zip(retry, again, strict=True):
             results[i] = result
-    confirmed = {i for i in retry if results[i].status == "sandbox_error"}
+    # a task whose expected side cannot be computed is no program's failure: it stays unscored (None)
+    confirmed = {i for i in retry if results[i].status == "sandbox_error" and not results[i].unjudgeable}
     m = config.multi_turn
     shaping = [shaping_reward(s, m.tool_call_reward, m.tool_reward_cap, m.turn_cost) for _, s in flat]
-    group_of = [k for k, group in enumerate(generations) for _ in group]
     rewards = compute_rewards(
         results,
         parsed,
@@ -70,7 +76,7 @@ def score_rollouts(
         columns=reward_columns([t for t, _ in flat], parsed, results),
         confirmed_failures=confirmed,
         shaping=shaping,
-        shown_tests=[shown_test_count(t, config.prompt.num_visible_tests) for t, _ in flat],
+        ungraded={i for i, k in enumerate(group_of) if hidden[k] is None},
     )
     samples = [ScoredSample(t, s, p, r, w) for (t, s), p, r, w in zip(flat, parsed, results, rewards, strict=True)]
     groups: list[list[ScoredSample]] = [[] for _ in generations]

@@ -19,13 +19,18 @@ The modules:
   Unclosed thinking gives no answer.
   It hands only the answer to `code_parser`.
   Its result is the frozen record `ParsedResponse`: a `ThinkingSplit` (thinking, answer, has_thinking,
-  think_closed, thinking_source) plus code, has_code, code_source, num_code_blocks, syntax_ok, syntax_error,
-  well_formed.
+  think_closed, thinking_source) plus code, has_code, code_source, num_code_blocks, well_formed.
   Phases 2–4, the rewards and the preflight read it.
-- `code_parser`: selects the last python block (else the last untagged block, else a bare program).
-  It validates syntax with `compile` and lists the defined functions.
-  It never executes anything.
+- `code_parser`: selects the last python block (else the last untagged block, else a bare program, judged on its
+  text) and lists the functions of a trusted program.
+  It never executes, compiles or parses a model's code: whether that compiles is the sandbox's verdict
+  (`ExecutionResult.compiles`, `sandbox.executor.compile_error`).
   `extract_function_from_code` is the clean program of a full response, through that same extraction.
+- `shown_tests`: which of a task's tests its prompt shows, by content (MBPP: the printed asserts; stdin: the
+  statement's example input block with the output block after it; call: an example's arguments and result; plus
+  every test equal to one of those).
+  The prompt, the feedback environment, the training rewards (which score the hidden tests only) and the reports of
+  phases 1 and 4 read it.
 - `sft_data`: a prompt and a response → token ids and labels.
   The prompt is encoded with the chat template and generation prompt exactly as generation sees it.
   Labels are `-100` on prompt and padding; truncation keeps ids and labels aligned.

@@ -1,15 +1,18 @@
-"""Find the Python program in a model's *answer* text, validate it, list what it defines.
+"""Find the Python program in a model's *answer* text; list what a trusted program defines.
 
 This module only ever sees the answer part of a response: `utils.thinking_extraction` removes
-the thinking span first, so code drafted while thinking is never graded. It never executes code
-(`compile` parses and builds bytecode without running it).
+the thinking span first, so code drafted while thinking is never graded. It never executes, compiles
+or parses a model's code: whether it compiles is the sandbox's verdict (`syntax_error`).
 
 Block selection rule, decided once (tests/test_code_parser.py covers each case):
 1. the **last** fenced block whose language tag is Python (``python``, ``py``, ``python3``,
    ``Python3``, ``py3``; case-insensitive);
 2. else the last fenced block with no language tag;
-3. else the whole answer, but only if it compiles as Python and contains at least one real
-   statement (a bare word such as ``Hello`` compiles, but is not a program).
+3. else the whole answer, but only if every line that starts at the margin starts like a Python
+   statement and one of them is a real statement (a bare word such as ``Hello`` is not a program).
+   Decided on the text alone: a model's program is never compiled here (`sandbox` compiles it, in
+   its own process; a 200 KB program holds a compiler, and so this process's interpreter lock, for
+   seconds), so a raw answer that does not compile is the sandbox's `syntax_error`.
 A fence left open at the end of the text (the model stopped before closing it) counts as a
 block running to the end; truncated code then fails syntax validation on its own.
 Blocks tagged with another language (``bash``, ``text``, ...) are never taken.
@@ -18,6 +21,7 @@ Blocks tagged with another language (``bash``, ``text``, ...) are never taken.
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 import warnings
 from dataclasses import dataclass
@@ -78,7 +82,9 @@ def find_code_blocks(text: str) -> list[CodeBlock]:
 
 
 def check_syntax(code: str) -> tuple[bool, str | None]:
-    """(True, None) if `code` compiles as a Python module, else (False, 'line N: message').
+    """(True, None) if `code` compiles as a Python module, else (False, 'line N: message'): for the
+    project's own text only (the preflight's canned responses), never a model's, which compiles only in
+    the sandbox.
 
     Uses `compile`, not only `ast.parse`: some errors (`return` outside a function, misplaced
     `nonlocal`) are raised only at compile time.
@@ -101,34 +107,27 @@ def parse_quietly(code: str) -> ast.Module:
         return ast.parse(code)
 
 
-_PROGRAM_NODES = (
-    ast.FunctionDef,
-    ast.AsyncFunctionDef,
-    ast.ClassDef,
-    ast.Import,
-    ast.ImportFrom,
-    ast.Assign,
-    ast.AugAssign,
-    ast.AnnAssign,
-    ast.For,
-    ast.While,
-    ast.If,
-    ast.With,
-    ast.Try,
-    ast.Return,
+# how a line at the margin of a Python program starts: a statement keyword, a decorator, a comment, an
+# assignment, a call, a string (a docstring) or a closing bracket
+_STATEMENT_START = re.compile(
+    r"(?:def|class|import|from|async|for|while|if|elif|else|try|except|finally|with|return|raise|assert|"
+    r"pass|break|continue|global|nonlocal|del|match|case|lambda|yield|await)\b"
+    r"|@|#|[)\]}]|[rRbBuUfF]{0,2}['\"]"
+    r"|[A-Za-z_][\w.]*(?:\[[^\n]*\])?(?:\s*,\s*[A-Za-z_][\w.]*)*\s*(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)"
+    r"|[A-Za-z_][\w.]*\s*\("
 )
+_REAL_STATEMENT = re.compile(r"(?!#|@|[)\]}]|[rRbBuUfF]{0,2}['\"])")
 
 
 def looks_like_program(text: str) -> bool:
-    """True if `text` compiles and has a statement beyond a bare name or constant."""
-    if not text.strip() or not check_syntax(text)[0]:
-        return False
-    for node in parse_quietly(text).body:
-        if isinstance(node, _PROGRAM_NODES):
-            return True
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            return True
-    return False
+    """True if every line of `text` at the margin starts like a Python statement and one of them is
+    more than a comment or a string. Text only: nothing is compiled (see the module docstring)."""
+    margin = [line for line in text.split("\n") if line.strip() and not line[0].isspace()]
+    return (
+        bool(margin)
+        and all(_STATEMENT_START.match(line) for line in margin)
+        and any(_REAL_STATEMENT.match(line) for line in margin)
+    )
 
 
 def select_code(answer: str) -> tuple[str | None, str | None, int]:
@@ -149,7 +148,8 @@ def select_code(answer: str) -> tuple[str | None, str | None, int]:
 
 
 def find_function_names(code: str) -> list[str]:
-    """Top-level function names, and methods of top-level classes as 'Class.method'.
+    """Top-level function names, and methods of top-level classes as 'Class.method', of a trusted
+    program (a reference solution; it parses the code).
 
     Returns [] for code that does not parse.
     """

@@ -36,6 +36,7 @@ import json
 import os
 import random
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -102,7 +103,34 @@ def _is_constant_assert(node: ast.AST) -> bool:
     return isinstance(node, ast.Assert) and isinstance(node.test, ast.Constant)
 
 
-def _check_test(test: Any, test_type: str, where: str) -> None:
+_PROGRAM_FREE_NAMES = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)
+
+
+def _depends_on_program(node: ast.AST, fn_name: str | None) -> bool:
+    """True when the expression names something other than literals, builtins and standard modules (the
+    program's function, a name its setup or imports bind): only such a part can tell programs apart."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    bound |= {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+    return bool(names - bound - (_PROGRAM_FREE_NAMES - {fn_name}))
+
+
+def _program_free_part(test: ast.AST, fn_name: str | None) -> str | None:
+    """The source of the assert's test, or of an operand of one of its `and`/`or`, that does not depend on
+    the program (`1 == 1`, the `True` of `f(x) == 2 or True`), else None."""
+    if not _depends_on_program(test, fn_name):
+        return ast.unparse(test)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _program_free_part(test.operand, fn_name)
+    if isinstance(test, ast.BoolOp):  # the verdict's own boolean structure (not a value's `x or y` inside it)
+        for operand in test.values:
+            part = _program_free_part(operand, fn_name)
+            if part is not None:
+                return part
+    return None
+
+
+def _check_test(test: Any, test_type: str, where: str, fn_name: str | None = None) -> None:
     """One test of a task; raises TaskSchemaError saying what a valid one looks like."""
     if test_type == "assert":
         if not isinstance(test, str):
@@ -119,6 +147,14 @@ def _check_test(test: Any, test_type: str, where: str) -> None:
             )
         if all(_is_constant_assert(node) for node in asserts):
             raise TaskSchemaError(f"{where} {test!r:.80} asserts a constant and tests nothing")
+        for node in asserts:
+            part = _program_free_part(node.test, fn_name)
+            if part is not None:
+                raise TaskSchemaError(
+                    f"{where} {test!r:.80}: its verdict does not depend on the program ({part!r:.60} names only "
+                    "literals, builtins and standard modules), so every program would get the same verdict; "
+                    "write the test so that it calls the program (e.g. 'assert f(1) == 2') or remove it"
+                )
         return
     if not isinstance(test, dict) or set(test) != {"input", "output"}:
         found = f"keys {sorted(test)}" if isinstance(test, dict) else type(test).__name__
@@ -158,9 +194,9 @@ def validate_task(task: Task) -> None:
     if not task.tests:
         raise TaskSchemaError("tests is empty: a task needs at least one test, or every program would pass it")
     for i, test in enumerate(task.tests):
-        _check_test(test, task.test_type, f"tests[{i}]")
+        _check_test(test, task.test_type, f"tests[{i}]", task.fn_name)
     for i, test in enumerate(task.challenge_tests):
-        _check_test(test, task.test_type, f"challenge_tests[{i}]")
+        _check_test(test, task.test_type, f"challenge_tests[{i}]", task.fn_name)
     for name in ("test_imports", "reference_solutions"):
         for i, item in enumerate(getattr(task, name)):
             if not isinstance(item, str):

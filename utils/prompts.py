@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from utils.shown_tests import printed_asserts
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 CODE_FENCE = "```"
@@ -72,7 +74,7 @@ def _task_requirements(task: Any, num_visible_tests: int) -> str:
         lines = []
         if fn_name:
             lines.append(f"Write a Python function named `{fn_name}`.")
-        shown = list(_field(task, "tests", ()) or ())[: max(num_visible_tests, 0)]
+        shown = printed_asserts(_field(task, "tests", ()) or (), num_visible_tests)
         if shown:
             lines.append("Your code should pass tests like:")
             lines.extend(shown)

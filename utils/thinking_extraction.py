@@ -19,14 +19,15 @@ Rules, decided once (tests/test_thinking_extraction.py covers each):
   code**: whatever code it drafted while thinking is not graded. A ``<think>`` that reopens after
   the last ``</think>`` ends the answer at that point.
 - Code is chosen from the answer only, by `utils.code_parser.select_code` (last python block,
-  else last untagged block, else the answer itself if it is a program).
+  else last untagged block, else the answer itself if it is a program). Nothing here compiles it:
+  whether it compiles is the sandbox's verdict (`ExecutionResult.compiles`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from utils.code_parser import check_syntax, normalize_newlines, select_code
+from utils.code_parser import normalize_newlines, select_code
 from utils.prompts import THINK_CLOSE, THINK_OPEN
 
 
@@ -53,8 +54,6 @@ class ParsedResponse(ThinkingSplit):
     has_code: bool
     code_source: str | None  # "python_block" | "plain_block" | "raw_answer" | None
     num_code_blocks: int
-    syntax_ok: bool
-    syntax_error: str | None
     well_formed: bool  # closed thinking followed by a python block: the format the prompt asks for
 
 
@@ -99,15 +98,12 @@ def extract_thinking_and_code_unified(response: str | None, reasoning: str | Non
     """Parse one model response (see the module docstring for the rules)."""
     split = split_thinking(response, reasoning)
     code, code_source, num_blocks = select_code(split.answer) if split.answer else (None, None, 0)
-    syntax_ok, syntax_error = check_syntax(code) if code else (False, None)
     return ParsedResponse(
         **vars(split),
         code=code,
         has_code=code is not None,
         code_source=code_source,
         num_code_blocks=num_blocks,
-        syntax_ok=syntax_ok,
-        syntax_error=syntax_error,
         well_formed=split.has_thinking and split.think_closed and code_source == "python_block",
     )
 
