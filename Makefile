@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-fast test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds learning-heldout lint docs clean
+.PHONY: help install run test test-unit test-all test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -32,11 +32,16 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean)
 	PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
-test: install ## Run the whole test suite (slow end-to-end tests included)
-	$(PY) -m pytest -q
+# The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
+# is the inner loop, `make test-all` is what CI runs.
+test: install ## Run the unit and integration tests not marked slow (the inner loop, a few minutes)
+	$(PY) -m pytest -q tests/unit tests/integration -m "not slow"
 
-test-fast: install ## Run the tests not marked slow
-	$(PY) -m pytest -q -m "not slow"
+test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
+	$(PY) -m pytest -q tests/unit
+
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs)
+	$(PY) -m pytest -q
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
 # .venv's packages (a .pth file) and adds vllm (--no-deps: no CUDA wheels) and its light imports.
@@ -47,7 +52,7 @@ test-contract: install ## Check the project's vLLM calls against the real vLLM 0
 		"$$($(CONTRACT)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_tgrpo_base.pth"
 	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check --no-deps vllm==0.33.0
 	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check -r requirements-contract.txt
-	$(CONTRACT)/bin/python -m pytest -q tests/test_vllm_contract.py
+	$(CONTRACT)/bin/python -m pytest -q tests/unit/rollouts/test_vllm_contract.py
 
 # Does `pip install -r requirements-gpu.txt` resolve, transitive caps included? A dry run against the package
 # index with a pip that reads PEP 658 metadata (no wheel downloaded, ~45 s), its verdict cached per pin set in

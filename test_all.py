@@ -21,7 +21,7 @@ It checks, with the same library functions the phases use (nothing is re-impleme
     shares the student's tokenizer and answers the log-prob of every token of a short completion.
 
 Each line is `✓ PASS`, `✗ FAIL` (with a hint) or `⚠ WARN`; the exit code is non-zero on any FAIL.
-Functions are named check_* so pytest does not collect this file (tests/test_preflight.py runs it).
+Functions are named check_* so pytest does not collect this file (tests/e2e/test_preflight.py runs it).
 """
 
 from __future__ import annotations

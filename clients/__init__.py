@@ -1,7 +1,7 @@
 """Leaf clients of outside services: the OpenAI-compatible HTTP client (`openai_compat`).
 
 A leaf package below every sampler and phase: it imports only `config.py` among the project's modules
-(`tests/test_layers.py` checks that it imports nothing above the sandbox).
+(`tests/unit/project/test_layers.py` checks that it imports nothing above the sandbox).
 It knows HTTP, retries and the response shapes of OpenAI-compatible servers.
 It does not know tasks, prompts or models.
 

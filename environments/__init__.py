@@ -2,7 +2,7 @@
 
 A leaf package below every sampler and phase, so phase 2's multi-turn traces and multi-turn sampling both step
 the same environments downward.
-It may import only `sandbox/`, `utils/` and `config.py` (`tests/test_layers.py` checks it).
+It may import only `sandbox/`, `utils/` and `config.py` (`tests/unit/project/test_layers.py` checks it).
 It knows tasks, programs and the sandbox pool.
 It does not know token ids: `rollouts.episodes` owns tokens and the action mask.
 

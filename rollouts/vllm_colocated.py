@@ -5,7 +5,7 @@ optimizer steps the adapter is handed over through a new step folder and a new `
 name and id: vLLM's prefix cache keys LoRA blocks by name, so a reused name would serve stale KV).
 Phase 4 syncs it to a fixed request, or to none for a base model. vLLM is imported
 lazily; the tests drive this class with a fake engine that behaves like vLLM (tests/fake_vllm.py)
-and check the arguments against the real classes (tests/test_vllm_contract.py). Samples also carry
+and check the arguments against the real classes (tests/unit/rollouts/test_vllm_contract.py). Samples also carry
 `logprobs`, the sampler's log-prob of each token (for the trainer's mismatch correction).
 """
 

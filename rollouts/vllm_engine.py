@@ -1,7 +1,7 @@
 """How the project builds and feeds vLLM: engine arguments, LoRA ranks, the adapter hand-off.
 
 Everything here is plain Python that never imports vLLM, so it is tested on CPU; the contract tests
-(`make test-contract`, tests/test_vllm_contract.py) check each argument against the real vLLM
+(`make test-contract`, tests/unit/rollouts/test_vllm_contract.py) check each argument against the real vLLM
 0.33.0 classes. What vLLM does with them, read from its source:
 
 - Device. A plain `vllm.LLM` runs its worker on `cuda:0` whatever the process (the uniproc executor

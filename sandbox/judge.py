@@ -18,7 +18,7 @@ How a verdict is made:
   job (`PlannedTests.reference_job`) in a fresh process, never in the program's. Only an assert
   no process can split runs whole inside the child, whose report a hostile program could forge:
   `plan_assert` marks it ``trusted=False``, the result counts it in ``untrusted_tests`` and the
-  training rewards give it no signal (0 real MBPP tasks: tests/test_sandbox_hostile_zygote.py).
+  training rewards give it no signal (0 real MBPP tasks: tests/integration/sandbox/test_sandbox_hostile_zygote.py).
 - Statuses: passed, wrong_answer, runtime_error, syntax_error, timeout, memory_limit,
   output_limit, no_code, sandbox_error. `sandbox_error` means the harness failed, not the
   program; rewards treat it as "no signal" (None), never as wrong.

@@ -5,7 +5,7 @@
 Runs `pip install --dry-run --ignore-installed --report` on the requirement file against the package index
 (no package is installed; with a pip that reads PEP 658 metadata, as 26.x does, no wheel is downloaded
 either: ~45 s), so transitive caps count too. That is what a check of the project's pins against vLLM's
-direct requirements (tests/test_requirements.py) cannot see: vLLM 0.33.0 needs mistral_common, which caps
+direct requirements (tests/unit/project/test_requirements.py) cannot see: vLLM 0.33.0 needs mistral_common, which caps
 numpy below 2.4 on Python <= 3.12, and `numpy==2.4.6` made the GPU install ResolutionImpossible.
 
 The verdict is cached per (requirement files' bytes, Python version, pip version) under

@@ -12,7 +12,7 @@
 # rollouts continued on the same engine); on GPU only, a 2-step run with grpo.vllm_sleep_mode=true (vLLM's
 # CPU build refuses sleep mode) and check_vllm_adapter.py --sleep; scripts/check_vllm_adapter.py.
 # The checks are scripts/check_smoke_run.py's (its docstring lists them; each fails only on a pipeline defect,
-# never on an unlucky model: tests/test_smoke_checks.py shows each one failing on a planted defect), plus:
+# never on an unlucky model: tests/integration/phases/test_smoke_checks.py shows each one failing on a planted defect), plus:
 #   - vLLM samples with the adapter it is handed: samples drawn with a perturbed adapter's LoRA request match
 #     HF+peft with that adapter and are far from the base model's, and a control drawn without the request on
 #     the same engine must NOT match (so the check shows on every run that it tells the two apart;

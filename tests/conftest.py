@@ -59,6 +59,23 @@ def gelu_model_dir(tmp_path, tiny_model_name):
     return tmp_path / "gelu"
 
 
+# The tiers are folders: a test's mark comes from where it lives, so no test can forget it. `make test` runs
+# unit and integration tests not marked slow (the inner loop); `make test-all` (CI) runs every tier.
+TIERS = ("unit", "integration", "e2e", "vllm_cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        relative = Path(str(item.path)).resolve().relative_to(tests_dir)
+        tier = relative.parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(
+                f"tests/{relative}: a test file lives in a tier folder, tests/{{{','.join(TIERS)}}}/<package>/"
+            )
+        item.add_marker(getattr(pytest.mark, tier))
+
+
 # tests/vllm_cpu runs the product against the real vLLM engine (its CPU build): `make test-vllm` sets
 # TGRPO_VLLM_CPU=1 and runs it in .venv-vllm. The default suite (`make test`, .venv without vLLM) leaves it out.
 collect_ignore = [] if os.environ.get("TGRPO_VLLM_CPU") == "1" else ["vllm_cpu"]

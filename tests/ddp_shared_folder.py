@@ -1,4 +1,4 @@
-"""Run by tests/test_trainer_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU): phase 3's
+"""Run by tests/e2e/test_trainer_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU): phase 3's
 start-up check that every process sees the output folder the main process writes, first with one folder for both
 processes, then with one folder each (what two machines with node-local disks have). Writes what each process found
 to <out>/rank<N>.json."""

@@ -1,4 +1,4 @@
-"""Run by tests/test_trainer_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU):
+"""Run by tests/e2e/test_trainer_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU):
 two optimizer steps of the trainer, then each rank saves what the test compares.
 
 `even`: a linearly decaying learning rate (the logged `lr` sequence must be the 1-process one), and

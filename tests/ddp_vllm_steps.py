@@ -1,4 +1,4 @@
-"""Run by tests/test_vllm_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU):
+"""Run by tests/e2e/test_vllm_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU):
 the real phase-3 command with `grpo.rollout_backend=vllm`, vLLM replaced by tests/fake_vllm.py (which
 places an engine the way vLLM 0.33.0 does). Each rank then writes what its engine saw to rank{N}.json.
 

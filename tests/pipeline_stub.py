@@ -1,4 +1,4 @@
-"""A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/test_run_pipeline.py).
+"""A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/e2e/test_run_pipeline.py).
 
 Each phase script exits 0 at once and logs its name and pid; serve_local_teacher.py serves `/health` (ignoring
 SIGTERM when STUB_TEACHER_IGNORES_TERM=1); `-c` (the script's config query) prints the cpu preset's max_tokens;

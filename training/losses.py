@@ -5,7 +5,7 @@
 Shapes: P prompts, G samples per prompt, B = P * G sequences, T completion tokens, V vocabulary.
 Functions return `(value, metrics)` where metrics are floats under namespaced keys.
 
-Conventions pinned here (and tested in tests/test_losses.py):
+Conventions pinned here (and tested in tests/unit/training/test_losses.py):
 - Advantages (DeepSeekMath GRPO, arXiv:2402.03300): A = (r - mean_g) / (std_g + eps) with the
   Bessel-corrected std of the group (as TRL computes it) over the correctness reward only; the small
   format bonus is added centred but unscaled. `scale=False` gives the mean-only advantage of Dr. GRPO
@@ -219,7 +219,7 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     Its value, on tokens sampled from the policy, is an unbiased estimate of KL(policy || reference)
     (Schulman). Used as a loss (differentiated through logp, not through the sampling), its expected
     gradient is that of KL(reference || policy), the reverse direction: the two agree to second order
-    near the reference, which is where the penalty keeps the policy. tests/test_losses.py checks this.
+    near the reference, which is where the penalty keeps the policy. tests/unit/training/test_losses.py checks this.
     Bounded as verl's low_var_kl: the log-ratio is clamped to +-20 and the value to [-10, 10], so a token
     the policy has moved far from the reference adds at most 10 and a gradient of at most e^2.5 in size
     (none beyond the bound), instead of an exponential in the log-ratio.

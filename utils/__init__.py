@@ -84,5 +84,5 @@ HumanEval becomes an `assert` task:
 - `test_imports` are the prompt's imports; `test_setup_code` the prompt's other functions.
 - Setup runs after the program, so the tests use the problem's own helper even when a solution redefines it.
   (An identity `encode_cyclic` cannot make /38's round trip pass.)
-- Every canonical solution passes (`tests/test_eval_sets.py`).
+- Every canonical solution passes (`tests/integration/evaluation/test_eval_sets.py`).
 """

@@ -4,7 +4,7 @@ This module only ever sees the answer part of a response: `utils.thinking_extrac
 the thinking span first, so code drafted while thinking is never graded. It never executes, compiles
 or parses a model's code: whether it compiles is the sandbox's verdict (`syntax_error`).
 
-Block selection rule, decided once (tests/test_code_parser.py covers each case):
+Block selection rule, decided once (tests/unit/utils/test_code_parser.py covers each case):
 1. the **last** fenced block whose language tag is Python (``python``, ``py``, ``python3``,
    ``Python3``, ``py3``; case-insensitive);
 2. else the last fenced block with no language tag;

@@ -4,7 +4,7 @@
 teacher traces (phase 2), the rewards (phase 3), evaluation (phase 4), the format reward and
 the preflight all call it, so they cannot disagree.
 
-Rules, decided once (tests/test_thinking_extraction.py covers each):
+Rules, decided once (tests/unit/utils/test_thinking_extraction.py covers each):
 - CRLF and CR become LF first.
 - Thinking comes from one of three places:
   * inline: ``<think> ... </think>`` in the text. With several think spans, the answer is the text

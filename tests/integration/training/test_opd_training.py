@@ -10,7 +10,7 @@ import torch
 
 from clients.openai_compat import TeacherClient
 from tests.fake_openai_server import FakeVLLMServer, RunningServer
-from tests.test_action_mask import ScriptedToolRollout
+from tests.integration.training.test_action_mask import ScriptedToolRollout
 from tests.trainer_helpers import ScriptedRollout, scripted_trainer
 from training.batching import completion_logprobs, pad_rollout_batch
 from training.teacher_logprobs import ServedTeacherScorer, TeacherScores

@@ -22,8 +22,8 @@ import pytest
 
 from tests.pipeline_stub import Health
 
-ROOT = Path(__file__).resolve().parent.parent
-STUB = Path(__file__).resolve().parent / "pipeline_stub.py"
+ROOT = Path(__file__).resolve().parents[2]
+STUB = Path(__file__).resolve().parents[1] / "pipeline_stub.py"
 
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="run_pipeline.sh needs curl")
 

@@ -25,7 +25,7 @@ from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_
 # Rows written by phase 2 before the record was typed (main at 9ede27c, build_record + the feedback fields),
 # with the timestamp fixed: an answer that failed a test after two API errors, an api_error row, a feedback
 # exchange of two turns. Non-ASCII text checks that the writer still writes UTF-8, not \u escapes.
-GOLDEN_TRACE_ROWS = Path(__file__).parent / "data" / "golden_trace_rows.jsonl"
+GOLDEN_TRACE_ROWS = Path(__file__).resolve().parents[2] / "data" / "golden_trace_rows.jsonl"
 TIMESTAMP = "2026-11-23T14:00:00+00:00"
 
 
@@ -144,7 +144,7 @@ def test_a_trace_row_with_messages_keeps_them_and_unknown_keys_are_ignored():
 
 # Written by phase 4 before its records were typed (main at 9ede27c): the completion cache of a single-turn and a
 # feedback-mode run, and the per-sample rows phase 4 wrote for them (`eval_samples.jsonl`, with the role first).
-GOLDEN_EVAL = Path(__file__).parent / "data" / "golden_eval"
+GOLDEN_EVAL = Path(__file__).resolve().parents[2] / "data" / "golden_eval"
 
 
 def _scripted_single(code):

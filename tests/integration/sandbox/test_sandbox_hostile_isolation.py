@@ -27,7 +27,7 @@ import pytest
 from sandbox.executor import SandboxLimits, SandboxPool, execute_many, execute_program
 from sandbox.judge import plan_assert, stdout_matches
 from tests.task_factory import assert_task, call_task, stdin_task
-from tests.test_sandbox_hostile_cheating import (
+from tests.integration.sandbox.test_sandbox_hostile_cheating import (
     ALWAYS_EQ,
     ASSERT_TASK,
     CALL_TASK,
@@ -696,7 +696,7 @@ def test_programs_run_when_the_python_environment_lives_below_tmp(tmp_path):
     )
     proc = subprocess.run(
         [str(venv / "bin" / "python"), "-c", script],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=120,

@@ -87,13 +87,13 @@ def test_chat_messages_always_carry_the_system_prompt():
 
 # ------------------------------------------------------------------ multi-turn modes
 
-GOLDEN = Path(__file__).parent / "data" / "single_turn_prompts.json"
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "single_turn_prompts.json"
 
 
 def _golden_tasks() -> dict:
     from utils.dataset_loader import load_apps, load_humaneval, load_mbpp
 
-    root = Path(__file__).resolve().parent.parent / "data" / "embedded"
+    root = Path(__file__).resolve().parents[3] / "data" / "embedded"
     tasks = (
         load_mbpp(root / "mbpp_fixtures.jsonl")[0] + load_apps(root / "apps_fixtures.jsonl")[0] + load_humaneval()[0]
     )

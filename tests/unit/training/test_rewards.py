@@ -133,7 +133,7 @@ def test_user_reward_mistakes_are_named(user_file):
 
 
 def test_the_trainer_adds_user_rewards_and_logs_them(tmp_path, user_file, pool):
-    from tests.test_trainer import make_trainer
+    from tests.integration.training.test_trainer import make_trainer
 
     trainer = make_trainer(
         tmp_path, pool, **{"grpo.reward_funcs": f"{user_file}:only_mbpp", "grpo.reward_weights": "3.0"}

@@ -1,6 +1,6 @@
 """grpo.rollout_backend=vllm_server: rollouts from a running `vllm serve`, driven against a fake server that
 behaves like vLLM 0.33.0's (tests/fake_openai_server.py FakeVLLMServer); the request bodies are checked
-against the real vLLM classes in tests/test_vllm_contract.py."""
+against the real vLLM classes in tests/unit/rollouts/test_vllm_contract.py."""
 
 from __future__ import annotations
 

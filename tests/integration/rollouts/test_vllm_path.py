@@ -1,6 +1,6 @@
 """The GPU path on CPU: vLLM rollouts, phase 4 with vLLM and the launch rules, driven through the
 project's own entry points with a fake vLLM that behaves like vLLM 0.33.0 (tests/fake_vllm.py).
-The arguments themselves are checked against the real vLLM classes in tests/test_vllm_contract.py."""
+The arguments themselves are checked against the real vLLM classes in tests/unit/rollouts/test_vllm_contract.py."""
 
 from __future__ import annotations
 

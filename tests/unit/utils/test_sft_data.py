@@ -143,7 +143,8 @@ def test_self_sft_uses_the_same_masking(smollm2_tokenizer):
 
     def sample(prompt_ids, token_ids, passed):
         completion = RolloutCompletion("", tuple(token_ids), tuple(prompt_ids), "stop")
-        return ScoredSample(None, completion, None, SimpleNamespace(passed=passed), None)
+        verdict = SimpleNamespace(passed=passed)
+        return ScoredSample(None, completion, None, verdict, SimpleNamespace(correctness=float(passed)))
 
     tok = smollm2_tokenizer
     responses = ["```python\nprint(1)\n```", "<think>\nshort\n</think>\n\n```python\nprint(sum([1, 2, 3]))\n```"]
