@@ -31,7 +31,8 @@ Shared definitions:
   `completion_record` trusts the sampler's ids and cuts after a first end-of-turn.
 
 The record (`completion.RolloutCompletion`):
-- It is never a file row itself; phase 4 caches what it needs of it as a `CachedCompletion` (`tests/unit/utils/test_records.py`).
+- It is never a file row itself; phase 4 caches what it needs of it as a `CachedCompletion`
+  (`tests/unit/utils/test_records.py`).
 - Its fields: `text` (what the reward scores), `token_ids` (everything after the prompt, ending with the stop token
   when the model stopped), `prompt_ids`, `finish_reason`.
 - Where a backend has them: `logprobs` (the sampler's, one per token id), `action_mask` (multi-turn: 0 = inserted
@@ -110,8 +111,8 @@ vLLM (`vllm_engine`): everything the project asks of vLLM, as plain Python teste
   are deleted.
   Each sync gets a new LoRA name and id, because vLLM's prefix cache keys LoRA blocks by name.
 - vLLM's token ids are kept as sampled (it keeps the stop token).
-- `tests/fake_vllm.py` behaves as the pinned vLLM's source says; `tests/unit/rollouts/test_vllm_contract.py` checks the arguments
-  against the real classes; `tests/vllm_cpu/` runs the real engine's CPU build.
+- `tests/fake_vllm.py` behaves as the pinned vLLM's source says; `tests/unit/rollouts/test_vllm_contract.py` checks
+  the arguments against the real classes; `tests/vllm_cpu/` runs the real engine's CPU build.
 
 Multi-turn episodes (`episodes.run_episodes`, the one rollout loop; the environments are `environments.code_env`):
 - `sample_groups` with an `Episodes` (environment, mode, per-turn and total budgets) runs G episodes per task,

@@ -259,9 +259,9 @@ def warp_logits(logits: torch.Tensor, knobs: SamplingSettings, seen: torch.Tenso
     """Scores (B, V) float32 after transformers' processors, in `generate`'s order: repetition penalty
     (on every token in `seen` (B, V) bool: the prompt and what was sampled), then temperature, top-k,
     top-p, min-p (removed tokens are -inf). Each step equals the transformers processor of the same name
-    with min_tokens_to_keep = 1 (tests/integration/rollouts/test_kv_sampler.py compares them). One difference from `generate`
-    with left padding: transformers also penalizes the pad id (its input_ids hold the padding); here only
-    real prompt tokens count."""
+    with min_tokens_to_keep = 1 (tests/integration/rollouts/test_kv_sampler.py compares them). One difference
+    from `generate` with left padding: transformers also penalizes the pad id (its input_ids hold the padding);
+    here only real prompt tokens count."""
     scores = logits.float()
     if knobs.repetition_penalty != 1.0 and seen is not None:
         penalized = torch.where(scores < 0, scores * knobs.repetition_penalty, scores / knobs.repetition_penalty)

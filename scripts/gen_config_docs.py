@@ -5,7 +5,7 @@ preset from `build_config`, the script flags that set it from the `ConfigFlag` t
 (read with `ast`, nothing imported), and the flat TRL/open-r1 names from `config.FLAT_KEYS`.
 
     python scripts/gen_config_docs.py           # rewrite docs/configuration.md
-    python scripts/gen_config_docs.py --check   # exit 1 if the committed file is stale (tests/unit/config/test_config_docs.py)
+    python scripts/gen_config_docs.py --check   # exit 1 if the committed file is stale (tests/unit/config/)
 """
 
 from __future__ import annotations

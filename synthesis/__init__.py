@@ -39,8 +39,8 @@ The trace record (`data/teacher_traces.jsonl`): one line per `generate_traces.Te
   the same message.
   In tool mode `response` is the whole assistant message, results included.
 - A row may also carry the exchange itself as chat `messages`.
-- The multi-turn keys are written only when set, so single-turn rows keep their bytes (`tests/unit/utils/test_records.py`
-  checks golden rows).
+- The multi-turn keys are written only when set, so single-turn rows keep their bytes
+  (`tests/unit/utils/test_records.py` checks golden rows).
 - A row from an older writer reads with defaults; unknown keys are ignored.
 - Teacher-SFT trains on a multi-turn trace as the whole exchange (`TeacherTrace.conversation()`), on the teacher's
   own tokens only.

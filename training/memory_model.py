@@ -4,9 +4,10 @@
 The terms are the tensors autograd and the loss actually hold, counted from what
 `benchmarks/bench_memory.py` measured on CPU for a Qwen3 decoder layer with the project's LoRA (bf16 base,
 peft's fp32 adapter weights) and for the project's own log-prob code (`training.batching.completion_logprobs`,
-`training.losses.selective_log_softmax`); `tests/integration/training/test_memory_model.py` pins the formula against a measured
-small shape. Every figure is in bytes. Shapes: c sequences per forward (`training.forward_chunk_size`), L
-tokens per sequence (prompt P + completion T), V vocabulary, h hidden, I MLP width, r the LoRA rank.
+`training.losses.selective_log_softmax`); `tests/integration/training/test_memory_model.py` pins the formula
+against a measured small shape. Every figure is in bytes. Shapes: c sequences per forward
+(`training.forward_chunk_size`), L tokens per sequence (prompt P + completion T), V vocabulary, h hidden,
+I MLP width, r the LoRA rank.
 
 What one GRPO pass holds at its peak (`policy_pass`):
 - static: the frozen base weights, and per LoRA parameter its fp32 weight, gradient and Adam m and v (16 B);

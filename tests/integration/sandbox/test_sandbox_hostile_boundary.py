@@ -17,9 +17,9 @@ import textwrap
 import pytest
 
 from sandbox.executor import SandboxPool
-from tests.task_factory import assert_task, call_task, stdin_task
 from tests.integration.sandbox.test_sandbox_hostile_isolation import LIMITS, assert_pool_healthy, needs_root, run
 from tests.integration.sandbox.test_sandbox_hostile_zygote import assert_nothing_carried
+from tests.task_factory import assert_task, call_task, stdin_task
 
 
 @pytest.fixture()

@@ -26,7 +26,6 @@ import pytest
 
 from sandbox.executor import SandboxLimits, SandboxPool, execute_many, execute_program
 from sandbox.judge import plan_assert, stdout_matches
-from tests.task_factory import assert_task, call_task, stdin_task
 from tests.integration.sandbox.test_sandbox_hostile_cheating import (
     ALWAYS_EQ,
     ASSERT_TASK,
@@ -36,6 +35,7 @@ from tests.integration.sandbox.test_sandbox_hostile_cheating import (
     _descendants,
     _processes_of_uid,
 )
+from tests.task_factory import assert_task, call_task, stdin_task
 from utils.dataset_loader import Task
 
 LIMITS = SandboxLimits(test_timeout=1.0, memory_mb=256, file_size_mb=4, output_bytes=1 << 20)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from sandbox.executor import SandboxPool
-from tests.task_factory import assert_task, call_task, stdin_task
 from tests.integration.sandbox.test_sandbox_hostile_isolation import LIMITS, assert_pool_healthy, needs_root, run
+from tests.task_factory import assert_task, call_task, stdin_task
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ from sandbox.executor import (
     untrusted_task_ids,
 )
 from tests.conftest import SHARED_DATA
-from tests.task_factory import assert_task, call_task, stdin_task
 from tests.integration.sandbox.test_sandbox_hostile_cheating import ASSERT_TASK
 from tests.integration.sandbox.test_sandbox_hostile_isolation import LIMITS, assert_pool_healthy, needs_root, run
+from tests.task_factory import assert_task, call_task, stdin_task
 from utils.dataset_loader import load_apps, load_mbpp
 
 

@@ -1,6 +1,7 @@
 """The teacher's log-probs of the student's samples (training.teacher_logprobs): the request and its
 parsing, the served scorer against the fake vLLM server, the local scorer against a direct forward, and the
-tokenizer check. The request body is checked against vLLM 0.33.0's own class in tests/unit/rollouts/test_vllm_contract.py."""
+tokenizer check. The request body is checked against vLLM 0.33.0's own class in
+tests/unit/rollouts/test_vllm_contract.py."""
 
 from __future__ import annotations
 
