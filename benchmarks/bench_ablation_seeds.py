@@ -148,11 +148,24 @@ METRIC_COLUMNS = (
     "entropy/token_mean",
     "completion/mean_length",
     "opd/kl",
+    "opd/advantage_p01",
+    "opd/advantage_p99",
+    "opd/clipped_frac",
+    "loss/grpo",
+    "loss/teacher_sft",
+    "loss/self_sft",
+    "loss/total",
+    "grad_norm",
+    "format/closed_think",
     "time/rollout_s",
     "time/reward_s",
     "time/update_s",
     "opd/teacher_s",
 )
+
+
+# one evidence row per held-out sample; lenient_passed counts code inside an unclosed <think> (phase 4's)
+SAMPLE_COLUMNS = ("task_id", "sample_idx", "passed", "status", "finish_reason", "num_tokens", "lenient_passed")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -556,7 +569,7 @@ class Runner:
                 **header,
                 "pass_at_k": result["pass_at_k"],
                 "decoding": result["decoding"],
-                "sample_columns": ["task_id", "sample_idx", "passed", "status", "finish_reason", "num_tokens"],
+                "sample_columns": list(SAMPLE_COLUMNS),
                 "samples": [
                     [
                         r["task_id"],
@@ -565,10 +578,15 @@ class Runner:
                         r["status"],
                         r["finish_reason"],
                         r["num_tokens"],
+                        int(bool(r.get("lenient_passed", r["passed"]))),
                     ]
                     for r in rows
                 ],
                 "metrics": [{k: m[k] for k in METRIC_COLUMNS if k in m} for m in metrics],
+                # what a no_code answer looked like: the failure a score alone cannot explain
+                "no_code_completions": [
+                    [r["task_id"], r["sample_idx"], r.get("completion", "")] for r in rows if r["status"] == "no_code"
+                ],
             },
         )
 
