@@ -993,6 +993,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "max_concurrent_requests": 2,
             "max_tokens": 160,
             "request_timeout": 120.0,
+            # code-only teacher-SFT targets: SmolLM2-135M closed <think> in 0 of 32 of its own samples on training
+            # prompts (test_all.py measures it), and thinking targets taught it to open a block it then left open
+            "reference_thinking": "none",
         },
         "student": {"model_name": EMBEDDED_STUDENT, "torch_dtype": "float32"},
         "lora": {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0},
@@ -1013,7 +1016,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "forward_chunk_size": 2,
             "gradient_checkpointing": False,
         },
-        "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512},
+        "dual_source": {"teacher_sft_batch_size": 1, "sft_max_length": 512, "include_thinking": False},
         "sandbox": {"timeout_per_test": 2.0, "memory_limit_mb": 512},
         "evaluation": {"num_samples": 8, "k_values": (1, 2, 4, 8), "max_new_tokens": 128},
         "multi_turn": {"max_total_tokens": 512},
