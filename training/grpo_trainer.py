@@ -131,6 +131,7 @@ class GRPOTrainer:
                 device=self.accelerator.device,
                 chunk_size=training.forward_chunk_size,
                 shared_prompt=training.shared_prompt_forward,
+                temperature=config.grpo.temperature,
             )
         if isinstance(self.teacher_scorer, ServedTeacherScorer) and tasks:  # its context, before any step
             lengths = prompt_lengths(
