@@ -442,11 +442,11 @@ def check_target_format(report: Report, config: Config, model, tokenizer, prompt
     """Measure the student's closed-think rate on training prompts at the rollout decoding and say which
     teacher-SFT target the run uses and why (a warning when the configured target does not fit the student)."""
     section("Teacher-SFT target format")
+    import torch
+
     from rollouts.hf import generate_completions
     from rollouts.sampling import SamplingSettings
     from utils.sft_data import sft_target_choice, thinking_targets_configured
-
-    import torch
 
     g = config.grpo
     torch.manual_seed(config.training.seed)
