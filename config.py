@@ -662,10 +662,24 @@ class DualSourceConfig:
         ge=0,
         note="0: no clip",
     )
+    opd_max_ratio: float = option(
+        1.0,
+        "Beside GRPO (grpo_weight > 0): each sample's weighted OPD credit (opd_weight x its summed |token "
+        "advantage|) is scaled down to at most this times its weighted GRPO credit (grpo_weight x its summed "
+        "|advantage|), so the teacher refines the outcome reward's verdict on a sample and never outweighs it: a "
+        "failing sample whose template the teacher likes is still pushed down. A sample with GRPO advantage 0 gets "
+        "no OPD credit, so with the bound on OPD is silent on all-fail and all-pass groups (metric: "
+        "opd/bounded_frac). 0 lifts the bound: OPD is then the only signal on all-fail groups and can outweigh "
+        "GRPO's on a failing sample. Without GRPO (grpo_weight 0) OPD is the objective and is not bounded.",
+        ge=0,
+        note="0: off",
+    )
     teacher_sft_weight: float = option(
         0.3,
         "Weight of SFT on teacher traces. Distills reasoning the student cannot find alone; too "
-        "high makes training plain SFT and can hurt RL late in training.",
+        "high makes training plain SFT and can hurt RL late in training. The weights set the terms' ratio: "
+        "with teacher-SFT as the only term its weight is inert (AdamW divides a constant loss scale out), so "
+        "such a run is SFT at training.learning_rate whatever the weight.",
         ge=0,
     )
     self_sft_weight: float = option(

@@ -116,6 +116,7 @@ class GRPOTrainer:
             tokenizer.pad_token_id,
             config.dual_source.opd_weight,
             config.dual_source.opd_advantage_clip,
+            config.dual_source.opd_max_ratio,
             training.shared_prompt_forward,
         )
         # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
