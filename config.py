@@ -319,7 +319,8 @@ class TeacherConfig:
         "short",
         "source=references: the traces' <think> block. 'short': one sentence of facts from the task and the "
         "program (the entry point and its signature), no invented reasoning, so the target has the prompt's "
-        "shape (closed <think>, then code); 'none': the python block alone.",
+        "shape (closed <think>, then code), for a student that closes <think> itself; 'none': the python block "
+        "alone, for one that does not (the preflight measures which).",
         choices=("short", "none"),
     )
 
