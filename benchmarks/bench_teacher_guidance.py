@@ -23,8 +23,8 @@ Design (fixed before any outcome is seen):
      D full       C + self-SFT 0.2: the product's objective
      E tsft       teacher-SFT only (--tsft_steps steps x 4 traces). Its weight is inert: AdamW's update does not
                   change when the only loss term is scaled, so E is SFT at lr 5e-4 whatever the weight.
-   The base model is evaluated for every seed. In the teacher-SFT-only runs (E, B's first stage) the rollouts
-   phase 3 always samples train nothing, so they are cut to G 2 x 8 tokens.
+   The base model is evaluated for every seed. The teacher-SFT-only runs (E, B's first stage) sample no
+   rollouts (no term uses them); their rollout settings are cut to G 2 x 8 tokens all the same.
    Not run: OPD (its teacher must first pass the gate of point 5 on its own); a CHORD-style arm (D with the SFT
    weight decaying from high to low and each SFT token weighted by p(1 - p)): phase 3 has the decay
    (dual_source.sft_weight_schedule) but not the token weighting.
@@ -72,7 +72,7 @@ BASE = seeded.BASE
 GATE_ARM = "tsft"
 GATE_MARGIN = 0.05  # held-out no_code of the gate arm <= the base's + this
 TEACHER_SFT_WEIGHT, SELF_SFT_WEIGHT = 0.3, 0.2
-# the teacher-SFT-only runs: GRPO and self-SFT off; rollouts still sampled by phase 3 but unused, so cut short
+# the teacher-SFT-only runs: GRPO and self-SFT off, so phase 3 samples no rollouts (their settings cut all the same)
 SFT_ONLY = {
     "dual_source.grpo_weight": 0.0,
     "dual_source.self_sft_weight": 0.0,
