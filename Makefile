@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-unit test-all test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds learning-heldout lint docs clean
+.PHONY: help install run test test-unit test-all test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds teacher-guidance learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -128,6 +128,15 @@ SEEDS_ARGS ?=
 ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the interval (resumable, niced; SEEDS_ARGS)
 	nice -n 10 $(PY) benchmarks/bench_ablation_seeds.py $(SEEDS_ARGS)
 	@echo "Results: benchmarks/results/ablation_seeds.json, .md, .png (evidence: benchmarks/results/ablation_seeds/)"
+
+# Does teacher guidance add to GRPO? Arms A GRPO, B teacher-SFT then GRPO, C joint, D C + self-SFT, E teacher-SFT
+# only, the base per seed, seeds 1-6 (~5.6 h on 2 idle cores; load multiplies it), the teacher's code-only
+# references of every training task, a no_code gate before any GRPO arm. Resumable from the evidence in
+# benchmarks/results/teacher_guidance/; TG_ARGS passes flags, e.g. TG_ARGS="--seeds 7 8 9 10" or --report_only.
+TG_ARGS ?=
+teacher-guidance: install ## Teacher guidance vs GRPO alone, seeded, two held-out strata (resumable, niced; TG_ARGS)
+	nice -n 10 $(PY) benchmarks/bench_teacher_guidance.py $(TG_ARGS)
+	@echo "Results: benchmarks/results/teacher_guidance.json, .md, .png (evidence: benchmarks/results/teacher_guidance/)"
 
 # The held-out experiment: the five variants trained on real MBPP's standard training split, sampled
 # pass@k on MBPP test and HumanEval greedy (resumable; niced).

@@ -252,9 +252,13 @@ def main(
         print(format_delta(result["delta"], result["delta_ci95"]))
     fmt = summaries[main_role]["format"]
     print(
-        f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%}, valid Python "
-        f"{fmt['valid_python']:.1%}; mean completion tokens {summaries[main_role]['mean_completion_tokens']:.0f}"
+        f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%} (no code "
+        f"{fmt['no_code']:.1%}), valid Python {fmt['valid_python']:.1%}; mean completion tokens "
+        f"{summaries[main_role]['mean_completion_tokens']:.0f}"
     )
+    strict_1, lenient_1 = summaries[main_role]["pass_at_k"].get("1"), summaries[main_role]["pass_at_k_lenient"].get("1")
+    if strict_1 is not None and lenient_1 is not None:
+        print(f"pass@1 strict {strict_1:.4f}, lenient {lenient_1:.4f} (code inside an unclosed <think> counted)")
     if result["untrusted_tasks"]:
         print(
             f"{len(result['untrusted_tasks'])} tasks have a test judged inside the program's process (untrusted_tasks)"

@@ -12,6 +12,9 @@ It checks, with the same library functions the phases use (nothing is re-impleme
     base weights unchanged;
   - the student loads and generates, and whether its output already has <think> and a code block
     (a WARN, not a FAIL, for a small untrained model);
+  - the teacher-SFT target follows the student: its closed-think rate on a few training prompts at the
+    rollout decoding is measured, and the preflight says whether the run uses thinking + code or code-only
+    targets and why (a WARN when the configured target does not fit the student);
   - multi-turn rollouts: a scripted tool exchange and a scripted feedback exchange round-trip through
     the loop (program cut at its tag, result inserted, action mask exactly the policy's tokens, hidden
     tests never shown), and a hostile program inside <program> reads nothing, scores nothing and
@@ -420,6 +423,53 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
             error is None, "student code is valid Python", f"student code does not compile ({error})", small
         )
     return model, tokenizer
+
+
+def training_prompts(config: Config, count: int) -> list[str]:
+    """The first `count` prompts of the run's training tasks (phase 1's train.jsonl in paths.data_dir), else of the
+    embedded fixtures (the same prompt shape)."""
+    from utils.dataset_loader import EMBEDDED_APPS, EMBEDDED_MBPP, load_apps, load_mbpp, read_tasks
+
+    train = Path(config.paths.data_dir) / "train.jsonl"
+    if train.is_file():
+        tasks = read_tasks(train)[:count]
+    else:  # MBPP- and APPS-format alike, as phase 1 mixes them
+        mbpp, apps = load_mbpp(EMBEDDED_MBPP)[0], load_apps(EMBEDDED_APPS)[0]
+        tasks = [t for pair in zip(mbpp, apps, strict=False) for t in pair][:count]
+    return [get_unified_prompt(t, config.prompt.num_visible_tests) for t in tasks]
+
+
+def check_target_format(report: Report, config: Config, model, tokenizer, prompts: int = 4, samples: int = 2) -> None:
+    """Measure the student's closed-think rate on training prompts at the rollout decoding and say which
+    teacher-SFT target the run uses and why (a warning when the configured target does not fit the student)."""
+    section("Teacher-SFT target format")
+    import torch
+
+    from rollouts.hf import generate_completions
+    from rollouts.sampling import SamplingSettings
+    from utils.sft_data import sft_target_choice, thinking_targets_configured
+
+    g = config.grpo
+    torch.manual_seed(config.training.seed)
+    outputs = generate_completions(
+        model,
+        tokenizer,
+        training_prompts(config, prompts),
+        num_samples=samples,
+        max_new_tokens=g.max_new_tokens,
+        sampling=SamplingSettings(temperature=g.temperature, top_p=g.top_p),
+        chat_template_kwargs=config.student.chat_template_kwargs,
+    )
+    texts = [c.text for per_prompt in outputs for c in per_prompt]
+    closed = sum(extract_thinking_and_code_unified(t).think_closed for t in texts)
+    configured = thinking_targets_configured(
+        config.dual_source.include_thinking, config.teacher.source, config.teacher.reference_thinking
+    )
+    fits, sentence = sft_target_choice(closed, len(texts), configured)
+    if fits:
+        report.ok(sentence)
+    else:
+        report.warn(sentence, "the target follows the student: change the two keys named above")
 
 
 def check_training_step(report: Report, config: Config, model, tokenizer) -> None:
@@ -880,6 +930,7 @@ def main(
         if loaded is not None:
             model, tokenizer = loaded
             check_sft_labels(report, config, tokenizer)
+            check_target_format(report, config, model, tokenizer)
             check_multi_turn(report, config, tokenizer)
             check_training_step(report, config, model, tokenizer)
             if config.dual_source.opd_weight > 0:

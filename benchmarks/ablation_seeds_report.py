@@ -224,27 +224,32 @@ def markdown(report: dict) -> str:
         "",
         "## Contrasts (pass@1; Delta = mean over seeds of the paired per-seed difference)",
         "",
-        "| contrast | Delta | per seed | 95% CI, two-way model (t) | 95% CI, two-level bootstrap | seeds |",
-        "|---|---|---|---|---|---|",
+        "| contrast | Delta | per seed | 95% CI, paired t over seeds (primary) | seed + task 95% CI | two-way model "
+        "(t, pooled) | crossed bootstrap | seeds |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, c in p1["contrasts"].items():
         per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
+        task = c.get("task_term")
         lines.append(
-            f"| {name} | {c['delta']:+.3f} | {per_seed} | {_ci(c['ci95_two_way'])} | {_ci(c['ci95_bootstrap'])} | "
-            f"{len(c['seeds'])} |"
+            f"| {name} | {c['delta']:+.3f} | {per_seed} | {_ci(c['ci95'])} | {_ci(task['ci95']) if task else 'n/a'} | "
+            f"{_ci(c['ci95_two_way'])} | {_ci(c['ci95_bootstrap'])} | {len(c['seeds'])} |"
         )
-    lines += ["", "Secondary, pass@k (two-way 95% CI):", ""]
+    ratio = p1.get("seed_sd_ratio")
+    if ratio is not None:
+        lines += [
+            "",
+            f"Largest / smallest seed SD among the trained arms: {ratio:.1f} (the two-way model pools one variance; "
+            "a large ratio means one arm sets every two-way interval: read the paired t).",
+        ]
+    lines += ["", "Secondary, pass@k (paired t 95% CI):", ""]
     for k in report["k_values"][1:]:
         cs = report["pass_at_k"][str(k)]["contrasts"]
-        lines.append(
-            f"- pass@{k}: " + "; ".join(f"{n} {c['delta']:+.3f} {_ci(c['ci95_two_way'])}" for n, c in cs.items())
-        )
+        lines.append(f"- pass@{k}: " + "; ".join(f"{n} {c['delta']:+.3f} {_ci(c['ci95'])}" for n, c in cs.items()))
     sub = report.get("pass_at_1_mbpp_format")
     if sub:
-        lines += ["", f"Subgroup, the {sub['tasks']} MBPP-format held-out tasks (pass@1, two-way 95% CI):", ""]
-        lines.append(
-            "- " + "; ".join(f"{n} {c['delta']:+.3f} {_ci(c['ci95_two_way'])}" for n, c in sub["contrasts"].items())
-        )
+        lines += ["", f"Subgroup, the {sub['tasks']} MBPP-format held-out tasks (pass@1, paired t 95% CI):", ""]
+        lines.append("- " + "; ".join(f"{n} {c['delta']:+.3f} {_ci(c['ci95'])}" for n, c in sub["contrasts"].items()))
     lines += ["", "## Signal check (GRPO arms)", "", "| run | median flat-group share | mean training pass rate | ok |"]
     lines += ["|---|---|---|---|"]
     for run, s in report["signal"]["runs"].items():
@@ -332,13 +337,13 @@ def plot(report: dict, path: Path) -> None:
     names = list(p1["contrasts"])
     for y, name in enumerate(names):
         c = p1["contrasts"][name]
-        ci = c["ci95_two_way"]
+        ci = c["ci95"]
         if ci:
             right.plot(ci, [y, y], color="black")
         right.scatter([c["delta"]], [y], color="#fd8d3c", zorder=3)
     right.axvline(0, color="#999999", lw=0.8)
     right.set_yticks(range(len(names)), names, fontsize=8)
-    right.set_xlabel("Delta pass@1 (95% CI, two-way arm + seed model)")
+    right.set_xlabel("Delta pass@1 (95% CI, paired t over seeds)")
     fig.suptitle("Seeded ablation" + ("" if report["complete"] else " (partial)"), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

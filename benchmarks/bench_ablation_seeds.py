@@ -13,8 +13,8 @@ Design (fixed before any outcome is seen):
    with 1 .. n-1 of n passes (GRPO has correctness spread there); held-out set: held-out tasks with < n of n.
 3. Teacher-SFT data: phase 2's reference teacher on the training pool (verified reference solutions).
 4. OPD teacher: the base + a LoRA trained by phase 3 with teacher-SFT only on those references (12 steps,
-   lr 2e-3, 8 traces per step, its rollouts cut to 8 tokens), evaluated on the held-out set; whether it beats
-   the base is reported, not enforced.
+   lr 2e-3, 8 traces per step, its rollouts cut to 8 tokens), evaluated on the held-out set; an OPD arm runs
+   only when it beats the base's held-out pass@1 with no_code at most the base's + 5 points (`teacher_check`).
 5. One recipe for every arm (RECIPE below): 16 steps, 2 prompts x G 8 rollouts at T 0.7 (top-p 1), <= 96 new
    tokens, lr 5e-4, binary correctness reward, no format bonus, no dynamic filtering, no KL, 4 teacher traces
    per step. Arms differ only in the dual_source weights (ARMS below).
@@ -62,6 +62,7 @@ PREPASS_SEED = 42  # the pre-pass's evaluation seed; no run uses it
 DATA_SEED = 42
 VAL_RATIO = 0.5
 TEACHER_SEED = 1  # the OPD teacher's training seed; its held-out check shares seed 1's evaluation streams
+TEACHER_NO_CODE_MARGIN = 0.05  # the OPD teacher's held-out no_code may exceed the base's by this much at most
 NICENESS = 10
 
 # The recipe every arm shares (config keys; checked against config.py at start). Values that a flag sizes
@@ -148,11 +149,24 @@ METRIC_COLUMNS = (
     "entropy/token_mean",
     "completion/mean_length",
     "opd/kl",
+    "opd/advantage_p01",
+    "opd/advantage_p99",
+    "opd/clipped_frac",
+    "loss/grpo",
+    "loss/teacher_sft",
+    "loss/self_sft",
+    "loss/total",
+    "grad_norm",
+    "format/closed_think",
     "time/rollout_s",
     "time/reward_s",
     "time/update_s",
     "opd/teacher_s",
 )
+
+
+# one evidence row per held-out sample; lenient_passed counts code inside an unclosed <think> (phase 4's)
+SAMPLE_COLUMNS = ("task_id", "sample_idx", "passed", "status", "finish_reason", "num_tokens", "lenient_passed")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -556,7 +570,7 @@ class Runner:
                 **header,
                 "pass_at_k": result["pass_at_k"],
                 "decoding": result["decoding"],
-                "sample_columns": ["task_id", "sample_idx", "passed", "status", "finish_reason", "num_tokens"],
+                "sample_columns": list(SAMPLE_COLUMNS),
                 "samples": [
                     [
                         r["task_id"],
@@ -565,10 +579,15 @@ class Runner:
                         r["status"],
                         r["finish_reason"],
                         r["num_tokens"],
+                        int(bool(r.get("lenient_passed", r["passed"]))),
                     ]
                     for r in rows
                 ],
                 "metrics": [{k: m[k] for k in METRIC_COLUMNS if k in m} for m in metrics],
+                # what a no_code answer looked like: the failure a score alone cannot explain
+                "no_code_completions": [
+                    [r["task_id"], r["sample_idx"], r.get("completion", "")] for r in rows if r["status"] == "no_code"
+                ],
             },
         )
 
@@ -588,6 +607,18 @@ class Runner:
             arm = ARMS[arm_name]
             if arm.opd:
                 self.teacher()
+                self.one_run(BASE, TEACHER_SEED, index)  # the base the teacher is judged against
+                check = teacher_check(
+                    json.loads((self.evidence / "teacher.json").read_text()),
+                    json.loads((self.evidence / "runs" / f"{BASE}-s{TEACHER_SEED}.json").read_text()),
+                )
+                if not check["passed"]:
+                    raise SystemExit(
+                        f"error: the OPD teacher fails its gate ({self.evidence / 'teacher.json'}): held-out pass@1 "
+                        f"{check['teacher_pass@1']:.3f} vs the base's {check['base_pass@1']:.3f}, no_code "
+                        f"{check['teacher_no_code']:.2f} vs {check['base_no_code']:.2f} + {TEACHER_NO_CODE_MARGIN}; "
+                        "an OPD arm runs only with a teacher better than the base whose format holds"
+                    )
             overrides = self.arm_overrides(arm, seed)
             train_s, resumed = self.train(f"{arm_name}-s{seed}", folder, overrides, self.args.steps)
             model_path = str(folder / "final_model")
@@ -614,6 +645,26 @@ class Runner:
             f"held-out pass@1 {pass1:.3f}; load {load_start[0]:.1f} -> {load_end[0]:.1f}",
             flush=True,
         )
+
+
+def teacher_check(teacher: dict, base: dict) -> dict:
+    """The OPD teacher's gate, both runs on the same seed's evaluation streams: held-out pass@1 above the base's and
+    no_code at most the base's + TEACHER_NO_CODE_MARGIN (a teacher whose format breaks teaches the break)."""
+
+    def share(run: dict, column: int, value) -> float:
+        return sum(r[column] == value for r in run["samples"]) / max(len(run["samples"]), 1)
+
+    out = {
+        "teacher_pass@1": share(teacher, 2, 1),
+        "base_pass@1": share(base, 2, 1),
+        "teacher_no_code": share(teacher, 3, "no_code"),
+        "base_no_code": share(base, 3, "no_code"),
+    }
+    out["passed"] = (
+        out["teacher_pass@1"] > out["base_pass@1"]
+        and out["teacher_no_code"] <= out["base_no_code"] + TEACHER_NO_CODE_MARGIN + 1e-12
+    )
+    return out
 
 
 def write_evidence_json(path: Path, record: dict) -> None:

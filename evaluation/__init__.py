@@ -28,9 +28,11 @@ The modules:
   `benchmarks/bench_learning_heldout.py` reports it for full − base.
 - `seed_contrasts`: the pure analysis of arms trained with several seeds.
   It gives per-seed paired differences of per-problem scores.
-  Its interval comes from the additive arm + seed model on the run means: residual variance pooled over the trained
-  arms, Student's t computed in closed form (no scipy).
-  A two-level bootstrap (seeds, then problems paired across arms) cross-checks it.
+  The primary interval is each contrast's own paired t over seeds (Student's t in closed form, no scipy).
+  The task term (seed + task SE) is reported beside it.
+  Secondary checks: the additive arm + seed model on the run means (residual variance pooled over the trained arms,
+  with its largest/smallest seed-SD ratio) and a crossed bootstrap (seeds resampled, one problem draw shared by the
+  drawn seeds, paired across arms).
 
 The completion cache (`evaluate`) is keyed by content:
 - `content_digest` hashes every file of the base model folder (embedded: its materialized folder; hub: the cached

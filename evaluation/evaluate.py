@@ -33,7 +33,7 @@ from sandbox.executor import SandboxPool, execute_many
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, iter_records, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
-from utils.thinking_extraction import extract_thinking_and_code_unified
+from utils.thinking_extraction import extract_thinking_and_code_unified, lenient_code
 
 
 def _row(record: Any, optional: Sequence[str]) -> dict[str, Any]:
@@ -146,6 +146,9 @@ class EvalSample:
     truncated: bool | None = None
     answers_passed: tuple[bool, ...] | None = None  # one verdict per answer, on all tests; the last is `passed`
     model: str | None = None  # phase 4's role ("model", "trained", "baseline"); written first
+    # the lenient verdict (reporting only): `passed`, or for a sample with no code whose thinking never closed,
+    # the verdict on the program inside that thinking (`utils.thinking_extraction.lenient_code`)
+    lenient_passed: bool | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EvalSample:
@@ -155,7 +158,7 @@ class EvalSample:
         return cls(**values)
 
     def to_row(self) -> dict[str, Any]:
-        row = _row(self, (*_EVAL_MULTI_TURN, "model"))
+        row = _row(self, (*_EVAL_MULTI_TURN, "model", "lenient_passed"))
         return row if self.model is None else {"model": row.pop("model"), **row}
 
 
@@ -341,7 +344,30 @@ def execute_samples(
         )
         for (task, record), p, result in zip(cached, parsed, results, strict=True)
     ]
+    samples = _score_leniently(cached, samples, pool, include_challenge)
     return _score_earlier_answers(tasks, cache, samples, pool, include_challenge)
+
+
+def _score_leniently(
+    cached: Sequence[tuple[Task, CachedCompletion]],
+    samples: list[EvalSample],
+    pool: SandboxPool,
+    include_challenge: bool,
+) -> list[EvalSample]:
+    """`lenient_passed` for every sample: the strict verdict, except that a sample with no code whose thinking
+    never closed is judged on the program inside that thinking (only those run again)."""
+    extra = [
+        (n, code)
+        for n, ((_, record), sample) in enumerate(zip(cached, samples, strict=True))
+        if sample.code is None and (code := lenient_code(record.completion)) is not None
+    ]
+    results = (
+        execute_many([(code, cached[n][0]) for n, code in extra], pool, include_challenge=include_challenge)
+        if extra
+        else []
+    )
+    lenient = {n: result.passed for (n, _), result in zip(extra, results, strict=True)}
+    return [replace(s, lenient_passed=lenient.get(n, s.passed)) for n, s in enumerate(samples)]
 
 
 def _score_earlier_answers(
@@ -386,10 +412,11 @@ def _score_earlier_answers(
     return out
 
 
-def _pass_table(rows: Sequence[EvalSample], ks: Sequence[int]) -> dict:
+def _pass_table(rows: Sequence[EvalSample], ks: Sequence[int], lenient: bool = False) -> dict:
     per_task: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
-        per_task[row.task_id].append(bool(row.passed))
+        verdict = row.lenient_passed if lenient and row.lenient_passed is not None else row.passed
+        per_task[row.task_id].append(bool(verdict))
     n = [len(v) for v in per_task.values()]
     c = [sum(v) for v in per_task.values()]
     return {str(k): v for k, v in pass_at_k_table(n, c, ks).items()}
@@ -437,6 +464,8 @@ def summarize(rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DE
         "pass_at_k": table,
         "pass_at_k_ci95": pass_at_k_intervals(rows, ks, resamples, seed),
         "not_computable_k": [int(k) for k, v in table.items() if v is None],
+        # code inside an unclosed thinking counted: beside the strict table, a format failure shows as one
+        "pass_at_k_lenient": _pass_table(rows, ks, lenient=True),
         "pass_at_k_by_source": {s: _pass_table(r, ks) for s, r in sorted(by_source.items())},
         "pass_at_k_by_difficulty": {d: _pass_table(r, ks) for d, r in sorted(by_difficulty.items())},
         "mean_pass_fraction": sum(r.pass_fraction for r in rows) / n,
@@ -445,6 +474,7 @@ def summarize(rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DE
             "extractable_code": sum(r.has_code for r in rows) / n,
             "valid_python": sum(r.syntax_ok for r in rows) / n,
             "truncated": sum(r.finish_reason == "length" for r in rows) / n,
+            "no_code": sum(not r.has_code for r in rows) / n,
         },
         "mean_completion_tokens": sum(r.num_tokens for r in rows) / n,
         "status_counts": dict(Counter(r.status for r in rows).most_common()),

@@ -9,12 +9,13 @@ solution, a timeout) is dropped, so teacher-SFT only ever trains on programs tha
 `num_samples` references per task (APPS has many, MBPP one) become samples 0, 1, ...
 
 The thinking block (`teacher.reference_thinking`):
-- `short` (default): one sentence built only from facts of the task and the program (the entry point the
-  tests call and its signature, or that the program reads standard input). It invents no reasoning the
-  reference's author never wrote down; it exists so that the SFT target has the shape the prompt asks
-  for (a closed `<think>` block, then one python block), which the format reward also pays for. A 135M
-  student trained on code-only targets learns to skip the block and never closes it.
-- `none`: no thinking; the target is the python block alone (`utils.sft_data.build_sft_target`).
+- `short` (the gpu preset's): one sentence built only from facts of the task and the program (the entry point
+  the tests call and its signature, or that the program reads standard input). It invents no reasoning the
+  reference's author never wrote down; it gives the SFT target the shape the prompt asks for (a closed
+  `<think>` block, then one python block), for a student that writes closed blocks itself.
+- `none` (the cpu preset's): no thinking; the target is the python block alone (`utils.sft_data.build_sft_target`).
+  A student that does not close `<think>` (the 135M one) trained on `short` targets learns to open the block
+  and often leaves it open, which leaves no gradable answer; the preflight measures which case a student is.
 
 Records are `synthesis.generate_traces.TeacherTrace`s (phase 2's format, `teacher_model` =
 `REFERENCE_TEACHER`), so phase 3 reads them unchanged. Resumable like phase 2: samples already in the

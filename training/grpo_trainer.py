@@ -127,6 +127,7 @@ class GRPOTrainer:
             tokenizer.pad_token_id,
             config.dual_source.opd_weight,
             config.dual_source.opd_advantage_clip,
+            config.dual_source.opd_max_ratio,
             training.shared_prompt_forward,
         )
         # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
@@ -143,6 +144,7 @@ class GRPOTrainer:
                 device=self.accelerator.device,
                 chunk_size=training.forward_chunk_size,
                 shared_prompt=training.shared_prompt_forward,
+                temperature=config.grpo.temperature,
             )
         if isinstance(self.teacher_scorer, ServedTeacherScorer) and tasks:  # its context, before any step
             lengths = prompt_lengths(

@@ -396,6 +396,30 @@ def opd_token_advantages(
     return advantages, metrics
 
 
+def bound_opd_advantages(
+    opd_advantages: torch.Tensor, grpo_advantages: torch.Tensor, mask: torch.Tensor, max_ratio: float
+) -> tuple[torch.Tensor, dict]:
+    """Scale each sample's OPD token advantages down so that their summed magnitude is at most `max_ratio` times
+    the sample's summed GRPO advantage magnitude: the teacher's credit can refine the outcome reward's verdict on
+    a sample but never outweigh it (a failing sample whose template the teacher likes is still pushed down).
+
+    opd_advantages: (B, T); grpo_advantages: (B,) one per sample, or (B, T); mask: (B, T) in {0, 1}.
+    budget_i = max_ratio * sum_t |A_it| m_it, total_i = sum_t |a_it| m_it, a_it *= min(1, budget_i / total_i).
+    A sample with GRPO advantage 0 (every sample of an all-fail or all-pass group) gets no OPD credit.
+    Returns (bounded advantages (B, T), metrics: opd/bounded_frac, the share of samples scaled down).
+    """
+    m = mask.float()
+    grpo = grpo_advantages.float()
+    grpo = grpo if grpo.dim() == 2 else grpo[:, None].expand_as(m)  # (B, T)
+    budget = max_ratio * (grpo.abs() * m).sum(dim=1)  # (B,)
+    total = (opd_advantages.abs() * m).sum(dim=1)  # (B,)
+    over = total > budget
+    factor = torch.where(over, budget / total.clamp(min=1e-12), torch.ones_like(total))  # (B,)
+    rows = (m.sum(dim=1) > 0).float()
+    metrics = {"opd/bounded_frac": float((over.float() * rows).sum() / rows.sum().clamp(min=1.0))}
+    return opd_advantages * factor[:, None], metrics
+
+
 def opd_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -403,6 +427,8 @@ def opd_loss(
     mask: torch.Tensor,
     *,
     advantage_clip: float = 0.0,
+    grpo_advantages: torch.Tensor | None = None,
+    max_ratio: float = 0.0,
     **surrogate: typing.Any,
 ) -> tuple[torch.Tensor, dict]:
     """The on-policy distillation term for one mini-batch: GRPO's clipped surrogate (`grpo_loss`, whose keyword
@@ -410,10 +436,16 @@ def opd_loss(
     advantage of `opd_token_advantages` (taken against `old_logp`, the policy that sampled), so that the two terms
     share one normalizer and one importance weight (the same tokens came from the same sampler).
 
+    With `max_ratio` > 0 and `grpo_advantages` ((B,) or (B, T)), each sample's advantages are bounded against its
+    GRPO advantage (`bound_opd_advantages`; `max_ratio` is then in the units of the weighted terms' ratio).
+
     logp/old_logp/teacher_logp/mask: (B, T). metrics: those of `opd_token_advantages` and loss/opd.
     """
     old_logp = torch.where(mask.bool(), old_logp, logp.detach())  # as in grpo_loss: no exp() overflow off the mask
     advantages, metrics = opd_token_advantages(old_logp, teacher_logp, mask, advantage_clip)
+    if max_ratio > 0 and grpo_advantages is not None:
+        advantages, bound_metrics = bound_opd_advantages(advantages, grpo_advantages, mask, max_ratio)
+        metrics.update(bound_metrics)
     loss, _ = grpo_loss(logp, old_logp, advantages, mask, **surrogate)
     metrics["loss/opd"] = float(loss.detach())
     return loss, metrics

@@ -39,6 +39,7 @@ class PassRunner:
     pad_token_id: int
     opd_weight: float = 0.0  # dual_source.opd_weight: 0 leaves the GRPO pass exactly as without the term
     opd_advantage_clip: float = 0.0  # dual_source.opd_advantage_clip
+    opd_max_ratio: float = 0.0  # dual_source.opd_max_ratio (applies beside GRPO only)
     shared_prompt: bool = False  # training.shared_prompt_forward: each group's prompt forwarded once per slot
 
     @property
@@ -115,8 +116,17 @@ class PassRunner:
                 metrics.update(kl_metrics)
                 terms.append(grpo.kl_coef * kl)
             if teacher_logp is not None and self.opd_weight > 0:
+                # the weighted OPD credit of a sample <= opd_max_ratio x its weighted GRPO credit (beside GRPO only)
+                bounded = self.opd_max_ratio > 0 and self.grpo_weight > 0
                 opd, opd_metrics = opd_loss(
-                    logp, old, teacher_logp[index, :width], mask, advantage_clip=self.opd_advantage_clip, **surrogate
+                    logp,
+                    old,
+                    teacher_logp[index, :width],
+                    mask,
+                    advantage_clip=self.opd_advantage_clip,
+                    grpo_advantages=advantages[index] if bounded else None,
+                    max_ratio=self.opd_max_ratio * self.grpo_weight / self.opd_weight if bounded else 0.0,
+                    **surrogate,
                 )
                 metrics.update(opd_metrics)
                 terms.append(self.opd_weight * opd)

@@ -12,10 +12,14 @@ so no text is re-encoded. Two sources (`teacher.logprob_source`):
   first), each a map from token id (a string in JSON) to {logprob, rank, decoded_token}; the last
   len(completion) entries are the completion's. vLLM computes them from the raw logits (temperature 1)
   and reports -inf as -9999. Transport and retries are phase 2's client (`TeacherClient.post_json`).
+  Since a served teacher's log-probs are at temperature 1 and the student's are taken at grpo.temperature,
+  `build_teacher_scorer` refuses a served teacher unless grpo.temperature is 1: a teacher identical to the
+  student would otherwise have a non-zero advantage on every token, paid for the temperature alone.
   `transformers serve` has no prompt log-probs: the CPU stand-in is the local source.
 - `local`: a model (+ optional LoRA adapter) in this process, one no-grad teacher-forced forward per row
-  chunk (`training.batching.chunked_completion_logprobs` at temperature 1; with `shared_prompt`, each
-  group's prompt read once: `training.shared_prompt.shared_chunked_completion_logprobs`).
+  chunk (`training.batching.chunked_completion_logprobs` at the student's rollout temperature, the one its
+  own log-probs are taken at, so a teacher identical to the student has advantage 0; with `shared_prompt`,
+  each group's prompt read once: `training.shared_prompt.shared_chunked_completion_logprobs`).
 
 Both refuse a teacher whose tokenizer is not the student's (`check_same_tokenizer`): token ids would mean
 other strings and the log-probs would be of nonsense. Qwen3-32B and Qwen3-1.7B share one.
@@ -209,8 +213,11 @@ class ServedTeacherScorer:
 class LocalTeacherScorer:
     """Scores samples with a model in this process: teacher-forced, no grad, `chunk_size` rows per forward."""
 
-    def __init__(self, model: Any, pad_token_id: int, chunk_size: int = 4, shared_prompt: bool = False) -> None:
+    def __init__(
+        self, model: Any, pad_token_id: int, chunk_size: int = 4, shared_prompt: bool = False, temperature: float = 1.0
+    ) -> None:
         self.model = model
+        self.temperature = temperature  # the student's rollout temperature: its log-probs are taken at it
         self.pad_token_id = pad_token_id
         self.chunk_size = chunk_size
         self.shared_prompt = shared_prompt  # each group's prompt forwarded once (training.shared_prompt)
@@ -221,7 +228,7 @@ class LocalTeacherScorer:
         batch = {k: v.to(device) for k, v in pad_rollout_batch(samples, self.pad_token_id).items()}
         with torch.no_grad(), dropout_disabled(self.model):
             forward = shared_chunked_completion_logprobs if self.shared_prompt else chunked_completion_logprobs
-            values = forward(self.model, batch, self.chunk_size, 1.0).cpu()  # (B, T)
+            values = forward(self.model, batch, self.chunk_size, self.temperature).cpu()  # (B, T)
         logprobs = [tuple(values[i, : len(s.token_ids)].tolist()) for i, s in enumerate(samples)]
         return TeacherScores(logprobs, time.monotonic() - start, sum(len(s.token_ids) for s in samples))
 
@@ -242,12 +249,14 @@ def build_teacher_scorer(
     device: Any = None,
     chunk_size: int = 4,
     shared_prompt: bool = False,
+    temperature: float = 1.0,
 ) -> TeacherScorer:
     """The scorer `teacher.logprob_source` names, after checking the teacher's tokenizer is the student's.
 
     server: the tokenizer is loaded from teacher.tokenizer (else teacher.model_name; an embedded name resolves
     to its folder); the requests go to teacher.api_url for teacher.model_name. local: teacher.model_name is
-    loaded here, with teacher.local_adapter on it when set."""
+    loaded here, with teacher.local_adapter on it when set. `temperature`: the student's rollout temperature
+    (grpo.temperature); the local teacher is scored at it, a served one (temperature 1) is refused unless it is 1."""
     from utils.student_model import load_adapter, load_student, load_tokenizer, served_model_name
 
     name = teacher.model_name
@@ -259,7 +268,13 @@ def build_teacher_scorer(
         model.eval()
         for parameter in model.parameters():
             parameter.requires_grad_(False)
-        return LocalTeacherScorer(model, student_tokenizer.pad_token_id, chunk_size, shared_prompt)
+        return LocalTeacherScorer(model, student_tokenizer.pad_token_id, chunk_size, shared_prompt, temperature)
+    if temperature != 1.0:
+        raise TeacherScoringError(
+            f"on-policy distillation with a served teacher needs grpo.temperature=1 (it is {temperature}): the "
+            "server's prompt log-probs are at temperature 1 and the student's at grpo.temperature, so the advantage "
+            "would pay for the temperature; set grpo.temperature=1 or teacher.logprob_source=local."
+        )
     tokenizer_name = teacher.tokenizer_name
     check_same_tokenizer(student_tokenizer, load_tokenizer(tokenizer_name, cache_dir), student_name, tokenizer_name)
     served = served_model_name(name, cache_dir)

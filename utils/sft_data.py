@@ -48,6 +48,41 @@ def build_sft_target(thinking: str | None, code: str, include_thinking: bool = T
     return answer
 
 
+# A student that closes its <think> block in fewer of its own samples than this does not get thinking targets:
+# it learns to open the block and often never closes it, and an unclosed block has no gradable answer.
+CLOSED_THINK_THRESHOLD = 0.9
+
+
+def thinking_targets_configured(include_thinking: bool, teacher_source: str, reference_thinking: str) -> bool:
+    """Whether teacher-SFT targets will carry a <think> block: dual_source.include_thinking, and for the reference
+    teacher its teacher.reference_thinking mode too."""
+    return include_thinking and (teacher_source != "references" or reference_thinking != "none")
+
+
+def sft_target_choice(
+    closed: int, total: int, thinking_configured: bool, threshold: float = CLOSED_THINK_THRESHOLD
+) -> tuple[bool, str]:
+    """Which teacher-SFT target fits a student that closed its <think> block in `closed` of `total` samples:
+    (the configured target agrees, the sentence that says which target the run uses and why)."""
+    rate = closed / total if total else 0.0
+    closes = rate >= threshold
+    measured = f"the student closes <think> in {closed} of {total} samples ({rate:.0%}; threshold {threshold:.0%})"
+    if thinking_configured and closes:
+        return True, f"{measured}: the run uses thinking + code targets, a format it already writes"
+    if not thinking_configured and not closes:
+        return True, f"{measured}: the run uses code-only targets, a format it can imitate"
+    if thinking_configured:
+        return False, (
+            f"{measured}, but the run uses thinking + code targets: a student that does not close the block learns "
+            "to open it and loses its answers; set teacher.reference_thinking=none and dual_source.include_thinking"
+            "=false (code-only targets)"
+        )
+    return False, (
+        f"{measured}, but the run uses code-only targets: it thinks natively, so thinking targets would keep its "
+        "format (teacher.reference_thinking=short, dual_source.include_thinking=true)"
+    )
+
+
 def encode_prompt(
     tokenizer: Any,
     user_prompt: str,

@@ -21,6 +21,10 @@ Rules, decided once (tests/unit/utils/test_thinking_extraction.py covers each):
 - Code is chosen from the answer only, by `utils.code_parser.select_code` (last python block,
   else last untagged block, else the answer itself if it is a program). Nothing here compiles it:
   whether it compiles is the sandbox's verdict (`ExecutionResult.compiles`).
+
+`lenient_code` is the one exception, for reporting only (phase 4's lenient pass@k, never a reward): the
+code of a response whose thinking never closed, chosen by the same rule from the unclosed thinking. It
+tells a format failure (a program written, its block left open) from a failure to write one.
 """
 
 from __future__ import annotations
@@ -106,6 +110,15 @@ def extract_thinking_and_code_unified(response: str | None, reasoning: str | Non
         num_code_blocks=num_blocks,
         well_formed=split.has_thinking and split.think_closed and code_source == "python_block",
     )
+
+
+def lenient_code(response: str | None, reasoning: str | None = None) -> str | None:
+    """The strict parser's code; for a response with no code whose thinking never closed, the program found
+    inside that unclosed thinking (same selection rule); None when there is neither."""
+    parsed = extract_thinking_and_code_unified(response, reasoning)
+    if parsed.code is not None or parsed.think_closed or not parsed.thinking:
+        return parsed.code
+    return select_code(parsed.thinking)[0]
 
 
 def extract_function_from_code(response: str | None, reasoning: str | None = None) -> str | None:

@@ -165,3 +165,39 @@ def test_the_teacher_check_can_be_left_out_or_run_alone(capsys):
     out = capsys.readouterr().out
     assert "⚠ WARN no teacher answering at http://127.0.0.1:9/v1" in out
     assert "✓ PASS" not in out and "total:    1" in out  # nothing else ran
+
+
+def test_the_sft_target_follows_the_students_closed_think_rate():
+    from utils.sft_data import sft_target_choice, thinking_targets_configured
+
+    # a student that never closes <think> must not get thinking targets; one that always does keeps them
+    assert sft_target_choice(0, 8, thinking_configured=True)[0] is False
+    assert "dual_source.include_thinking=false" in sft_target_choice(0, 8, thinking_configured=True)[1]
+    assert sft_target_choice(0, 8, thinking_configured=False) == (True, sft_target_choice(0, 8, False)[1])
+    assert "code-only targets" in sft_target_choice(0, 8, thinking_configured=False)[1]
+    assert sft_target_choice(8, 8, thinking_configured=True)[0] is True
+    assert sft_target_choice(7, 8, thinking_configured=True)[0] is False  # 88% < the 90% threshold
+    assert sft_target_choice(8, 8, thinking_configured=False)[0] is False
+    # the reference teacher's traces carry thinking unless reference_thinking is none; include_thinking=false wins
+    assert thinking_targets_configured(True, "references", "short") is True
+    assert thinking_targets_configured(True, "references", "none") is False
+    assert thinking_targets_configured(True, "server", "none") is True
+    assert thinking_targets_configured(False, "server", "short") is False
+
+
+def test_the_preflight_measures_the_students_closed_think_rate_and_names_the_target(tiny_model_name, capsys):
+    from config import build_config
+    from utils.student_model import load_student
+
+    model, tokenizer = load_student(tiny_model_name, "float32", False, "", device="cpu")
+    overrides = [f"student.model_name={tiny_model_name}", "grpo.max_new_tokens=8"]
+    for extra, status in (
+        (["dual_source.include_thinking=true", "teacher.reference_thinking=short"], "WARN"),
+        ([], "PASS"),
+    ):
+        report = test_all.Report()
+        test_all.check_target_format(report, build_config("cpu", overrides=overrides + extra), model, tokenizer, 2, 1)
+        # the random tiny model never closes <think>: thinking targets warn, the cpu preset's code-only targets pass
+        assert [r[0] for r in report.results] == [status]
+    out = capsys.readouterr().out
+    assert "closes <think> in 0 of 2 samples" in out and "code-only targets" in out

@@ -197,9 +197,22 @@ def fake_phases(runner, calls: list):
     runner.run = run
 
 
+def test_an_opd_arm_refuses_a_teacher_no_better_than_the_base(tmp_path):
+    ev = tmp_path / "ev"
+    # the fake evaluation passes sample 0 of every task: teacher and base tie at pass@1 0.5
+    write_evidence(ev, [])
+    runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
+    calls: list = []
+    fake_phases(runner, calls)
+    with pytest.raises(SystemExit, match="the OPD teacher fails its gate"):
+        runner.one_run("grpo_opd", 1, "[1/1]")
+    assert "grpo_opd-s1.train" not in [name for name, _ in calls]
+    assert harness.teacher_check(run_evidence("t", 1, [2, 1, 0]), run_evidence("base", 1, [1, 1, 0]))["passed"]
+
+
 def test_an_opd_run_trains_the_teacher_first_and_scores_with_it(tmp_path):
     ev = tmp_path / "ev"
-    write_evidence(ev, [])
+    write_evidence(ev, [run_evidence("base", 1, [0, 0, 0])])  # a base the fake teacher (pass@1 0.5) beats
     runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
     calls: list = []
     fake_phases(runner, calls)
@@ -216,3 +229,17 @@ def test_an_opd_run_trains_the_teacher_first_and_scores_with_it(tmp_path):
     calls.clear()
     runner.one_run("grpo_opd", 2, "[1/1]")
     assert [name for name, _ in calls] == ["grpo_opd-s2.train", "grpo_opd-s2.eval"]
+
+
+def test_the_evidence_keeps_the_metrics_that_diagnose_opd_and_sft(tmp_path):
+    for key in ("opd/advantage_p01", "opd/advantage_p99", "opd/clipped_frac", "loss/teacher_sft", "loss/self_sft"):
+        assert key in harness.METRIC_COLUMNS
+    ev = tmp_path / "ev"
+    write_evidence(ev, [run_evidence("base", 1, [0, 0, 0])])
+    runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
+    calls: list = []
+    fake_phases(runner, calls)
+    runner.one_run("full", 1, "[1/1]")
+    run = json.loads((ev / "runs" / "full-s1.json").read_text())
+    assert run["sample_columns"] == list(harness.SAMPLE_COLUMNS) and len(run["samples"][0]) == 7
+    assert "no_code_completions" in run

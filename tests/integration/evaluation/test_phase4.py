@@ -37,6 +37,7 @@ RESULT_KEYS = {
     "decoding",
     "samples",
     "pass_at_k_ci95",
+    "pass_at_k_lenient",
     "delta_ci95",
     "multi_turn",
     "untrusted_tasks",
@@ -82,6 +83,31 @@ def test_pass_at_k_from_verdicts_matches_the_estimator_by_hand(tmp_path, pool):
     }  # 0 + 2 + 5 correct of 15; the rest call a missing function
     assert summary["pass_at_k_by_source"]["mbpp"] == summary["pass_at_k"]
     assert summary["format"]["closed_thinking"] == 1.0 and summary["num_tasks"] == 3
+
+
+def test_the_lenient_verdict_grades_code_left_inside_an_unclosed_think(tmp_path, pool):
+    tasks = small_tasks(2)
+    good = tasks[0].reference_solutions[0]
+    texts = {
+        # a program written, its block never closed: strict no_code, lenient pass
+        tasks[0].task_id: [f"<think>plan\n```python\n{good}\n```", f"<think>t</think>\n```python\n{good}\n```"],
+        # an unclosed think with no program in it, then a plain wrong answer: no code either way
+        tasks[1].task_id: ["<think>I will write it later", f"```python\n{WRONG_CODE}\n```"],
+    }
+
+    def generate(prompts, n, _tasks):
+        out = []
+        for prompt in prompts:
+            task = next(t for t in tasks if t.problem.strip() in prompt)
+            out.append([RolloutCompletion(x, (0,) * 5, (), "stop") for x in texts[task.task_id][:n]])
+        return out
+
+    cache = generate_cached(tasks, generate, 2, cache_path=tmp_path / "c.jsonl", progress=False)
+    rows = execute_samples(tasks, cache, 2, pool)
+    assert [(r.passed, r.lenient_passed) for r in rows] == [(False, True), (True, True), (False, False), (False, False)]
+    summary = summarize(rows, [1])
+    assert summary["pass_at_k"]["1"] == pytest.approx(0.25) and summary["pass_at_k_lenient"]["1"] == pytest.approx(0.5)
+    assert summary["format"]["no_code"] == pytest.approx(0.5)  # the two unclosed thinks
 
 
 def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):

@@ -399,3 +399,29 @@ def test_kv_logprobs_are_those_of_the_truncated_distribution_it_sampled():
         warped = warp_logits(logits, knobs).log_softmax(-1)
         expected = warped.gather(-1, torch.tensor(row.token_ids).unsqueeze(-1)).squeeze(-1)
         assert torch.allclose(torch.tensor(row.logprobs), expected, atol=2e-4), (row.logprobs, expected)
+
+
+def test_a_single_term_arms_weight_is_inert_under_adamw(tmp_path, pool):
+    """With teacher-SFT as the only term, its weight scales the loss and every gradient by one constant, which
+    AdamW's update (m / sqrt(v)) divides out: weight 0.3 trains like weight 1 (documented at
+    dual_source.teacher_sft_weight; a single-term run is SFT at training.learning_rate)."""
+    deltas = {}
+    for weight in (0.3, 1.0):
+        trainer = scripted_trainer(
+            tmp_path / str(weight),
+            pool,
+            NoRollouts,
+            **{
+                "dual_source.grpo_weight": 0.0,
+                "dual_source.self_sft_weight": 0.0,
+                "dual_source.teacher_sft_weight": weight,
+                "grpo.kl_coef": 0.0,
+                "training.max_steps": 1,
+            },
+        )
+        before = lora_state(trainer.model)
+        trainer.train()
+        after = lora_state(trainer.model)
+        deltas[weight] = math.sqrt(sum(float(((after[k] - before[k]) ** 2).sum()) for k in before))
+    assert deltas[1.0] > 0
+    assert deltas[1.0] / deltas[0.3] == pytest.approx(1.0, abs=0.05)  # not 1 / 0.3 = 3.3

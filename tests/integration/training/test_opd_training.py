@@ -84,7 +84,13 @@ def test_the_opd_term_by_hand_on_multi_turn_rollouts_trains_on_policy_tokens_onl
 
 def test_opd_beside_grpo_adds_its_gradient(tmp_path, pool):
     """GRPO + OPD: the step's gradient is GRPO's plus OPD's (one forward, one normalizer)."""
-    weights = {"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0}
+    # the bound against GRPO off: the unbounded terms add up (the bound is tested in tests/test_losses.py)
+    weights = {
+        "dual_source.teacher_sft_weight": 0.0,
+        "dual_source.self_sft_weight": 0.0,
+        "grpo.kl_coef": 0.0,
+        "dual_source.opd_max_ratio": 0.0,
+    }
     runs = {}
     for name, opd, grpo in (("both", 0.5, 1.0), ("grpo", 0.0, 1.0), ("opd", 0.5, 0.0)):
         trainer = make_trainer(
@@ -246,3 +252,34 @@ def test_phase3_refuses_a_local_teacher_on_the_trainers_gpu(monkeypatch, url, fr
     else:
         phase3.check_teacher_gpu(config, torch.device("cuda", 0))
     phase3.check_teacher_gpu(config, torch.device("cpu"))  # no GPU, nothing to share
+
+
+def test_opd_advantage_is_zero_when_the_teacher_is_the_student_at_the_rollout_temperature(tmp_path):
+    """The student's log-probs are taken at grpo.temperature; a teacher identical to the student must be scored at
+    the same temperature, or OPD pays for the temperature alone."""
+    import phase1_prepare_data as phase1
+    import phase3_train_grpo as phase3
+    from config import build_config
+
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={tmp_path / 'data'}"]))
+    config = build_config(
+        "cpu",
+        overrides=[
+            f"paths.data_dir={tmp_path / 'data'}",
+            f"paths.output_dir={tmp_path / 'out'}",
+            "student.model_name=embedded:tiny-random",
+            "teacher.model_name=embedded:tiny-random",
+            "teacher.logprob_source=local",
+            "grpo.rollout_backend=hf",
+            "grpo.temperature=0.7",
+            "grpo.max_new_tokens=8",
+            "training.max_steps=1",
+            "dual_source.teacher_sft_weight=0",
+            "dual_source.opd_weight=0.5",
+        ],
+    )
+    phase3.main(config, teacher_traces=tmp_path / "none.jsonl")
+    row = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["opd/kl"] == pytest.approx(0.0, abs=1e-4)
+    assert row["opd/advantage_p01"] == pytest.approx(0.0, abs=1e-4)
+    assert row["opd/advantage_p99"] == pytest.approx(0.0, abs=1e-4)

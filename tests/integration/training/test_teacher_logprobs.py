@@ -164,3 +164,12 @@ def test_build_teacher_scorer_local_loads_the_model_and_its_adapter(tmp_path, ti
     a, b = bare.score(one).logprobs[0], with_adapter.score(one).logprobs[0]
     assert a != pytest.approx(b)
     assert not any(p.requires_grad for p in with_adapter.model.parameters())
+
+
+def test_a_served_teacher_is_refused_unless_the_rollouts_are_at_temperature_one():
+    from config import build_config
+    from training.teacher_logprobs import TeacherScoringError, build_teacher_scorer
+
+    teacher = build_config("cpu", overrides=["teacher.logprob_source=server"]).teacher
+    with pytest.raises(TeacherScoringError, match="needs grpo.temperature=1 \\(it is 0.7\\)"):
+        build_teacher_scorer(teacher, None, student_name="s", temperature=0.7)

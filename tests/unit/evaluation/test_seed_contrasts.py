@@ -112,3 +112,86 @@ def test_analyse_pools_sigma_over_the_model_arms_only():
     assert abase["delta"] == pytest.approx(0.1)
     assert abase["ci95_two_way"][1] - abase["delta"] == pytest.approx(ab["ci95_two_way"][1] - ab["delta"])
     assert out["per_problem"]["a"] == pytest.approx([0.4])
+
+
+def test_the_two_level_bootstrap_resamples_tasks_crossed_with_seeds():
+    # identical seeds, varying tasks: the seed level adds nothing, so the interval must be the task-level
+    # bootstrap's (a nested draw per seed divides the task variance by the number of seeds)
+    row = np.random.default_rng(5).normal(0.05, 0.2, size=35)
+    d = np.tile(row, (3, 1))  # (S, T)
+    rng = np.random.default_rng(9)
+    task_means = row[rng.integers(0, 35, size=(4000, 35))].mean(axis=1)
+    task_width = float(np.diff(np.quantile(task_means, [0.025, 0.975]))[0])
+    low, high = two_level_bootstrap(d, 4000, seed=2)
+    assert high - low == pytest.approx(task_width, rel=0.1)
+
+
+def test_the_crossed_bootstrap_by_hand_on_a_toy():
+    # 2 seeds x 2 tasks, d = [[0, 1], [2, 3]]; one replicate draws seeds (s_a, s_b) and tasks (t_a, t_b) shared by
+    # both seeds: mean = (d[s_a, t_a] + d[s_a, t_b] + d[s_b, t_a] + d[s_b, t_b]) / 4 = mean_s(2 s) + mean_t(t)
+    # (d = 2 s + t). Seed part in {0, 1, 2} w.p. 1/4, 1/2, 1/4; task part in {0, 0.5, 1} likewise. The mean's
+    # support is {0, .5, ..., 3}; a nested draw (per-seed task draws) would also reach the quarter points.
+    d = np.array([[0.0, 1.0], [2.0, 3.0]])
+    from evaluation.seed_contrasts import crossed_bootstrap_means
+
+    means = crossed_bootstrap_means(d, 20_000, seed=0)
+    assert set(np.unique(means)) <= {0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0}
+    # P(mean = 0) = P(seed part 0) P(task part 0) = 1/4 * 1/4
+    assert float(np.mean(means == 0.0)) == pytest.approx(1 / 16, abs=0.01)
+    assert float(means.mean()) == pytest.approx(1.5, abs=0.01)
+
+
+def test_the_crossed_bootstrap_covers_a_simulated_crossed_design():
+    # 3 seeds x 35 tasks, d_si = u_i + b_s + e_si with task effects u (SD 0.13, drawn anew for each experiment),
+    # seed effects b (SD 0.01), evaluation noise e (SD 0.06); the target is the mean over tasks, 0. A 95% interval
+    # must cover it about 95% of the time; a nested draw (tasks per seed) covers ~0.8 here.
+    rng = np.random.default_rng(11)
+    covered, reps = 0, 300
+    for r in range(reps):
+        d = rng.normal(0, 0.13, size=(1, 35)) + rng.normal(0, 0.01, size=(3, 1)) + rng.normal(0, 0.06, size=(3, 35))
+        low, high = two_level_bootstrap(d, 400, seed=r)
+        covered += low <= 0.0 <= high
+    assert 0.89 <= covered / reps <= 0.99
+
+
+def test_the_paired_t_interval_by_hand():
+    from evaluation.seed_contrasts import paired_t
+
+    # d_s = 0.1, 0.2, 0.0: mean 0.1, sd 0.1, se 0.1 / sqrt(3) = 0.057735, t_2 = 4.302653 -> half 0.248414
+    out = paired_t([0.1, 0.2, 0.0])
+    assert out["delta"] == pytest.approx(0.1) and out["df"] == 2
+    assert out["sd"] == pytest.approx(0.1) and out["se"] == pytest.approx(0.1 / math.sqrt(3))
+    assert out["ci95"] == pytest.approx([0.1 - 0.248414, 0.1 + 0.248414], abs=1e-5)
+    assert paired_t([0.3])["ci95"] is None  # one seed: no interval
+
+
+def test_one_unstable_arm_does_not_widen_a_contrast_between_two_other_arms():
+    # arms a, b stable (seed SD ~0.01), arm c 10x that; the primary interval of a - b must not depend on c
+    rng = np.random.default_rng(4)
+    seeds = range(1, 5)
+
+    def arm(mean, sd):
+        return {s: np.full(10, mean + rng.normal(0, sd)) for s in seeds}
+
+    scores = {"a": arm(0.4, 0.01), "b": arm(0.3, 0.01)}
+    without = analyse(scores, [("a", "b")], ["a", "b"], num_resamples=200)["contrasts"]["a - b"]
+    scores["c"] = arm(0.3, 0.1)
+    with_c = analyse(scores, [("a", "b")], ["a", "b", "c"], num_resamples=200)
+    inner = with_c["contrasts"]["a - b"]
+
+    def width(c):
+        return c["ci95"][1] - c["ci95"][0]
+
+    assert width(inner) <= 1.5 * width(without)
+    # the pooled two-way model, secondary, shows the inflation and reports why: the seed-SD ratio
+    assert with_c["seed_sd_ratio"] > 5
+
+
+def test_the_task_term_by_hand():
+    from evaluation.seed_contrasts import task_term
+
+    # d = [[0.1, 0.3], [0.3, 0.5]]: seed means 0.2, 0.4 -> SE^2 0.02 / 2 = 0.01; problem means 0.2, 0.4 -> 0.01;
+    # total 0.02, Satterthwaite df 0.02^2 / (0.01^2 / 1 + 0.01^2 / 1) = 2; half = t_2 * sqrt(0.02)
+    out = task_term(np.array([[0.1, 0.3], [0.3, 0.5]]))
+    assert out["task_se"] == pytest.approx(0.1) and out["se"] == pytest.approx(math.sqrt(0.02)) and out["df"] == 2
+    assert out["ci95"] == pytest.approx([0.3 - t_quantile(2) * math.sqrt(0.02), 0.3 + t_quantile(2) * math.sqrt(0.02)])

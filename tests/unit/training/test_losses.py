@@ -248,3 +248,33 @@ def test_lr_factor_warms_up_then_decays_by_hand():
     )
     assert [lr_factor(s, 0, 4, "linear", min_lr_rate=0.2) for s in range(5)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2])
     assert lr_factor(0, 2, 6, "linear", min_lr_rate=0.2) == 0.5  # the warmup still starts from 0
+
+
+def test_opd_is_bounded_by_grpo_on_a_failing_sample_of_a_one_pass_group():
+    from training.losses import bound_opd_advantages
+
+    # one pass of eight, binary reward z-scored: the failing samples' GRPO advantage is -1/sqrt(7) = -0.378
+    rewards = torch.tensor([1.0] + [0.0] * 7)
+    grpo = (rewards - rewards.mean()) / rewards.std()  # (8,)
+    mask = torch.ones(8, 6)
+    mask[1, 4:] = 0  # a shorter failing sample
+    opd = torch.full((8, 6), 5.0)  # the teacher loves every token (the clipped template credit)
+    bounded, metrics = bound_opd_advantages(opd, grpo, mask, max_ratio=1.0)
+    summed_opd = (bounded.abs() * mask).sum(dim=1)
+    summed_grpo = (grpo.abs()[:, None] * mask).sum(dim=1)
+    assert torch.all(summed_opd <= summed_grpo + 1e-6)
+    # by hand: sample 1 has 4 tokens, budget 4 x 0.378 = 1.512 over a total of 20 -> each token 5 x 1.512 / 20
+    assert bounded[1, 0].item() == pytest.approx(5 * 4 * float(grpo[1].abs()) / 20)
+    assert metrics["opd/bounded_frac"] == 1.0
+    # a small OPD credit inside the budget is left as it is; half the ratio halves the budget
+    small = torch.full((8, 6), 0.01)
+    assert torch.equal(bound_opd_advantages(small, grpo, mask, 1.0)[0], small)
+    half = bound_opd_advantages(opd, grpo, mask, 0.5)[0]
+    assert (half[2].abs().sum()).item() == pytest.approx(0.5 * 6 * float(grpo[2].abs()))
+
+
+def test_an_all_fail_group_gets_no_opd_credit_under_the_bound():
+    from training.losses import bound_opd_advantages
+
+    bounded, _ = bound_opd_advantages(torch.full((4, 3), 2.0), torch.zeros(4), torch.ones(4, 3), 1.0)
+    assert torch.count_nonzero(bounded) == 0

@@ -193,3 +193,13 @@ def test_extract_function_from_code_is_the_same_extraction():
     assert extract_function_from_code(QWEN3_INLINE) == IS_PRIME
     assert extract_function_from_code("<think>never closed") is None
     assert extract_function_from_code("```python\na = 1\n```", reasoning="r") == "a = 1"
+
+
+def test_lenient_code_finds_a_program_only_inside_an_unclosed_think():
+    from utils.thinking_extraction import lenient_code
+
+    assert lenient_code("<think>x\n```python\ndef f():\n    return 1\n```") == "def f():\n    return 1"
+    # a closed think keeps the strict rule: drafted code inside it is still not graded
+    assert lenient_code("<think>```python\ndef f():\n    return 1\n```</think>no code") is None
+    assert lenient_code("<think>only words") is None
+    assert lenient_code("```python\ndef g():\n    return 2\n```") == "def g():\n    return 2"
