@@ -123,7 +123,19 @@ def _program_free_part(test: ast.AST, fn_name: str | None) -> str | None:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return _program_free_part(test.operand, fn_name)
     if isinstance(test, ast.BoolOp):  # the verdict's own boolean structure (not a value's `x or y` inside it)
+        # A program-free operand decides the whole when it is falsy under `and` or truthy under `or`; the
+        # other truth value only repeats the rest (`f(x) == 2 and True`). Only a literal's truth is known
+        # without running anything; any other program-free operand is refused as if it decided.
+        deciding = isinstance(test.op, ast.Or)
         for operand in test.values:
+            if not _depends_on_program(operand, fn_name):
+                try:
+                    redundant = bool(ast.literal_eval(operand)) != deciding
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    redundant = False
+                if not redundant:
+                    return ast.unparse(operand)
+                continue
             part = _program_free_part(operand, fn_name)
             if part is not None:
                 return part

@@ -42,8 +42,9 @@ def _completion(prompt_ids, token_ids, finish_reason="stop"):
 
 
 def _scored(result, token_ids, finish_reason):
-    """A scored sample with only what self-SFT's pick reads: the verdict and the completion."""
-    return ScoredSample(None, _completion([0], token_ids, finish_reason), None, result, None)
+    """A scored sample with only what self-SFT's pick reads: the verdict, its correctness signal and the completion."""
+    reward = types.SimpleNamespace(correctness=float(result.passed))
+    return ScoredSample(None, _completion([0], token_ids, finish_reason), None, result, reward)
 
 
 def make_trainer(tmp_path, pool, dropout=0.0, **overrides):

@@ -336,3 +336,14 @@ def test_a_test_whose_verdict_does_not_depend_on_the_program_is_refused(tmp_path
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(DataFormatError, match=r"tasks\.jsonl:1: .*does not depend on the program"):
         read_tasks(path)
+
+
+@pytest.mark.parametrize(
+    "test", ["assert f(1) == 2 and True", "assert f(1) == 2 or False", "assert not (f(1) != 2 and 1)"]
+)
+def test_a_literal_that_only_repeats_the_verdict_is_accepted(tmp_path, test):
+    """`and True` / `or False` leave the verdict to the program: only a deciding literal makes it constant."""
+    row = {"task_id": "t/1", "source": "t", "problem": "p", "test_type": "assert", "fn_name": "f", "tests": [test]}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert read_tasks(path)[0].tests == (test,)
