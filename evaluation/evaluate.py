@@ -155,10 +155,13 @@ class EvalSample:
         values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
         if values.get("answers_passed") is not None:
             values["answers_passed"] = tuple(values["answers_passed"])
+        values.setdefault("lenient_passed", row.get("passed"))  # written only where it differs from `passed`
         return cls(**values)
 
     def to_row(self) -> dict[str, Any]:
         row = _row(self, (*_EVAL_MULTI_TURN, "model", "lenient_passed"))
+        if row.get("lenient_passed") == row["passed"]:
+            del row["lenient_passed"]  # so a row whose verdicts agree keeps the bytes it had before the lenient one
         return row if self.model is None else {"model": row.pop("model"), **row}
 
 
