@@ -15,14 +15,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_ablation_seeds import (  # noqa: E402  (benchmarks/ is on sys.path)
+from ablation_seeds_design import (  # noqa: E402  (benchmarks/ is on sys.path)
     ARMS,
     BASE,
     CONTRASTS,
     DEFAULT_ARMS,
     DEFAULT_SEEDS,
 )
-from experiment_cli import ks_for  # noqa: E402
+from experiment_cli import ks_for, write_report_files  # noqa: E402
 
 # The signal check: GRPO learns only from groups with correctness spread.
 MAX_FLAT_SHARE = 0.5
@@ -351,13 +351,4 @@ def plot(report: dict, path: Path) -> None:
 
 
 def write_report(report: dict, results_dir: Path) -> list[Path]:
-    from utils.jsonl import write_json_atomic
-
-    results_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path, png_path = (results_dir / f"ablation_seeds.{ext}" for ext in ("json", "md", "png"))
-    write_json_atomic(json_path, report)
-    md_path.write_text(markdown(report), encoding="utf-8")
-    if "pass_at_k" in report:
-        plot(report, png_path)
-        return [json_path, md_path, png_path]
-    return [json_path, md_path]
+    return write_report_files(report, results_dir, "ablation_seeds", markdown, plot, plotted="pass_at_k" in report)

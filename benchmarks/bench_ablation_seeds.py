@@ -48,99 +48,36 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiment_cli import RESULTS_DIR, claim_work_folder, ks_for, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
+from ablation_seeds_design import (  # noqa: E402
+    ARMS,
+    BASE,
+    DATA_SEED,
+    DEFAULT_ARMS,
+    DEFAULT_SEEDS,
+    EVIDENCE_DIR,
+    NICENESS,
+    PREPASS_SEED,
+    RECIPE,
+    RECIPE_FLAGS,
+    TEACHER_NO_CODE_MARGIN,
+    TEACHER_RECIPE,
+    TEACHER_SEED,
+    VAL_RATIO,
+    Arm,
+)
+from experiment_cli import (  # noqa: E402
+    add_seeded_experiment_flags,
+    check_seeded_experiment_flags,
+    claim_work_folder,
+    ks_for,
+    recipe_values,
+)
 
-EVIDENCE_DIR = RESULTS_DIR / "ablation_seeds"
-DEFAULT_SEEDS = (1, 2, 3)
-PREPASS_SEED = 42  # the pre-pass's evaluation seed; no run uses it
-DATA_SEED = 42
-VAL_RATIO = 0.5
-TEACHER_SEED = 1  # the OPD teacher's training seed; its held-out check shares seed 1's evaluation streams
-TEACHER_NO_CODE_MARGIN = 0.05  # the OPD teacher's held-out no_code may exceed the base's by this much at most
-NICENESS = 10
-
-# The recipe every arm shares (config keys; checked against config.py at start). Values that a flag sizes
-# (steps, group, tokens) come from the flags and enter the stored recipe too.
-RECIPE = {
-    "grpo.top_p": 1.0,
-    "training.per_device_train_batch_size": 2,
-    "training.gradient_accumulation_steps": 1,
-    "training.learning_rate": 5e-4,
-    "grpo.correctness_reward": "binary",
-    "grpo.scale_rewards": True,  # binary rewards with GRPO's z-scored advantages (the cpu preset centres only)
-    "grpo.format_reward_weight": 0.0,
-    "grpo.dynamic_filtering": False,
-    "grpo.kl_coef": 0.0,
-    "dual_source.teacher_sft_batch_size": 4,
-    "training.save_steps": 4,
-    "curriculum.enabled": False,
-    "evaluation.top_p": 1.0,
-}
-# The OPD teacher: teacher-SFT only on the training pool's references; its rollouts train nothing.
-TEACHER_RECIPE = {
-    "training.max_steps": 12,
-    "training.learning_rate": 2e-3,
-    "training.save_steps": 12,
-    "dual_source.grpo_weight": 0.0,
-    "dual_source.self_sft_weight": 0.0,
-    "dual_source.teacher_sft_weight": 1.0,
-    "dual_source.teacher_sft_batch_size": 8,
-    "grpo.max_new_tokens": 8,
-    "grpo.num_samples_per_prompt": 2,
-    "grpo.kl_coef": 0.0,
-}
-
-
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    label: str
-    weights: dict[str, float]  # dual_source overrides
-    opd: bool = False  # scored by the local OPD teacher
-
-
-ARMS = {
-    a.name: a
-    for a in (
-        Arm(
-            "full",
-            "GRPO + teacher-SFT + self-SFT",
-            {"grpo_weight": 1.0, "teacher_sft_weight": 0.3, "self_sft_weight": 0.2},
-        ),
-        Arm("tsft", "teacher-SFT only", {"grpo_weight": 0.0, "teacher_sft_weight": 0.3, "self_sft_weight": 0.0}),
-        Arm("grpo", "GRPO only", {"grpo_weight": 1.0, "teacher_sft_weight": 0.0, "self_sft_weight": 0.0}),
-        Arm("grpo_tsft", "GRPO + teacher-SFT", {"grpo_weight": 1.0, "teacher_sft_weight": 0.3, "self_sft_weight": 0.0}),
-        Arm(
-            "grpo_opd",
-            "GRPO + on-policy distillation",
-            {
-                "grpo_weight": 1.0,
-                "teacher_sft_weight": 0.0,
-                "self_sft_weight": 0.0,
-                "opd_weight": 1.0,
-                "opd_advantage_clip": 5.0,
-            },
-            opd=True,
-        ),
-        Arm(
-            "rft",
-            "self-SFT only (rejection sampling)",
-            {"grpo_weight": 0.0, "teacher_sft_weight": 0.0, "self_sft_weight": 0.2},
-        ),
-    )
-}
-DEFAULT_ARMS = ("full", "tsft", "grpo", "grpo_tsft", "grpo_opd")
-BASE = "base"
-# The contrasts the experiment is for (a - b), then every arm against the base.
-CONTRASTS = (("full", "tsft"), ("full", "grpo"), ("full", "grpo_tsft"), ("grpo_opd", "grpo"))
-# Recipe flags: every flag that changes a number. --seeds and --arms choose what runs, not how.
-RECIPE_FLAGS = "steps samples group max_new_tokens temperature max_tasks model"
 METRIC_COLUMNS = (
     "step",
     "pass_rate",
@@ -171,65 +108,22 @@ SAMPLE_COLUMNS = ("task_id", "sample_idx", "passed", "status", "finish_reason", 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        nargs="+",
-        default=list(DEFAULT_SEEDS),
-        help="training.seed values to run, in this order (default 1 2 3); add seeds later, e.g. --seeds 4 5.",
-    )
-    parser.add_argument(
-        "--arms",
-        nargs="+",
-        choices=list(ARMS),
-        default=list(DEFAULT_ARMS),
-        help=f"Arms to run for each seed (default {' '.join(DEFAULT_ARMS)}; rft, self-SFT only, is optional). "
-        "The base model is evaluated for every seed whatever the arms.",
-    )
-    parser.add_argument("--steps", type=int, default=16, help="Optimizer steps per arm (default 16).")
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=8,
-        help="Samples per task in the pre-pass and every evaluation (default 8; pass@k for k = 1, 2, 4 .. up to it).",
-    )
-    parser.add_argument("--group", type=int, default=8, help="Rollouts per prompt, G (default 8).")
-    parser.add_argument(
-        "--max_new_tokens", type=int, default=96, help="Token budget of rollouts and evaluations (default 96)."
-    )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=0.7,
-        help="Temperature of the pre-pass, the rollouts and the evaluations (default 0.7; top-p is 1).",
-    )
-    parser.add_argument(
-        "--max_tasks",
-        type=int,
-        default=0,
-        help="Use only the first N tasks of each split (0: all; a smoke-test size, not the experiment).",
-    )
-    parser.add_argument("--model", default=None, help="Student model (default: the embedded SmolLM2-135M-Instruct).")
-    parser.add_argument(
-        "--output_dir",
-        default="outputs/ablation_seeds",
-        help="Work folder: data, adapters, caches, logs (may be deleted; the evidence is enough to resume).",
-    )
-    parser.add_argument(
-        "--evidence_dir",
-        default=str(EVIDENCE_DIR),
-        help="Committed evidence of every finished run and of the pre-pass "
+    add_seeded_experiment_flags(
+        parser,
+        seeds=DEFAULT_SEEDS,
+        arms=list(ARMS),
+        default_arms=DEFAULT_ARMS,
+        arms_note="; rft, self-SFT only, is optional",
+        steps_help="Optimizer steps per arm (default 16).",
+        group_help="Rollouts per prompt, G (default 8).",
+        output_dir="outputs/ablation_seeds",
+        evidence_dir=EVIDENCE_DIR,
+        evidence_help="Committed evidence of every finished run and of the pre-pass "
         "(default benchmarks/results/ablation_seeds).",
-    )
-    parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="Where ablation_seeds.json/.md/.png go.")
-    parser.add_argument(
-        "--report_only", action="store_true", help="Only rebuild the report from the evidence; run nothing."
+        report_name="ablation_seeds",
     )
     args = parser.parse_args(argv)
-    if args.samples < 2:
-        parser.error("--samples must be >= 2: the pre-pass band (1 .. n-1 passes) needs at least two samples")
-    if len(set(args.seeds)) != len(args.seeds) or PREPASS_SEED in args.seeds:
-        parser.error(f"--seeds must be distinct and must not include the pre-pass seed {PREPASS_SEED}")
+    check_seeded_experiment_flags(parser, args, PREPASS_SEED)
     return args
 
 

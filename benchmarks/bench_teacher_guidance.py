@@ -57,92 +57,51 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import bench_ablation_seeds as seeded  # noqa: E402  (benchmarks/ is on sys.path)
-from experiment_cli import RESULTS_DIR, claim_work_folder, recipe_values  # noqa: E402
-
-EVIDENCE_DIR = RESULTS_DIR / "teacher_guidance"
-DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6)
-BASE = seeded.BASE
-GATE_ARM = "tsft"
-GATE_MARGIN = 0.05  # held-out no_code of the gate arm <= the base's + this
-TEACHER_SFT_WEIGHT, SELF_SFT_WEIGHT = 0.3, 0.2
-# the teacher-SFT-only runs: GRPO and self-SFT off, so phase 3 samples no rollouts (their settings cut all the same)
-SFT_ONLY = {
-    "dual_source.grpo_weight": 0.0,
-    "dual_source.self_sft_weight": 0.0,
-    "dual_source.teacher_sft_weight": 1.0,
-    "grpo.max_new_tokens": 8,
-    "grpo.num_samples_per_prompt": 2,
-}
-SFT_STAGE_BATCH, TSFT_BATCH = 8, 4  # teacher traces per step: B's first stage, E
-
-
-@dataclass(frozen=True)
-class Arm:
-    name: str
-    letter: str
-    label: str
-    weights: dict[str, float]  # dual_source weights of its GRPO run (E: of its SFT run)
-    sft_first: bool = False  # B: a teacher-SFT stage merged into the weights before the GRPO run
-
-
-ARMS = {
-    a.name: a
-    for a in (
-        Arm("tsft", "E", "teacher-SFT only", {"grpo_weight": 0.0, "teacher_sft_weight": 1.0, "self_sft_weight": 0.0}),
-        Arm("grpo", "A", "GRPO only", {"grpo_weight": 1.0, "teacher_sft_weight": 0.0, "self_sft_weight": 0.0}),
-        Arm(
-            "sft_grpo",
-            "B",
-            "teacher-SFT, then GRPO",
-            {"grpo_weight": 1.0, "teacher_sft_weight": 0.0, "self_sft_weight": 0.0},
-            sft_first=True,
-        ),
-        Arm(
-            "grpo_tsft",
-            "C",
-            "GRPO + teacher-SFT (joint)",
-            {"grpo_weight": 1.0, "teacher_sft_weight": TEACHER_SFT_WEIGHT, "self_sft_weight": 0.0},
-        ),
-        Arm(
-            "full",
-            "D",
-            "GRPO + teacher-SFT + self-SFT (the product's objective)",
-            {"grpo_weight": 1.0, "teacher_sft_weight": TEACHER_SFT_WEIGHT, "self_sft_weight": SELF_SFT_WEIGHT},
-        ),
-    )
-}
-DEFAULT_ARMS = tuple(ARMS)  # the gate arm first, so every seed starts with base and E
-CONTRASTS = (("sft_grpo", "grpo"), ("full", "grpo"), ("grpo", BASE), ("tsft", BASE))
-# held-out strata by task-id prefix, fixed before any outcome
-STRATA = {"mbpp_format": "mbpp/", "apps_format": "apps/"}
-RECIPE_FLAGS = seeded.RECIPE_FLAGS + " sft_steps tsft_steps"
+from experiment_cli import (  # noqa: E402
+    add_seeded_experiment_flags,
+    check_seeded_experiment_flags,
+    claim_work_folder,
+    recipe_values,
+)
+from teacher_guidance_design import (  # noqa: E402
+    ARMS,
+    BASE,
+    DEFAULT_ARMS,
+    DEFAULT_SEEDS,
+    EVIDENCE_DIR,
+    GATE_ARM,
+    GATE_MARGIN,
+    RECIPE_FLAGS,
+    SFT_ONLY,
+    SFT_STAGE_BATCH,
+    TSFT_BATCH,
+    Arm,
+    no_code_share,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        nargs="+",
-        default=list(DEFAULT_SEEDS),
-        help="training.seed values to run, in this order (default 1 .. 6); extend later, e.g. --seeds 7 8 9 10.",
+    add_seeded_experiment_flags(
+        parser,
+        seeds=DEFAULT_SEEDS,
+        arms=list(ARMS),
+        default_arms=DEFAULT_ARMS,
+        arms_note="",
+        steps_help="GRPO steps of arms A-D (default 16).",
+        group_help="Rollouts per prompt in GRPO, G (default 8).",
+        output_dir="outputs/teacher_guidance",
+        evidence_dir=EVIDENCE_DIR,
+        evidence_help="Evidence of every finished run, the pre-pass and the gate "
+        "(default benchmarks/results/teacher_guidance).",
+        report_name="teacher_guidance",
     )
-    parser.add_argument(
-        "--arms",
-        nargs="+",
-        choices=list(ARMS),
-        default=list(DEFAULT_ARMS),
-        help=f"Arms to run for each seed (default {' '.join(DEFAULT_ARMS)}). The base is evaluated for every "
-        "seed whatever the arms.",
-    )
-    parser.add_argument("--steps", type=int, default=16, help="GRPO steps of arms A-D (default 16).")
     parser.add_argument(
         "--sft_steps", type=int, default=8, help="Teacher-SFT steps of B's first stage, 8 traces each (default 8)."
     )
@@ -150,50 +109,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--tsft_steps", type=int, default=24, help="Teacher-SFT steps of E, 4 traces each (default 24)."
     )
     parser.add_argument(
-        "--samples", type=int, default=8, help="Samples per task in the pre-pass and every evaluation (default 8)."
-    )
-    parser.add_argument("--group", type=int, default=8, help="Rollouts per prompt in GRPO, G (default 8).")
-    parser.add_argument(
-        "--max_new_tokens", type=int, default=96, help="Token budget of rollouts and evaluations (default 96)."
-    )
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=0.7,
-        help="Temperature of the pre-pass, the rollouts and the evaluations (default 0.7; top-p is 1).",
-    )
-    parser.add_argument(
-        "--max_tasks",
-        type=int,
-        default=0,
-        help="Use only the first N tasks of each split (0: all; a smoke-test size, not the experiment).",
-    )
-    parser.add_argument("--model", default=None, help="Student model (default: the embedded SmolLM2-135M-Instruct).")
-    parser.add_argument(
-        "--output_dir",
-        default="outputs/teacher_guidance",
-        help="Work folder: data, adapters, merged models, caches, logs (may be deleted; the evidence resumes).",
-    )
-    parser.add_argument(
-        "--evidence_dir",
-        default=str(EVIDENCE_DIR),
-        help="Evidence of every finished run, the pre-pass and the gate (default benchmarks/results/teacher_guidance).",
-    )
-    parser.add_argument(
         "--prepass_from",
         default=str(seeded.EVIDENCE_DIR / "prepass.json"),
         help="A stored pre-pass to reuse when the evidence has none (default: the seeded ablation's; its split "
         "must be the one phase 1 gives now). A missing file: the pre-pass is run.",
     )
-    parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="Where teacher_guidance.json/.md/.png go.")
-    parser.add_argument(
-        "--report_only", action="store_true", help="Only rebuild the report from the evidence; run nothing."
-    )
     args = parser.parse_args(argv)
-    if args.samples < 2:
-        parser.error("--samples must be >= 2: the pre-pass band (1 .. n-1 passes) needs at least two samples")
-    if len(set(args.seeds)) != len(args.seeds) or seeded.PREPASS_SEED in args.seeds:
-        parser.error(f"--seeds must be distinct and must not include the pre-pass seed {seeded.PREPASS_SEED}")
+    check_seeded_experiment_flags(parser, args, seeded.PREPASS_SEED)
     return args
 
 
@@ -223,11 +145,6 @@ def git_commit() -> dict:
 
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
-
-
-def no_code_share(run: dict) -> float:
-    """Share of a run's held-out samples with no gradable code."""
-    return sum(r[3] == "no_code" for r in run["samples"]) / max(len(run["samples"]), 1)
 
 
 def gate_outcome(base: dict, gate_run: dict) -> dict:

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ablation_seeds_report import counts_per_task, load_evidence, signal_check, taxonomy  # noqa: E402
-from bench_teacher_guidance import (  # noqa: E402  (benchmarks/ is on sys.path)
+from experiment_cli import ks_for, write_report_files  # noqa: E402
+from teacher_guidance_design import (  # noqa: E402  (benchmarks/ is on sys.path)
     ARMS,
     BASE,
     CONTRASTS,
@@ -24,7 +25,6 @@ from bench_teacher_guidance import (  # noqa: E402  (benchmarks/ is on sys.path)
     STRATA,
     no_code_share,
 )
-from experiment_cli import ks_for  # noqa: E402
 
 RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
 LENIENT_COLUMN = 6
@@ -311,13 +311,4 @@ def plot(report: dict, path: Path) -> None:
 
 
 def write_report(report: dict, results_dir: Path) -> list[Path]:
-    from utils.jsonl import write_json_atomic
-
-    results_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path, png_path = (results_dir / f"teacher_guidance.{ext}" for ext in ("json", "md", "png"))
-    write_json_atomic(json_path, report)
-    md_path.write_text(markdown(report), encoding="utf-8")
-    if "analysis" in report:
-        plot(report, png_path)
-        return [json_path, md_path, png_path]
-    return [json_path, md_path]
+    return write_report_files(report, results_dir, "teacher_guidance", markdown, plot, plotted="analysis" in report)
