@@ -1,6 +1,6 @@
 """The program process: the trusted harness prefix and the untrusted program body (standard library only).
 
-A program process is cloned by the zygote (`sandbox.zygote`) as a spare; `_program_process` prepares its
+A program process is cloned by the zygote (`sandbox.zygote`) as a spare; `program_process` prepares its
 scratch space, takes its one job's fds from the supervisor, sets its limits and uid (`_enter_program`),
 writes the ready byte, and only then runs the program: `_child_calls` (assert and call tests: one
 encoded value per test on the result channel) or `_child_stdin` (stdin tests: the program as `__main__`
@@ -25,18 +25,18 @@ from sandbox.isolation import (
     MS_NOEXEC,
     MS_NOSUID,
     PR_SET_PDEATHSIG,
-    _chown,
-    _close_from,
-    _deny_keyrings,
-    _fresh_scratch,
-    _fresh_stdio,
-    _memfd,
-    _mount,
-    _prctl,
-    _read_all,
-    _setgid,
-    _setsid,
-    _setuid,
+    close_from,
+    deny_keyrings,
+    fresh_scratch,
+    fresh_stdio,
+    memfd,
+    mount,
+    os_chown,
+    os_setgid,
+    os_setsid,
+    os_setuid,
+    prctl,
+    read_all,
 )
 from sandbox.protocol import (
     WRAPPABLE_ERRORS,
@@ -52,7 +52,7 @@ from sandbox.protocol import (
 # The program process: harness prefix (trusted) and program body (untrusted)
 # --------------------------------------------------------------------------------------------
 
-_HARNESS_FAILED = 125  # exit code of a program process whose harness prefix failed (before the ready byte)
+HARNESS_FAILED = 125  # exit code of a program process whose harness prefix failed (before the ready byte)
 _RESULT_FD, _READY_FD, _STDIO_BASE = 3, 4, 10  # stdin mode: k-th test of the run reads fd 10 + 2k, writes 11 + 2k
 
 
@@ -64,7 +64,7 @@ def _enter_program(ctx: dict, job: dict, workdir: str, fds: dict[int, int]) -> N
     lifted = {target: fcntl.fcntl(source, fcntl.F_DUPFD, max(fds) + 1) for target, source in fds.items()}
     for target, source in lifted.items():
         os.dup2(source, target)
-    _close_from(max(fds) + 1)  # nothing inherited survives: no pipe to the supervisor, no other job's fd
+    close_from(max(fds) + 1)  # nothing inherited survives: no pipe to the supervisor, no other job's fd
     limits = job["limits"]
     memory = limits["memory_mb"] * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (ctx["base_address_space"] + memory,) * 2)
@@ -73,20 +73,20 @@ def _enter_program(ctx: dict, job: dict, workdir: str, fds: dict[int, int]) -> N
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * 1024 * 1024,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(fds) + 128,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _deny_keyrings()  # the one kernel store shared by a uid's processes that no namespace covers
+    deny_keyrings()  # the one kernel store shared by a uid's processes that no namespace covers
     uid = ctx["uid"]
     if uid is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"],) * 2)
         os.setgroups([])
-        _setgid(uid)
-        _setuid(uid)
+        os_setgid(uid)
+        os_setuid(uid)
     else:  # without a dedicated uid the count includes the user's other processes
         n = _process_count(os.getuid()) + limits["max_processes"]
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
-    _setsid()
+    os_setsid()
     # out of the terminal's group now: the program gets Python's Ctrl-C handler back (the worker ignores SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
     os.chdir(workdir)
 
 
@@ -193,7 +193,7 @@ def _child_calls(job: dict) -> None:
 def _child_stdin(job: dict) -> None:
     """Program body for stdin tests: run the program as __main__ once per test, each test on its own
     stdin/stdout memfds, and report each test's exit status on fd 3 (the output stays in the memfd)."""
-    send, dup2, fresh_stdio = write_message, os.dup2, _fresh_stdio  # bound before the program can patch them
+    send, dup2, reset_stdio = write_message, os.dup2, fresh_stdio  # bound before the program can patch them
     stop_early = bool(job.get("stop_at_first_failure"))
     code = _compile_program(job)
     if code is None:
@@ -201,7 +201,7 @@ def _child_stdin(job: dict) -> None:
     for k, index in enumerate(job["run"]):
         dup2(_STDIO_BASE + 2 * k, 0)
         dup2(_STDIO_BASE + 2 * k + 1, 1)
-        fresh_stdio(stderr=False)
+        reset_stdio(stderr=False)
         status, error = 0, None
         try:
             exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - running the program is the sandbox's job
@@ -228,7 +228,7 @@ def _trim(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _recv_fds_all(sock: socket.socket) -> tuple[dict, list[int]]:
+def recv_fds_all(sock: socket.socket) -> tuple[dict, list[int]]:
     """One request and its fds, which may span several messages (at most 253 fds per message)."""
     message, fds, _, _ = socket.recv_fds(sock, 1 << 12, 253)
     if not message:
@@ -242,7 +242,7 @@ def _recv_fds_all(sock: socket.socket) -> tuple[dict, list[int]]:
     return request, fds
 
 
-def _program_process(ctx: dict, handoff_fd: int) -> None:
+def program_process(ctx: dict, handoff_fd: int) -> None:
     """The cloned child: PID 1 of fresh PID, mount and IPC namespaces (as root; a fresh network namespace too
     with `network="per_program"`). Prepares its scratch
     space while it waits, as a spare, for its one job; then takes the job's fds from the supervisor,
@@ -250,17 +250,17 @@ def _program_process(ctx: dict, handoff_fd: int) -> None:
     exit_ = os._exit
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if ctx["namespaces"]:
-            _fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"], ctx["scratch_mounts"])
-            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            fresh_scratch(ctx["tmp_size_mb"], ctx["scratch_keeps"], ctx["scratch_mounts"])
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
         handoff = socket.socket(fileno=handoff_fd)
-        request, fds = _recv_fds_all(handoff)
+        request, fds = recv_fds_all(handoff)
         if not request:  # the supervisor dropped this spare
             exit_(0)
         handoff.close()
         job_fd, ready, res, err, outs = fds[0], fds[1], fds[2], fds[3], fds[4:]
-        job = json.loads(_read_all(job_fd, os.fstat(job_fd).st_size))
+        job = json.loads(read_all(job_fd, os.fstat(job_fd).st_size))
         os.close(job_fd)
         stdin_mode = job["mode"] == "stdin"
         if ctx["namespaces"]:
@@ -268,18 +268,18 @@ def _program_process(ctx: dict, handoff_fd: int) -> None:
         else:
             workdir = tempfile.mkdtemp(dir=ctx["base"])
             if ctx["uid"] is not None:
-                _chown(workdir, ctx["uid"], ctx["uid"])
+                os_chown(workdir, ctx["uid"], ctx["uid"])
         layout = {0: os.open(os.devnull, os.O_RDONLY), 1: err, 2: err, _RESULT_FD: res, _READY_FD: ready}
         if stdin_mode:
             for k, index in enumerate(job["run"]):
-                layout[_STDIO_BASE + 2 * k] = _memfd("in", job["inputs"][index].encode("utf-8"))
+                layout[_STDIO_BASE + 2 * k] = memfd("in", job["inputs"][index].encode("utf-8"))
                 layout[_STDIO_BASE + 2 * k + 1] = outs[k]
         _enter_program(ctx, job, workdir, layout)
-        _fresh_stdio()
+        fresh_stdio()
         os.write(_READY_FD, b"R")  # from here on, everything this process does is the program's
         os.close(_READY_FD)
     except BaseException:  # noqa: BLE001 - the harness failed before any untrusted code ran
-        exit_(_HARNESS_FAILED)
+        exit_(HARNESS_FAILED)
     try:
         (_child_stdin if stdin_mode else _child_calls)(job)
         sys.stdout.flush()

@@ -18,9 +18,16 @@ import signal
 import sys
 
 # The worker disables these in itself (children inherit the disabled state for free) and keeps
-# private references for its own use.
-_fork, _kill, _killpg, _setsid = os.fork, os.kill, os.killpg, os.setsid
-_setuid, _setgid, _chown, _chmod, _unlink, _rmdir = os.setuid, os.setgid, os.chown, os.chmod, os.unlink, os.rmdir
+# references for its own use, bound before that (os_*: the os function itself).
+os_fork, os_kill, os_setsid = os.fork, os.kill, os.setsid
+os_setuid, os_setgid, os_chown, os_chmod, os_unlink, os_rmdir = (
+    os.setuid,
+    os.setgid,
+    os.chown,
+    os.chmod,
+    os.unlink,
+    os.rmdir,
+)
 
 # --------------------------------------------------------------------------------------------
 # System calls and constants
@@ -41,7 +48,7 @@ def _check(result: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
     enc = lambda s: s.encode() if s is not None else None  # noqa: E731
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
@@ -50,7 +57,7 @@ def _umount(target: str) -> None:
     _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
 
 
-def _unshare(flags: int) -> None:
+def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
@@ -64,7 +71,7 @@ def _pivot_root(new_root: str) -> None:
     os.chdir("/")
 
 
-def _prctl(option: int, value: int) -> None:
+def prctl(option: int, value: int) -> None:
     _libc.prctl(option, value, 0, 0, 0)
 
 
@@ -110,7 +117,7 @@ def keyring_filter(machine: str) -> list[tuple[int, int, int, int]]:
     return program + [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 
 
-def _deny_keyrings() -> None:
+def deny_keyrings() -> None:
     """Install `keyring_filter` on this process and everything it starts (inherited, irrevocable)."""
     import platform
 
@@ -123,7 +130,7 @@ def _deny_keyrings() -> None:
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
-def _close_from(first: int) -> None:
+def close_from(first: int) -> None:
     """Close every fd >= first: close_range(2) where the kernel has it, else one by one."""
     if _libc.syscall(436, ctypes.c_uint(first), ctypes.c_uint(0xFFFFFFFF), ctypes.c_uint(0)) != 0:
         os.closerange(first, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -133,7 +140,7 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _memfd(name: str, data: bytes = b"") -> int:
+def memfd(name: str, data: bytes = b"") -> int:
     fd = os.memfd_create(name)
     if data:
         view = memoryview(data)
@@ -143,7 +150,7 @@ def _memfd(name: str, data: bytes = b"") -> int:
     return fd
 
 
-def _read_all(fd: int, cap: int) -> bytes:
+def read_all(fd: int, cap: int) -> bytes:
     """Up to `cap` bytes of a memfd from its start."""
     chunks, offset = [], 0
     while offset < cap:
@@ -212,7 +219,7 @@ class Cgroup:
             owner = name.removeprefix("tgrpo-sandbox-")
             if owner != name and owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
                 try:
-                    _rmdir(f"{base}/{name}")  # fails (and stays) while a process is still inside
+                    os_rmdir(f"{base}/{name}")  # fails (and stays) while a process is still inside
                 except OSError:
                     pass
 
@@ -251,7 +258,7 @@ class Cgroup:
 
     def remove(self) -> None:
         try:
-            _rmdir(self.path)
+            os_rmdir(self.path)
         except OSError:
             pass
 
@@ -329,14 +336,14 @@ class CpuGroup:
     def remove(self) -> None:
         for path in self.paths:
             try:
-                _rmdir(path)
+                os_rmdir(path)
             except OSError:
                 pass
 
 
 def isolate_worker() -> None:
     """The supervisor's own isolation: a private network namespace (inherited by every program)."""
-    _unshare(CLONE_NEWNET)
+    unshare(CLONE_NEWNET)
 
 
 def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
@@ -348,8 +355,8 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
     folder are covered. Keep folders under a scratch folder (a project cloned into /tmp) are
     re-exposed after every scratch mount from the fds left in `holder`.
     """
-    _unshare(CLONE_NEWNS)
-    _mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+    unshare(CLONE_NEWNS)
+    mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     keep_real = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
     links, sources = {}, {}
     for path in SYSTEM_DIRS:
@@ -362,7 +369,7 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
             sources[path] = os.open(path, os.O_PATH | os.O_DIRECTORY)
     devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in DEVICES if os.path.exists(f"/dev/{name}")}
     root = "/tmp"  # any folder: the tmpfs is private to this mount namespace and becomes "/"
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=4m")
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=4m")
     # One tmpfs per program serves all three scratch folders (/var/tmp and /dev/shm link to /tmp:
     # one mount instead of three), unless the Python installation itself lives below one of them.
     separate = any(_under(k, s) for k in keep_real for s in SCRATCH[1:])
@@ -383,13 +390,13 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
                 os.symlink(os.readlink(current), root + current)
     for path in sorted(sources):
         os.makedirs(root + path, mode=0o755, exist_ok=True)
-        _mount(f"/proc/self/fd/{sources[path]}", root + path, None, MS_BIND | MS_REC, None)
-        _mount(None, root + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        mount(f"/proc/self/fd/{sources[path]}", root + path, None, MS_BIND | MS_REC, None)
+        mount(None, root + path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         os.close(sources[path])
     for name, fd in devices.items():
         with open(f"{root}/dev/{name}", "w"):
             pass
-        _mount(f"/proc/self/fd/{fd}", f"{root}/dev/{name}", None, MS_BIND, None)
+        mount(f"/proc/self/fd/{fd}", f"{root}/dev/{name}", None, MS_BIND, None)
         os.close(fd)
     for name, target in (
         ("fd", "/proc/self/fd"),
@@ -403,12 +410,12 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
         inside = any(_under(path, s) and path != s for s in sources) and not any(_under(k, path) for k in keep_real)
         if inside and os.path.lexists(root + path):
             if os.path.isdir(root + path):
-                _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=755,size=4k")
+                mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=755,size=4k")
             else:
-                _mount(f"{root}/dev/null", root + path, None, MS_BIND, None)
+                mount(f"{root}/dev/null", root + path, None, MS_BIND, None)
             covered.append(path)
-    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)  # replaced per program
-    _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)  # replaced per program
+    mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     _pivot_root(root)
     holder["scratch_keeps"] = {
         k: os.open(k, os.O_PATH | os.O_DIRECTORY) for k in sources if any(_under(k, s) for s in SCRATCH)
@@ -416,7 +423,7 @@ def build_root(hide: list[str], keep: list[str], holder: dict) -> dict:
     return {"exposed": sorted(sources), "hidden": covered}
 
 
-def _fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int], mounts: list[str]) -> None:
+def fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int], mounts: list[str]) -> None:
     """New, empty tmpfs on the scratch folders (root, in the program's own mount namespace). Nobody
     ever walks them: they vanish with the namespace when the program's last process is gone.
 
@@ -425,11 +432,11 @@ def _fresh_scratch(tmp_size_mb: int, scratch_keeps: dict[str, int], mounts: list
     zygote's `scratch_keeps`) fails with EINVAL."""
     keeps = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in scratch_keeps}
     for path in mounts:
-        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={tmp_size_mb}m")
     for path, fd in keeps.items():
         os.makedirs(path, mode=0o755, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
         os.close(fd)
 
 
@@ -453,7 +460,7 @@ def remove_tree(path: str) -> None:
                     fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
                 except OSError:
                     try:
-                        _unlink(entry, dir_fd=parent_fd)
+                        os_unlink(entry, dir_fd=parent_fd)
                     except OSError:
                         pass
                     stack.pop()
@@ -465,7 +472,7 @@ def remove_tree(path: str) -> None:
                     subdir = item.name
                     break
                 try:
-                    _unlink(item.name, dir_fd=fd)
+                    os_unlink(item.name, dir_fd=fd)
                 except OSError:
                     pass
             if subdir is not None and len(stack) < 100_000:
@@ -474,7 +481,7 @@ def remove_tree(path: str) -> None:
             os.close(fd)
             stack.pop()
             try:
-                _rmdir(entry, dir_fd=parent_fd)
+                os_rmdir(entry, dir_fd=parent_fd)
             except OSError:
                 pass
     finally:
@@ -551,7 +558,7 @@ def _reliability_guard() -> None:
         sys.modules[name] = None  # type: ignore[assignment]
 
 
-def _fresh_stdio(stderr: bool = True) -> None:
+def fresh_stdio(stderr: bool = True) -> None:
     """New sys.std* objects on fds 0-2 (inherited objects may hold buffered bytes of another owner)."""
     sys.stdin = io.TextIOWrapper(
         io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
@@ -580,7 +587,7 @@ def prepare_template(workdir: str) -> None:
             "OPENBLAS_NUM_THREADS": "1",
         }
     )
-    _fresh_stdio()
+    fresh_stdio()
     sys.setrecursionlimit(10000)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # SIGINT stays ignored here (a terminal's Ctrl-C is the parent's to handle); each program process
@@ -588,7 +595,7 @@ def prepare_template(workdir: str) -> None:
     _reliability_guard()
 
 
-def _address_space_now() -> int:
+def address_space_now() -> int:
     with open("/proc/self/status") as handle:
         for line in handle:
             if line.startswith("VmSize:"):

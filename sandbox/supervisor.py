@@ -15,8 +15,8 @@ import socket
 import time
 from typing import Any
 
-from sandbox.harness import _HARNESS_FAILED
-from sandbox.isolation import Cgroup, CpuGroup, _memfd, _read_all
+from sandbox.harness import HARNESS_FAILED
+from sandbox.isolation import Cgroup, CpuGroup, memfd, read_all
 from sandbox.protocol import MAX_FRAME_NODES, FrameBuffer, valid_text
 
 # --------------------------------------------------------------------------------------------
@@ -125,11 +125,11 @@ class Supervisor:
         """Run `indices` in one fresh program process; return (reports by index, how the run ended)."""
         limits, stdin_mode = job["limits"], job["mode"] == "stdin"
         cap = limits["output_bytes"]
-        job_fd = _memfd("job", json.dumps(dict(job, run=indices)).encode("utf-8"))
+        job_fd = memfd("job", json.dumps(dict(job, run=indices)).encode("utf-8"))
         ready_r, ready_w = os.pipe()
         res_r, res_w = os.pipe()
-        err = _memfd("err")
-        outs = [_memfd(f"out{i}") for i in indices] if stdin_mode else []
+        err = memfd("err")
+        outs = [memfd(f"out{i}") for i in indices] if stdin_mode else []
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
         try:
             pid, pidfd = self._launch([job_fd, ready_w, res_w, err, *outs])
@@ -189,7 +189,7 @@ class Supervisor:
                     for message in messages:
                         if self._accept(message, indices, reports, now - previous, stdin_mode):
                             previous = now
-            killed = self._kill(pidfd)
+            killed = self.kill(pidfd)
             if len(reports) == len(indices) and self.base is None:
                 # every test reported: the exit status is not needed, only the exit itself (a PID 1
                 # exits after every process of its namespace); the zygote's note is dropped later
@@ -216,17 +216,17 @@ class Supervisor:
                 oom=(self.cgroup.oom_kills() if self.cgroup else 0) > oom_before,
                 err_size=os.fstat(err).st_size,
             )
-            if end.get("harness") and end["exit"] == _HARNESS_FAILED:
+            if end.get("harness") and end["exit"] == HARNESS_FAILED:
                 raise HarnessError("the sandbox could not set up the program's process")
             if end.get("harness"):
                 raise HarnessError(f"the program's process ended before the harness was ready ({status})")
             if stdin_mode:
                 for k, index in enumerate(indices):
-                    data = _read_all(outs[k], cap + 1)
+                    data = read_all(outs[k], cap + 1)
                     reports.setdefault(index, {})["stdout"] = data
         finally:
             if not killed:  # whatever went wrong above, nothing of the program outlives this run
-                self._kill(pidfd)
+                self.kill(pidfd)
                 _wait_readable([pidfd], 10.0)
             for fd in (ready_r, res_r, err, pidfd, *outs):
                 os.close(fd)
@@ -259,7 +259,7 @@ class Supervisor:
                 os.close(fd)
 
     @staticmethod
-    def _kill(pidfd: int) -> bool:
+    def kill(pidfd: int) -> bool:
         """SIGKILL the program process: PID 1 of its namespace, so every process of it goes too."""
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)

@@ -77,19 +77,19 @@ from sandbox.isolation import (
     SCRATCH,
     Cgroup,
     CpuGroup,
-    _address_space_now,
-    _chmod,
-    _fork,
-    _prctl,
-    _unshare,
+    address_space_now,
     build_root,
     isolate_worker,
+    os_chmod,
+    os_fork,
+    prctl,
     prepare_template,
     remove_tree,
+    unshare,
 )
 from sandbox.protocol import read_message, write_message
 from sandbox.supervisor import ParentClosed, Supervisor
-from sandbox.zygote import _join_cgroup, _zygote
+from sandbox.zygote import join_cgroup, run_zygote
 
 
 def main(argv: list[str]) -> int:
@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
         return 1
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the parent
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the parent
     info: dict = {"isolation": "basic", "uid": None}
     root = os.geteuid() == 0
     cgroup, namespaces = None, False
@@ -136,10 +136,10 @@ def main(argv: list[str]) -> int:
             pass
     base = None if namespaces else tempfile.mkdtemp(prefix="tgrpo-sandbox-")
     if base is not None and info["uid"] is not None:
-        _chmod(base, 0o711)
+        os_chmod(base, 0o711)
     prepare_template(base if base is not None else "/tmp")
     ctx = {
-        "base_address_space": _address_space_now() + 64 * 1024 * 1024,  # headroom for the child's own setup
+        "base_address_space": address_space_now() + 64 * 1024 * 1024,  # headroom for the child's own setup
         "namespaces": namespaces,
         "uid": info["uid"],
         "tmp_size_mb": init.get("tmp_size_mb", 512),
@@ -161,24 +161,24 @@ def main(argv: list[str]) -> int:
     gc.collect()
     gc.freeze()
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    zygote = _fork()
+    zygote = os_fork()
     if zygote == 0:  # before any job: the zygote's memory holds the init message only
         mine.close()
         for fd in (in_fd, out_fd):
             os.close(fd)
         try:
             if ctx["cgroup_fd"] is not None or ctx["cpu_fds"]:
-                _join_cgroup(ctx)
+                join_cgroup(ctx)
             if namespaces:
                 # a network namespace of the zygote's own: only programs' sockets can ever be in it
                 # (the supervisor's are in the worker's), so the supervisor sees any a program leaves
-                _unshare(CLONE_NEWNET)
+                unshare(CLONE_NEWNET)
                 info.update(build_root(init.get("hide", []), init.get("keep", []), ctx))
             theirs.send(json.dumps({"ok": True, **info}).encode())
         except BaseException as exc:  # noqa: BLE001
             theirs.send(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
             os._exit(1)
-        _zygote(ctx, theirs)
+        run_zygote(ctx, theirs)
         os._exit(0)
     theirs.close()
     for fd in [ctx["cgroup_fd"], *ctx["cpu_fds"]]:

@@ -3,7 +3,7 @@
 Forked by the worker before its first job, it serves the supervisor's requests over a socket (clone a
 spare program process with `_clone`, in fresh PID, mount and IPC namespaces as root; move to a fresh
 network namespace when a program left a socket in its own; sweep what a program left in basic mode)
-and reaps ended children, all from one loop (`_zygote`).
+and reaps ended children, all from one loop (`run_zygote`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from sandbox.harness import _HARNESS_FAILED, _program_process, _recv_fds_all
+from sandbox.harness import HARNESS_FAILED, program_process, recv_fds_all
 from sandbox.isolation import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
@@ -25,14 +25,14 @@ from sandbox.isolation import (
     CLONE_NEWPID,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
-    _fork,
-    _kill,
-    _prctl,
-    _rmdir,
-    _setgid,
-    _setuid,
-    _unshare,
+    os_fork,
+    os_kill,
+    os_rmdir,
+    os_setgid,
+    os_setuid,
+    prctl,
     remove_tree,
+    unshare,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def _clone(flags: int) -> int:
     return pid
 
 
-def _join_cgroup(ctx: dict) -> None:
+def join_cgroup(ctx: dict) -> None:
     """The zygote joins the memory cgroup (and the CPU one) once: every process it clones is born inside it (moving
     each program process in would cost a cgroup migration, milliseconds, per program). Its own
     pages stay charged where they were; program processes raise their OOM score to the maximum, so
@@ -71,7 +71,7 @@ def _join_cgroup(ctx: dict) -> None:
             os.close(fd)
 
 
-def _zygote(ctx: dict, sock: socket.socket) -> None:
+def run_zygote(ctx: dict, sock: socket.socket) -> None:
     """Serve the supervisor's requests (clone a spare, sweep) and reap ended children, all from one
     loop. SIGCHLD only wakes the loop (its C-level handler writes a byte to a pipe the loop selects
     on); reaping and the exit notes happen here, never inside a signal handler, so nothing is sent
@@ -82,8 +82,8 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
     or the program's main thread has exited while another of its threads is still exiting, and the
     kernel notifies the parent (and lets it reap) only when the last thread is gone. Neither is a
     lost wake-up, and polling cannot shorten either."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # basic isolation: orphans of a program land here, to be swept
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)  # basic isolation: orphans of a program land here, to be swept
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wake-up byte is the signal
@@ -104,7 +104,7 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
         if sock not in readable:
             continue
         try:
-            request, fds = _recv_fds_all(sock)
+            request, fds = recv_fds_all(sock)
         except InterruptedError:
             continue
         except OSError:  # the supervisor is gone
@@ -112,7 +112,7 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
         if not request:
             _zygote_exit()
         if request.get("k") == "renew_net":  # a program left a socket in this namespace: the next ones get a fresh one
-            _unshare(CLONE_NEWNET)
+            unshare(CLONE_NEWNET)
             sock.send(b'{"k": "renewed"}')
             continue
         if request.get("k") == "sweep":
@@ -127,8 +127,8 @@ def _zygote(ctx: dict, sock: socket.socket) -> None:
                 os.close(wake_r)
                 os.close(wake_w)
                 sock.close()
-                _program_process(ctx, fds[0])
-                os._exit(_HARNESS_FAILED)
+                program_process(ctx, fds[0])
+                os._exit(HARNESS_FAILED)
             # the child cannot be reaped (and its pid reused) before this: only this loop reaps
             pidfd = os.pidfd_open(pid)
         except OSError as exc:
@@ -175,7 +175,7 @@ def _zygote_exit() -> None:
     for _ in range(1000):
         for kid in _children():
             try:
-                _kill(kid, signal.SIGKILL)
+                os_kill(kid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         try:
@@ -204,12 +204,12 @@ def _sweep(ctx: dict, workdirs: list[str], sock: socket.socket) -> None:
     processes, the orphans re-parented here), then remove its working directories with the
     program's own rights."""
     if ctx["uid"] is not None:
-        helper = _fork()
+        helper = os_fork()
         if helper == 0:
             try:
-                _setgid(ctx["uid"])
-                _setuid(ctx["uid"])
-                _kill(-1, signal.SIGKILL)  # every process this uid may signal, except itself
+                os_setgid(ctx["uid"])
+                os_setuid(ctx["uid"])
+                os_kill(-1, signal.SIGKILL)  # every process this uid may signal, except itself
             finally:
                 os._exit(0)
         _wait_child(helper)
@@ -219,7 +219,7 @@ def _sweep(ctx: dict, workdirs: list[str], sock: socket.socket) -> None:
             break
         for kid in kids:
             try:
-                _kill(kid, signal.SIGKILL)
+                os_kill(kid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.002)
@@ -230,17 +230,17 @@ def _sweep(ctx: dict, workdirs: list[str], sock: socket.socket) -> None:
         if ctx["uid"] is None:
             remove_tree(path)
             continue
-        helper = _fork()
+        helper = os_fork()
         if helper == 0:
             try:
-                _setgid(ctx["uid"])
-                _setuid(ctx["uid"])
+                os_setgid(ctx["uid"])
+                os_setuid(ctx["uid"])
                 remove_tree(path)
             finally:
                 os._exit(0)
         _wait_child(helper)
         try:
-            _rmdir(path)
+            os_rmdir(path)
         except OSError:
             pass
 

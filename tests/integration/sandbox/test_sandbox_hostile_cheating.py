@@ -126,7 +126,7 @@ def run_hostile(pool: SandboxPool, code: str, task: Task, sentinel_dir: Path):
 
         # an ended program is reaped by its zygote asynchronously: under load the zygote (nice 19 here)
         # can wait seconds for a CPU, and a program whose other threads are still exiting cannot be
-        # reaped yet (measured; see sandbox.zygote._zygote), so wait a bounded time for the teardown
+        # reaped yet (measured; see sandbox.zygote.run_zygote), so wait a bounded time for the teardown
         deadline = time.monotonic() + 3.0
         while (left := leftovers()) and time.monotonic() < deadline:
             time.sleep(0.05)
