@@ -65,6 +65,7 @@ def test_sampling_candidates_run_and_report_their_update_cost(tmp_path):
         assert results["ctranslate2"].skipped.startswith("package missing (ctranslate2)")
 
 
+@pytest.mark.slow
 def test_the_gpu_step_split_runs_on_a_toy_shape_and_reports_every_measurement(tmp_path):
     """benchmarks/gpu_step_split.py --tiny: the script a GPU lease runs, on a 2-layer toy on the CPU. Every
     measurement of its three legs is there (generate at 8/32/64 sequences unmerged, 8/64 merged; the GRPO chunk,

@@ -159,6 +159,7 @@ def test_model_resolution(tmp_path):
         resolve_model(str(tmp_path / "junk"), config)
 
 
+@pytest.mark.slow
 def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     import phase1_prepare_data as phase1
     from config import build_config
@@ -359,6 +360,7 @@ def test_solve_rejects_a_test_that_cannot_fail(capsys):
     assert "error: --assert: tests[0] 'add(1, 2) == 4' is not an assert statement" in err.err
 
 
+@pytest.mark.slow
 def test_greedy_humaneval_is_selected_and_labelled(tmp_path):
     command = [
         "phase4_evaluate.py",

@@ -130,6 +130,7 @@ def test_help_explains_every_flag():
         assert flag in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
 def test_real_data_random_and_standard_splits(tmp_path):
     base = [

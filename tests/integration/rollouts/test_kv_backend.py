@@ -46,6 +46,7 @@ def test_eight_bit_loading_is_refused_with_the_kv_sampler():
         build_config("gpu", overrides=["student.load_in_8bit=true", "evaluation.backend=kv"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("dtype", "low", "high"), [("float32", 0.0, 1e-3), ("bfloat16", 1e-4, 0.5)])
 def test_a_training_step_on_kv_rollouts_is_importance_weighted_by_the_samplers_logprobs(tmp_path, dtype, low, high):
     config = tiny_config(tmp_path / "out", **{"grpo.sampler_dtype": dtype, "grpo.max_new_tokens": 12})

@@ -175,6 +175,7 @@ def test_refresh_follows_each_adapter_update(tiny):
 # ------------------------------------------------------------------ the distribution test
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_sampled_logprobs_agree_with_the_trainers(smollm2, dtype):
     """The sampler's per-token log-probs of its own samples vs the trainer's chunked log-prob path on the
@@ -202,6 +203,7 @@ def test_sampled_logprobs_agree_with_the_trainers(smollm2, dtype):
 # ------------------------------------------------------------------ stopping, as the generate path stops
 
 
+@pytest.mark.slow
 def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     model, tokenizer = smollm2
     prompts = fixture_texts(2)
@@ -228,6 +230,7 @@ def test_greedy_tokens_and_stops_equal_generate(smollm2, monkeypatch):
     assert ours[0][0].text == hf[0][0].text  # the stop token is not in the text
 
 
+@pytest.mark.slow
 def test_continuation_stops_at_a_stop_string_in_new_text_only(smollm2):
     model, tokenizer = smollm2
     greedy = SamplingSettings(temperature=0.0)

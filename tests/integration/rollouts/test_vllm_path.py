@@ -375,6 +375,7 @@ def test_truncated_importance_weights_by_hand():
     assert weights.tolist()[0] == pytest.approx([5.0 * math.exp(-0.1)] * 3 + [0.0])
 
 
+@pytest.mark.slow
 def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     """The sampler gave every token half the probability the policy gives it: token-level truncated
     importance sampling doubles the GRPO gradient (KL and SFT off), and the mismatch is logged."""

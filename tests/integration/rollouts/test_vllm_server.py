@@ -153,6 +153,7 @@ def test_each_sync_loads_a_new_name_unloads_the_old_and_samples_from_it(tmp_path
         )
 
 
+@pytest.mark.slow
 def test_server_errors_say_what_to_do(tmp_path):
     with RunningServer(FakeVLLMServer(runtime_lora_updating=False)) as server:
         config = server_config(tmp_path, server.url)
@@ -169,6 +170,7 @@ def test_server_errors_say_what_to_do(tmp_path):
             )
 
 
+@pytest.mark.slow
 def test_a_short_phase3_run_against_the_server(tmp_path):
     tasks = small_tasks(4)
     train = tmp_path / "train.jsonl"
@@ -199,6 +201,7 @@ def test_a_short_phase3_run_against_the_server(tmp_path):
     assert (tmp_path / "out" / "final_model" / "adapter_config.json").is_file()
 
 
+@pytest.mark.slow
 def test_tool_mode_training_continues_each_sample_on_the_server_token_for_token(tmp_path):
     from environments.code_env import format_result
     from tests.canned_responses import student_answer

@@ -265,6 +265,7 @@ print(3)
 """
 
 
+@pytest.mark.slow
 @needs_root
 def test_busy_children_do_not_time_out_the_neighbour():
     """30 busy children of one program made an honest program on the other worker time out (2 of 2

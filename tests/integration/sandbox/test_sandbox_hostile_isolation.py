@@ -457,6 +457,7 @@ def test_c5_real_time_signal(pool):
     assert result.status in ("runtime_error", "timeout"), result
 
 
+@pytest.mark.slow
 def test_c5_too_deep_result_frame(pool):
     code = """
     import os, struct

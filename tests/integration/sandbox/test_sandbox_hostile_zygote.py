@@ -294,6 +294,7 @@ def test_reference_run_after_a_hostile_program_is_not_poisoned(pool):
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_program_in_a_c_call_past_the_deadline_times_out(pool):
     # held: a C call ignores Python's signal handling; the supervisor's deadline kills it regardless
     # (a SIGSTOP to itself was tried too: as PID 1 of its namespace the kernel ignores it)
@@ -369,6 +370,7 @@ def test_huge_ints_buy_no_quadratic_time_in_the_judge(pool):
     assert result.status == "wrong_answer", result
 
 
+@pytest.mark.slow
 def test_many_small_nodes_are_an_output_limit(pool):
     """Found on c225caf: 40 values of 250,000 empty lists each (1 MB of JSON apiece, within the byte
     budget) became 10 million lists in the judging process, twice (reply and decoded value). A reply
@@ -387,6 +389,7 @@ def test_huge_exception_type_name(pool):
     assert_pool_healthy(pool)
 
 
+@pytest.mark.slow
 def test_flood_of_empty_frames(pool):
     # held: a million empty frames on the result channel: garbage, then the channel's byte limit
     code = "import os\nos.write(3, b'\\x00' * (4 << 20))\ndef add(a, b):\n    return a + b + 1\n"

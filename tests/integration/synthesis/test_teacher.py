@@ -296,6 +296,7 @@ def test_torn_last_line_is_repaired(tmp_path):
     assert set(done) == {("a/1", 0)} and path.read_text() == good
 
 
+@pytest.mark.slow
 def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file, tmp_path):
     out = tmp_path / "traces.jsonl"
     tasks = read_tasks(train_file)[:8]

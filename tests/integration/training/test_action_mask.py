@@ -153,6 +153,7 @@ def test_a_multi_turn_sequence_has_the_same_log_probs_in_one_forward_as_turn_by_
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared_prompt", [False, True])
 def test_environment_tokens_carry_exactly_zero_gradient(tmp_path, pool, monkeypatch, shared_prompt):
     """Through the trainer's whole GRPO path (KL on, mu = 2, sampler log-probs with importance
@@ -215,6 +216,7 @@ def _step_gradient(trainer, groups, rollout_metrics):
     return captured, metrics
 
 
+@pytest.mark.slow
 def test_the_first_step_loss_counts_only_policy_tokens(tmp_path, pool):
     """Step 1 (adapter = identity: ratio 1, KL 0): token-mean GRPO loss = -sum_i A_i n_i / sum_i n_i over
     the policy tokens n_i of each sample; importance sampling is measured over policy tokens only."""
@@ -246,6 +248,7 @@ def test_the_first_step_loss_counts_only_policy_tokens(tmp_path, pool):
     assert metrics["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_an_all_ones_mask_gives_exactly_todays_loss(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool, rollout_class=ScriptedRollout, **{"grpo.num_iterations": 2})
     groups, rollout_metrics = trainer.collect_rollouts()

@@ -132,6 +132,7 @@ def lora_weights(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["feedback", "tool"])
 def test_phase3_trains_in_a_multi_turn_mode(tmp_path, tiny_student, mode):
     script = feedback_script if mode == "feedback" else tool_script

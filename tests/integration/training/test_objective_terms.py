@@ -64,6 +64,7 @@ def with_spread(groups):
 # ------------------------------------------------------------------------------------------------ KL
 
 
+@pytest.mark.slow
 def test_the_kl_penalty_is_its_own_term_and_acts_when_grpo_weight_is_zero(tmp_path, pool):
     first = perturbed(scripted_trainer(tmp_path / "a", pool, **QUIET, **{"grpo.kl_coef": 0.5}))
     groups = with_spread(first.collect_rollouts()[0])
@@ -144,6 +145,7 @@ def test_a_skipped_step_still_reports_the_sampler_trainer_gap(tmp_path, pool):
     assert metrics["rollout/logp_abs_diff"] > 0 and "rollout/is_weight_mean" in metrics
 
 
+@pytest.mark.slow
 def test_format_only_groups_still_train_beside_teacher_sft(tmp_path, pool):
     trainer = scripted_trainer(tmp_path / "out", pool, **{"dual_source.self_sft_weight": 0.0, "grpo.kl_coef": 0.0})
     groups = format_only(trainer.collect_rollouts()[0])

@@ -61,6 +61,7 @@ def gradient_of_one_step(trainer, groups, rollout_metrics):
     return captured, trainer.train_on_rollouts(groups, dict(rollout_metrics))[0]
 
 
+@pytest.mark.slow
 def test_the_opd_term_by_hand_on_multi_turn_rollouts_trains_on_policy_tokens_only(tmp_path, pool):
     """Tool-mode completions (environment tokens inside): with a teacher 0.5 nats above the policy on every
     policy token, the first step's OPD loss is -0.5 (token-mean of -a_t at ratio 1) and opd/kl is -0.5; what the
@@ -82,6 +83,7 @@ def test_the_opd_term_by_hand_on_multi_turn_rollouts_trains_on_policy_tokens_onl
         assert torch.equal(grad, other_grads[name]), name
 
 
+@pytest.mark.slow
 def test_opd_beside_grpo_adds_its_gradient(tmp_path, pool):
     """GRPO + OPD: the step's gradient is GRPO's plus OPD's (one forward, one normalizer)."""
     # the bound against GRPO off: the unbounded terms add up (the bound is tested in tests/test_losses.py)
@@ -113,6 +115,7 @@ def test_opd_beside_grpo_adds_its_gradient(tmp_path, pool):
     )
 
 
+@pytest.mark.slow
 def test_weight_zero_never_asks_the_teacher(tmp_path, pool):
     class Refuses:
         def score(self, samples):

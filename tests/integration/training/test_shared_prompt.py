@@ -79,6 +79,7 @@ def test_shared_prompt_logprobs_equal_full_row_logprobs(tiny_model_name, chunk):
     assert real.sum() > batch["completion_mask"].sum()  # environment tokens were compared too
 
 
+@pytest.mark.slow
 def test_shared_prompt_logprobs_equal_on_the_embedded_smollm2():
     model, tokenizer = load_student(EMBEDDED_MODELS[0], "float32", device="cpu")
     batch = pad_rollout_batch(_samples(tokenizer)[:4], tokenizer.pad_token_id)
@@ -134,6 +135,7 @@ def _step_grads(tmp_path, pool, **overrides):
     return captured, metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [

@@ -59,6 +59,7 @@ def make_trainer(tmp_path, pool, dropout=0.0, **overrides):
     )
 
 
+@pytest.mark.slow
 def test_first_step_kl_is_zero_and_only_lora_moves(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool)
     base_before, lora_before = base_state(trainer.model), lora_state(trainer.model)
@@ -75,6 +76,7 @@ def test_first_step_kl_is_zero_and_only_lora_moves(tmp_path, pool):
     assert second["kl"] > 0  # the adapter has moved away from the base
 
 
+@pytest.mark.slow
 def test_four_steps_equal_two_plus_resume_plus_two(tmp_path, pool):
     straight = make_trainer(tmp_path / "a", pool, **{"training.max_steps": 4})
     straight.train()
@@ -96,6 +98,7 @@ def test_four_steps_equal_two_plus_resume_plus_two(tmp_path, pool):
     assert lrs == [0.01] * 4
 
 
+@pytest.mark.slow
 def test_crash_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path, pool, monkeypatch):
     trainer = make_trainer(tmp_path, pool, **{"training.max_steps": 10})
     trainer.train_on_rollouts(*trainer.collect_rollouts())
@@ -119,6 +122,7 @@ def test_crash_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path, pool, 
     assert fresh.state.global_step == 1
 
 
+@pytest.mark.slow
 def test_checkpoint_retention(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool, **{"training.save_total_limit": 2})
     for _ in range(3):
@@ -131,6 +135,7 @@ def test_checkpoint_retention(tmp_path, pool):
     }
 
 
+@pytest.mark.slow
 def test_saving_a_checkpoint_again_never_leaves_it_half_deleted(tmp_path, pool):
     from tests.fs_watch import broken_states
 
@@ -190,6 +195,7 @@ def test_chunked_logprobs_trim_padding_and_match_the_whole_batch(tiny_model_name
     assert row_chunks(5, 2) == [[0, 1], [2, 3], [4]] and row_chunks(3, 0) == [[0, 1, 2]] and row_chunks(0, 2) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_forward_chunking_leaves_the_gradient_unchanged(tmp_path, pool, aggregation):
     grads = {}
@@ -275,6 +281,7 @@ def test_a_length_cut_pass_is_not_imitated():
     assert best_passing_sample(group[:1]) is None
 
 
+@pytest.mark.slow
 def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool):
     """Uneven micro-batches (different completion lengths): the step's gradient is that of one token-mean
     over all of its tokens; micro-token-mean (TRL's bnpo) averages the micro-batch means instead."""
@@ -352,6 +359,7 @@ def tiny_phase3_argv(tmp_path) -> list[str]:
     )
 
 
+@pytest.mark.slow
 def test_phase3_command_line_on_the_tiny_model(tmp_path):
     out = tmp_path / "out"
     proc = run_script("phase3_train_grpo.py", *tiny_phase3_argv(tmp_path), timeout=300)
@@ -397,6 +405,7 @@ def test_resume_errors_name_the_folder(tmp_path):
         resolve_checkpoint(tmp_path, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
     """training.logging_backends go through accelerate's trackers: config stored once, every step logged."""
     from accelerate import Accelerator
@@ -436,6 +445,7 @@ def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
     assert tracker_run_name(tiny_config(tmp_path, **{"training.run_name": "exp-7"}), tmp_path) == "exp-7"
 
 
+@pytest.mark.slow
 def test_a_finished_run_can_be_extended(tmp_path, pool):
     # save_steps 3 does not divide max_steps 2: the last step is checkpointed anyway (as HF Trainer does)
     make_trainer(tmp_path, pool, **{"training.max_steps": 2, "training.save_steps": 3}).train()
@@ -447,6 +457,7 @@ def test_a_finished_run_can_be_extended(tmp_path, pool):
     assert steps == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_reused_rollouts_start_at_ratio_one_with_lora_dropout_and_then_clip(tmp_path, pool):
     """mu = 2 with LoRA dropout 0.5: the RL forwards must see the policy without dropout."""
     trainer = make_trainer(
@@ -606,6 +617,7 @@ def test_metrics_jsonl_holds_strict_json_only(tmp_path, pool):
     assert row == {"step": 1, "entropy/token_mean": None, "grad_norm": None, "lr": 0.123457}
 
 
+@pytest.mark.slow
 def test_two_runs_into_one_output_folder_the_second_is_refused_naming_the_first(tmp_path):
     import os
     import signal
@@ -669,6 +681,7 @@ def test_a_student_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, gelu_mo
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_the_reference_forward_runs_while_the_sandbox_scores(tmp_path, pool, monkeypatch):
     """The KL term's reference log-probs need only the token ids: they are computed while the sandbox scores the
     rollout batch (the accelerator would otherwise idle until the slowest program ends), the plan takes them as
