@@ -324,7 +324,7 @@ def execute_many(
 # --------------------------------------------------------------------------------------------
 
 
-def _main(argv: list[str] | None = None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     from utils.dataset_loader import DataFormatError, read_tasks
     from utils.jsonl import iter_jsonl, write_jsonl_atomic
 
@@ -387,4 +387,4 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(cli())

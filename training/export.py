@@ -22,11 +22,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollouts.models import adapter_rank
 from rollouts.vllm_engine import VLLM_LORA_RANKS, vllm_lora_rank
 from utils.provenance import build_provenance, write_model_card
+
+if TYPE_CHECKING:
+    from config import Config
 
 
 def vllm_max_lora_rank(rank: int) -> int:
@@ -102,7 +105,60 @@ def push_folder(folder: Path, repo_id: str) -> str:
     return ""
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    config: Config,
+    model_path: str | None = None,
+    output_dir: str | None = None,
+    dtype: str | None = None,
+    no_merge: bool = False,
+    push_to_hub: str | None = None,
+) -> int:
+    """Merge an adapter into its base (unless `no_merge`), write the model card, optionally push, and print the
+    `vllm serve` lines. 0 on success, 1 with one line on stderr otherwise."""
+    from rollouts.models import default_model_path, resolve_model
+    from utils.student_model import ModelLoadError, resolve_model_path
+
+    try:
+        base, adapter = resolve_model(model_path or str(default_model_path(config)), config)
+        if adapter is None:
+            raise ModelLoadError(f"{model_path} is a base model, not an adapter: there is nothing to export.")
+        rank = adapter_rank(adapter)
+        vllm_max_lora_rank(rank)  # fails early for a rank vLLM cannot serve
+        merged = None
+        if not no_merge:
+            target = Path(output_dir) if output_dir else Path(config.paths.output_dir) / "merged_model"
+            merged = merge_adapter(
+                base, adapter, target, dtype or config.student.torch_dtype, config.paths.model_cache_dir
+            )
+            print(f"merged {adapter} (LoRA r={rank}) into {base}: {merged}")
+    except (ModelLoadError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    card_folder = merged if merged is not None else adapter
+    write_model_card(
+        card_folder,
+        build_provenance(config),
+        config,
+        "merged" if merged is not None else "adapter",
+        evaluation_results(Path(config.paths.output_dir), adapter),
+    )
+    if push_to_hub:
+        folder, what = (merged, "merged") if merged is not None else (adapter, "adapter")
+        failure = push_folder(folder, push_to_hub)
+        if failure:
+            print(
+                f"error: could not push {folder} to {push_to_hub} ({failure}); the {what} folder is complete, "
+                "retry the push later.",
+                file=sys.stderr,
+            )
+            return 1
+    print("serve it with one of:")
+    for line in serve_commands(resolve_model_path(base, config.paths.model_cache_dir), adapter, merged):
+        print(f"  {line}")
+    return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
     from config import ConfigError, add_config_arguments, config_from_args, config_summary, exit_on_config_error
 
     parser = argparse.ArgumentParser(
@@ -132,49 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         exit_on_config_error(error)
     print(config_summary(config))
-
-    from rollouts.models import default_model_path, resolve_model
-    from utils.student_model import ModelLoadError, resolve_model_path
-
-    try:
-        base, adapter = resolve_model(args.model_path or str(default_model_path(config)), config)
-        if adapter is None:
-            raise ModelLoadError(f"{args.model_path} is a base model, not an adapter: there is nothing to export.")
-        rank = adapter_rank(adapter)
-        vllm_max_lora_rank(rank)  # fails early for a rank vLLM cannot serve
-        merged = None
-        if not args.no_merge:
-            target = Path(args.output_dir) if args.output_dir else Path(config.paths.output_dir) / "merged_model"
-            merged = merge_adapter(
-                base, adapter, target, args.dtype or config.student.torch_dtype, config.paths.model_cache_dir
-            )
-            print(f"merged {adapter} (LoRA r={rank}) into {base}: {merged}")
-    except (ModelLoadError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    card_folder = merged if merged is not None else adapter
-    write_model_card(
-        card_folder,
-        build_provenance(config),
-        config,
-        "merged" if merged is not None else "adapter",
-        evaluation_results(Path(config.paths.output_dir), adapter),
-    )
-    if args.push_to_hub:
-        folder, what = (merged, "merged") if merged is not None else (adapter, "adapter")
-        failure = push_folder(folder, args.push_to_hub)
-        if failure:
-            print(
-                f"error: could not push {folder} to {args.push_to_hub} ({failure}); the {what} folder is complete, "
-                "retry the push later.",
-                file=sys.stderr,
-            )
-            return 1
-    print("serve it with one of:")
-    for line in serve_commands(resolve_model_path(base, config.paths.model_cache_dir), adapter, merged):
-        print(f"  {line}")
-    return 0
+    return main(config, args.model_path, args.output_dir, args.dtype, args.no_merge, args.push_to_hub)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

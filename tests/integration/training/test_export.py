@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.export import main, vllm_max_lora_rank
+from training.export import cli, vllm_max_lora_rank
 from utils.student_model import attach_lora, load_adapter, load_student, save_adapter
 
 
@@ -25,7 +25,7 @@ def test_export_merges_into_a_standalone_model_and_prints_serve_lines(tmp_path, 
         if "lora_B" in name:
             torch.nn.init.normal_(param, std=0.2)  # a real (non-identity) update
     adapter = save_adapter(model, tokenizer, tmp_path / "run" / "final_model")
-    code = main(
+    code = cli(
         [
             "--preset",
             "cpu",
@@ -87,7 +87,7 @@ def test_no_merge_push_uploads_the_adapter(tmp_path, tiny_model_name, monkeypatc
     adapter = save_adapter(model, tokenizer, tmp_path / "run" / "final_model")
     argv = ["--preset", "cpu", "--set", "student.model_name=embedded:tiny-random"]
     argv += ["--set", f"paths.output_dir={tmp_path / 'run'}", "--no_merge", "--push_to_hub", "someone/x"]
-    assert main(argv) == 0
+    assert cli(argv) == 0
     assert [name for name, _ in calls] == ["create_repo", "upload_folder"]
     assert calls[1][1]["repo_id"] == "someone/x" and calls[1][1]["folder_path"] == str(adapter)
     assert not (tmp_path / "run" / "merged_model").exists()
@@ -109,7 +109,7 @@ def test_export_card_carries_the_evaluation(tmp_path, tiny_model_name):
     }
     (tmp_path / "run" / "evaluation_results.json").write_text(json.dumps(results))
     argv = ["--preset", "cpu", "--set", "student.model_name=embedded:tiny-random"]
-    assert main([*argv, "--set", f"paths.output_dir={tmp_path / 'run'}", "--dtype", "float32"]) == 0
+    assert cli([*argv, "--set", f"paths.output_dir={tmp_path / 'run'}", "--dtype", "float32"]) == 0
     card = (tmp_path / "run" / "merged_model" / "README.md").read_text()
     assert "| 1 | 0.239 | 0.180 – 0.300 |" in card
     assert "library_name: transformers" in card
