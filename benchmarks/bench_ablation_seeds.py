@@ -490,6 +490,9 @@ class Runner:
         path = self.evidence / "runs" / f"{arm_name}-s{seed}.json"
         if path.is_file():
             print(f"{index} seed {seed} {arm_name}: evidence exists, not redone", flush=True)
+            if arm_name != BASE and ARMS[arm_name].opd and not (self.evidence / "teacher.json").is_file():
+                print("OPD teacher: its held-out check is missing from the evidence; made now", flush=True)
+                self.teacher()  # an OPD arm's evidence is read beside its teacher's check
             return
         folder = self.work / "runs" / f"{arm_name}-s{seed}"
         folder.mkdir(parents=True, exist_ok=True)

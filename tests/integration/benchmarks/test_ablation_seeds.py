@@ -243,3 +243,25 @@ def test_the_evidence_keeps_the_metrics_that_diagnose_opd_and_sft(tmp_path):
     run = json.loads((ev / "runs" / "full-s1.json").read_text())
     assert run["sample_columns"] == list(harness.SAMPLE_COLUMNS) and len(run["samples"][0]) == 7
     assert "no_code_completions" in run
+
+
+def test_an_opd_run_with_evidence_but_no_teacher_check_gets_its_check(tmp_path):
+    ev = tmp_path / "ev"
+    write_evidence(ev, [run_evidence("base", 1, [0, 0, 0]), run_evidence("grpo_opd", 1, [1, 1, 0])])
+    runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
+    calls: list = []
+    fake_phases(runner, calls)
+    runner.one_run("grpo_opd", 1, "[1/1]")
+    # the OPD run is not redone; its teacher is trained and evaluated so the evidence holds the teacher's check
+    assert [name for name, _ in calls] == ["teacher.train", "teacher.eval"]
+    assert json.loads((ev / "teacher.json").read_text())["arm"] == "teacher"
+
+
+def test_the_committed_ablation_evidence_holds_the_opd_teachers_check():
+    evidence = harness.EVIDENCE_DIR
+    if not any((evidence / "runs").glob("grpo_opd-s*.json")):
+        pytest.fail(f"no OPD run in {evidence}: this test reads the committed evidence")
+    report = report_mod.build_report(evidence, "cmd")
+    check = report["teacher"]
+    assert check is not None, "an OPD arm's evidence must hold its teacher's held-out check (teacher.json)"
+    assert {"teacher_pass@1", "base_pass@1", "teacher_no_code", "base_no_code"} <= set(check)
