@@ -96,3 +96,16 @@ def test_the_documented_gpu_commands_sample_with_vllm_when_it_is_installed(monke
             assert backend == ("hf" if chooses_hf else "vllm") or backend == "vllm_server", (page.name, line)
             found += 1
     assert found >= 4
+
+
+def test_the_trl_metric_name_table_names_what_the_trainer_logs():
+    """docs/phase3-training.md maps TRL's logged names to ours; each of ours must be a key the trainer writes."""
+    text = (ROOT / "docs" / "phase3-training.md").read_text()
+    rows = re.findall(r"^\| [^|]+ \| `[^|]*` \| `([^`]+)`", text, flags=re.M)
+    assert len(rows) >= 8, "the TRL metric name table is missing from docs/phase3-training.md"
+    sources = "".join(path.read_text() for path in (ROOT / "training").glob("*.py"))
+    for name in rows:
+        if "<name>" in name:
+            assert 'f"reward/{' in sources
+            continue
+        assert f'"{name}"' in sources, f"{name} is in the table but the trainer logs no such key"
