@@ -1350,6 +1350,12 @@ def _trl_batch_and_placement(data: dict[str, Any], where: str) -> dict[str, Any]
     return out
 
 
+def _with_v1(url: str) -> str:
+    """TRL's vllm_server_base_url ('http://host:8000') as the OpenAI base tgrpo talks to ('http://host:8000/v1')."""
+    base = normalize_api_base(url)
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
 FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "model_name_or_path": ("student.model_name", None),
     "torch_dtype": ("student.torch_dtype", None),
@@ -1399,7 +1405,8 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     # a string is the backend vllm_mode picked (_vllm_and_scheduler_keys)
     "use_vllm": ("grpo.rollout_backend", lambda v: v if isinstance(v, str) else "vllm" if v else "hf"),
     "vllm_gpu_memory_utilization": ("grpo.vllm_gpu_memory_utilization", None),
-    "vllm_server_base_url": ("grpo.vllm_server_url", None),
+    # TRL writes its server's root (http://host:8000); an OpenAI-compatible `vllm serve` answers under /v1
+    "vllm_server_base_url": ("grpo.vllm_server_url", lambda v: _with_v1(v) if isinstance(v, str) else v),
     "reward_funcs": ("grpo.reward_funcs", None),
     "reward_weights": ("grpo.reward_weights", None),
     "dataset_name": ("data.dataset_name", None),

@@ -104,6 +104,11 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
                 f"teacher.local_adapter={adapter} is not a LoRA adapter folder (no adapter_config.json): point it at "
                 "a phase 3 final_model or checkpoint-*/adapter, or leave it empty for the bare teacher.model_name."
             )
+    if config.grpo.rollout_backend == "vllm_server":
+        from clients.openai_compat import models_endpoint_status, not_an_openai_server
+
+        if models_endpoint_status(config.grpo.vllm_server_url) == 404:  # before the model loads
+            raise RunSetupError(not_an_openai_server(config.grpo.vllm_server_url, "rollout server"))
     output_dir = Path(config.paths.output_dir)
     if os.environ.get("RANK", "0") == "0":
         refuse_if_busy(output_dir)  # a live run's own checkpoints are not an earlier run
