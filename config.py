@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import json
 import math
 import sys
@@ -2022,14 +2023,26 @@ def run_phase(
     errors: tuple[type[BaseException], ...],
     interrupted: str,
     status: Callable[[Any], int] = lambda _result: 0,
+    writes: str = "",
 ) -> int:
     """What every phase's `cli` does with its work: `status(work())`; 1 with `error: …` on stderr for one of
-    `errors` (a refusal whose message says what to do); 130 with `interrupted: …` (what was kept, how to go on)
+    `errors` (a refusal whose message says what to do) and for a full disk (naming the file, or `writes`: where the
+    phase writes, and what `interrupted` says was kept); 130 with `interrupted: …` (what was kept, how to go on)
     on Ctrl-C."""
     try:
         result = work()
     except errors as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        target = error.filename or writes or "an output"
+        print(
+            f"error: [Errno {error.errno}] no space left on device while writing {target}; free space and rerun the "
+            f"same command ({interrupted.split(';')[0].rstrip('.')}).",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print(f"\ninterrupted: {interrupted}", file=sys.stderr)
