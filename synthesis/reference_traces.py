@@ -24,9 +24,8 @@ file are skipped; a file written by a model teacher is not mixed with references
 
 from __future__ import annotations
 
-import contextlib
-
 import ast
+import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
