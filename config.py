@@ -2021,14 +2021,14 @@ def config_from_args_or_exit(
 def run_phase(
     work: Callable[[], Any],
     errors: tuple[type[BaseException], ...],
-    interrupted: str,
+    interrupted: str | Callable[[], str],
     status: Callable[[Any], int] = lambda _result: 0,
     writes: str = "",
 ) -> int:
     """What every phase's `cli` does with its work: `status(work())`; 1 with `error: …` on stderr for one of
     `errors` (a refusal whose message says what to do) and for a full disk (naming the file, or `writes`: where the
     phase writes, and what `interrupted` says was kept); 130 with `interrupted: …` (what was kept, how to go on)
-    on Ctrl-C."""
+    on Ctrl-C (`interrupted` may be a function, asked then: what was kept depends on when)."""
     try:
         result = work()
     except errors as error:
@@ -2037,6 +2037,8 @@ def run_phase(
     except OSError as error:
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
+        if callable(interrupted):
+            interrupted = interrupted()
         target = error.filename or writes or "an output"
         print(
             f"error: [Errno {error.errno}] no space left on device while writing {target}; free space and rerun the "
@@ -2045,7 +2047,7 @@ def run_phase(
         )
         return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {interrupted}", file=sys.stderr)
+        print(f"\ninterrupted: {interrupted() if callable(interrupted) else interrupted}", file=sys.stderr)
         return 130
     return status(result)
 

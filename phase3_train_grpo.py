@@ -402,8 +402,18 @@ def cli(argv: list[str] | None = None) -> int:
             DiskFullError,
             FolderBusyError,
         ),
-        f"checkpoints saved so far are in {config.paths.output_dir}; continue with --resume_from_checkpoint latest.",
+        lambda: interrupted_message(
+            Path(config.paths.output_dir), config.training.save_steps, args.resume_from_checkpoint is not None
+        ),
     )
+
+
+def interrupted_message(output_dir: Path, save_steps: int, resuming: bool) -> str:
+    """What Ctrl-C leaves: the checkpoints to continue from, or none yet (then a rerun starts over)."""
+    if checkpoint_folders(output_dir) or resuming:
+        return f"checkpoints saved so far are in {output_dir}; continue with --resume_from_checkpoint latest."
+    first = f" (the first is saved at step {save_steps})" if save_steps > 0 else ""
+    return f"no checkpoint was saved yet{first}: rerun the same command to start over."
 
 
 if __name__ == "__main__":
