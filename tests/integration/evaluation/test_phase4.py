@@ -454,3 +454,22 @@ def test_a_model_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, gelu_mode
     assert code == 1
     assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement hidden_act 'gelu'")
     assert "Traceback" not in err
+
+
+def test_solve_samples_with_the_presets_fast_sampler_and_says_what_it_loads(monkeypatch, capsys):
+    import rollouts.from_config
+    from evaluation import solve
+
+    backends = []
+    real = rollouts.from_config.build_sampler
+
+    def spy(config, **kwargs):
+        backends.append(config.evaluation_backend)
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(rollouts.from_config, "build_sampler", spy)
+    argv = ["Write add(a, b).", "--model_path", "embedded:tiny-random", "--preset", "cpu", "--max_new_tokens", "4"]
+    assert solve.cli(argv) == 0
+    assert backends == ["kv"]  # the cpu preset's sampler, not transformers generate
+    out = capsys.readouterr().out
+    assert "loading embedded:tiny-random (no adapter: the base model); sampling with the kv sampler" in out
