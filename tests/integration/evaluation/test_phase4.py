@@ -22,7 +22,8 @@ RESULT_KEYS = {
     "eval_file",
     "config",
     "num_tasks",
-    "num_samples",
+    "num_samples_per_task",
+    "num_samples_total",
     "pass_at_k",
     "not_computable_k",
     "pass_at_k_by_source",
@@ -209,7 +210,12 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     assert (
         result["model"]["adapter"].endswith("final_model") and result["model"]["base_model"] == "embedded:tiny-random"
     )
-    assert result["num_tasks"] == 2 and result["num_samples"] == 4 and result["not_computable_k"] == [5]
+    assert (
+        result["num_tasks"] == 2
+        and result["num_samples_total"] == 4
+        and result["num_samples_per_task"] == 2
+        and result["not_computable_k"] == [5]
+    )
     assert set(result["baseline"]) >= {"pass_at_k", "format", "status_counts"}
     assert result["delta"]["1"] == pytest.approx(result["pass_at_k"]["1"] - result["baseline"]["pass_at_k"]["1"])
     low, high = result["delta_ci95"]["1"]
