@@ -358,3 +358,12 @@ def test_phase3_pushes_the_final_adapter_when_push_to_hub(tmp_path, monkeypatch,
         assert [name for name, _ in FakeHfApi.calls] == ["create_repo", "upload_folder"]
         assert FakeHfApi.calls[1][1] == {"folder_path": str(final), "repo_id": "someone/x"}
         assert "pushed to https://huggingface.co/someone/x" in captured.out
+
+
+def test_config_py_prints_each_warning_and_error_once(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("logging_steps: 1\nlog_level: info\nnum_generations: 4\n")
+    for argv in (["--config", str(recipe)], ["--push_to_hub"]):
+        result = run_script("config.py", "--preset", "cpu", *argv)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert lines and len(lines) == len(set(lines)), result.stderr
