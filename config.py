@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import json
 import math
 import sys
@@ -1211,6 +1212,12 @@ def parse_set_arguments(assignments: list[str]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for item in assignments:
         key, sep, value = item.partition("=")
+        if sep and key.strip() == "per_device_train_batch_size":
+            raise ConfigError(
+                f"--set {item!r}: per_device_train_batch_size counts completions in TRL; here give "
+                "training.per_device_train_batch_size in tasks (or the flags --per_device_train_batch_size "
+                "and --num_generations)."
+            )
         if sep and key.strip() in FLAT_KEYS:  # a TRL name: --set learning_rate=1e-4
             key = FLAT_KEYS[key.strip()][0]
         section, dot, name = key.strip().partition(".")
@@ -1283,6 +1290,73 @@ def _vllm_and_scheduler_keys(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Below this a learning rate is one for full fine-tuning (open-r1's recipes use 5e-7 to 1e-6); the student here
+# trains a LoRA adapter, whose rates are 10-1000x higher (the presets use 5e-5 and 5e-4).
+FULL_FINE_TUNING_LR = 1e-5
+
+# Keys of an accelerate config file (`accelerate config`): such a file goes to `accelerate launch --config_file`.
+ACCELERATE_KEYS = ("compute_environment", "distributed_type", "num_processes", "mixed_precision", "machine_rank")
+
+
+def _accelerate_config(data: dict[str, Any], where: str) -> None:
+    """Refuse an accelerate config passed as a tgrpo --config, in one line that says where it goes."""
+    found = [key for key in ACCELERATE_KEYS if key in data]
+    if len(found) >= 2:
+        path = where.removeprefix("--config ")
+        raise ConfigError(
+            f"{where} looks like an accelerate config ({', '.join(found)}), not a tgrpo one: pass it to accelerate, "
+            f"as in accelerate launch --config_file {path} phase3_train_grpo.py --preset gpu [--config RECIPE]."
+        )
+
+
+def _trl_batch_and_placement(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """TRL names whose unit or scope differs here: per_device_train_batch_size counts completions in TRL and
+    tasks here (converted with num_generations from the same source, refused without it); a full fine-tuning
+    learning rate and TRL's vLLM server placement that becomes a colocated engine here each get a warning."""
+    out = dict(data)
+    if "per_device_train_batch_size" in out:
+        completions = out.pop("per_device_train_batch_size")
+        group = out.get("num_generations")
+        unit = "training.per_device_train_batch_size counts tasks (each sampled grpo.num_samples_per_prompt times)"
+        if not isinstance(completions, int) or isinstance(completions, bool) or completions < 1:
+            raise ConfigError(f"per_device_train_batch_size {completions!r}: a whole number of completions, >= 1.")
+        if not isinstance(group, int) or isinstance(group, bool) or group < 1:
+            raise ConfigError(
+                f"per_device_train_batch_size {completions} counts completions in TRL, but {unit} here: give "
+                "num_generations beside it (converted to per_device_train_batch_size / num_generations tasks), or "
+                "write training.per_device_train_batch_size in tasks."
+            )
+        if completions % group:
+            raise ConfigError(
+                f"per_device_train_batch_size {completions} counts completions in TRL, but {unit} here, and "
+                f"{completions} is not a whole number of groups of num_generations {group}: write "
+                f"training.per_device_train_batch_size: N (N tasks = N x {group} completions per micro-batch)."
+            )
+        out["training.per_device_train_batch_size"] = completions // group
+    rate = out.get("learning_rate")
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < FULL_FINE_TUNING_LR:
+        _warn_once(
+            f"{where}: learning_rate {rate:g} is a full fine-tuning rate; here it drives a LoRA adapter, which "
+            "learns little at it (the presets use 5e-5 on a GPU, 5e-4 on a CPU): set training.learning_rate."
+        )
+    if out.get("use_vllm") is True and "vllm_mode" not in out:
+        memory = out.get("vllm_gpu_memory_utilization")
+        share = f" ({memory} of it, vllm_gpu_memory_utilization)" if memory is not None else ""
+        device = " vllm_device is not used here." if "vllm_device" in out else ""
+        _warn_once(
+            f"{where}: use_vllm: true without vllm_mode is a vLLM server on its own GPU in TRL; here it is a vLLM "
+            f"engine colocated on the training GPU{share}.{device} For a server give vllm_mode: server and "
+            "vllm_server_base_url (a `vllm serve` URL ending in /v1); else vllm_mode: colocate to silence this."
+        )
+    return out
+
+
+def _with_v1(url: str) -> str:
+    """TRL's vllm_server_base_url ('http://host:8000') as the OpenAI base tgrpo talks to ('http://host:8000/v1')."""
+    base = normalize_api_base(url)
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
 FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "model_name_or_path": ("student.model_name", None),
     "torch_dtype": ("student.torch_dtype", None),
@@ -1296,6 +1370,7 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "learning_rate": ("training.learning_rate", None),
     "num_train_epochs": ("training.num_train_epochs", None),
     "max_steps": ("training.max_steps", None),
+    # counts completions in TRL, tasks here: converted by _trl_batch_and_placement before this table is read
     "per_device_train_batch_size": ("training.per_device_train_batch_size", None),
     "gradient_accumulation_steps": ("training.gradient_accumulation_steps", None),
     "gradient_checkpointing": ("training.gradient_checkpointing", None),
@@ -1331,7 +1406,8 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     # a string is the backend vllm_mode picked (_vllm_and_scheduler_keys)
     "use_vllm": ("grpo.rollout_backend", lambda v: v if isinstance(v, str) else "vllm" if v else "hf"),
     "vllm_gpu_memory_utilization": ("grpo.vllm_gpu_memory_utilization", None),
-    "vllm_server_base_url": ("grpo.vllm_server_url", None),
+    # TRL writes its server's root (http://host:8000); an OpenAI-compatible `vllm serve` answers under /v1
+    "vllm_server_base_url": ("grpo.vllm_server_url", lambda v: _with_v1(v) if isinstance(v, str) else v),
     "reward_funcs": ("grpo.reward_funcs", None),
     "reward_weights": ("grpo.reward_weights", None),
     "dataset_name": ("data.dataset_name", None),
@@ -1358,7 +1434,6 @@ TRL_IGNORED: dict[str, str] = {
         "logging_first_step",
         "logging_steps",
         "logging_strategy",
-        "overwrite_output_dir",
         "save_strategy",
         "save_only_model",
         "ddp_find_unused_parameters",
@@ -1369,6 +1444,9 @@ TRL_IGNORED: dict[str, str] = {
     "vllm_mode": "no effect without use_vllm: true",
     "system_prompt": "tgrpo builds its own prompts (prompt.* keys)",
     "dataset_configs": "use dataset_config",
+    "overwrite_output_dir": "give phase 3 --overwrite_output_dir on its command line to start over",
+    "resume_from_checkpoint": "give phase 3 --resume_from_checkpoint latest (or a checkpoint folder) to continue",
+    "logging_dir": "tensorboard files go to <output_dir>/tensorboard",
 }
 
 # TRL / open-r1 keys that would change training in a way tgrpo cannot: refused with what to use instead.
@@ -1447,6 +1525,11 @@ def normalize_config_mapping(data: dict[str, Any], where: str, lines: dict[str, 
         data = _builtin_rewards(data, where)
     except ConfigError as error:
         problems.append(str(error))
+    _accelerate_config(data, where)
+    try:
+        data = _trl_batch_and_placement(data, where)
+    except ConfigError as error:
+        problems.append(f"{loc('per_device_train_batch_size')}: {error}")
     try:
         data = _vllm_and_scheduler_keys(data)
     except ConfigError as error:
@@ -1783,7 +1866,11 @@ def preliminary_config(argv: list[str] | None) -> Config:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """The three config flags every phase script shares."""
-    group = parser.add_argument_group("configuration")
+    group = parser.add_argument_group(
+        "configuration",
+        "TRL's GRPOConfig names are accepted too, as flags and as --config keys (--learning_rate, --num_generations, "
+        "--beta, --max_completion_length, --use_vllm, ...): docs/configuration.md lists each and the key it sets.",
+    )
     group.add_argument(
         "--preset",
         default="auto",
@@ -1817,7 +1904,7 @@ def parse_phase_args(
     add_config_flags(parser, flags, preliminary_config(argv))
     add_config_arguments(parser)
     argv, trl = split_trl_flags(parser, sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args = parse_args_suggesting(parser, argv)
     try:
         trl_overrides = normalize_config_mapping(trl, "command-line flag") if trl else {}
     except ConfigError as error:
@@ -1874,6 +1961,36 @@ def split_trl_flags(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[l
     return rest, found
 
 
+# Short names TRL users type that are not TRL's own flags.
+TRL_FLAG_ALIASES = {"lr": "learning_rate", "bs": "per_device_train_batch_size", "G": "num_generations"}
+
+
+def parse_args_suggesting(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but an unrecognized flag close to one of the parser's flags or to a TRL name
+    (FLAT_KEYS, TRL_IGNORED) is refused with "did you mean --name?" (exit 2, as argparse does)."""
+    args, unknown = parser.parse_known_args(argv)
+    if not unknown:
+        return args
+    names = sorted(
+        {option[2:] for option in parser._option_string_actions if option.startswith("--")}
+        | set(FLAT_KEYS)
+        | set(TRL_IGNORED)
+    )
+    hints = []
+    for token in unknown:
+        if not token.startswith("--"):
+            continue
+        name = token[2:].partition("=")[0]
+        match = TRL_FLAG_ALIASES.get(name) or next(iter(difflib.get_close_matches(name, names, n=1)), None)
+        if match:
+            hints.append(f"{token.partition('=')[0]}: did you mean --{match}?")
+    parser.error(
+        f"unrecognized arguments: {' '.join(unknown)}"
+        + (f" ({'; '.join(hints)})" if hints else "")
+        + ". TRL's GRPOConfig names (--learning_rate, --num_generations, ...) are accepted; see --help."
+    )
+
+
 def config_from_args(args: argparse.Namespace, extra: dict[str, dict[str, Any]] | None = None) -> Config:
     """Build the config from the shared flags plus a script's own flags mapped to keys.
 
@@ -1904,19 +2021,33 @@ def config_from_args_or_exit(
 def run_phase(
     work: Callable[[], Any],
     errors: tuple[type[BaseException], ...],
-    interrupted: str,
+    interrupted: str | Callable[[], str],
     status: Callable[[Any], int] = lambda _result: 0,
+    writes: str = "",
 ) -> int:
     """What every phase's `cli` does with its work: `status(work())`; 1 with `error: …` on stderr for one of
-    `errors` (a refusal whose message says what to do); 130 with `interrupted: …` (what was kept, how to go on)
-    on Ctrl-C."""
+    `errors` (a refusal whose message says what to do) and for a full disk (naming the file, or `writes`: where the
+    phase writes, and what `interrupted` says was kept); 130 with `interrupted: …` (what was kept, how to go on)
+    on Ctrl-C (`interrupted` may be a function, asked then: what was kept depends on when)."""
     try:
         result = work()
     except errors as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        if callable(interrupted):
+            interrupted = interrupted()
+        target = error.filename or writes or "an output"
+        print(
+            f"error: [Errno {error.errno}] no space left on device while writing {target}; free space and rerun the "
+            f"same command ({interrupted.split(';')[0].rstrip('.')}).",
+            file=sys.stderr,
+        )
+        return 1
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {interrupted}", file=sys.stderr)
+        print(f"\ninterrupted: {interrupted() if callable(interrupted) else interrupted}", file=sys.stderr)
         return 130
     return status(result)
 
@@ -1930,7 +2061,7 @@ if __name__ == "__main__":
     )
     add_config_arguments(cli)
     cli_argv, cli_trl = split_trl_flags(cli, sys.argv[1:])
-    cli_args = cli.parse_args(cli_argv)
+    cli_args = parse_args_suggesting(cli, cli_argv)
     try:
         cli_extra = normalize_config_mapping(cli_trl, "command-line flag") if cli_trl else None
         print(format_config(config_from_args(cli_args, cli_extra)))

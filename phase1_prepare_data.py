@@ -287,6 +287,7 @@ def cli(argv: list[str] | None = None) -> int:
         lambda: main(config),
         (DataFormatError, ConfigError),
         "nothing was written (outputs appear only when complete).",
+        writes=str(config.paths.data_dir),
     )
 
 

@@ -373,6 +373,7 @@ def cli(argv: list[str] | None = None) -> int:
         ),
         "finished samples are saved; rerun the same command to continue.",
         exit_status,
+        writes=str(output_file or config.paths.teacher_traces_file),
     )
 
 

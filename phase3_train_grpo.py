@@ -104,6 +104,11 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
                 f"teacher.local_adapter={adapter} is not a LoRA adapter folder (no adapter_config.json): point it at "
                 "a phase 3 final_model or checkpoint-*/adapter, or leave it empty for the bare teacher.model_name."
             )
+    if config.grpo.rollout_backend == "vllm_server":
+        from clients.openai_compat import models_endpoint_status, not_an_openai_server
+
+        if models_endpoint_status(config.grpo.vllm_server_url) == 404:  # before the model loads
+            raise RunSetupError(not_an_openai_server(config.grpo.vllm_server_url, "rollout server"))
     output_dir = Path(config.paths.output_dir)
     if os.environ.get("RANK", "0") == "0":
         refuse_if_busy(output_dir)  # a live run's own checkpoints are not an earlier run
@@ -397,8 +402,18 @@ def cli(argv: list[str] | None = None) -> int:
             DiskFullError,
             FolderBusyError,
         ),
-        f"checkpoints saved so far are in {config.paths.output_dir}; continue with --resume_from_checkpoint latest.",
+        lambda: interrupted_message(
+            Path(config.paths.output_dir), config.training.save_steps, args.resume_from_checkpoint is not None
+        ),
     )
+
+
+def interrupted_message(output_dir: Path, save_steps: int, resuming: bool) -> str:
+    """What Ctrl-C leaves: the checkpoints to continue from, or none yet (then a rerun starts over)."""
+    if checkpoint_folders(output_dir) or resuming:
+        return f"checkpoints saved so far are in {output_dir}; continue with --resume_from_checkpoint latest."
+    first = f" (the first is saved at step {save_steps})" if save_steps > 0 else ""
+    return f"no checkpoint was saved yet{first}: rerun the same command to start over."
 
 
 if __name__ == "__main__":

@@ -373,6 +373,7 @@ def cli(argv: list[str] | None = None) -> int:
         evaluate,
         (DataFormatError, ModelLoadError, FileBusyError, UnsupportedModelError),
         f"completions generated so far are cached in {out_dir / 'eval_cache'}; rerun the same command to continue.",
+        writes=str(out_dir),
     )
 
 

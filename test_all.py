@@ -1018,14 +1018,18 @@ def cli(argv: list[str] | None = None) -> int:
     run = functools.partial(
         main, config, args.teacher_url, args.num_processes, args.skip_model, args.max_new_tokens, args.teacher
     )
-    if not args.quiet:
-        return 1 if run().count("FAIL") else 0
-    if args.teacher != "only":
-        print(config_summary(config))
     what = "teacher check" if args.teacher == "only" else "preflight checks"
-    print(f"{what} (full output: {args.quiet})", flush=True)
-    with open(args.quiet, "w") as log, contextlib.redirect_stdout(QuietOutput(sys.stdout, log)):
-        report = run()
+    try:
+        if not args.quiet:
+            return 1 if run().count("FAIL") else 0
+        if args.teacher != "only":
+            print(config_summary(config))
+        print(f"{what} (full output: {args.quiet})", flush=True)
+        with open(args.quiet, "w") as log, contextlib.redirect_stdout(QuietOutput(sys.stdout, log)):
+            report = run()
+    except KeyboardInterrupt:  # the checks write nothing but their log: nothing to keep
+        print(f"\ninterrupted: the {what} stopped; nothing was changed, rerun to check again.", file=sys.stderr)
+        return 130
     return 1 if report.count("FAIL") else 0
 
 

@@ -80,6 +80,32 @@ class TeacherResponse:
         return self.error is None
 
 
+def not_an_openai_server(base_url: str, role: str) -> str:
+    """What to say when GET {base_url}/models answered 404: the server is not an OpenAI-compatible `vllm serve`
+    (TRL's `trl vllm-serve` answers /health/ and /generate/, not /v1/...), or the URL lacks its /v1."""
+    base = base_url.rstrip("/")
+    fix = "" if base.endswith("/v1") else f"; with `vllm serve` the URL ends in /v1: {base}/v1"
+    return (
+        f"{base}/models answered 404: the {role} is not an OpenAI-compatible server. tgrpo needs `vllm serve MODEL` "
+        f"(not `trl vllm-serve`) or another OpenAI-compatible server{fix}."
+    )
+
+
+def models_endpoint_status(base_url: str, timeout: float = 10.0) -> int | None:
+    """The HTTP status of GET {base_url}/models, or None when nothing answers (the caller's connection checks
+    report that with their own advice)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/models", timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (OSError, ValueError):  # nothing answers, or not an http(s) URL
+        return None
+
+
 def _is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, (openai.APIConnectionError, asyncio.TimeoutError)):  # includes APITimeoutError
         return True
@@ -204,7 +230,9 @@ class TeacherClient:
                     f"{self.base_url} refused the API key ({exc.status_code}); set "
                     "TGRPO_TEACHER_API_KEY or teacher.api_key."
                 ) from None
-            return []  # some servers do not implement /v1/models; requests may still work
+            if exc.status_code == 404:
+                raise TeacherFatalError(not_an_openai_server(self.base_url, "teacher")) from None
+            return []  # a server that does not list its models; requests may still work
         return [m.id for m in getattr(page, "data", []) or []]
 
     async def model_cards(self, timeout: float = 10.0) -> list[dict[str, Any]]:

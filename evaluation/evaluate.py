@@ -463,7 +463,9 @@ def summarize(rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DE
     table = _pass_table(rows, ks)
     return {
         "num_tasks": len({r.task_id for r in rows}),
-        "num_samples": len(rows),
+        # per task (the fewest any task has: pass@k is computable up to it) and in all
+        "num_samples_per_task": min(Counter(r.task_id for r in rows).values(), default=0),
+        "num_samples_total": len(rows),
         "pass_at_k": table,
         "pass_at_k_ci95": pass_at_k_intervals(rows, ks, resamples, seed),
         "not_computable_k": [int(k) for k, v in table.items() if v is None],

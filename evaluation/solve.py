@@ -3,6 +3,8 @@
 Shows the thinking, the extracted code and, when tests are given, the sandbox verdict; in a multi-turn
 `--mode` (tool, feedback) also every turn and what the environment inserted after it. The quick look
 a user wants after training: `--model_path outputs/final_model` (default) or any checkpoint or base model.
+It samples with phase 4's sampler (`evaluation.backend`: the cpu preset's kv sampler; hf where that is vLLM, whose
+engine would take longer to start than one answer takes) and first says what it loads and how it samples.
 """
 
 from __future__ import annotations
@@ -79,6 +81,15 @@ def main(
 
     task = solve_task(problem, asserts)
     base, adapter = resolve_model(model_path or str(default_model_path(config)), config)
+    # the preset's sampler (the cpu preset's kv sampler is ~3x transformers generate); a vLLM engine would take
+    # longer to start than one answer takes, so vllm falls back to hf here
+    backend = "hf" if config.evaluation_backend in ("vllm", "vllm_server") else config.evaluation_backend
+    print(
+        f"loading {base}"
+        + (f" with the adapter {adapter}" if adapter is not None else " (no adapter: the base model)")
+        + f"; sampling with the {backend} sampler",
+        flush=True,
+    )
     model, tokenizer = load_student(
         base, config.student.torch_dtype, config.student.load_in_8bit, config.paths.model_cache_dir
     )
@@ -86,9 +97,9 @@ def main(
         model = load_adapter(model, adapter)
     mode = mode or config.multi_turn.mode
     prompt = get_unified_prompt(task if task else problem, config.prompt.num_visible_tests, mode=mode)
-    # the flags stand in for the evaluation section's; the one transformers model loaded here samples
+    # the flags stand in for the evaluation section's; the one transformers model loaded here is what samples
     ev = dataclasses.replace(
-        config.evaluation, backend="hf", temperature=temperature, max_new_tokens=max_new_tokens, num_samples=1
+        config.evaluation, backend=backend, temperature=temperature, max_new_tokens=max_new_tokens, num_samples=1
     )
     config = dataclasses.replace(config, evaluation=ev, multi_turn=dataclasses.replace(config.multi_turn, mode=mode))
     sampler = build_sampler(config, purpose="eval", tokenizer=tokenizer)

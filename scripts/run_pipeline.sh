@@ -13,7 +13,9 @@ TEACHER_URL="http://127.0.0.1:$PORT/v1"
 # passive waiting; no measurable difference on an idle machine). Every phase and the local teacher inherit this.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
-# each step's header says how long the run has taken so far (bash's SECONDS: seconds since the script began)
+# each step's header says how long the run has taken so far (bash's SECONDS: seconds since the script began, or
+# since RUN_STARTED, the epoch second `make run` began, so that the total includes the install)
+if [ -n "${RUN_STARTED:-}" ]; then SECONDS=$(($(date +%s) - RUN_STARTED)); fi
 elapsed() { printf '%d min %02d s' $((SECONDS / 60)) $((SECONDS % 60)); }
 step() { printf '\n== %s  [%s] ==\n' "$*" "$(elapsed)"; }
 
@@ -35,9 +37,27 @@ stop_teacher() {
 trap 'stop_teacher' EXIT
 trap 'trap - EXIT; stop_teacher; printf "\ninterrupted: make run stopped (rc 130)\n" >&2; exit 130' INT TERM
 
+# Refuse before writing anything. One `make run` per clone: it holds an flock on data/.tgrpo-pipeline.lock (the
+# kernel drops it when the run dies) while it rewrites data/ and outputs/, which an earlier run's summary reads.
+mkdir -p data
+exec 9>>data/.tgrpo-pipeline.lock
+if ! flock -n 9; then
+  echo "error: another make run is using this folder's data/ and outputs/ ($(cat data/.tgrpo-pipeline.lock));" \
+    "wait for it to end (or stop it), or run from another clone." >&2
+  exit 1
+fi
+: > data/.tgrpo-pipeline.lock
+echo "pid $$, started $(date '+%Y-%m-%d %H:%M:%S')" >&9
+# This run starts and stops its own teacher on $PORT: something answering there already is refused now.
+if curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+  echo "error: something already answers on port $PORT (another pipeline's teacher, or \`make teacher\`)." >&2
+  echo "This run starts and stops its own teacher: stop that one, or pick another port: make run TEACHER_PORT=N" >&2
+  exit 1
+fi
+
 if [ "${FRESH:-0}" = "1" ]; then
   step "FRESH=1: removing generated data/ files and outputs/"
-  find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +
+  find data -mindepth 1 -maxdepth 1 ! -name embedded ! -name .tgrpo-pipeline.lock -exec rm -rf {} +
   rm -rf outputs
 fi
 
@@ -48,12 +68,13 @@ step "Phase 1: data (python phase1_prepare_data.py --preset $PRESET)"
 "$PYTHON" phase1_prepare_data.py --preset "$PRESET"
 
 step "Phase 2: teacher traces (local teacher on port $PORT)"
-if curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then
+if curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then  # taken since the start
   echo "error: something already answers on port $PORT (another pipeline's teacher, or \`make teacher\`)." >&2
   echo "This run starts and stops its own teacher: stop that one, or pick another port: make run TEACHER_PORT=N" >&2
   exit 1
 fi
-"$PYTHON" scripts/serve_local_teacher.py --port "$PORT" > data/local_teacher.log 2>&1 &
+# 9>&-: the teacher does not hold the run's lock
+"$PYTHON" scripts/serve_local_teacher.py --port "$PORT" > data/local_teacher.log 2>&1 9>&- &
 teacher_pid=$!
 for _ in $(seq 1 180); do
   curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
@@ -72,8 +93,15 @@ max_tokens=$("$PYTHON" -c "from config import build_config; print(build_config('
 local_teacher=(--set teacher.max_concurrent_requests=1 --set teacher.max_retries=0
   --set "teacher.request_timeout=$((30 + 2 * max_tokens))")
 # exit code 3: some requests failed (kept as api_error rows; the next run retries them) - train on what came back
+phase2_rc=0
 "$PYTHON" phase2_generate_teacher_traces.py --preset "$PRESET" --api_url "$TEACHER_URL" "${local_teacher[@]}" \
-  || [ $? -eq 3 ]
+  || phase2_rc=$?
+teacher_died=""
+if ! kill -0 "$teacher_pid" 2>/dev/null; then  # failed requests above were the teacher dying, not the network
+  teacher_died="the local teacher this run started (pid $teacher_pid) died during phase 2; its log: data/local_teacher.log"
+  echo "warning: $teacher_died" >&2
+fi
+[ "$phase2_rc" -eq 0 ] || [ "$phase2_rc" -eq 3 ] || exit "$phase2_rc"
 stop_teacher
 
 step "Phase 3: GRPO + teacher-SFT + self-SFT (python phase3_train_grpo.py --preset $PRESET)"
@@ -92,6 +120,7 @@ printf '\nResults: outputs/evaluation_results.json (per sample: outputs/eval_sam
 printf 'adapter: outputs/final_model; training metrics: outputs/metrics.jsonl, outputs/training_curves.png;\nplot of pass@k, adapter vs base: outputs/evaluation_pass_at_k.png\n\n'
 # exit code 3 when a phase degraded (the teacher answered under half, no usable trace, a phase wrote nothing)
 summary_rc=0
-"$PYTHON" -m training.run_summary --data_dir data --output_dir outputs || summary_rc=$?
+"$PYTHON" -m training.run_summary --data_dir data --output_dir outputs ${teacher_died:+--warn "$teacher_died"} \
+  || summary_rc=$?
 printf '\nmake run took %s\n' "$(elapsed)"
 exit "$summary_rc"

@@ -25,6 +25,7 @@ file are skipped; a file written by a model teacher is not mixed with references
 from __future__ import annotations
 
 import ast
+import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -185,6 +186,7 @@ def write_reference_traces(
     in the file are skipped; `overwrite` starts the file afresh). Raises MixedTraceFile when the file holds a
     model teacher's traces, TraceFileBusy when another process writes it."""
     path = Path(output_path)
+    new_file = not path.exists()
     try:
         out = JsonlAppender(path)
     except FileBusyError:
@@ -206,6 +208,12 @@ def write_reference_traces(
             out.truncate_now()
         for trace in traces:
             out.write(trace.to_row())
+    except OSError:
+        with contextlib.suppress(OSError):  # what the full disk did not take is lost either way
+            out.close()
+        if new_file and path.is_file() and path.stat().st_size == 0:  # a full disk: leave no empty trace file
+            path.unlink()
+        raise
     finally:
         out.close()
     return stats

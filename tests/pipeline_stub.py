@@ -1,13 +1,15 @@
 """A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/e2e/test_run_pipeline.py).
 
 Each phase script exits 0 at once and logs its name and pid; serve_local_teacher.py serves `/health` (ignoring
-SIGTERM when STUB_TEACHER_IGNORES_TERM=1); `-c` (the script's config query) prints the cpu preset's max_tokens;
-test_all.py logs its --teacher mode.
+SIGTERM when STUB_TEACHER_IGNORES_TERM=1; phase 2 kills it and exits 3 when STUB_PHASE2_KILLS_TEACHER=1); `-c` (the
+script's config query) prints the cpu preset's max_tokens; `-m` (the closing summary) writes its arguments to
+summary_args; test_all.py logs its --teacher mode.
 """
 
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import sys
@@ -34,6 +36,9 @@ def main() -> int:
     if sys.argv[1] == "-c":
         print(160)
         return 0
+    if sys.argv[1] == "-m":  # the closing summary: its arguments, for the tests to read
+        Path(os.environ["STUB_LOG"]).with_name("summary_args").write_text(json.dumps(sys.argv[2:]))
+        return 0
     name = Path(sys.argv[1]).stem
     if name == "serve_local_teacher":
         log("teacher")
@@ -45,6 +50,12 @@ def main() -> int:
     if name.startswith("phase2"):
         log("phase2")
         Path(os.environ["STUB_LOG"]).with_name("phase2_args").write_text(" ".join(sys.argv[2:]))
+        if os.environ.get("STUB_PHASE2_KILLS_TEACHER") == "1":  # the teacher dies mid-phase: requests fail
+            for line in Path(os.environ["STUB_LOG"]).read_text().splitlines():
+                if line.startswith("teacher "):
+                    os.kill(int(line.split()[1]), signal.SIGKILL)
+            time.sleep(0.5)
+            return 3
         try:
             time.sleep(float(os.environ.get("STUB_PHASE2_SLEEP", "0")))
         except KeyboardInterrupt:

@@ -46,7 +46,7 @@ from training.checkpointing import TrainerState, resolve_checkpoint, save_config
 from training.curriculum import build_curriculum, zero_spread_share
 from training.launch import check_accelerator, local_world_size, sandbox_workers
 from training.losses import group_has_spread, lr_factor, scheduled_weight
-from training.metric_sinks import MetricSinks, make_accelerator, reduce_over_processes
+from training.metric_sinks import MetricSinks, make_accelerator, progress_loss, reduce_over_processes
 from training.passes import PassRunner
 from training.rewards import ScoredSample, load_reward_functions
 from training.scoring import score_rollouts
@@ -481,7 +481,7 @@ class GRPOTrainer:
                         self.sinks.write(metrics)
                         bar.set_postfix(
                             reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                            loss=f"{metrics.get('loss/total', float('nan')):.3f}",
+                            loss=progress_loss(metrics),
                             pass_rate=f"{metrics.get('pass_rate', float('nan')):.2f}",
                             refresh=False,
                         )

@@ -152,3 +152,11 @@ class MetricSinks:
         if self._trackers:
             self.accelerator.end_training()
             self._trackers = []
+
+
+def progress_loss(metrics: dict) -> str:
+    """The progress bar's loss: `skipped` on a step without an update (its loss is not a number; `nan` would read as
+    divergence), else the total loss to 3 decimals."""
+    if metrics.get("update/skipped") == 1.0:
+        return "skipped"
+    return f"{metrics.get('loss/total', float('nan')):.3f}"

@@ -1,7 +1,7 @@
 """Training curves from outputs/metrics.jsonl.  `python -m training.plot outputs/metrics.jsonl [--out PNG]`
 
 Also the evaluation plot (`plot_evaluation`): pass@k of the adapter and the base model with their 95% intervals,
-from phase 4's evaluation_results.json.
+and the paired adapter − base delta with its interval, from phase 4's evaluation_results.json.
 """
 
 from __future__ import annotations
@@ -29,8 +29,25 @@ PANELS = (
 )
 
 
+def training_title(rows: list[dict], metrics_path: Path, run_name: str | None) -> str:
+    """'training: <run> — <model>, <N> steps (<U> updates)': the model from the run's config.json beside the metrics
+    (when there is one), the steps and updates from the rows."""
+    parts = [f"training: {run_name or metrics_path.resolve().parent.name}"]
+    try:
+        model = json.loads(metrics_path.with_name("config.json").read_text())["student"]["model_name"]
+        parts.append(str(model))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+    if steps:
+        skipped = sum(1 for r in rows if r.get("update/skipped") == 1.0)
+        parts.append(f"{max(steps)} steps" + (f" ({len(rows) - skipped} updates)" if skipped else ""))
+    return " — ".join(parts[:1]) + (" — " + ", ".join(parts[1:]) if parts[1:] else "")
+
+
 def plot_metrics(metrics_path: str | Path, out_path: str | Path | None = None, title: str | None = None) -> Path:
-    """The four panels, titled with the run name (`title`; default: the metrics file's folder name)."""
+    """The four panels, titled with the run name (`title`; default: the metrics file's folder name), the model and
+    the step count."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
@@ -39,24 +56,48 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path | None = None, t
     rows = read_jsonl(metrics_path, tolerate_torn_tail=True)  # a run may still be appending to it
     out = Path(out_path) if out_path else Path(metrics_path).with_name("training_curves.png")
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
-    fig.suptitle(f"training: {title or Path(metrics_path).resolve().parent.name}")
-    for ax, (title, keys) in zip(axes.flat, PANELS, strict=True):
+    fig.suptitle(training_title(rows, Path(metrics_path), title))
+    for ax, (panel, keys) in zip(axes.flat, PANELS, strict=True):
         for key in keys:
             points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", markersize=2, label=key)
-        ax.set_title(title)
+        ax.set_title(panel)
         ax.set_xlabel("optimizer step")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a panel with nothing logged has no legend (and no warning)
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes)
         ax.grid(alpha=0.3)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
 
 
+def evaluation_title(results: dict, results_path: Path, run_name: str | None) -> str:
+    """'<eval set> (<T> tasks x <n> samples) — <model> — run <run>': what was evaluated, on what, from which run."""
+    eval_set = results.get("eval_set") or {}
+    samples = results.get("samples") or {}
+    model = results.get("model") or {}
+    shown = f"{model.get('base_model', '?')}" + (" + adapter" if model.get("adapter") else "")
+    what = str(eval_set.get("name") or results.get("eval_file") or "evaluation")
+    size = []
+    if eval_set.get("num_tasks") is not None:
+        size.append(f"{eval_set['num_tasks']} tasks")
+    if samples.get("per_task") is not None:
+        size.append(f"{samples['per_task']} samples each")
+    return (
+        f"{what}"
+        + (f" ({' x '.join(size)})" if size else "")
+        + f" — {shown} — run {run_name or results_path.resolve().parent.name}"
+    )
+
+
 def plot_evaluation(results_path: str | Path, out_path: str | Path | None = None, title: str | None = None) -> Path:
-    """pass@k of the adapter and (when evaluated) the base model, with 95% interval bars, as
-    evaluation_pass_at_k.png beside the results file (default)."""
+    """pass@k of the adapter and (when evaluated) the base model, with 95% interval bars, and beside them what the
+    run found: the paired adapter − base delta per k with its 95% interval (the per-model intervals overlap even
+    when the paired one excludes 0); titled with the eval set, the model and the run. As evaluation_pass_at_k.png
+    beside the results file (default)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,7 +105,9 @@ def plot_evaluation(results_path: str | Path, out_path: str | Path | None = None
 
     results = json.loads(Path(results_path).read_text())
     out = Path(out_path) if out_path else Path(results_path).with_name("evaluation_pass_at_k.png")
-    fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    deltas = {k: v for k, v in (results.get("delta") or {}).items() if v is not None}
+    fig, axes = plt.subplots(1, 2 if deltas else 1, figsize=(11 if deltas else 6, 4), constrained_layout=True)
+    ax = axes[0] if deltas else axes
     roles = [("adapter", results)] + ([("base", results["baseline"])] if results.get("baseline") else [])
     width = 0.8 / len(roles)
     for i, (name, summary) in enumerate(roles):
@@ -79,10 +122,27 @@ def plot_evaluation(results_path: str | Path, out_path: str | Path | None = None
         ax.bar(positions, values, width, yerr=errors, capsize=4, label=name)
         ax.set_xticks([j + width * (len(roles) - 1) / 2 for j in range(len(ks))], [f"pass@{k}" for k in ks])
     ax.set_ylim(0, 1)
-    ax.set_ylabel("pass@k (95% interval)")
-    ax.set_title(f"evaluation: {title or Path(results_path).resolve().parent.name}")
-    ax.legend()
+    ax.set_ylabel("pass@k (95% interval over tasks)")
+    ax.set_title("each model")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     ax.grid(axis="y", alpha=0.3)
+    if deltas:
+        right = axes[1]
+        ks = list(deltas)
+        values = [float(deltas[k]) for k in ks]
+        errors = [[0.0] * len(ks), [0.0] * len(ks)]
+        for j, k in enumerate(ks):
+            ci = (results.get("delta_ci95") or {}).get(k)
+            if isinstance(ci, list) and len(ci) == 2:
+                errors[0][j], errors[1][j] = values[j] - ci[0], ci[1] - values[j]
+        right.errorbar(range(len(ks)), values, yerr=errors, fmt="o", capsize=5, color="black")
+        right.axhline(0.0, color="grey", linewidth=1)
+        right.set_xticks(range(len(ks)), [f"pass@{k}" for k in ks])
+        right.set_ylabel("adapter − base (paired, 95% interval)")
+        right.set_title("what training changed")
+        right.grid(axis="y", alpha=0.3)
+    fig.suptitle(evaluation_title(results, Path(results_path), title))
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

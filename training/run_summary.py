@@ -5,8 +5,9 @@
 Prints how phase 2's teacher did (answered N of M, usable traces), how many steps phase 3 ran and where their
 time went (rollout, scoring, update), and pass@k of
 the adapter against the base model with their 95% intervals (also drawn: evaluation_pass_at_k.png beside
-the results); then either `run healthy` or one WARNING line
-per degraded phase, and exits 3 in that case (0 when healthy), so a degraded run does not end as a success.
+the results); then either `run healthy` or one WARNING line per degraded phase (phase 3 with no update at all is
+one: its adapter is the initial one; so is each `--warn`), and exits 3 in that case (0 when healthy), so a
+degraded run does not end as a success.
 """
 
 from __future__ import annotations
@@ -122,7 +123,30 @@ def _phase3(summary: RunSummary, output_dir: Path) -> None:
         summary.warnings.append(f"phase 3 logged no training step ({output_dir / 'metrics.jsonl'})")
         return
     split = step_time_split(rows)
-    summary.lines.append(f"phase 3: {max(r['step'] for r in rows)} training steps" + (f"; {split}" if split else ""))
+    steps = max(r["step"] for r in rows)
+    skipped = [r for r in rows if r.get("update/skipped") == 1.0]
+    updates = f" ({len(rows) - len(skipped)} updates)" if skipped else ""
+    summary.lines.append(f"phase 3: {steps} training steps{updates}" + (f"; {split}" if split else ""))
+    if len(skipped) == len(rows):
+        summary.warnings.append(
+            f"phase 3 made no update in {len(rows)} steps ({no_update_reason(rows)}): "
+            f"the adapter in {output_dir / 'final_model'} is the initial one"
+        )
+
+
+def no_update_reason(rows: list[dict[str, Any]]) -> str:
+    """Why steps took no optimizer step, from their metrics: no group had a reward spread, and no SFT data came."""
+    reasons = []
+    if all(r.get("frac_reward_zero_std", 1.0) == 1.0 for r in rows):
+        rates = sorted({round(float(r.get("pass_rate", 0.0)), 2) for r in rows})
+        reasons.append(
+            f"no reward spread in any group: every sample of a task passed or failed alike, pass rate {rates}"
+        )
+    if not any(r.get("teacher_sft/pool") for r in rows):
+        reasons.append("no teacher-SFT data")
+    if not any(r.get("self_sft/samples") for r in rows):
+        reasons.append("no self-SFT samples")
+    return "; ".join(reasons) or "no signal beyond the format bonus"
 
 
 def _phase4(summary: RunSummary, output_dir: Path) -> None:
@@ -146,8 +170,8 @@ def _phase4(summary: RunSummary, output_dir: Path) -> None:
         summary.lines.append(line + (f" ({tasks} tasks)" if tasks is not None else ""))
 
 
-def summarize_run(data_dir: Path, output_dir: Path) -> RunSummary:
-    summary = RunSummary()
+def summarize_run(data_dir: Path, output_dir: Path, warnings: list[str] | None = None) -> RunSummary:
+    summary = RunSummary(warnings=list(warnings or []))
     _phase2(summary, data_dir)
     _phase3(summary, output_dir)
     _phase4(summary, output_dir)
@@ -158,8 +182,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", default="data", help="Where phase 2 wrote its traces (default data).")
     parser.add_argument("--output_dir", default="outputs", help="Phases 3 and 4's folder (default outputs).")
+    parser.add_argument(
+        "--warn",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="A warning the caller saw (e.g. the teacher it started died), listed with the others (repeatable).",
+    )
     args = parser.parse_args(argv)
-    summary = summarize_run(Path(args.data_dir), Path(args.output_dir))
+    summary = summarize_run(Path(args.data_dir), Path(args.output_dir), args.warn)
     results = Path(args.output_dir) / "evaluation_results.json"
     if results.exists():
         from training.plot import plot_evaluation

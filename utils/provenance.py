@@ -47,10 +47,32 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def training_tasks(train_file: Path) -> dict[str, Any]:
+    """The task file phase 3 read and, from phase 1's `split_manifest.json` beside it, the sources it was split
+    from ([] when there is no manifest: a task file of the user's own)."""
+    sources: list[str] = []
+    try:
+        manifest = json.loads((train_file.parent / "split_manifest.json").read_text(encoding="utf-8"))
+        sources = [f"{s['source']} ({Path(str(s['origin'])).name})" for s in manifest.get("sources", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return {"train_file": str(train_file), "sources": sources}
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith(flag + "="):
+            return token.partition("=")[2]
+    return None
+
+
 def build_provenance(config: Any, argv: list[str] | None = None) -> dict[str, Any]:
     """A JSON-able record of what produced an output. `config` is the resolved Config."""
     status = _git("status", "--porcelain", "--untracked-files=no")
     data = config.data
+    train_file = _flag_value(sys.argv[1:] if argv is None else argv, "--train_file") or config.paths.train_file
     return {
         "base_model": config.student.model_name,
         "base_model_hub_id": base_model_hub_id(config.student.model_name),
@@ -59,6 +81,7 @@ def build_provenance(config: Any, argv: list[str] | None = None) -> dict[str, An
             "dataset_config": data.dataset_config,
             "dataset_split": data.dataset_split,
             "data_dir": config.paths.data_dir,
+            **training_tasks(Path(train_file)),
         },
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
@@ -97,6 +120,20 @@ def _results_lines(results: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _data_line(data: dict[str, Any]) -> str:
+    """What the adapter was trained on: the hub dataset when one is configured, else phase 3's task file and the
+    sources phase 1 split it from."""
+    if data.get("dataset_name"):
+        return (
+            f"- dataset: `{data['dataset_name']}`"
+            + (f" (config `{data['dataset_config']}`)" if data.get("dataset_config") else "")
+            + f", split `{data.get('dataset_split')}`"
+        )
+    sources = data.get("sources") or []
+    line = f"- training tasks: `{data.get('train_file', '?')}`"
+    return line + (f", phase 1's training split of {', '.join(sources)}" if sources else "")
+
+
 def model_card(
     provenance: dict[str, Any], config: Any, kind: str = "adapter", results: dict[str, Any] | None = None
 ) -> str:
@@ -119,9 +156,7 @@ def model_card(
         "",
         "## Data",
         "",
-        f"- dataset: `{provenance['data']['dataset_name']}`"
-        + (f" (config `{provenance['data']['dataset_config']}`)" if provenance["data"]["dataset_config"] else "")
-        + f", split `{provenance['data']['dataset_split']}`",
+        _data_line(provenance["data"]),
         "",
         "## Training",
         "",

@@ -77,7 +77,12 @@ def test_four_phases_end_to_end(tmp_path):
     )
     assert "Pass@k Results" in evaluated.stdout and "Delta (trained - baseline)" in evaluated.stdout
     result = json.loads((out / "evaluation_results.json").read_text())
-    assert result["num_tasks"] == 3 and result["num_samples"] == 6 and set(result["pass_at_k"]) == {"1", "2"}
+    assert (
+        result["num_tasks"] == 3
+        and result["num_samples_total"] == 6
+        and result["num_samples_per_task"] == 2
+        and set(result["pass_at_k"]) == {"1", "2"}
+    )
     assert result["baseline"] is not None and set(result["delta"]) == {"1", "2"}
     samples = (out / "eval_samples.jsonl").read_text().splitlines()
     assert len(samples) == 12  # 3 tasks x 2 samples x (trained, baseline)

@@ -201,3 +201,16 @@ def test_the_preflight_measures_the_students_closed_think_rate_and_names_the_tar
         assert [r[0] for r in report.results] == [status]
     out = capsys.readouterr().out
     assert "closes <think> in 0 of 2 samples" in out and "code-only targets" in out
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_ctrl_c_during_the_teacher_check_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys, quiet):
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt  # what the terminal's SIGINT raises inside the probe
+
+    monkeypatch.setattr(test_all, "check_teacher_endpoint", ctrl_c)
+    argv = cpu_argv("--teacher", "only", "--teacher_url", "http://127.0.0.1:9/v1")
+    assert test_all.cli([*argv, *(["--quiet", str(tmp_path / "log")] if quiet else [])]) == 130
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == ["interrupted: the teacher check stopped; nothing was changed, rerun to check again."], err

@@ -69,7 +69,7 @@ def test_refuses_a_teacher_it_did_not_start(tmp_path: Path) -> None:
         server.shutdown()
     assert done.returncode != 0
     assert f"port {port}" in done.stdout + done.stderr
-    assert "phase2" not in (tmp_path / "stub.log").read_text()
+    assert not (tmp_path / "stub.log").exists()  # no phase ran
 
 
 def test_teacher_that_ignores_sigterm_is_killed_within_seconds(tmp_path: Path) -> None:
@@ -156,3 +156,70 @@ def test_the_phases_wait_passively_for_their_threads_unless_told_otherwise(tmp_p
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "own" / "phase3_omp").read_text() == "ACTIVE"
+
+
+def test_a_second_run_in_the_folder_is_refused_before_it_writes_anything(tmp_path: Path) -> None:
+    import fcntl
+
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()))
+    lock = (tmp_path / "data" / ".tgrpo-pipeline.lock").open("a+")
+    lock.write("pid 4242, started 2026-01-01 00:00:00")
+    lock.flush()
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first run, still going
+    try:
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        lock.close()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "another make run is using this folder" in done.stderr and "pid 4242" in done.stderr
+    assert "--output_dir" not in done.stderr  # make run has no such flag
+    assert not (tmp_path / "stub.log").exists()  # no preflight, no phase ran
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [".tgrpo-pipeline.lock"]
+    # once the first run has ended, the lock is free
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_taken_teacher_port_is_refused_before_the_preflight_and_phase_1(tmp_path: Path) -> None:
+    port = free_port()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        script, env = setup(tmp_path, TEACHER_PORT=str(port))
+        done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1
+    assert f"something already answers on port {port}" in done.stderr
+    assert not (tmp_path / "stub.log").exists()  # neither the preflight nor phase 1 ran
+
+
+def test_a_teacher_that_died_in_phase_2_is_named_and_reaches_the_summary(tmp_path: Path) -> None:
+    import json
+
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()), STUB_PHASE2_KILLS_TEACHER="1")
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "warning: the local teacher this run started (pid " in done.stderr
+    assert "died during phase 2; its log: data/local_teacher.log" in done.stderr
+    args = json.loads((tmp_path / "summary_args").read_text())
+    assert args[args.index("--warn") + 1].startswith("the local teacher this run started")
+
+
+def test_the_printed_total_counts_from_when_make_began(tmp_path: Path) -> None:
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()), RUN_STARTED=str(int(time.time()) - 600))
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^make run took 1[01] min \d\d s$", done.stdout, re.MULTILINE), done.stdout[-300:]
+
+
+def test_make_says_what_it_installs_and_passes_its_start_to_the_run(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    for name in ("requirements.txt", "requirements-cpu.txt", "requirements-dev.txt"):
+        (tmp_path / name).write_text("")
+    dry = subprocess.run(
+        ["make", "--no-print-directory", "-n", "run", "VENV=venv"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "Installing into venv: torch (CPU build)" in dry.stdout and "1-2 min on a quiet machine" in dry.stdout
+    assert re.search(r"RUN_STARTED=\d{10} ", dry.stdout), dry.stdout

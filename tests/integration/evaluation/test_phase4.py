@@ -22,7 +22,8 @@ RESULT_KEYS = {
     "eval_file",
     "config",
     "num_tasks",
-    "num_samples",
+    "num_samples_per_task",
+    "num_samples_total",
     "pass_at_k",
     "not_computable_k",
     "pass_at_k_by_source",
@@ -210,7 +211,12 @@ def test_command_line_with_baseline_on_the_tiny_model(tmp_path):
     assert (
         result["model"]["adapter"].endswith("final_model") and result["model"]["base_model"] == "embedded:tiny-random"
     )
-    assert result["num_tasks"] == 2 and result["num_samples"] == 4 and result["not_computable_k"] == [5]
+    assert (
+        result["num_tasks"] == 2
+        and result["num_samples_total"] == 4
+        and result["num_samples_per_task"] == 2
+        and result["not_computable_k"] == [5]
+    )
     assert set(result["baseline"]) >= {"pass_at_k", "format", "status_counts"}
     assert result["delta"]["1"] == pytest.approx(result["pass_at_k"]["1"] - result["baseline"]["pass_at_k"]["1"])
     low, high = result["delta_ci95"]["1"]
@@ -456,3 +462,22 @@ def test_a_model_the_kv_sampler_cannot_run_is_one_error_line(tmp_path, gelu_mode
     assert code == 1
     assert err.strip().splitlines()[-1].startswith("error: the kv-cache sampler does not implement hidden_act 'gelu'")
     assert "Traceback" not in err
+
+
+def test_solve_samples_with_the_presets_fast_sampler_and_says_what_it_loads(monkeypatch, capsys):
+    import rollouts.from_config
+    from evaluation import solve
+
+    backends = []
+    real = rollouts.from_config.build_sampler
+
+    def spy(config, **kwargs):
+        backends.append(config.evaluation_backend)
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(rollouts.from_config, "build_sampler", spy)
+    argv = ["Write add(a, b).", "--model_path", "embedded:tiny-random", "--preset", "cpu", "--max_new_tokens", "4"]
+    assert solve.cli(argv) == 0
+    assert backends == ["kv"]  # the cpu preset's sampler, not transformers generate
+    out = capsys.readouterr().out
+    assert "loading embedded:tiny-random (no adapter: the base model); sampling with the kv sampler" in out

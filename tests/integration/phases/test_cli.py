@@ -39,7 +39,7 @@ def test_ctrl_c_in_a_phase_exits_130_with_one_line_saying_what_was_kept(phase, m
     monkeypatch.setattr(phase4, "load_eval_set", lambda *a, **k: None)
     assert phase.cli(["--preset", "cpu", "--set", f"paths.output_dir={tmp_path}"]) == 130
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert line.startswith("interrupted: ") and any(w in line for w in ("written", "checkpoints", "cached")), line
+    assert line.startswith("interrupted: ") and any(w in line for w in ("written", "checkpoint", "cached")), line
 
 
 def test_run_phase_turns_the_outcome_into_the_exit_code(capsys):
@@ -111,7 +111,13 @@ def test_ctrl_c_in_phases_3_and_4_is_one_line_and_exit_130(tmp_path, monkeypatch
             codes.append("traceback")
     assert codes == [130, 130]
     err = capsys.readouterr().err
-    assert "rerun the same command to continue" in err and "--resume_from_checkpoint latest" in err
+    assert "rerun the same command to continue" in err
+    assert "no checkpoint was saved yet (the first is saved at step" in err  # nothing to resume from
+    (tmp_path / "checkpoint-3").mkdir()
+    assert phase3.cli(["--preset", "cpu", "--output_dir", str(tmp_path)]) == 130
+    assert f"checkpoints saved so far are in {tmp_path}; continue with --resume_from_checkpoint latest" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_missing_local_model_path_says_so():

@@ -325,7 +325,7 @@ def test_phase4_vllm_evaluates_a_base_model_without_any_lora_request(tmp_path, v
     result = run_phase4(config, base, tmp_path, eval_file, baseline=False)
     engine = fake_vllm.ENGINES[-1]
     assert "enable_lora" not in engine.kwargs and all(c.lora is None for c in engine.calls)
-    assert result["model"]["adapter"] is None and result["num_samples"] == 24
+    assert result["model"]["adapter"] is None and result["num_samples_total"] == 24
     assert not (tmp_path / "outputs").exists() and not any(tmp_path.glob("**/.vllm_eval_adapter"))
 
 

@@ -36,3 +36,23 @@ def test_final_model_has_a_filled_card(tmp_path, tiny_model_name):
     assert "base_model: Qwen/Qwen3-1.7B" in card
     prov = json.loads((final / "provenance.json").read_text())
     assert prov["git_commit"] in card
+
+
+def test_the_card_names_the_tasks_the_adapter_was_trained_on(tmp_path):
+    from utils.provenance import model_card
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    manifest = {
+        "sources": [{"source": "mbpp", "origin": "/x/mbpp_fixtures.jsonl"}, {"source": "apps", "origin": "hub"}]
+    }
+    (data_dir / "split_manifest.json").write_text(json.dumps(manifest))
+    config = cfg.build_config("cpu", overrides=[f"paths.data_dir={data_dir}"])
+    assert config.data.dataset_name == ""  # phase 1's MBPP + APPS split, not one hub dataset
+    card = model_card(build_provenance(config, argv=["phase3_train_grpo.py"]), config)
+    assert "dataset: ``" not in card
+    assert f"- training tasks: `{data_dir / 'train.jsonl'}`, phase 1's training split of mbpp " in card
+    assert "apps (hub)" in card
+    own = tmp_path / "mine.jsonl"
+    card = model_card(build_provenance(config, argv=["phase3_train_grpo.py", "--train_file", str(own)]), config)
+    assert f"- training tasks: `{own}`" in card

@@ -156,9 +156,115 @@ def test_trl_flags_on_a_phase_command_line():
 
 
 def test_set_takes_flat_trl_names():
-    config = cfg.build_config("cpu", overrides=["learning_rate=3e-4", "per_device_train_batch_size=2"])
+    config = cfg.build_config("cpu", overrides=["learning_rate=3e-4", "training.per_device_train_batch_size=2"])
     assert config.training.learning_rate == 3e-4
     assert config.training.per_device_train_batch_size == 2
+    with pytest.raises(cfg.ConfigError, match="counts completions in TRL.*training.per_device_train_batch_size"):
+        cfg.build_config("cpu", overrides=["per_device_train_batch_size=2"])
+
+
+def test_trl_per_device_batch_is_converted_from_completions_to_tasks(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("per_device_train_batch_size: 16\nnum_generations: 8\n")
+    config = cfg.build_config("cpu", path)
+    assert config.training.per_device_train_batch_size == 2  # 16 completions = 2 tasks x 8
+    assert config.grpo.num_samples_per_prompt == 8
+    _, config = cfg.phase_command_line(
+        phase3.DESCRIPTION,
+        phase3.FLAGS,
+        ["--preset", "cpu", "--per_device_train_batch_size", "8", "--num_generations", "4"],
+        phase3.add_arguments,
+    )
+    assert config.training.per_device_train_batch_size == 2
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    ["per_device_train_batch_size: 16\nnum_generations: 14\n", "per_device_train_batch_size: 16\n"],
+    ids=["open-r1-code-16-of-14", "no-num_generations"],
+)
+def test_trl_per_device_batch_refused_in_one_line_when_not_whole_groups(tmp_path, recipe):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(recipe)
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.build_config("cpu", path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{path}:1" in message
+    assert "counts completions in TRL" in message
+    assert "training.per_device_train_batch_size" in message and "tasks" in message
+
+
+def test_full_fine_tuning_rate_and_trl_vllm_placement_each_warn_once(tmp_path, capsys):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("learning_rate: 5.0e-07\nuse_vllm: true\nvllm_device: auto\nvllm_gpu_memory_utilization: 0.9\n")
+    cfg._WARNED.clear()
+    config = cfg.build_config("cpu", path)
+    assert config.grpo.rollout_backend == "vllm"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    rate = [line for line in warnings if "learning_rate 5e-07" in line]
+    assert len(rate) == 1 and "LoRA" in rate[0] and "training.learning_rate" in rate[0]
+    placement = [line for line in warnings if "colocated" in line]
+    assert len(placement) == 1 and "0.9" in placement[0] and "vllm_mode: server" in placement[0]
+    cfg._WARNED.clear()
+    path.write_text("learning_rate: 5.0e-05\nuse_vllm: true\nvllm_mode: colocate\n")
+    cfg.build_config("cpu", path)
+    assert "warning" not in capsys.readouterr().err  # a LoRA rate, an explicit colocation: nothing to say
+
+
+def test_trainingarguments_keys_point_to_phase3_flags(tmp_path, capsys):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("resume_from_checkpoint: true\nlogging_dir: runs/x\noverwrite_output_dir: true\n")
+    cfg._WARNED.clear()
+    cfg.build_config("cpu", path)
+    err = capsys.readouterr().err
+    assert "--resume_from_checkpoint latest" in err
+    assert "--overwrite_output_dir" in err and "phase 3" in err
+    assert "<output_dir>/tensorboard" in err
+
+
+def test_accelerate_config_as_config_is_pointed_to_accelerate_launch(tmp_path):
+    path = tmp_path / "accel.yaml"
+    path.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\n"
+        "num_machines: 1\nnum_processes: 4\nmachine_rank: 0\nuse_cpu: false\n"
+    )
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.build_config("cpu", path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"accelerate launch --config_file {path} phase3_train_grpo.py" in message
+
+
+def test_project_recipes_load_without_warnings(capsys):
+    cfg._WARNED.clear()
+    for name, tasks in (("qwen3_1gpu.yaml", 2), ("qwen3_multigpu.yaml", 2)):
+        config = cfg.build_config("gpu", cfg.Path(__file__).parents[3] / "recipes" / name)
+        assert config.training.per_device_train_batch_size == tasks
+    assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("--learning_rat", "--learning_rate"), ("--num_generation", "--num_generations"), ("--lr", "--learning_rate")],
+)
+def test_mistyped_trl_flag_gets_did_you_mean(capsys, typo, meant):
+    with pytest.raises(SystemExit) as info:
+        cfg.phase_command_line(
+            phase3.DESCRIPTION, phase3.FLAGS, ["--preset", "cpu", typo, "1e-5"], phase3.add_arguments
+        )
+    assert info.value.code == 2
+    assert f"{typo}: did you mean {meant}?" in capsys.readouterr().err
+
+
+def test_every_phase_help_says_trl_names_are_accepted(capsys):
+    import phase2_generate_teacher_traces as phase2
+    import phase4_evaluate as phase4
+
+    for phase in (phase1, phase2, phase3, phase4):
+        with pytest.raises(SystemExit):
+            phase.cli(["--help"])
+        assert "TRL's GRPOConfig names are accepted" in capsys.readouterr().out, phase.__name__
 
 
 def test_unknown_trl_flag_through_the_real_cli():
@@ -252,3 +358,12 @@ def test_phase3_pushes_the_final_adapter_when_push_to_hub(tmp_path, monkeypatch,
         assert [name for name, _ in FakeHfApi.calls] == ["create_repo", "upload_folder"]
         assert FakeHfApi.calls[1][1] == {"folder_path": str(final), "repo_id": "someone/x"}
         assert "pushed to https://huggingface.co/someone/x" in captured.out
+
+
+def test_config_py_prints_each_warning_and_error_once(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("logging_steps: 1\nlog_level: info\nnum_generations: 4\n")
+    for argv in (["--config", str(recipe)], ["--push_to_hub"]):
+        result = run_script("config.py", "--preset", "cpu", *argv)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert lines and len(lines) == len(set(lines)), result.stderr

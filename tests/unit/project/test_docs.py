@@ -96,3 +96,39 @@ def test_the_documented_gpu_commands_sample_with_vllm_when_it_is_installed(monke
             assert backend == ("hf" if chooses_hf else "vllm") or backend == "vllm_server", (page.name, line)
             found += 1
     assert found >= 4
+
+
+def test_the_trl_metric_name_table_names_what_the_trainer_logs():
+    """docs/phase3-training.md maps TRL's logged names to ours; each of ours must be a key the trainer writes."""
+    text = (ROOT / "docs" / "phase3-training.md").read_text()
+    rows = re.findall(r"^\| [^|]+ \| `[^|]*` \| `([^`]+)`", text, flags=re.M)
+    assert len(rows) >= 8, "the TRL metric name table is missing from docs/phase3-training.md"
+    sources = "".join(path.read_text() for path in (ROOT / "training").glob("*.py"))
+    for name in rows:
+        if "<name>" in name:
+            assert 'f"reward/{' in sources
+            continue
+        assert f'"{name}"' in sources, f"{name} is in the table but the trainer logs no such key"
+
+
+def test_make_helps_timings_are_the_ones_docs_results_measured():
+    """Each `~N min` in `make help` is a figure docs/results.md reports for that target."""
+    makefile = (ROOT / "Makefile").read_text()
+    results = (ROOT / "docs" / "results.md").read_text()
+    timed = re.findall(r"^([a-z-]+):.*## .*?~(\d+) min", makefile, flags=re.M)
+    assert {target for target, _ in timed} >= {"run", "test", "test-all", "test-vllm"}, timed
+    for target, minutes in timed:
+        spots = [m.end() for m in re.finditer(rf"`make {re.escape(target)}`", results)]
+        assert any(re.search(rf"\b{minutes} min", results[at : at + 600]) for at in spots), (
+            f"make help says ~{minutes} min for {target}; docs/results.md reports no such figure for `make {target}`"
+        )
+
+
+def test_the_gpu_quick_start_marks_one_and_several_gpus_as_alternatives():
+    """Read top to bottom, the quick start must not look like two trainings to run in turn into one folder."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "gpu.md"):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("accelerate launch --multi_gpu") and "phase3_train_grpo.py" in line:
+                before = "\n".join(lines[max(0, i - 8) : i + 1])
+                assert "or:" in line and re.search(r"ONE of|one of", before), f"{page.name}:{i + 1}: {line}"

@@ -77,3 +77,29 @@ def test_the_summary_says_where_the_step_time_went(tmp_path: Path) -> None:
         "phase 3: 2 training steps; step time (mean of 2 steps): rollout 11.0 s, scoring 4.0 s "
         "(log-probs beside it 1.5 s), update 21.0 s"
     ) in text
+
+
+def test_a_run_without_any_update_is_a_warning_that_says_why(tmp_path: Path, capsys) -> None:
+    data, out = write_run(tmp_path, asked=12, failed=0, usable=9)
+    skipped = {"update/skipped": 1.0, "frac_reward_zero_std": 1.0, "pass_rate": 0.0, "teacher_sft/pool": 0}
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **skipped}) + "\n" for s in (1, 2)))
+    summary = summarize_run(data, out)
+    assert not summary.healthy
+    text = summary.text()
+    assert "phase 3: 2 training steps (0 updates)" in text
+    assert "WARNING: phase 3 made no update in 2 steps (no reward spread in any group" in text
+    assert "no teacher-SFT data" in text and f"the adapter in {out / 'final_model'} is the initial one" in text
+
+
+def test_a_warning_from_the_pipeline_is_listed_and_degrades_the_run(tmp_path: Path, capsys) -> None:
+    data, out = write_run(tmp_path, asked=12, failed=0, usable=9)
+    died = "the local teacher this run started (pid 7) died during phase 2; its log: data/local_teacher.log"
+    assert main(["--data_dir", str(data), "--output_dir", str(out), "--warn", died]) == DEGRADED_EXIT
+    assert f"WARNING: {died}" in capsys.readouterr().out
+
+
+def test_the_progress_bar_says_skipped_not_nan_on_a_step_without_an_update() -> None:
+    from training.metric_sinks import progress_loss
+
+    assert progress_loss({"update/skipped": 1.0}) == "skipped"
+    assert progress_loss({"update/skipped": 0.0, "loss/total": 0.25}) == "0.250"
