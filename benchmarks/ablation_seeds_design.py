@@ -33,6 +33,9 @@ RECIPE = {
     "curriculum.enabled": False,
     "evaluation.top_p": 1.0,
 }
+# The teacher-SFT target format of every run here (the cpu preset's defaults when the runs were made): the reference
+# traces' one-sentence <think> block, kept in the targets. Pinned, because the cpu preset now trains code-only targets.
+TARGET_FORMAT = {"teacher.reference_thinking": "short", "dual_source.include_thinking": True}
 # The OPD teacher: teacher-SFT only on the training pool's references; its rollouts train nothing.
 TEACHER_RECIPE = {
     "training.max_steps": 12,
@@ -92,3 +95,23 @@ BASE = "base"
 CONTRASTS = (("full", "tsft"), ("full", "grpo"), ("full", "grpo_tsft"), ("grpo_opd", "grpo"))
 # Recipe flags: every flag that changes a number. --seeds and --arms choose what runs, not how.
 RECIPE_FLAGS = "steps samples group max_new_tokens temperature max_tasks model"
+
+
+def teacher_check(teacher: dict, base: dict) -> dict:
+    """The OPD teacher's gate, both runs on the same seed's evaluation streams: held-out pass@1 above the base's and
+    no_code at most the base's + TEACHER_NO_CODE_MARGIN (a teacher whose format breaks teaches the break)."""
+
+    def share(run: dict, column: int, value) -> float:
+        return sum(r[column] == value for r in run["samples"]) / max(len(run["samples"]), 1)
+
+    out = {
+        "teacher_pass@1": share(teacher, 2, 1),
+        "base_pass@1": share(base, 2, 1),
+        "teacher_no_code": share(teacher, 3, "no_code"),
+        "base_no_code": share(base, 3, "no_code"),
+    }
+    out["passed"] = (
+        out["teacher_pass@1"] > out["base_pass@1"]
+        and out["teacher_no_code"] <= out["base_no_code"] + TEACHER_NO_CODE_MARGIN + 1e-12
+    )
+    return out

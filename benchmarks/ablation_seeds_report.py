@@ -21,6 +21,7 @@ from ablation_seeds_design import (  # noqa: E402  (benchmarks/ is on sys.path)
     CONTRASTS,
     DEFAULT_ARMS,
     DEFAULT_SEEDS,
+    teacher_check,
 )
 from experiment_cli import ks_for, write_report_files  # noqa: E402
 
@@ -128,17 +129,15 @@ def build_report(evidence: Path, command: str) -> dict:
     planned = [(a, s) for s in DEFAULT_SEEDS for a in [*DEFAULT_ARMS, BASE]]
     seeds_done = [s for s in sorted({s for _, s in runs}) if all((a, s) in runs for a in [*DEFAULT_ARMS, BASE])]
     teacher = ev["teacher"]
-    teacher_check = None
+    teacher_gate = None
     if teacher is not None:
-        t_counts = counts_per_task(teacher, task_ids)
         base_run = runs.get((BASE, teacher["seed"]))
-        teacher_check = {
-            "seed": teacher["seed"],
-            "teacher_pass@1": float(np.mean(t_counts / samples)),
-            "base_pass@1": float(np.mean(counts_per_task(base_run, task_ids) / samples)) if base_run else None,
-        }
+        teacher_gate = {"seed": teacher["seed"]}
         if base_run:
-            teacher_check["teacher_beats_base"] = teacher_check["teacher_pass@1"] > teacher_check["base_pass@1"]
+            teacher_gate |= teacher_check(teacher, base_run)
+            teacher_gate["teacher_beats_base"] = teacher_gate["teacher_pass@1"] > teacher_gate["base_pass@1"]
+        else:
+            teacher_gate["teacher_pass@1"] = float(np.mean(counts_per_task(teacher, task_ids) / samples))
     return {
         "complete": all(p in runs for p in planned),
         "seeds_done": seeds_done,
@@ -173,7 +172,7 @@ def build_report(evidence: Path, command: str) -> dict:
         "pass_at_1_mbpp_format": {"tasks": len(mbpp), **mbpp_format} if mbpp_format else None,
         "signal": {"runs": signal, "signal_ok": bool(signal) and all(v["ok"] for v in signal.values())},
         "failure_taxonomy": {arm: taxonomy([r for (a, _), r in runs.items() if a == arm]) for arm in arms},
-        "teacher": teacher_check,
+        "teacher": teacher_gate,
     }
 
 
@@ -273,14 +272,15 @@ def markdown(report: dict) -> str:
         )
     if report["teacher"]:
         t = report["teacher"]
-        base = f"{t['base_pass@1']:.3f}" if t["base_pass@1"] is not None else "not evaluated yet"
-        lines += [
-            "",
-            f"OPD teacher on the held-out set (seed {t['seed']}'s evaluation streams): pass@1 "
-            f"{t['teacher_pass@1']:.3f} vs the base {base}"
-            + ("" if t.get("teacher_beats_base", True) else " — **the teacher does not beat the base**")
-            + ".",
-        ]
+        if "base_pass@1" not in t:
+            line = f"pass@1 {t['teacher_pass@1']:.3f}; the base of its seed is not evaluated yet"
+        else:
+            line = (
+                f"pass@1 {t['teacher_pass@1']:.3f} vs the base {t['base_pass@1']:.3f}, no_code "
+                f"{t['teacher_no_code']:.3f} vs {t['base_no_code']:.3f}: the gate "
+                + ("passes" if t["passed"] else "**fails** (an OPD teacher must beat the base with its format intact)")
+            )
+        lines += ["", f"OPD teacher on the held-out set (seed {t['seed']}'s evaluation streams): {line}."]
     arms = list(p1["per_problem"])
     lines += [
         "",

@@ -64,11 +64,13 @@ from ablation_seeds_design import (  # noqa: E402
     PREPASS_SEED,
     RECIPE,
     RECIPE_FLAGS,
+    TARGET_FORMAT,
     TEACHER_NO_CODE_MARGIN,
     TEACHER_RECIPE,
     TEACHER_SEED,
     VAL_RATIO,
     Arm,
+    teacher_check,
 )
 from experiment_cli import (  # noqa: E402
     add_seeded_experiment_flags,
@@ -134,6 +136,7 @@ def recipe_of(args: argparse.Namespace) -> dict:
         "recipe": RECIPE,
         "arms": {name: arm.weights for name, arm in ARMS.items()},
         "teacher": TEACHER_RECIPE,
+        "target_format": TARGET_FORMAT,
         "split": {"val_ratio": VAL_RATIO, "data_seed": DATA_SEED, "prepass_seed": PREPASS_SEED},
     }
 
@@ -182,6 +185,8 @@ def set_flags(values: dict) -> list[str]:
 
 class Runner:
     """The experiment's commands (one process per phase) over one work folder and one evidence folder."""
+
+    target_format: dict = TARGET_FORMAT  # pinned into every phase 2 and phase 3 command
 
     def __init__(self, args: argparse.Namespace, work: Path, evidence: Path, command: str = ""):
         self.args, self.work, self.evidence, self.command = args, work, evidence, command
@@ -353,6 +358,7 @@ class Runner:
                     str(self.refs),
                     "--set",
                     "teacher.max_tasks=0",
+                    *set_flags(self.target_format),
                 ),
             )
 
@@ -372,7 +378,7 @@ class Runner:
             str(self.train_file),
             "--teacher_traces",
             str(self.refs),
-            *set_flags(overrides),
+            *set_flags({**self.target_format, **overrides}),
             *(["--resume_from_checkpoint", "latest"] if resumed else ["--overwrite_output_dir"]),
         )
         return self.run(f"{name}.train", command, folder / "metrics.jsonl", steps), resumed
@@ -542,26 +548,6 @@ class Runner:
             f"held-out pass@1 {pass1:.3f}; load {load_start[0]:.1f} -> {load_end[0]:.1f}",
             flush=True,
         )
-
-
-def teacher_check(teacher: dict, base: dict) -> dict:
-    """The OPD teacher's gate, both runs on the same seed's evaluation streams: held-out pass@1 above the base's and
-    no_code at most the base's + TEACHER_NO_CODE_MARGIN (a teacher whose format breaks teaches the break)."""
-
-    def share(run: dict, column: int, value) -> float:
-        return sum(r[column] == value for r in run["samples"]) / max(len(run["samples"]), 1)
-
-    out = {
-        "teacher_pass@1": share(teacher, 2, 1),
-        "base_pass@1": share(base, 2, 1),
-        "teacher_no_code": share(teacher, 3, "no_code"),
-        "base_no_code": share(base, 3, "no_code"),
-    }
-    out["passed"] = (
-        out["teacher_pass@1"] > out["base_pass@1"]
-        and out["teacher_no_code"] <= out["base_no_code"] + TEACHER_NO_CODE_MARGIN + 1e-12
-    )
-    return out
 
 
 def write_evidence_json(path: Path, record: dict) -> None:

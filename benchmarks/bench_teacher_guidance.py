@@ -164,6 +164,8 @@ class Runner(seeded.Runner):
     """The seeded ablation's runner with this experiment's teacher data (all training tasks, code-only), its arms
     (B's SFT-then-GRPO stages) and its gate."""
 
+    target_format: dict = {}  # code-only references (its own phase 2 call); the preset's code-only targets
+
     @property
     def all_train_file(self) -> Path:
         return self.data / "train_all.jsonl"

@@ -265,3 +265,20 @@ def test_the_committed_ablation_evidence_holds_the_opd_teachers_check():
     check = report["teacher"]
     assert check is not None, "an OPD arm's evidence must hold its teacher's held-out check (teacher.json)"
     assert {"teacher_pass@1", "base_pass@1", "teacher_no_code", "base_no_code"} <= set(check)
+
+
+def test_every_phase_command_pins_the_target_format_the_committed_runs_used(tmp_path):
+    # the cpu preset now trains code-only targets; a resumed or re-made run of this ablation must not
+    ev = tmp_path / "ev"
+    write_evidence(ev, [run_evidence("base", 1, [0, 0, 0])])
+    runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
+    calls: list = []
+    runner.run = lambda name, command, *_args, **_kwargs: calls.append((name, command))
+    runner.references()
+    fake_phases(runner, calls)
+    runner.one_run("grpo_opd", 1, "[1/1]")
+    commands = {name: " ".join(command) for name, command in calls}
+    assert "teacher.reference_thinking=short" in commands["references"]
+    for name in ("teacher.train", "grpo_opd-s1.train"):
+        assert "dual_source.include_thinking=true" in commands[name], name
+    assert harness.recipe_of(runner.args)["target_format"] == harness.TARGET_FORMAT
