@@ -234,7 +234,7 @@ def test_phases_print_a_one_line_config_summary_not_the_whole_config(tmp_path, c
     out = capsys.readouterr().out
     assert out.splitlines()[0] == (
         f"Config: preset cpu; changed: paths.data_dir='{tmp_path}', data.seed=7 "
-        "(all keys: python config.py --preset cpu ...)"
+        "(all keys: python -m config --preset cpu ...)"
     )
     assert "Resolved config" not in out and "lora.r" not in out
 

@@ -105,7 +105,7 @@ def test_the_gpu_preset_with_vllm_fits_a_40_gb_gpu_and_a_24_gb_one_asleep(monkey
     a 40 GB card holds both; a 24 GB card needs the engine asleep during the update (docs/gpu.md)."""
     import config as config_module
 
-    monkeypatch.setattr(config_module, "vllm_installed", lambda: True)
+    monkeypatch.setattr(config_module.sections, "vllm_installed", lambda: True)
     config = build_config("gpu")
     assert config.rollout_backend == "vllm"
     assert required_gb(config, 24) > 24 and required_gb(config, 40) <= 40

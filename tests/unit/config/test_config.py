@@ -311,8 +311,8 @@ def _numeric_fields():
     import typing
 
     for section in cfg.SECTION_NAMES:
-        cls = cfg._section_class(section)
-        types = cfg._section_types(cls)
+        cls = cfg.section_class(section)
+        types = cfg.section_types(cls)
         for f in dataclasses.fields(cls):
             typ = types[f.name]
             item = typing.get_args(typ)[0] if typing.get_origin(typ) is tuple else typ
@@ -379,11 +379,11 @@ def test_the_gpu_preset_samples_with_vllm_when_it_is_installed(monkeypatch):
     import config as config_module
     from rollouts.from_config import auto_backend_note
 
-    monkeypatch.setattr(config_module, "vllm_installed", lambda: True)
+    monkeypatch.setattr(config_module.sections, "vllm_installed", lambda: True)
     config = build_config("gpu")
     assert (config.rollout_backend, config.evaluation_backend) == ("vllm", "vllm")
     assert auto_backend_note(config, "train", calls=1, tokens=1024) == ""
-    monkeypatch.setattr(config_module, "vllm_installed", lambda: False)
+    monkeypatch.setattr(config_module.sections, "vllm_installed", lambda: False)
     assert (config.rollout_backend, config.evaluation_backend) == ("hf", "hf")
     train = auto_backend_note(config, "train", calls=1, tokens=1024)
     assert "vllm is not installed" in train and "pip install -r requirements-gpu.txt" in train

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import config as cfg
@@ -239,7 +241,7 @@ def test_accelerate_config_as_config_is_pointed_to_accelerate_launch(tmp_path):
 def test_project_recipes_load_without_warnings(capsys):
     cfg._WARNED.clear()
     for name, tasks in (("qwen3_1gpu.yaml", 2), ("qwen3_multigpu.yaml", 2)):
-        config = cfg.build_config("gpu", cfg.Path(__file__).parents[3] / "recipes" / name)
+        config = cfg.build_config("gpu", Path(__file__).parents[3] / "recipes" / name)
         assert config.training.per_device_train_batch_size == tasks
     assert "warning" not in capsys.readouterr().err
 
@@ -268,7 +270,7 @@ def test_every_phase_help_says_trl_names_are_accepted(capsys):
 
 
 def test_unknown_trl_flag_through_the_real_cli():
-    result = run_script("config.py", "--preset", "cpu", "--learning_rate", "2e-4", "--beta", "0.02")
+    result = run_script("-m", "config", "--preset", "cpu", "--learning_rate", "2e-4", "--beta", "0.02")
     assert result.returncode == 0, result.stderr
     assert "training.learning_rate = 0.0002" in result.stdout
     assert "grpo.kl_coef = 0.02" in result.stdout
@@ -364,6 +366,6 @@ def test_config_py_prints_each_warning_and_error_once(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("logging_steps: 1\nlog_level: info\nnum_generations: 4\n")
     for argv in (["--config", str(recipe)], ["--push_to_hub"]):
-        result = run_script("config.py", "--preset", "cpu", *argv)
+        result = run_script("-m", "config", "--preset", "cpu", *argv)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert lines and len(lines) == len(set(lines)), result.stderr

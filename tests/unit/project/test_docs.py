@@ -82,7 +82,7 @@ def test_the_documented_gpu_commands_sample_with_vllm_when_it_is_installed(monke
     import config as config_module
     from config import build_config
 
-    monkeypatch.setattr(config_module, "vllm_installed", lambda: True)
+    monkeypatch.setattr(config_module.sections, "vllm_installed", lambda: True)
     found = 0
     for page in (ROOT / "README.md", ROOT / "docs" / "gpu.md"):
         for line in page.read_text().splitlines():

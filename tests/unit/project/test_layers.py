@@ -1,5 +1,5 @@
 """The import direction ARCHITECTURE.md states, enforced: phase scripts and test_all.py -> synthesis/,
-training/ -> evaluation/ -> rollouts/ -> environments/, clients/ -> sandbox/ -> utils/ -> config.py,
+training/ -> evaluation/ -> rollouts/ -> environments/, clients/ -> sandbox/ -> utils/ -> config/,
 nothing imports a phase script, the two leaf packages import nothing above them, and the only imports
 against the direction are the exceptions ARCHITECTURE.md names."""
 
@@ -54,7 +54,7 @@ def project_imports(path) -> list[str]:
 
 
 def library_modules():
-    paths = [ROOT / "config.py"] + [p for folder in LIBRARY_FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))]
+    paths = [p for folder in ("config", *LIBRARY_FOLDERS) for p in sorted((ROOT / folder).rglob("*.py"))]
     return [(".".join(p.relative_to(ROOT).with_suffix("").parts), p) for p in paths]
 
 
