@@ -604,6 +604,21 @@ class GRPOConfig:
         ge=1,
         note="e.g. 3",
     )
+    async_rollouts: bool = option(
+        False,
+        "vllm_server backend: sample (and score in the sandbox) the next rollout batches in a background thread "
+        "while the trainer updates, from the latest adapter the server loaded (TRL's async GRPO). Each batch "
+        "carries the optimizer step of the adapter it was sampled with; the importance correction against the "
+        "sampler's log-probs (importance_sampling, which must not be 'off') reweights the stale ones. "
+        "Single process only; not with dynamic_sampling, the curriculum or multi-turn modes.",
+    )
+    max_staleness: int = option(
+        1,
+        "async_rollouts: how many optimizer steps older than the policy being trained a rollout batch may be "
+        "(the producer waits for the trainer rather than run further ahead; an older batch is dropped and "
+        "counted in async/dropped_groups). 0 runs the synchronous loop unchanged.",
+        ge=0,
+    )
     vllm_gpu_memory_utilization: float = option(
         0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
     )
@@ -1586,6 +1601,26 @@ def validate(config: Config) -> None:
         "gets the advantages of a full solve (0, 1, 0, 0). Set grpo.scale_rewards=false (mean-centred "
         "advantages, Dr. GRPO) or use grpo.correctness_reward=binary",
     )
+    grpo = config.grpo
+    if grpo.async_rollouts:
+        need(
+            config.rollout_backend == "vllm_server",
+            "grpo.async_rollouts",
+            f"needs grpo.rollout_backend=vllm_server (got {config.rollout_backend}): only a server samples while "
+            "the trainer updates the weights it would otherwise sample from",
+        )
+        need(
+            grpo.importance_sampling != "off",
+            "grpo.async_rollouts",
+            "needs grpo.importance_sampling token or sequence: stale rollouts are corrected by it",
+        )
+        for ok, what in (
+            (not grpo.dynamic_sampling, "grpo.dynamic_sampling (its refill rounds depend on the rewards just scored)"),
+            (not config.curriculum.enabled, "curriculum.enabled (its draws depend on the rewards just scored)"),
+            (config.multi_turn.mode == "single", f"multi_turn.mode={config.multi_turn.mode} (single turn only)"),
+            (grpo.gen_update_steps == 1, "grpo.gen_update_steps > 1 (max_staleness bounds the lag instead)"),
+        ):
+            need(ok, "grpo.async_rollouts", f"cannot be combined with {what}; turn one of them off")
     training = config.training
     need(
         not (training.warmup_steps > 0 and training.warmup_ratio > 0),
