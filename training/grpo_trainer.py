@@ -45,7 +45,7 @@ from training import checkpointing
 from training.async_rollouts import RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
 from training.curriculum import build_curriculum, zero_spread_share
-from training.launch import check_accelerator, local_world_size, sandbox_workers
+from training.launch import LaunchError, check_accelerator, local_world_size, sandbox_workers
 from training.losses import group_has_spread, lr_factor, scheduled_weight
 from training.metric_sinks import MetricSinks, make_accelerator, reduce_over_processes
 from training.passes import PassRunner
@@ -321,9 +321,9 @@ class GRPOTrainer:
         """Publish the current adapter and start the producer (single process: the server loads each adapter from
         the main process, and a barrier for the other ranks would have to run on the producer's thread)."""
         if self.accelerator.num_processes > 1:
-            raise ValueError(
-                "grpo.async_rollouts runs in one process; launch without accelerate's multi-process mode "
-                "or set grpo.async_rollouts=false"
+            raise LaunchError(
+                "grpo.async_rollouts runs in one process; launch with --num_processes 1 or set "
+                "grpo.async_rollouts=false"
             )
         rollout: Any = self.rollout
         if not (hasattr(rollout, "publish_adapter") and hasattr(rollout, "load_adapter")):
