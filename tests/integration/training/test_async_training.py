@@ -130,3 +130,19 @@ def test_ctrl_c_in_the_trainer_stops_the_producer(tmp_path, pool, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
     assert no_producer_thread()
+
+
+def test_an_async_run_resumes_from_its_checkpoint_and_samples_the_batches_in_flight_again(tmp_path, pool):
+    torch.manual_seed(0)
+    settings = {**SERVER, "grpo.async_rollouts": "true", "training.max_steps": 2}
+    first = scripted_trainer(tmp_path, pool, rollout_class=VersionedRollout, **settings)
+    first.train()
+    assert first.state.rollout_batches == 2  # batch 2, sampled ahead, was in flight: not counted, not saved
+    resumed = scripted_trainer(tmp_path, pool, rollout_class=VersionedRollout, **{**settings, "training.max_steps": 4})
+    resumed.train(resume_from="latest")
+    steps = rows(resumed)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    # after the resume the first batch comes from the resumed adapter (staleness 0), then one step off again
+    assert [r["async/staleness_max"] for r in steps[2:]] == [0.0, 1.0]
+    assert [r["async/policy_version"] for r in steps[2:]] == [2.0, 2.0]
+    assert no_producer_thread()
