@@ -28,6 +28,7 @@ from config import Config, ConfigFlag, phase_command_line, run_phase
 from rollouts.from_config import auto_backend_note, build_sampler, sample_budget, tasks_within_prompt_length
 from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
+from training.async_rollouts import ProducerError
 from training.checkpointing import (
     CHECKPOINT_PREFIX,
     CheckpointMismatchError,
@@ -401,6 +402,7 @@ def cli(argv: list[str] | None = None) -> int:
             CheckpointMismatchError,
             DiskFullError,
             FolderBusyError,
+            ProducerError,
         ),
         lambda: interrupted_message(
             Path(config.paths.output_dir), config.training.save_steps, args.resume_from_checkpoint is not None

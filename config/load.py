@@ -122,6 +122,26 @@ def validate(config: Config) -> None:
         "gets the advantages of a full solve (0, 1, 0, 0). Set grpo.scale_rewards=false (mean-centred "
         "advantages, Dr. GRPO) or use grpo.correctness_reward=binary",
     )
+    grpo = config.grpo
+    if grpo.async_rollouts:
+        need(
+            config.rollout_backend == "vllm_server",
+            "grpo.async_rollouts",
+            f"needs grpo.rollout_backend=vllm_server (got {config.rollout_backend}): only a server samples while "
+            "the trainer updates the weights it would otherwise sample from",
+        )
+        need(
+            grpo.importance_sampling != "off",
+            "grpo.async_rollouts",
+            "needs grpo.importance_sampling token or sequence: stale rollouts are corrected by it",
+        )
+        for ok, what in (
+            (not grpo.dynamic_sampling, "grpo.dynamic_sampling (its refill rounds depend on the rewards just scored)"),
+            (not config.curriculum.enabled, "curriculum.enabled (its draws depend on the rewards just scored)"),
+            (config.multi_turn.mode == "single", f"multi_turn.mode={config.multi_turn.mode} (single turn only)"),
+            (grpo.gen_update_steps == 1, "grpo.gen_update_steps > 1 (max_staleness bounds the lag instead)"),
+        ):
+            need(ok, "grpo.async_rollouts", f"cannot be combined with {what}; turn one of them off")
     training = config.training
     need(
         not (training.warmup_steps > 0 and training.warmup_ratio > 0),

@@ -584,6 +584,21 @@ class GRPOConfig:
         ge=1,
         note="e.g. 3",
     )
+    async_rollouts: bool = option(
+        False,
+        "vllm_server backend: sample (and score in the sandbox) the next rollout batches in a background thread "
+        "while the trainer updates, from the latest adapter the server loaded (TRL's async GRPO). Each batch "
+        "carries the optimizer step of the adapter it was sampled with; the importance correction against the "
+        "sampler's log-probs (importance_sampling, which must not be 'off') reweights the stale ones. "
+        "Single process only; not with dynamic_sampling, the curriculum or multi-turn modes.",
+    )
+    max_staleness: int = option(
+        1,
+        "async_rollouts: how many optimizer steps older than the policy being trained a rollout batch may be "
+        "(the producer waits for the trainer rather than run further ahead; an older batch is dropped and "
+        "counted in async/dropped_groups). 0 runs the synchronous loop unchanged.",
+        ge=0,
+    )
     vllm_gpu_memory_utilization: float = option(
         0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
     )

@@ -188,6 +188,16 @@ class AdapterHandoff:
         self.barrier()
         return path
 
+    def prune_older(self, step: int) -> None:
+        """Delete the step folders older than `step` (main process). Unlike `prune`, newer folders and ones still
+        being written stay: with asynchronous rollouts the trainer publishes while the sampler loads."""
+        if not self.is_main or not self.root.is_dir():
+            return
+        for old in self.root.iterdir():
+            number = old.name.removeprefix(ADAPTER_PREFIX)
+            if old.name.startswith(ADAPTER_PREFIX) and number.isdigit() and int(number) < step:
+                shutil.rmtree(old, ignore_errors=True)
+
     def prune(self, keep: Path) -> None:
         if not self.is_main or not self.root.is_dir():
             return

@@ -169,6 +169,23 @@ class VLLMServerRollout(AdapterSyncedSampler):
         self.adapter_name, self._synced_step = name, step
         return name
 
+    def publish_adapter(self, model: Any, step: int) -> None:
+        """Asynchronous rollouts, on the trainer's thread (which owns the weights): write the adapter of `step`."""
+        self.handoff.publish(model, step)
+
+    def load_adapter(self, step: int) -> None:
+        """Asynchronous rollouts, on the producer's thread (the only one using this sampler's connections): have
+        the server load the adapter published at `step` and unload the previous one; `sample` then uses it.
+        One process only (no barrier: the other ranks would have to wait on the producer's thread)."""
+        name = f"tgrpo-{self.run_id}-step{step}"
+        path = self.handoff.folder(step)
+        self._run(self._adapter_call("load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())}))
+        if self.adapter_name is not None:
+            self._run(self._adapter_call("unload_lora_adapter", {"lora_name": self.adapter_name}))
+        self.handoff.prune_older(step)
+        self.adapter_name = self.model_name = name
+        self._synced_step = step
+
     async def _adapter_call(self, endpoint: str, body: dict[str, Any]) -> None:
         try:
             await self.client.post_json(f"/{endpoint}", body, wrong_model_hint=None)

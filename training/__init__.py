@@ -14,6 +14,8 @@ The modules, from the loop down:
   micro-batches, reference and old log-probs).
   `plan_step` once per optimizer step (teacher-SFT slots, the step-wide normalizers, whether the step has signal).
   `step_loss_metrics` names the step's loss metrics.
+- `async_rollouts`: the producer thread of `grpo.async_rollouts` (the next batches sampled and scored while the
+  trainer updates, at most `grpo.max_staleness` steps old).
 - `teacher_logprobs`: on-policy distillation's teacher scores.
 - `shared_prompt`: each group's prompt forwarded once for all its completions.
 - `sft_sources`: the teacher traces and the self-SFT `SuccessBuffer`.
@@ -29,6 +31,8 @@ The loop (`grpo_trainer`):
   when the micro-batches do not depend on the rewards.
   With `grpo.dynamic_sampling` it samples more rounds until the batch is full of groups with correctness spread.
   It samples nothing when no loss term uses rollouts.
+  With `grpo.async_rollouts` (server backend) a producer thread collects instead, ahead of the trainer; the
+  trainer publishes the adapter after each batch and takes the next batch from the producer's queue.
 - Plan: `update_plan.plan_update`.
 - Apply: μ optimizer steps.
   Each step is a list of passes: the rollout terms (GRPO, KL, OPD: those with a nonzero weight) per row chunk,

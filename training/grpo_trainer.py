@@ -42,9 +42,10 @@ from rollouts.groups import sample_groups
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
+from training.async_rollouts import RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
 from training.curriculum import build_curriculum, zero_spread_share
-from training.launch import check_accelerator, local_world_size, sandbox_workers
+from training.launch import LaunchError, check_accelerator, local_world_size, sandbox_workers
 from training.losses import group_has_spread, lr_factor, scheduled_weight
 from training.metric_sinks import MetricSinks, make_accelerator, progress_loss, reduce_over_processes
 from training.passes import PassRunner
@@ -250,13 +251,27 @@ class GRPOTrainer:
         )
         return kept, merged
 
-    def _sample_round(self) -> tuple[list[list[ScoredSample]], dict]:
-        """One rollout round: the next prompts of the data order, G samples each, scored."""
+    def _sample_round(self, produced_batch: int | None = None) -> tuple[list[list[ScoredSample]], dict]:
+        """One rollout round: the next prompts of the data order, G samples each, scored. `produced_batch`: the
+        asynchronous producer's batch (`training.async_rollouts`), sampled from the adapter the producer had the
+        server load, without touching the model (the trainer is updating it)."""
         cfg = self.config
-        chosen = self._prompt_indices(self.state.rollout_batches)
+        chosen = self._prompt_indices(self.state.rollout_batches if produced_batch is None else produced_batch)
         tasks = [self.tasks[i] for i in chosen]
         prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=cfg.multi_turn.mode) for t in tasks]
         start = time.monotonic()
+        if produced_batch is not None:
+            assert self.rollout is not None
+            generations = self.rollout.sample(prompts, self.group_size)
+            rollout_time = time.monotonic() - start
+            groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
+            generated = sum(s.num_policy_tokens for group in generations for s in group)
+            return groups, {
+                "time/rollout_s": rollout_time,
+                "time/score_s": time.monotonic() - start - rollout_time,
+                "tokens_per_s": generated / max(rollout_time, 1e-9),
+                **metrics,
+            }
         unwrapped = self.accelerator.unwrap_model(self.model)
         with torch.no_grad():
             assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
@@ -293,7 +308,53 @@ class GRPOTrainer:
         grpo = self.config.grpo
         needed = self.passes.rollout_terms and (grpo.kl_coef > 0 or grpo.num_iterations > 1)
         filtered = grpo.dynamic_filtering and not self.opd  # with OPD every group keeps its per-token signal
-        return needed and not filtered and not grpo.dynamic_sampling
+        return needed and not filtered and not grpo.dynamic_sampling and not self.async_mode
+
+    @property
+    def async_mode(self) -> bool:
+        """Whether a producer thread samples the next batches while the trainer updates (`grpo.async_rollouts`
+        with max_staleness > 0 and something to sample); otherwise the loop is the synchronous one."""
+        grpo = self.config.grpo
+        return grpo.async_rollouts and grpo.max_staleness > 0 and self.needs_rollouts
+
+    def _start_producer(self) -> RolloutProducer:
+        """Publish the current adapter and start the producer (single process: the server loads each adapter from
+        the main process, and a barrier for the other ranks would have to run on the producer's thread)."""
+        if self.accelerator.num_processes > 1:
+            raise LaunchError(
+                "grpo.async_rollouts runs in one process; launch with --num_processes 1 or set "
+                "grpo.async_rollouts=false"
+            )
+        rollout: Any = self.rollout
+        if not (hasattr(rollout, "publish_adapter") and hasattr(rollout, "load_adapter")):
+            raise ValueError(
+                f"grpo.async_rollouts needs a sampler that loads published adapters (vllm_server); "
+                f"{type(rollout).__name__} does not"
+            )
+        producer = RolloutProducer(
+            lambda index: self._sample_round(produced_batch=index),
+            rollout.load_adapter,
+            max_staleness=self.config.grpo.max_staleness,
+            first_index=self.state.rollout_batches,
+            first_step=self.state.global_step,
+            steps_per_batch=self.config.grpo.num_iterations,
+        )
+        self._publish(producer)
+        producer.start()
+        return producer
+
+    def _publish(self, producer: RolloutProducer) -> None:
+        """Write the adapter of the current step (on this thread, which owns the weights) and tell the producer."""
+        rollout: Any = self.rollout  # a sampler `_start_producer` checked: it publishes adapters
+        rollout.publish_adapter(self.accelerator.unwrap_model(self.model), self.state.global_step)
+        producer.publish(self.state.global_step)
+
+    def _take_rollouts(self, producer: RolloutProducer) -> tuple[list[list[ScoredSample]], dict]:
+        """The producer's next batch fresh enough for this step, with its async metrics; the data order moves to
+        the batch after it (dropped batches consumed their prompts)."""
+        batch, async_metrics = producer.take(self.state.global_step)
+        self.state.rollout_batches = batch.index
+        return batch.groups, {**batch.metrics, **async_metrics}
 
     def _rollout_forwards(self, completions: list) -> tuple[RolloutForwards, float]:
         """`rollout_forwards` of this rollout batch and its seconds, run in a thread beside the scoring."""
@@ -473,30 +534,48 @@ class GRPOTrainer:
             dynamic_ncols=True,
         ) as bar:
             last: dict = {}
-            while self.state.global_step < self.total_steps:
-                groups, rollout_metrics = self.collect_rollouts()
-                for metrics in self.train_on_rollouts(groups, rollout_metrics):
-                    last = metrics = reduce_over_processes(metrics, self.accelerator)
-                    if main:
-                        self.sinks.write(metrics)
-                        bar.set_postfix(
-                            reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                            loss=progress_loss(metrics),
-                            pass_rate=f"{metrics.get('pass_rate', float('nan')):.2f}",
-                            refresh=False,
-                        )
-                        bar.update(1)
-                self.state.rollout_batches += 1
-                save_every = self.config.training.save_steps
-                due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
-                if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
-                    self.save_checkpoint()
+            producer = self._start_producer() if self.async_mode else None
+            try:
+                last = self._train_loop(bar, main, producer)
+            finally:  # an error, a producer failure or Ctrl-C: the producer ends before it propagates
+                if producer is not None:
+                    producer.stop()
         checkpointing.save_final(self.output_dir, self.accelerator, self.model, self.tokenizer, self.config)
         self.sinks.close()
         if self._own_pool:
             self.pool.close()
         if self.teacher_scorer is not None:
             self.teacher_scorer.close()
+        return last
+
+    def _train_loop(self, bar: Any, main: bool, producer: RolloutProducer | None) -> dict:
+        """Rollout batches and their optimizer steps until the last step; returns the last step's metrics. With a
+        producer, batches come from it and the adapter is published after each batch's steps; a checkpoint saves
+        the trainer only (the producer's batches in flight are discarded: a resumed run samples them again)."""
+        last: dict = {}
+        while self.state.global_step < self.total_steps:
+            if producer is not None:
+                groups, rollout_metrics = self._take_rollouts(producer)
+            else:
+                groups, rollout_metrics = self.collect_rollouts()
+            for metrics in self.train_on_rollouts(groups, rollout_metrics):
+                last = metrics = reduce_over_processes(metrics, self.accelerator)
+                if main:
+                    self.sinks.write(metrics)
+                    bar.set_postfix(
+                        reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                        loss=progress_loss(metrics),
+                        pass_rate=f"{metrics.get('pass_rate', float('nan')):.2f}",
+                        refresh=False,
+                    )
+                    bar.update(1)
+            self.state.rollout_batches += 1
+            if producer is not None and self.state.global_step < self.total_steps:
+                self._publish(producer)
+            save_every = self.config.training.save_steps
+            due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
+            if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
+                self.save_checkpoint()
         return last
 
     # ---------------------------------------------------------------- checkpoints

@@ -167,7 +167,12 @@ IMPORTANCE_LEVELS = ("token", "sequence", "off")
 
 
 def truncated_importance_weights(
-    old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor, level: str = "token", cap: float = 3.0
+    old_logp: torch.Tensor,
+    sampling_logp: torch.Tensor,
+    mask: torch.Tensor,
+    level: str = "token",
+    cap: float = 3.0,
+    tails: bool = False,
 ) -> tuple[torch.Tensor, dict]:
     """Truncated importance sampling for samples drawn by another sampler (vLLM) than the policy trained.
 
@@ -180,7 +185,9 @@ def truncated_importance_weights(
 
     metrics: rollout/logp_abs_diff (mean |old - sampling| over tokens), rollout/seq_ratio_mean (mean
     over sequences of exp(sum_t (old - sampling)), exponent capped at 20), rollout/is_weight_mean,
-    rollout/is_truncated_frac (share of weights that hit the cap).
+    rollout/is_truncated_frac (share of weights that hit the cap); with `tails`, rollout/is_weight_p01 and
+    rollout/is_weight_p99 (the uncapped weights' 1st and 99th percentiles over tokens: how far off-policy the
+    samples are, which a mean hides; asynchronous rollouts report them).
     """
     if level not in IMPORTANCE_LEVELS:
         raise ValueError(f"unknown importance sampling level {level!r}; valid: {', '.join(IMPORTANCE_LEVELS)}")
@@ -204,6 +211,10 @@ def truncated_importance_weights(
         "rollout/is_weight_mean": float((weights * m).sum() / n),
         "rollout/is_truncated_frac": float(((raw > cap).float() * m).sum() / n),
     }
+    if tails:
+        values = raw[m > 0].float()
+        low, high = torch.quantile(values, torch.tensor([0.01, 0.99])).tolist() if values.numel() else [1.0, 1.0]
+        metrics.update({"rollout/is_weight_p01": float(low), "rollout/is_weight_p99": float(high)})
     return weights * m, metrics
 
 

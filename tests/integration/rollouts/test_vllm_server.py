@@ -275,3 +275,36 @@ def test_a_server_context_too_short_for_the_run_is_refused_at_start(tmp_path, mo
                     build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path, tasks=tasks)
             else:
                 build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path, tasks=tasks).close()
+
+
+@pytest.mark.slow
+def test_an_async_phase3_run_against_the_server_loads_each_published_adapter_on_the_producer(tmp_path):
+    tasks = small_tasks(4)
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    state = FakeVLLMServer(base_model="embedded:tiny-random")
+    tokenizer = load_student("embedded:tiny-random", "float32", device="cpu")[1]
+    state.responder = half_right_responder(tokenizer, tasks)
+    with RunningServer(state) as server:
+        config = server_config(
+            tmp_path / "out",
+            server.url,
+            **{
+                "training.max_steps": 3,
+                "dual_source.teacher_sft_weight": 0.0,
+                "grpo.max_new_tokens": 256,
+                "grpo.async_rollouts": "true",
+                "grpo.max_staleness": 1,
+            },
+        )
+        phase3.main(config, train_file=train)
+    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["async/staleness_max"] for m in metrics] == [0.0, 1.0, 1.0]
+    assert all("rollout/is_weight_p99" in m for m in metrics)
+    loads = [name for kind, name in state.events if kind == "load"]
+    unloads = [name for kind, name in state.events if kind == "unload"]
+    assert len(loads) == len(set(loads)) >= 2 and sorted(unloads) == sorted(loads)  # nothing left on the server
+    # every completion was asked of an adapter the server had loaded: the stamped versions 0, 0, 1
+    assert {call[0] for call in state.calls} <= set(loads)
+    assert [n.rsplit("step", 1)[1] for n in loads[:2]] == ["0", "1"]
+    assert (tmp_path / "out" / "final_model" / "adapter_config.json").is_file()

@@ -393,3 +393,29 @@ def test_the_gpu_preset_samples_with_vllm_when_it_is_installed(monkeypatch):
     chosen = build_config("gpu", overrides=["grpo.rollout_backend=hf"])
     assert chosen.rollout_backend == "hf" and auto_backend_note(chosen, "train", calls=1, tokens=1024) == ""
     assert build_config("cpu").rollout_backend == "kv"  # the cpu preset keeps its sampler
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["grpo.rollout_backend=hf"], "needs grpo.rollout_backend=vllm_server"),
+        (["grpo.importance_sampling=off"], "importance_sampling"),
+        (["grpo.dynamic_sampling=true"], "grpo.dynamic_sampling"),
+        (["curriculum.enabled=true"], "curriculum.enabled"),
+        (["multi_turn.mode=tool"], "multi_turn.mode=tool"),
+        (["grpo.gen_update_steps=2"], "gen_update_steps"),
+    ],
+)
+def test_async_rollouts_refuse_what_they_cannot_run_with_one_error(overrides, named):
+    base = ["grpo.async_rollouts=true", "grpo.rollout_backend=vllm_server"]
+    with pytest.raises(cfg.ConfigError, match=named):
+        cfg.build_config("cpu", overrides=base + overrides)
+
+
+def test_async_rollouts_on_the_server_with_a_staleness_bound_are_accepted():
+    grpo = cfg.build_config(
+        "cpu", overrides=["grpo.async_rollouts=true", "grpo.rollout_backend=vllm_server", "grpo.max_staleness=2"]
+    ).grpo
+    assert grpo.async_rollouts and grpo.max_staleness == 2
+    with pytest.raises(cfg.ConfigError, match="max_staleness"):
+        cfg.build_config("cpu", overrides=["grpo.max_staleness=-1"])

@@ -278,3 +278,16 @@ def test_an_all_fail_group_gets_no_opd_credit_under_the_bound():
 
     bounded, _ = bound_opd_advantages(torch.full((4, 3), 2.0), torch.zeros(4), torch.ones(4, 3), 1.0)
     assert torch.count_nonzero(bounded) == 0
+
+
+def test_importance_weight_tails_are_the_uncapped_weights_percentiles():
+    from training.losses import truncated_importance_weights
+
+    sampling = torch.zeros(1, 101)
+    old = torch.log(torch.linspace(0.5, 5.5, 101)).unsqueeze(0)  # (1, 101) ratios 0.5, 0.55, ..., 5.5
+    mask = torch.ones(1, 101)
+    _, metrics = truncated_importance_weights(old, sampling, mask, "token", 3.0, tails=True)
+    assert metrics["rollout/is_weight_p01"] == pytest.approx(0.55, abs=1e-4)  # the 2nd of 101: 1% of 100 gaps
+    assert metrics["rollout/is_weight_p99"] == pytest.approx(5.45, abs=1e-4)  # uncapped: above the cap of 3
+    _, plain = truncated_importance_weights(old, sampling, mask, "token", 3.0)
+    assert "rollout/is_weight_p01" not in plain

@@ -1,0 +1,148 @@
+"""Asynchronous rollouts through the trainer on the tiny model: max_staleness 0 is the synchronous run, the
+version a batch was sampled with reaches the importance ratio, and a producer failure or Ctrl-C ends the run
+with no thread left."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import threading
+
+import pytest
+import torch
+
+from tests.trainer_helpers import ScriptedRollout, lora_state, scripted_trainer
+from training.async_rollouts import ProducerError
+from training.batching import completion_logprobs, pad_rollout_batch
+
+SERVER = {"grpo.rollout_backend": "vllm_server", "training.max_steps": 4, "training.save_steps": 0}
+
+
+class VersionedRollout(ScriptedRollout):
+    """A stand-in for the server sampler: `publish_adapter` keeps a copy of the policy at that step, `load_adapter`
+    makes it the one sampled, and every sample carries that copy's log-probs (as vLLM returns them)."""
+
+    def __init__(self, tokenizer, tasks_by_problem) -> None:
+        super().__init__(tokenizer, tasks_by_problem)
+        self.snapshots: dict[int, torch.nn.Module] = {}
+        self.loaded: int | None = None
+        self.fail_at_call: int | None = None
+        self.calls = 0
+
+    def publish_adapter(self, model, step: int) -> None:
+        self.snapshots[step] = copy.deepcopy(model).eval()
+
+    def load_adapter(self, step: int) -> None:
+        self.loaded = step
+
+    def sample(self, prompts, num_samples, *, seed=None):
+        self.calls += 1
+        if self.calls == self.fail_at_call:
+            raise ConnectionError("the rollout server went away")
+        assert self.loaded is not None, "sampled before an adapter was loaded"
+        policy = self.snapshots[self.loaded]
+        out = []
+        for group in super().sample(prompts, num_samples):
+            batch = pad_rollout_batch(group, self.tokenizer.pad_token_id)
+            with torch.no_grad():
+                logp = completion_logprobs(policy, batch)  # (G, T)
+            out.append(
+                [
+                    dataclasses.replace(c, logprobs=tuple(logp[i, : len(c.token_ids)].tolist()))
+                    for i, c in enumerate(group)
+                ]
+            )
+        return out
+
+
+def rows(trainer) -> list[dict]:
+    return [json.loads(line) for line in (trainer.output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def no_producer_thread() -> bool:
+    return not [t for t in threading.enumerate() if t.name == "rollout-producer"]
+
+
+def without_times(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("time/") and k != "tokens_per_s"}
+
+
+def test_max_staleness_zero_is_the_synchronous_run(tmp_path, pool):
+    runs = []
+    for name, extra in (("sync", {}), ("zero", {"grpo.async_rollouts": "true", "grpo.max_staleness": 0})):
+        torch.manual_seed(0)
+        trainer = scripted_trainer(tmp_path / name, pool, **SERVER, **extra)
+        trainer.train()
+        runs.append(trainer)
+    sync, zero = runs
+    assert [without_times(r) for r in rows(zero)] == [without_times(r) for r in rows(sync)]
+    assert not any(k.startswith("async/") for k in rows(zero)[0])
+    after_sync, after_zero = lora_state(sync.model), lora_state(zero.model)
+    assert all(torch.equal(after_sync[k], after_zero[k]) for k in after_sync)
+
+
+def test_the_version_a_batch_was_sampled_with_reaches_the_importance_ratio(tmp_path, pool):
+    torch.manual_seed(0)
+    trainer = scripted_trainer(
+        tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
+    )
+    trainer.train()
+    steps = rows(trainer)
+    assert [r["async/staleness_max"] for r in steps] == [0.0, 1.0, 1.0, 1.0]  # one step off after the first
+    assert [r["async/policy_version"] for r in steps] == [0.0, 0.0, 1.0, 2.0]
+    assert all(r["async/dropped_groups"] == 0.0 for r in steps)
+    # the first batch came from the policy being trained: its sampler log-probs are the trainer's; every later one
+    # from the adapter one step older, and the ratio against that adapter's log-probs is what is corrected
+    assert steps[0]["rollout/logp_abs_diff"] < 1e-5
+    assert all(r["rollout/logp_abs_diff"] > 1e-4 for r in steps[1:])
+    assert all(r["rollout/is_weight_mean"] != 1.0 for r in steps[1:])
+    assert all(r["rollout/is_weight_p01"] <= 1.0 <= r["rollout/is_weight_p99"] for r in steps[1:])
+    assert no_producer_thread()
+
+
+def test_a_producer_failure_ends_the_run_with_one_error_and_no_thread(tmp_path, pool):
+    torch.manual_seed(0)
+    trainer = scripted_trainer(
+        tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
+    )
+    trainer.rollout.fail_at_call = 3
+    with pytest.raises(ProducerError, match="went away"):
+        trainer.train()
+    assert no_producer_thread()
+
+
+def test_ctrl_c_in_the_trainer_stops_the_producer(tmp_path, pool, monkeypatch):
+    torch.manual_seed(0)
+    trainer = scripted_trainer(
+        tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
+    )
+    original = trainer.train_on_rollouts
+    calls = []
+
+    def interrupted(groups, metrics):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(groups, metrics)
+
+    monkeypatch.setattr(trainer, "train_on_rollouts", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert no_producer_thread()
+
+
+def test_an_async_run_resumes_from_its_checkpoint_and_samples_the_batches_in_flight_again(tmp_path, pool):
+    torch.manual_seed(0)
+    settings = {**SERVER, "grpo.async_rollouts": "true", "training.max_steps": 2}
+    first = scripted_trainer(tmp_path, pool, rollout_class=VersionedRollout, **settings)
+    first.train()
+    assert first.state.rollout_batches == 2  # batch 2, sampled ahead, was in flight: not counted, not saved
+    resumed = scripted_trainer(tmp_path, pool, rollout_class=VersionedRollout, **{**settings, "training.max_steps": 4})
+    resumed.train(resume_from="latest")
+    steps = rows(resumed)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    # after the resume the first batch comes from the resumed adapter (staleness 0), then one step off again
+    assert [r["async/staleness_max"] for r in steps[2:]] == [0.0, 1.0]
+    assert [r["async/policy_version"] for r in steps[2:]] == [2.0, 2.0]
+    assert no_producer_thread()
