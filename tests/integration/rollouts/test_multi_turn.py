@@ -520,7 +520,7 @@ def test_solve_shows_the_turns_and_what_the_environment_inserted(capsys, monkeyp
     # the tiny random model never ends its turn in 6 tokens: cut by the token limit, no answer to test
     assert "--- turn 1 (length) ---" in out and "--- turn 2" not in out
     assert "1 turns, 0 tool calls, truncated by a limit" in out
-    assert picked == [("HFRollout", "feedback")]
+    assert picked == [("KVCacheRollout", "feedback")]  # the cpu preset's evaluation sampler, multi-turn included
 
 
 # ------------------------------------------------------------------------------------ phase 2
