@@ -68,6 +68,7 @@ def without_times(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith("time/") and k != "tokens_per_s"}
 
 
+@pytest.mark.slow
 def test_max_staleness_zero_is_the_synchronous_run(tmp_path, pool):
     runs = []
     for name, extra in (("sync", {}), ("zero", {"grpo.async_rollouts": "true", "grpo.max_staleness": 0})):
@@ -101,6 +102,7 @@ def test_the_version_a_batch_was_sampled_with_reaches_the_importance_ratio(tmp_p
     assert no_producer_thread()
 
 
+@pytest.mark.slow
 def test_a_producer_failure_ends_the_run_with_one_error_and_no_thread(tmp_path, pool):
     torch.manual_seed(0)
     trainer = scripted_trainer(
