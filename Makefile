@@ -40,7 +40,7 @@ run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 star
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
 # is the inner loop, `make test-all` is what CI runs.
-test: install ## Run the unit and integration tests not marked slow (the inner loop, ~8 min on a quiet 2-core machine)
+test: install ## Run the unit and integration tests not marked slow (the inner loop, ~7 min on a 2-core machine)
 	$(PY) -m pytest -q tests/unit tests/integration -m "not slow"
 
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
