@@ -40,16 +40,16 @@ from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
 from training.launch import LaunchError, check_launch_environment, unshared_output_dir
 from training.memory_model import hf_prompts_for_run
-from training.metric_sinks import make_accelerator
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.run_summary import read_metrics, step_time_split
+from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
 from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
 from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
-from utils.student_model import ModelLoadError, attach_lora, load_student, load_tokenizer
+from utils.student_model import ModelLoadError, load_tokenizer
 
 
 class RunSetupError(ValueError):
@@ -206,7 +206,7 @@ def _train(
 
     output_dir = Path(config.paths.output_dir)
     set_seed(config.training.seed)
-    accelerator = make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+    accelerator = build_accelerator(config, output_dir)
     unshared = unshared_output_dir(accelerator, output_dir)  # before any model loads: a node-local folder fails late
     if unshared:
         if accelerator.is_main_process:
@@ -235,20 +235,12 @@ def _train(
                 else " (teacher-SFT term off: none of them passed or has code)"
             )
         )
-    model, tokenizer = load_student(
-        config.student.model_name,
-        config.student.torch_dtype,
-        config.student.load_in_8bit,
-        config.paths.model_cache_dir,
-        device=accelerator.device,
-    )
+    model, tokenizer = build_student(config, accelerator)
     if teacher_examples and config.dual_source.teacher_sft_weight > 0:
         try:  # a second think block in teacher-SFT targets (Qwen3 template, enable_thinking=false)
             check_thinking_targets(tokenizer, config.dual_source.include_thinking, config.student.chat_template_kwargs)
         except ValueError as error:
             raise RunSetupError(str(error)) from None
-    lora = config.lora
-    model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
     if accelerator.is_main_process:
         model.print_trainable_parameters()
     hf_prompts = hf_prompts_for_run(config, tokenizer, tasks) if config.rollout_backend == "hf" else None
@@ -264,7 +256,17 @@ def _train(
         tasks=tasks,
         hf_prompts_per_call=hf_prompts,
     )
-    trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher_examples, output_dir, accelerator, rollout=rollout)
+    parts = build_run(
+        config,
+        tasks=tasks,
+        teacher_examples=teacher_examples,
+        output_dir=output_dir,
+        model=model,
+        tokenizer=tokenizer,
+        accelerator=accelerator,
+        rollout=rollout,
+    )
+    trainer = GRPOTrainer(config, parts)
     try:
         summary = trainer.train(resume_from)
     finally:  # the server backend unloads its last adapter and closes its connections
@@ -342,12 +344,6 @@ def _tasks_within_prompt_length(
             "tokens; raise it, or set it to 0 for no limit."
         )
     return kept
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 FLAGS = (

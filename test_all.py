@@ -481,6 +481,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
     from rollouts.from_config import build_sampler
     from synthesis.generate_traces import TeacherTrace
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
     from utils.student_model import attach_lora
 
     task = add_task("Write a function add(a, b) that returns a + b.", num_tests=2)
@@ -513,7 +514,16 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
         sampled = apply_overrides(small, {"grpo": {"rollout_backend": backend}}, "the preflight")
         rollout = build_sampler(sampled, purpose="train", tokenizer=tokenizer, output_dir=Path(out))
         try:
-            trainer = GRPOTrainer(small, peft_model, tokenizer, [task], teacher, out, rollout=rollout)
+            parts = build_run(
+                small,
+                tasks=[task],
+                teacher_examples=teacher,
+                output_dir=out,
+                model=peft_model,
+                tokenizer=tokenizer,
+                rollout=rollout,
+            )
+            trainer = GRPOTrainer(small, parts)
             with parser_spy() as phase3_seen:
                 groups, rollout_metrics = trainer.collect_rollouts()
             metrics = trainer.train_on_rollouts(groups, rollout_metrics)[0]

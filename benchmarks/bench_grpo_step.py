@@ -99,6 +99,7 @@ def run_ours(steps: int, max_new_tokens: int, group_size: int) -> dict:
     from rollouts.sampling import SamplingSettings
     from sandbox.executor import SandboxPool
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
     from utils.student_model import EMBEDDED_MODELS, attach_lora, load_student
 
     torch.manual_seed(0)
@@ -131,7 +132,17 @@ def run_ours(steps: int, max_new_tokens: int, group_size: int) -> dict:
         tokenizer, max_new_tokens, SamplingSettings(SHARED["temperature"], 1.0), {"enable_thinking": True}, batch_size=8
     )
     with SandboxPool(2) as pool:
-        trainer = GRPOTrainer(config, model, tokenizer, tasks, [], "/tmp/bench_grpo_ours", rollout=rollout, pool=pool)
+        parts = build_run(
+            config,
+            tasks=tasks,
+            teacher_examples=[],
+            output_dir="/tmp/bench_grpo_ours",
+            model=model,
+            tokenizer=tokenizer,
+            rollout=rollout,
+            pool=pool,
+        )
+        trainer = GRPOTrainer(config, parts)
         sample_s, shared_s, full_s, tokens, prompt_tokens, losses = [], [], [], [], [], []
         shared_cpu_s, full_cpu_s = [], []
         for step in range(steps):

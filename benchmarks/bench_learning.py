@@ -72,6 +72,7 @@ def main() -> None:
     from sandbox.executor import SandboxPool
     from synthesis.generate_traces import TeacherTrace, load_teacher_examples
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
     from utils.dataset_loader import EMBEDDED_MBPP, load_mbpp
     from utils.prompts import get_unified_prompt
     from utils.student_model import attach_lora, load_student
@@ -121,7 +122,17 @@ def main() -> None:
 
         with model.disable_adapter():
             before = measure("before")
-        trainer = GRPOTrainer(config, model, tokenizer, tasks, teacher, out, rollout=rollout, pool=pool)
+        parts = build_run(
+            config,
+            tasks=tasks,
+            teacher_examples=teacher,
+            output_dir=out,
+            model=model,
+            tokenizer=tokenizer,
+            rollout=rollout,
+            pool=pool,
+        )
+        trainer = GRPOTrainer(config, parts)
         trainer.train()
         after = measure("after")
     b, a = mean_pass_fraction_by_task(before), mean_pass_fraction_by_task(after)

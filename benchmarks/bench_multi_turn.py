@@ -213,6 +213,7 @@ def train_and_measure(
     from rollouts.groups import sample_groups
     from sandbox.executor import SandboxPool
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
     from utils.student_model import attach_lora, load_student
 
     config = build_config(
@@ -262,16 +263,17 @@ def train_and_measure(
 
         with model.disable_adapter():
             before = measure("before")
-        trainer = GRPOTrainer(
+        parts = build_run(
             config,
-            model,
-            tokenizer,
-            tasks,
-            [],
-            out / variant,
+            tasks=tasks,
+            teacher_examples=[],
+            output_dir=out / variant,
+            model=model,
+            tokenizer=tokenizer,
             rollout=build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=out / variant),
             pool=pool,
         )
+        trainer = GRPOTrainer(config, parts)
         trainer.train()
         after = measure("after")
     curve = [json.loads(line) for line in (out / variant / "metrics.jsonl").read_text().splitlines() if line]

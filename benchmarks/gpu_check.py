@@ -139,10 +139,10 @@ def install_probes(tracker: PeakTracker, captured: dict[str, Any]) -> None:
     grpo_pass = PassRunner.grpo_pass
     sft_pass = PassRunner.sft_pass
 
-    def init(self: Any, config: Any, model: Any, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, config: Any, parts: Any, *args: Any, **kwargs: Any) -> None:
         captured["config"] = config
-        captured["tokenizer_size"] = len(tokenizer)
-        trainer_init(self, config, model, tokenizer, *args, **kwargs)
+        captured["tokenizer_size"] = len(parts.tokenizer)
+        trainer_init(self, config, parts, *args, **kwargs)
 
     def rollout(sampler: Any, policy: Any, prompts: list, size: int, *args: Any, **kwargs: Any) -> Any:
         with tracker.scope("rollout", sequences=len(prompts) * size) as entry:

@@ -28,6 +28,7 @@ from tests.trainer_helpers import (
 )
 from training.checkpointing import resolve_checkpoint
 from training.grpo_trainer import GRPOTrainer
+from training.setup import build_run
 
 
 def main(out_dir: str, uneven: bool = False) -> None:
@@ -50,18 +51,20 @@ def main(out_dir: str, uneven: bool = False) -> None:
     model, tokenizer = tiny_lora_student(config, adapter_seed=0)  # identical adapter on every rank
     torch.manual_seed(1234 + accelerator.process_index)
     tasks = small_tasks(16)  # more tasks than one rollout batch of both ranks: no epoch wrap
-    trainer = GRPOTrainer(
-        config,
-        model,
-        tokenizer,
-        tasks,
-        teacher_examples(tasks),
-        out_dir,
-        accelerator,
-        rollout=ScriptedRollout(
-            tokenizer, {t.problem: t for t in tasks}, always_wrong=uneven and accelerator.process_index == 1
-        ),
+    rollout = ScriptedRollout(
+        tokenizer, {t.problem: t for t in tasks}, always_wrong=uneven and accelerator.process_index == 1
     )
+    parts = build_run(
+        config,
+        tasks=tasks,
+        teacher_examples=teacher_examples(tasks),
+        output_dir=out_dir,
+        model=model,
+        tokenizer=tokenizer,
+        accelerator=accelerator,
+        rollout=rollout,
+    )
+    trainer = GRPOTrainer(config, parts)
     first: dict = {}
     real_collect, real_step = trainer.collect_rollouts, trainer.optimizer.step
 

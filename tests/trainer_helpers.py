@@ -81,22 +81,24 @@ def scripted_trainer(
 ):
     """A GRPOTrainer on six embedded MBPP tasks with a scripted rollout (no sampling), for trainer-path tests."""
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
 
     config = tiny_config(output_dir, **overrides)
     model, tokenizer = tiny_lora_student(config)
     tasks = small_tasks()
-    return GRPOTrainer(
+    parts = build_run(
         config,
-        model,
-        tokenizer,
-        tasks,
-        teacher_examples(tasks),
-        output_dir,
-        accelerator,
+        tasks=tasks,
+        teacher_examples=teacher_examples(tasks),
+        output_dir=output_dir,
+        model=model,
+        tokenizer=tokenizer,
+        accelerator=accelerator,
         rollout=rollout_class(tokenizer, {t.problem: t for t in tasks}),
         pool=pool,
         teacher_scorer=teacher_scorer,
     )
+    return GRPOTrainer(config, parts)
 
 
 def small_tasks(n: int = 6):

@@ -7,6 +7,9 @@ The modules, from the loop down:
 - `grpo_trainer`: the loop, read as named steps.
   It collects rollouts, plans the update, applies it, logs and checkpoints.
   It runs unchanged under `accelerate launch`; each process rolls out its own prompts.
+- `setup`: the composition root. `build_run` makes a run's `RunParts` (accelerator, teacher-SFT set, OPD teacher,
+  sandbox pool, episodes, sinks, rewards, curriculum), one named builder per part; `GRPOTrainer(config, parts)`
+  receives them and builds only its optimizer, schedule, passes and state.
 - `scoring`: one rollout batch scored (parse, sandbox with one retry of a harness failure, rewards, the batch's
   metrics) into groups of `rewards.ScoredSample`.
 - `passes`: the backward passes of one optimizer step (`PassRunner`), in the order they run.

@@ -31,28 +31,25 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from config import Config
-from rollouts.from_config import budget_name, episodes_for, prompt_lengths, sample_budget
 from rollouts.groups import sample_groups
-from rollouts.protocol import Sampler
-from sandbox.executor import SandboxPool, plan_tests, task_secret_paths
 from training import checkpointing
 from training.async_rollouts import RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
-from training.curriculum import build_curriculum, zero_spread_share
-from training.launch import LaunchError, check_accelerator, local_world_size, sandbox_workers
+from training.curriculum import zero_spread_share
+from training.launch import LaunchError, check_accelerator
 from training.losses import group_has_spread, lr_factor, scheduled_weight
-from training.metric_sinks import MetricSinks, make_accelerator, progress_loss, reduce_over_processes
+from training.metric_sinks import progress_loss, reduce_over_processes
 from training.passes import PassRunner
-from training.rewards import ScoredSample, load_reward_functions
+from training.rewards import ScoredSample
 from training.scoring import score_rollouts
-from training.sft_sources import SuccessBuffer, build_teacher_sft, max_scheduled_weight, self_sft_examples
-from training.teacher_logprobs import ServedTeacherScorer, TeacherScorer, build_teacher_scorer
+from training.setup import RunParts
+from training.sft_sources import SuccessBuffer, max_scheduled_weight, self_sft_examples
 from training.update_plan import (
     RolloutForwards,
     UpdatePlan,
@@ -62,53 +59,41 @@ from training.update_plan import (
     rollout_forwards,
     step_loss_metrics,
 )
-from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
 from utils.sft_data import collate_sft, end_of_turn_id
 
-if TYPE_CHECKING:  # the record only: phase 3 reads the trace file through synthesis.generate_traces
-    from synthesis.generate_traces import TeacherTrace
-
 
 class GRPOTrainer:
-    def __init__(
-        self,
-        config: Config,
-        model: Any,
-        tokenizer: Any,
-        tasks: list[Task],
-        teacher_examples: list[TeacherTrace],
-        output_dir: str | Path,
-        accelerator: Any = None,
-        rollout: Sampler | None = None,
-        pool: SandboxPool | None = None,
-        teacher_scorer: TeacherScorer | None = None,
-    ) -> None:
+    """The loop over the parts `training.setup.build_run` made; it builds only its own optimizer, schedule, passes
+    and state."""
+
+    def __init__(self, config: Config, parts: RunParts) -> None:
         self.config = config
-        self.accelerator = accelerator or make_accelerator(config, output_dir)
+        self.parts = parts
+        self.accelerator = parts.accelerator
         check_accelerator(self.accelerator)  # DeepSpeed/FSDP: refused (training.launch says why)
-        self.tokenizer = tokenizer
-        self.tasks = tasks
-        self.plans = {t.task_id: plan_tests(t, config.sandbox.include_challenge_tests) for t in tasks}
-        self.teacher_examples = teacher_examples
-        self.teacher_sft, self.teacher_stats = build_teacher_sft(teacher_examples, tokenizer, config)
-        if self.accelerator.is_main_process and self.teacher_stats["teacher_sft/dropped_too_long"] > 0:
-            print(
-                f"teacher-SFT: {len(teacher_examples) - len(self.teacher_sft)} of {len(teacher_examples)} traces do "
-                f"not fit dual_source.sft_max_length={config.dual_source.sft_max_length} and are left out (never cut)",
-                flush=True,
-            )
-        self.output_dir = Path(output_dir)
+        self.tokenizer = tokenizer = parts.tokenizer
+        self.tasks = parts.tasks
+        self.teacher_sft, self.teacher_stats = parts.teacher_sft, parts.teacher_sft_stats
+        self.output_dir = parts.output_dir
+        self.rollout = parts.rollout
+        self.pool = parts.pool
+        self.teacher_scorer = parts.teacher_scorer
+        self.episodes = parts.episodes  # None: single-turn samples
+        self.sinks = parts.sinks
+        self.user_rewards = parts.user_rewards
+        self.curriculum = parts.curriculum  # the difficulty filter (training.curriculum); None when off
         self.group_size = config.grpo.num_samples_per_prompt
         training = config.training
         self.micro_batches = training.gradient_accumulation_steps  # micro-batch slots per optimizer step
         self.prompts_per_rollout = training.per_device_train_batch_size * self.micro_batches  # per process
-        batches_per_epoch = max(1, len(tasks) // (self.prompts_per_rollout * self.accelerator.num_processes))
+        batches_per_epoch = max(1, len(self.tasks) // (self.prompts_per_rollout * self.accelerator.num_processes))
         self.total_steps = (
             training.max_steps
             if training.max_steps > 0
             else max(1, training.num_train_epochs * batches_per_epoch * config.grpo.num_iterations)
         )
+        model = parts.model
         if training.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
@@ -120,60 +105,24 @@ class GRPOTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.passes = PassRunner(
-            self.model,
-            self.accelerator,
-            config.grpo,
-            config.dual_source.grpo_weight,
-            training.forward_chunk_size,
-            tokenizer.pad_token_id,
-            config.dual_source.opd_weight,
-            config.dual_source.opd_advantage_clip,
-            config.dual_source.opd_max_ratio,
-            training.shared_prompt_forward,
+            model=self.model,
+            accelerator=self.accelerator,
+            grpo=config.grpo,
+            grpo_weight=config.dual_source.grpo_weight,
+            chunk_size=training.forward_chunk_size,
+            pad_token_id=tokenizer.pad_token_id,
+            opd_weight=config.dual_source.opd_weight,
+            opd_advantage_clip=config.dual_source.opd_advantage_clip,
+            opd_max_ratio=config.dual_source.opd_max_ratio,
+            shared_prompt=training.shared_prompt_forward,
         )
         # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
         self.opd = config.dual_source.opd_weight > 0
         self._forwards: RolloutForwards | None = None  # the last rollout batch's, computed while it was scored
-        self.teacher_scorer = teacher_scorer
-        if self.opd and teacher_scorer is None:
-            self.teacher_scorer = build_teacher_scorer(
-                config.teacher,
-                tokenizer,
-                student_name=config.student.model_name,
-                cache_dir=config.paths.model_cache_dir,
-                torch_dtype=config.student.torch_dtype,
-                device=self.accelerator.device,
-                chunk_size=training.forward_chunk_size,
-                shared_prompt=training.shared_prompt_forward,
-                temperature=config.grpo.temperature,
-            )
-        if isinstance(self.teacher_scorer, ServedTeacherScorer) and tasks:  # its context, before any step
-            lengths = prompt_lengths(
-                tokenizer,
-                tasks,
-                config.prompt.num_visible_tests,
-                config.student.chat_template_kwargs,
-                config.multi_turn.mode,
-            )
-            self.teacher_scorer.check_context(max(lengths), sample_budget(config), budget_name(config))
-        self._own_pool = pool is None
-        # each process on this machine takes its share of the cores (see training.launch)
-        workers = sandbox_workers(config.sandbox.max_workers, local_world_size(self.accelerator))
-        self.pool = pool or SandboxPool.from_config(
-            config.sandbox, workers=workers, secret_paths=task_secret_paths(config)
-        )
-        self.rollout = rollout
-        self.episodes = episodes_for(config, self.pool)  # None: single-turn samples
         self.state = TrainerState()
         self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
         self.teacher_rng = random.Random(training.seed + 1 + self.accelerator.process_index)
         self.eot = end_of_turn_id(tokenizer)
-        self.sinks = MetricSinks(config, self.output_dir, self.accelerator)
-        self.user_rewards = load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
-        # the difficulty filter (training.curriculum): None when curriculum.enabled is off
-        self.curriculum = build_curriculum(
-            config.curriculum, self.group_size, [t.task_id for t in tasks], training.seed
-        )
         self._curriculum_metrics: dict[str, float] = {}
         # a term that is off costs nothing: without GRPO, KL, OPD, self-SFT and the curriculum no rollout is sampled
         self.needs_rollouts = (
@@ -542,7 +491,7 @@ class GRPOTrainer:
                     producer.stop()
         checkpointing.save_final(self.output_dir, self.accelerator, self.model, self.tokenizer, self.config)
         self.sinks.close()
-        if self._own_pool:
+        if self.parts.owns_pool:  # a pool passed to build_run is its caller's to close
             self.pool.close()
         if self.teacher_scorer is not None:
             self.teacher_scorer.close()

@@ -27,7 +27,7 @@ from training.update_plan import StepPlan, UpdatePlan
 Pass = Callable[[], dict[str, float]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PassRunner:
     """Runs passes on the (accelerate-prepared) `model`: `accelerator.backward` for every loss."""
 

@@ -16,6 +16,7 @@ from rollouts.kv_sampler import KVCacheRollout
 from sandbox.executor import SandboxPool
 from tests.trainer_helpers import small_tasks, teacher_examples, tiny_config
 from training.grpo_trainer import GRPOTrainer
+from training.setup import build_run
 from utils.student_model import attach_lora, load_student
 
 
@@ -57,9 +58,17 @@ def test_a_training_step_on_kv_rollouts_is_importance_weighted_by_the_samplers_l
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path / "out")
     assert isinstance(rollout, KVCacheRollout)
     with SandboxPool(workers=2) as pool:
-        trainer = GRPOTrainer(
-            config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool
+        parts = build_run(
+            config,
+            tasks=tasks,
+            teacher_examples=teacher_examples(tasks),
+            output_dir=tmp_path / "out",
+            model=model,
+            tokenizer=tokenizer,
+            rollout=rollout,
+            pool=pool,
         )
+        trainer = GRPOTrainer(config, parts)
         metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
     # the sampler's float32-accumulated log-probs reach the trainer: the float32 copy matches it, bf16 does not
     assert low <= metrics["rollout/logp_abs_diff"] <= high

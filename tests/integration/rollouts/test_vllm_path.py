@@ -217,22 +217,24 @@ def test_deepspeed_and_fsdp_launches_are_refused_in_one_line(tmp_path, variable,
 
 
 def test_each_process_takes_its_share_of_the_sandbox_cores(tmp_path, monkeypatch):
-    import training.grpo_trainer as trainer_module
+    import training.setup as setup_module
 
     sizes = []
 
     class RecordingPool:
         @classmethod
-        def from_config(cls, section, *, workers=None, secret_paths=()):  # how the trainer builds its pool
+        def from_config(cls, section, *, workers=None, secret_paths=()):  # how a run builds its pool
             sizes.append(workers)
             return cls()
 
-    monkeypatch.setattr(trainer_module, "SandboxPool", RecordingPool)
+    monkeypatch.setattr(setup_module, "SandboxPool", RecordingPool)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun: two training processes on this machine
     config = tiny_config(tmp_path, **{"sandbox.max_workers": 0})
     model, tokenizer = tiny_policy(config)
-    trainer_module.GRPOTrainer(config, model, tokenizer, small_tasks(2), [], tmp_path)
+    setup_module.build_run(
+        config, tasks=small_tasks(2), teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tokenizer
+    )
     assert sizes == [4]
 
 
@@ -382,6 +384,7 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     from tests.trainer_helpers import ScriptedRollout
     from training.batching import completion_logprobs, pad_rollout_batch
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
 
     config = tiny_config(
         tmp_path,
@@ -395,9 +398,11 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     model, tokenizer = tiny_policy(config)
     tasks = small_tasks(4)
     torch.manual_seed(3)
-    trainer = GRPOTrainer(
-        config, model, tokenizer, tasks, [], tmp_path, rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
+    rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
+    parts = build_run(
+        config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tokenizer, rollout=rollout
     )
+    trainer = GRPOTrainer(config, parts)
     plain, rollout_metrics = trainer.collect_rollouts()  # hf samples: no sampler log-probs
 
     def with_sampler_logprobs(sample):  # what vLLM would report for a sampler at half the probability

@@ -621,11 +621,11 @@ def test_c7_compound_asserts_are_judged_in_the_parent(pool, asserts):
 
 
 def test_c7_trainer_pool_hides_the_task_files(tmp_path, monkeypatch):
-    # the trainer's own pool must hide what phase 4's hides: the run's task files
+    # the pool a training run builds must hide what phase 4's hides: the run's task files
     import torch
 
     from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
-    from training import grpo_trainer
+    from training import setup
     from utils.student_model import attach_lora, load_student
 
     created = {}
@@ -634,22 +634,28 @@ def test_c7_trainer_pool_hides_the_task_files(tmp_path, monkeypatch):
         size, isolation = 1, "recorded"
 
         @classmethod
-        def from_config(cls, section, **kwargs):  # how the trainer builds its pool
+        def from_config(cls, section, **kwargs):  # how a run builds its pool
             created.update(kwargs)
             return cls()
 
         def close(self):
             pass
 
-    monkeypatch.setattr(grpo_trainer, "SandboxPool", RecordingPool)
+    monkeypatch.setattr(setup, "SandboxPool", RecordingPool)
     config = tiny_config(tmp_path / "out")
     torch.manual_seed(0)
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
     tasks = small_tasks()
     rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
-    grpo_trainer.GRPOTrainer(
-        config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout
+    setup.build_run(
+        config,
+        tasks=tasks,
+        teacher_examples=teacher_examples(tasks),
+        output_dir=tmp_path / "out",
+        model=model,
+        tokenizer=tokenizer,
+        rollout=rollout,
     )
     hidden = {str(p) for p in created.get("secret_paths", ())}
     assert {str(config.paths.train_file), str(config.paths.val_file), str(config.paths.data_dir)} <= hidden

@@ -79,6 +79,7 @@ def test_phase2_references_feed_phase3_teacher_sft(tmp_path, pool):
     import phase2_generate_teacher_traces as phase2
     from tests.trainer_helpers import ScriptedRollout, lora_state, small_tasks, tiny_config
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
     from utils.dataset_loader import write_tasks
     from utils.student_model import attach_lora, load_student
 
@@ -105,16 +106,17 @@ def test_phase2_references_feed_phase3_teacher_sft(tmp_path, pool):
     torch.manual_seed(0)
     model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
-    trainer = GRPOTrainer(
+    parts = build_run(
         config,
-        model,
-        tokenizer,
-        tasks,
-        examples,
-        tmp_path / "out",
+        tasks=tasks,
+        teacher_examples=examples,
+        output_dir=tmp_path / "out",
+        model=model,
+        tokenizer=tokenizer,
         rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}),
         pool=pool,
     )
+    trainer = GRPOTrainer(config, parts)
     before = lora_state(trainer.model)
     metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
     assert metrics["teacher_sft/pool"] == 4 and metrics["loss/teacher_sft"] > 0

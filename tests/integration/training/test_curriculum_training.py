@@ -15,6 +15,7 @@ def test_the_trainer_skips_all_fail_tasks_logs_the_filter_and_checkpoints_it(tmp
     from tests.trainer_helpers import ScriptedRollout, small_tasks, teacher_examples, tiny_config
     from training.checkpointing import resolve_checkpoint
     from training.grpo_trainer import GRPOTrainer
+    from training.setup import build_run
     from utils.student_model import attach_lora, load_student
 
     def trainer(folder):
@@ -26,7 +27,17 @@ def test_the_trainer_skips_all_fail_tasks_logs_the_filter_and_checkpoints_it(tmp
         model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
         tasks = small_tasks(6)
         rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks}, always_wrong=True)
-        return GRPOTrainer(config, model, tokenizer, tasks, teacher_examples(tasks), folder, rollout=rollout, pool=pool)
+        parts = build_run(
+            config,
+            tasks=tasks,
+            teacher_examples=teacher_examples(tasks),
+            output_dir=folder,
+            model=model,
+            tokenizer=tokenizer,
+            rollout=rollout,
+            pool=pool,
+        )
+        return GRPOTrainer(config, parts)
 
     t = trainer(tmp_path / "out")
     assert t.curriculum is not None

@@ -16,6 +16,7 @@ from rollouts.protocol import Continuation, SamplerBase, cut_continuation
 from tests.trainer_helpers import plan_one_slot, small_tasks, tiny_config
 from training.grpo_trainer import GRPOTrainer
 from training.rewards import shaping_reward
+from training.setup import build_run
 from utils.prompts import PROGRAM_CLOSE, get_unified_prompt
 from utils.sft_data import encode_conversation, encode_prompt, end_of_turn_id
 
@@ -125,7 +126,10 @@ def trainer_for(tmp_path, tiny_student, script_for, **overrides):
     }
     config = tiny_config(tmp_path, **{**settings, **overrides})
     rollout = ScriptedMultiTurnRollout(tok, script_for(tasks))
-    return GRPOTrainer(config, model, tok, tasks, [], tmp_path, rollout=rollout), rollout
+    parts = build_run(
+        config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tok, rollout=rollout
+    )
+    return GRPOTrainer(config, parts), rollout
 
 
 def lora_weights(model) -> dict[str, torch.Tensor]:
@@ -388,7 +392,10 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     template = config.student.chat_template_kwargs
     longest = max(prompt_lengths(tok, tasks, config.prompt.num_visible_tests, template, "feedback"))
     assert engine.kwargs["max_model_len"] == longest + 300  # the mode's prompt plus the whole sample
-    trainer = GRPOTrainer(config, model, tok, tasks, [], tmp_path, rollout=rollout)
+    parts = build_run(
+        config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tok, rollout=rollout
+    )
+    trainer = GRPOTrainer(config, parts)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: engine.events.append("empty_cache"))
     groups, metrics = trainer.collect_rollouts()
     # the fake policy writes no code: every sample gets a feedback turn, then runs out of answers

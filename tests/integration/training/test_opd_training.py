@@ -207,7 +207,7 @@ def test_phase3_trains_with_a_local_teacher_from_the_config(tmp_path):
 def test_phase3_refuses_a_missing_adapter_and_a_mismatched_teacher_in_one_line(tmp_path, monkeypatch, capsys):
     import phase1_prepare_data as phase1
     import phase3_train_grpo as phase3
-    import training.grpo_trainer as trainer_module
+    import training.setup as setup_module
     from config import build_config
     from training.teacher_logprobs import TokenizerMismatchError
 
@@ -230,7 +230,7 @@ def test_phase3_refuses_a_missing_adapter_and_a_mismatched_teacher_in_one_line(t
     def mismatched(*args, **kwargs):
         raise TokenizerMismatchError("on-policy distillation needs the teacher to read the student's token ids")
 
-    monkeypatch.setattr(trainer_module, "build_teacher_scorer", mismatched)
+    monkeypatch.setattr(setup_module, "build_teacher_scorer", mismatched)
     assert phase3.cli(argv) == 1
     assert "error: on-policy distillation needs the teacher" in capsys.readouterr().err
 

@@ -32,6 +32,7 @@ from training.checkpointing import resolve_checkpoint
 from training.grpo_trainer import GRPOTrainer
 from training.losses import group_advantages, grpo_loss
 from training.rewards import ScoredSample
+from training.setup import build_run
 from training.sft_sources import best_passing_sample
 from utils.sft_data import encode_prompt
 from utils.student_model import attach_lora, load_student
@@ -54,9 +55,17 @@ def make_trainer(tmp_path, pool, dropout=0.0, **overrides):
     model = attach_lora(model, config.lora.r, config.lora.lora_alpha, dropout, config.lora.target_modules)
     tasks = small_tasks()
     rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
-    return GRPOTrainer(
-        config, model, tokenizer, tasks, teacher_examples(tasks), tmp_path / "out", rollout=rollout, pool=pool
+    parts = build_run(
+        config,
+        tasks=tasks,
+        teacher_examples=teacher_examples(tasks),
+        output_dir=tmp_path / "out",
+        model=model,
+        tokenizer=tokenizer,
+        rollout=rollout,
+        pool=pool,
     )
+    return GRPOTrainer(config, parts)
 
 
 @pytest.mark.slow

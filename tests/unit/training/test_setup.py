@@ -1,0 +1,53 @@
+"""Phase 3 has one composition root: the trainer receives its parts from `training.setup` and builds none of them."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.conftest import ROOT
+
+# what makes a run's parts; only training.setup (and what it calls) may name them
+PART_BUILDERS = {
+    "make_accelerator",
+    "build_accelerator",
+    "SandboxPool",
+    "build_pool",
+    "build_teacher_scorer",
+    "build_teacher_sft",
+    "episodes_for",
+    "build_episodes",
+    "MetricSinks",
+    "load_reward_functions",
+    "build_curriculum",
+    "load_student",
+    "attach_lora",
+    "build_sampler",
+}
+
+
+def names_used(path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    found |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom | ast.Import):
+            found |= {alias.asname or alias.name.split(".")[-1] for alias in node.names}
+    return found
+
+
+def test_the_trainer_names_no_builder_of_a_run_part():
+    builders = names_used(ROOT / "training" / "grpo_trainer.py") & PART_BUILDERS
+    assert not builders, f"training/grpo_trainer.py builds run parts itself ({sorted(builders)}): use training.setup"
+
+
+def test_the_run_parts_are_keyword_only_and_frozen():
+    import dataclasses
+
+    import pytest
+
+    from training.setup import RunParts
+
+    fields = dataclasses.fields(RunParts)
+    assert all(f.kw_only for f in fields) and RunParts.__dataclass_params__.frozen
+    with pytest.raises(TypeError):
+        RunParts(*[None] * len(fields))

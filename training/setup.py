@@ -1,0 +1,199 @@
+"""Phase 3's composition root: the parts of a training run, each made by one named builder, in one place.
+
+`build_run` takes the config apart and calls the builders in the order a run needs them: the accelerator, the
+teacher-SFT set, the on-policy-distillation teacher, the sandbox pool, the episodes on it, the metric sinks, the
+user reward functions and the curriculum. `GRPOTrainer(config, parts)` receives the `RunParts` and builds only
+what is its own (optimizer, schedule, passes, state). Phase 3 loads the student (`build_student`) and its sampler
+before calling `build_run`; a test passes a fake for any part by keyword, or swaps one afterwards with
+`dataclasses.replace`.
+
+The pool is closed by whoever made it: `RunParts.owns_pool` is true only for a pool `build_run` made, and the
+trainer closes such a pool when its run ends. A pool passed in is the caller's to close.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from config import Config
+from rollouts.from_config import budget_name, episodes_for, prompt_lengths, sample_budget
+from rollouts.groups import Episodes
+from rollouts.protocol import Sampler
+from sandbox.executor import SandboxPool, task_secret_paths
+from training import curriculum, sft_sources, teacher_logprobs
+from training.curriculum import Curriculum
+from training.launch import local_world_size, sandbox_workers
+from training.metric_sinks import MetricSinks, make_accelerator
+from training.rewards import UserReward, load_reward_functions
+from training.teacher_logprobs import ServedTeacherScorer, TeacherScorer
+from utils.dataset_loader import Task
+
+if TYPE_CHECKING:  # the record only: phase 3 reads the trace file through synthesis.generate_traces
+    from synthesis.generate_traces import TeacherTrace
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunParts:
+    """Everything a `GRPOTrainer` runs with, made by `build_run`."""
+
+    accelerator: Any  # an accelerate.Accelerator (or a stand-in with its attributes)
+    model: Any  # the student with its LoRA adapter, not yet `prepare`d
+    tokenizer: Any
+    tasks: list[Task]
+    teacher_examples: list[TeacherTrace]  # the usable traces as read
+    teacher_sft: list[dict]  # those that fit dual_source.sft_max_length, tokenized once
+    teacher_sft_stats: dict[str, float]  # the share dropped as too long, and of kept targets over the rollout budget
+    output_dir: Path
+    rollout: Sampler | None  # None: the run samples nothing (a run without rollout terms, or a test)
+    pool: SandboxPool
+    owns_pool: bool  # made by build_run: the trainer closes it when the run ends
+    teacher_scorer: TeacherScorer | None  # on-policy distillation's teacher; None when dual_source.opd_weight is 0
+    episodes: Episodes | None  # how a multi-turn sample goes on; None in single-turn mode
+    sinks: MetricSinks
+    user_rewards: list[UserReward]
+    curriculum: Curriculum | None  # None when curriculum.enabled is off
+
+
+def build_run(
+    config: Config,
+    *,
+    tasks: list[Task],
+    teacher_examples: list[TeacherTrace],
+    output_dir: str | Path,
+    model: Any,
+    tokenizer: Any,
+    accelerator: Any = None,
+    rollout: Sampler | None = None,
+    pool: SandboxPool | None = None,
+    teacher_scorer: TeacherScorer | None = None,
+) -> RunParts:
+    """The parts of a phase 3 run. `accelerator`, `pool` and `teacher_scorer` are built from the config when
+    not given; `model`, `tokenizer` and `rollout` are phase 3's (`build_student`, `rollouts.from_config`)."""
+    output_dir = Path(output_dir)
+    accelerator = accelerator if accelerator is not None else build_accelerator(config, output_dir)
+    teacher_sft, teacher_sft_stats = build_teacher_sft(config, teacher_examples, tokenizer, accelerator)
+    if teacher_scorer is None:
+        teacher_scorer = build_teacher_scorer(config, tokenizer, accelerator)
+    check_teacher_context(config, teacher_scorer, tokenizer, tasks)
+    owns_pool = pool is None
+    pool = pool if pool is not None else build_pool(config, accelerator)
+    return RunParts(
+        accelerator=accelerator,
+        model=model,
+        tokenizer=tokenizer,
+        tasks=tasks,
+        teacher_examples=teacher_examples,
+        teacher_sft=teacher_sft,
+        teacher_sft_stats=teacher_sft_stats,
+        output_dir=output_dir,
+        rollout=rollout,
+        pool=pool,
+        owns_pool=owns_pool,
+        teacher_scorer=teacher_scorer,
+        episodes=build_episodes(config, pool),
+        sinks=build_sinks(config, output_dir, accelerator),
+        user_rewards=build_user_rewards(config),
+        curriculum=build_curriculum(config, tasks),
+    )
+
+
+# ---------------------------------------------------------------- the builders, in the order build_run calls them
+
+
+def build_accelerator(config: Config, output_dir: Path) -> Any:
+    """The run's Accelerator. A float32 student without CUDA runs on the CPU (not on Apple's MPS)."""
+    return make_accelerator(config, output_dir, cpu=config.student.torch_dtype == "float32" and not _has_cuda())
+
+
+def build_student(config: Config, accelerator: Any) -> tuple[Any, Any]:
+    """(model, tokenizer): the student on the accelerator's device with a fresh LoRA adapter from `config.lora`."""
+    from utils.student_model import attach_lora, load_student
+
+    student, lora = config.student, config.lora
+    model, tokenizer = load_student(
+        student.model_name,
+        student.torch_dtype,
+        student.load_in_8bit,
+        config.paths.model_cache_dir,
+        device=accelerator.device,
+    )
+    return attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules), tokenizer
+
+
+def build_teacher_sft(
+    config: Config, teacher_examples: list[TeacherTrace], tokenizer: Any, accelerator: Any
+) -> tuple[list[dict], dict[str, float]]:
+    """The tokenized teacher-SFT set and its statistics; says on the main process how many traces are too long."""
+    examples, stats = sft_sources.build_teacher_sft(teacher_examples, tokenizer, config)
+    if accelerator.is_main_process and stats["teacher_sft/dropped_too_long"] > 0:
+        print(
+            f"teacher-SFT: {len(teacher_examples) - len(examples)} of {len(teacher_examples)} traces do "
+            f"not fit dual_source.sft_max_length={config.dual_source.sft_max_length} and are left out (never cut)",
+            flush=True,
+        )
+    return examples, stats
+
+
+def build_teacher_scorer(config: Config, tokenizer: Any, accelerator: Any) -> TeacherScorer | None:
+    """On-policy distillation's teacher (`training.teacher_logprobs`), or None when dual_source.opd_weight is 0."""
+    if config.dual_source.opd_weight <= 0:
+        return None
+    training = config.training
+    return teacher_logprobs.build_teacher_scorer(
+        config.teacher,
+        tokenizer,
+        student_name=config.student.model_name,
+        cache_dir=config.paths.model_cache_dir,
+        torch_dtype=config.student.torch_dtype,
+        device=accelerator.device,
+        chunk_size=training.forward_chunk_size,
+        shared_prompt=training.shared_prompt_forward,
+        temperature=config.grpo.temperature,
+    )
+
+
+def check_teacher_context(config: Config, scorer: TeacherScorer | None, tokenizer: Any, tasks: list[Task]) -> None:
+    """A served teacher must hold the longest prompt plus the sample budget: checked before any step."""
+    if not isinstance(scorer, ServedTeacherScorer) or not tasks:
+        return
+    lengths = prompt_lengths(
+        tokenizer, tasks, config.prompt.num_visible_tests, config.student.chat_template_kwargs, config.multi_turn.mode
+    )
+    scorer.check_context(max(lengths), sample_budget(config), budget_name(config))
+
+
+def build_pool(config: Config, accelerator: Any) -> SandboxPool:
+    """The sandbox pool, hiding the run's task files; each process on this machine takes its share of the cores
+    (`training.launch.sandbox_workers`)."""
+    workers = sandbox_workers(config.sandbox.max_workers, local_world_size(accelerator))
+    return SandboxPool.from_config(config.sandbox, workers=workers, secret_paths=task_secret_paths(config))
+
+
+def build_episodes(config: Config, pool: SandboxPool) -> Episodes | None:
+    """How a multi-turn sample goes on, on `pool`; None in single-turn mode."""
+    return episodes_for(config, pool)
+
+
+def build_sinks(config: Config, output_dir: Path, accelerator: Any) -> MetricSinks:
+    """metrics.jsonl and the configured trackers (opened when the run starts)."""
+    return MetricSinks(config, output_dir, accelerator)
+
+
+def build_user_rewards(config: Config) -> list[UserReward]:
+    """grpo.reward_funcs loaded and weighted by grpo.reward_weights."""
+    return load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+
+
+def build_curriculum(config: Config, tasks: list[Task]) -> Curriculum | None:
+    """The difficulty filter over `tasks`; None when curriculum.enabled is off."""
+    return curriculum.build_curriculum(
+        config.curriculum, config.grpo.num_samples_per_prompt, [t.task_id for t in tasks], config.training.seed
+    )
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
