@@ -42,8 +42,7 @@ class RunParts:
     model: Any  # the student with its LoRA adapter, not yet `prepare`d
     tokenizer: Any
     tasks: list[Task]
-    teacher_examples: list[TeacherTrace]  # the usable traces as read
-    teacher_sft: list[dict]  # those that fit dual_source.sft_max_length, tokenized once
+    teacher_sft: list[dict]  # the usable teacher traces that fit dual_source.sft_max_length, tokenized once
     teacher_sft_stats: dict[str, float]  # the share dropped as too long, and of kept targets over the rollout budget
     output_dir: Path
     rollout: Sampler | None  # None: the run samples nothing (a run without rollout terms, or a test)
@@ -84,7 +83,6 @@ def build_run(
         model=model,
         tokenizer=tokenizer,
         tasks=tasks,
-        teacher_examples=teacher_examples,
         teacher_sft=teacher_sft,
         teacher_sft_stats=teacher_sft_stats,
         output_dir=output_dir,
