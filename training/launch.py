@@ -91,9 +91,9 @@ def unshared_output_dir(accelerator: Any, output_dir: str | Path) -> str:
     except OSError:
         seen = False
     everyone = gather_object([(accelerator.process_index, socket.gethostname(), str(path), seen)])
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+    if accelerator.is_main_process:  # every process has read it (the gather): gone before anyone returns
         path.unlink(missing_ok=True)
+    accelerator.wait_for_everyone()
     failed = [f"process {rank} on {host} cannot read {where}" for rank, host, where, ok in everyone if not ok]
     if not failed:
         return ""
