@@ -85,7 +85,7 @@ def evaluation_roles(
     adapter: Path | None,
     adapter_key: str | None,
     pool: SandboxPool,
-    shown: int,
+    visible_tests: int,
 ) -> EvalRoles:
     """What each role syncs the sampler with, and a multi-turn mode's episodes: its programs and shown tests run in
     the scoring `pool`."""
@@ -97,7 +97,7 @@ def evaluation_roles(
         base=sampler.policy_for(None, model=model),
         adapter_off=model.disable_adapter if model is not None and adapter is not None else nullcontext,
         batching=eval_batching(config.evaluation_backend, config.multi_turn.mode, ev.num_samples),
-        episodes=episodes_for(config, pool, visible_tests=shown, max_new_tokens=ev.max_new_tokens),
+        episodes=episodes_for(config, pool, visible_tests=visible_tests, max_new_tokens=ev.max_new_tokens),
         seed=config.training.seed,
     )
 
@@ -177,7 +177,7 @@ def main(
     try:
         with SandboxPool.from_config(config.sandbox, secret_paths=secrets) as pool:
             roles = evaluation_roles(
-                config, sampler, model, adapter=adapter, adapter_key=digest, pool=pool, shown=shown
+                config, sampler, model, adapter=adapter, adapter_key=digest, pool=pool, visible_tests=shown
             )
             for role in runs:
                 role_digest = digest if role == "trained" else None
