@@ -270,9 +270,7 @@ def _train(
     try:
         summary = trainer.train(resume_from)
     finally:  # the server backend unloads its last adapter and closes its connections
-        close = getattr(rollout, "close", None)
-        if close is not None:
-            close()
+        rollout.close()
     if accelerator.is_main_process:
         png = plot_metrics(
             output_dir / "metrics.jsonl", output_dir / "training_curves.png", config.training.run_name or None

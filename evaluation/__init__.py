@@ -16,6 +16,10 @@ The modules:
   The trained − baseline delta gets a *paired* interval: the same resampled tasks for both models, so agreement
   between the models narrows it.
   `evaluation.bootstrap_resamples` and `bootstrap_seed` make it reproducible.
+- `roles`: `EvalRoles`, what each evaluated role (trained, a base model alone, the baseline with the adapter
+  switched off) samples with from the one evaluation sampler, and how its work is batched per backend.
+- `run_record`: phase 4's run as a whole (it reads the whole config): the completion cache key, the results
+  record (`outputs/evaluation_results.json`) and the report printed from it.
 - `eval_sets`: picks the tasks (`val`, `humaneval`, `mbpp_test` = MBPP ids 11–510, `apps_test`, or a file) and the
   label every results record carries.
   HumanEval prompts show no test (its docstrings carry the examples, as in the published protocol).
@@ -34,7 +38,7 @@ The modules:
   with its largest/smallest seed-SD ratio) and a crossed bootstrap (seeds resampled, one problem draw shared by the
   drawn seeds, paired across arms).
 
-The completion cache (`evaluate`) is keyed by content:
+The completion cache (`evaluate`; its key `run_record.completion_cache_key`) is keyed by content:
 - `content_digest` hashes every file of the base model folder (embedded: its materialized folder; hub: the cached
   snapshot) and of the adapter folder (weights, config, tokenizer, chat template), plus the decoding settings.
 - Per-file hashes are memoized by path, size, mtime and inode in `eval_cache/file_hashes.json`, so a large model is

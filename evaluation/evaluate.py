@@ -247,6 +247,10 @@ def read_cache(path: Path) -> dict[tuple[str, int], CachedCompletion]:
     return cache
 
 
+DEFAULT_CHUNK = 8  # samples of one task per unit of work
+DEFAULT_BATCH_SAMPLES = 16  # sequences per sampler call
+
+
 def generate_cached(
     tasks: Sequence[Task],
     generate: Callable[..., list[list[RolloutCompletion]]],
@@ -254,8 +258,8 @@ def generate_cached(
     *,
     cache_path: Path,
     num_visible_tests: int = 1,
-    chunk: int = 8,
-    batch_samples: int = 16,
+    chunk: int = DEFAULT_CHUNK,
+    batch_samples: int = DEFAULT_BATCH_SAMPLES,
     progress: bool = True,
     mode: str = "single",
 ) -> dict[tuple[str, int], CachedCompletion]:

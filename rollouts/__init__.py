@@ -19,6 +19,12 @@ What every backend is (`protocol.Sampler`):
 - `continue_sequences(sequences, max_new_tokens, stop_strings)` continues token-id sequences by one turn each
   (a `Continuation`).
 - `release()` gives back what sampling held (vLLM: prune old adapter folders, sleep).
+- `policy_for(adapter, model=, name=)` is what `sync` takes to sample an adapter folder (None: the base model).
+  The transformers samplers (and `SamplerBase`) return `model`, which carries the adapter already; phase 4's vLLM
+  engine returns a `LoRARequest` named `name` (None for its base weights).
+- `close()` ends a sampler's run: the server backend unloads its last adapter and closes its connections; the
+  others hold nothing (`SamplerBase`'s no-op).
+- `tests/unit/rollouts/test_sampler_protocol.py` holds every backend and scripted sampler to these methods.
 
 Shared definitions:
 - `sampling.SamplingSettings` is the one definition of the sampling distribution (temperature, top_p, top_k,
@@ -54,7 +60,8 @@ The builder (`from_config`):
   vLLM gets an engine of its own from the same `colocated_engine`, with the evaluation share, sized for the
   evaluation prompts in the mode, reading the evaluated adapter itself.
 - The preflight builds the training sampler too.
-- Phase 4's `role_samplers` only says which model or LoRA request each role (trained, model, baseline) samples with.
+- Phase 4 asks the sampler's `policy_for` what each role (trained, model, baseline) samples with
+  (`evaluation.roles.EvalRoles`).
 - `episodes_for(config, pool)` builds the `Episodes` of a multi-turn mode (None in single mode).
 
 The backends:

@@ -7,6 +7,13 @@
     continue_sequences(sequences, max_new_tokens, stop_strings)
                               one continuation of each token-id sequence (a multi-turn conversation so far)
     release()                 give back what sampling held (vLLM: prune old adapter folders, sleep)
+    policy_for(adapter, model=, name=)
+                              what `sync` takes to sample `adapter` (a LoRA adapter folder; None: the base
+                              model): the transformers samplers sample `model` itself, which carries the
+                              adapter already; phase 4's vLLM engine holds its own weights and takes a
+                              `LoRARequest` for the folder (None for the base model)
+    close()                   end the sampler: what it holds for the whole run (the server backend unloads its
+                              last adapter and closes its connections); a no-op where it holds nothing
 
 `rollouts.groups.sample_groups` is the one caller: sync, then one turn (`sample`) or whole episodes
 (`rollouts.episodes.run_episodes` over `continue_sequences`), then release. A sampler is built by
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from rollouts.completion import RolloutCompletion
@@ -59,11 +67,15 @@ class Sampler(Protocol):
 
     def release(self) -> None: ...
 
+    def policy_for(self, adapter: Path | None, *, model: Any = None, name: str = "adapter") -> Any: ...
+
+    def close(self) -> None: ...
+
 
 class SamplerBase:
     """What every sampler shares: its tokenizer, turn budget and sampling settings, how it renders a prompt (the
     unified system prompt and the chat template with `chat_template_kwargs`), a `sync` that only remembers the
-    policy and a `release` that holds nothing."""
+    policy, a `policy_for` that is the model it is given, and a `release` and `close` that hold nothing."""
 
     policy: Any = None  # what `sync` pointed the sampler at
 
@@ -85,6 +97,20 @@ class SamplerBase:
         self.policy = policy
 
     def release(self) -> None:
+        return None
+
+    def policy_for(self, adapter: Path | None, *, model: Any = None, name: str = "adapter") -> Any:
+        """`model` itself: a sampler that samples the model object it is synced with takes the adapter attached to
+        it (`utils.student_model.load_adapter`), and the base model with no adapter, or inside the adapter's
+        `disable_adapter()`. `name` names the adapter where the engine keeps its own copy (vLLM)."""
+        if adapter is not None and model is None:
+            raise ValueError(
+                f"{type(self).__name__} samples the model object it is synced with: pass the model that carries "
+                f"the adapter {adapter} (model=...)"
+            )
+        return model
+
+    def close(self) -> None:
         return None
 
 

@@ -158,6 +158,14 @@ class VLLMRollout(AdapterSyncedSampler):
 
         return LoRARequest(lora_name=name, lora_int_id=int_id, lora_path=str(path))
 
+    def policy_for(self, adapter: Path | None, *, model: Any = None, name: str = "adapter") -> Any:
+        """Phase 4 (no hand-off): the `LoRARequest` for the adapter folder, under `name` (vLLM's prefix cache keys
+        LoRA blocks by name: one name per adapter content), or None for the engine's base model. Training: the
+        trainer's model, which `sync` hands over to the engine."""
+        if self.handoff is not None or self.weight_sync == "merged":
+            return super().policy_for(adapter, model=model, name=name)
+        return None if adapter is None else self.lora_request_for(name, 1, Path(adapter).resolve())
+
     def sync_adapter(self, model: Any, step: int) -> Any:
         """Publish the current adapter every `gen_update_steps` steps; returns the request to sample with."""
         if not self.sync_due(step):

@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import json
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -118,6 +119,13 @@ def test_lora_requests_are_built_as_vllm_defines_them():
     assert (request.lora_name, request.lora_int_id, request.lora_path) == ("policy-3", 4, "/tmp/adapters/step-3")
     with pytest.raises(ValueError):  # ids start at 1: the trainer uses step + 1
         LoRARequest(lora_name="x", lora_int_id=0, lora_path="/x")
+    evaluated = rollout.policy_for(Path("/tmp/runs/a/final_model"), name="eval-0123abcd")  # phase 4's
+    assert isinstance(evaluated, LoRARequest)
+    assert (evaluated.lora_name, evaluated.lora_int_id, evaluated.lora_path) == (
+        "eval-0123abcd",
+        1,
+        str(Path("/tmp/runs/a/final_model").resolve()),
+    )
 
 
 def test_the_engine_methods_we_call_have_the_arguments_we_pass():
