@@ -55,6 +55,16 @@ def pytest_configure(config) -> None:
         _REPORTER.append(reporter)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """`make test-vllm` runs in two pytest-xdist workers (`--dist loadgroup`): the tests on the shared server run in
+    one worker (one server for all of them), and each test that builds its own engines goes to whichever worker is
+    free. Without xdist the group marks do nothing."""
+    folder = Path(__file__).resolve().parent
+    for item in items:
+        if folder in Path(str(item.path)).resolve().parents and "vllm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("vllm_server"))
+
+
 def progress(message: str) -> None:
     """One line on the terminal while pytest captures output (which step of the target is running)."""
     line = f"[test-vllm {time.strftime('%H:%M:%S')}] {message}"
