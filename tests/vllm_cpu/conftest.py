@@ -55,6 +55,7 @@ def pytest_configure(config) -> None:
         _REPORTER.append(reporter)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group mark into the node id's suffix
 def pytest_collection_modifyitems(config, items) -> None:
     """`make test-vllm` runs in two pytest-xdist workers (`--dist loadgroup`): the tests on the shared server run in
     one worker (one server for all of them), and each test that builds its own engines goes to whichever worker is
