@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from config import Config
-from rollouts.groups import sample_groups
+from rollouts.groups import sample_from_synced, sample_groups
 from training import checkpointing
 from training.async_rollouts import RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
@@ -211,7 +211,9 @@ class GRPOTrainer:
         start = time.monotonic()
         if produced_batch is not None:
             assert self.rollout is not None
-            generations = self.rollout.sample(prompts, self.group_size)
+            generations = sample_from_synced(
+                self.rollout, prompts, self.group_size, tasks=tasks, episodes=self.episodes
+            )
             rollout_time = time.monotonic() - start
             groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
             generated = sum(s.num_policy_tokens for group in generations for s in group)

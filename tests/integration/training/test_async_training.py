@@ -12,9 +12,25 @@ import threading
 import pytest
 import torch
 
-from tests.trainer_helpers import ScriptedRollout, lora_state, scripted_trainer
+from tests.integration.training.test_multi_turn_training import (
+    ScriptedMultiTurnRollout,
+    SequencePolicy,
+    feedback_script,
+    tool_script,
+)
+from tests.trainer_helpers import (
+    ScriptedRollout,
+    lora_state,
+    scripted_trainer,
+    small_tasks,
+    tiny_config,
+    tiny_lora_student,
+)
 from training.async_rollouts import ProducerError
 from training.batching import completion_logprobs, pad_rollout_batch
+from training.grpo_trainer import GRPOTrainer
+from training.setup import build_run
+from utils.prompts import get_unified_prompt
 
 SERVER = {"grpo.rollout_backend": "vllm_server", "training.max_steps": 4, "training.save_steps": 0}
 
@@ -147,4 +163,65 @@ def test_an_async_run_resumes_from_its_checkpoint_and_samples_the_batches_in_fli
     # after the resume the first batch comes from the resumed adapter (staleness 0), then one step off again
     assert [r["async/staleness_max"] for r in steps[2:]] == [0.0, 1.0]
     assert [r["async/policy_version"] for r in steps[2:]] == [2.0, 2.0]
+    assert no_producer_thread()
+
+
+class VersionedMultiTurnRollout(ScriptedMultiTurnRollout):
+    """The server sampler's async surface for multi-turn episodes: `load_adapter` starts a new scripted policy (the
+    adapter the server now samples from); `sync` (which would publish the model being trained) is the synchronous
+    path's and must not be called."""
+
+    def __init__(self, tokenizer, script) -> None:
+        super().__init__(tokenizer, script)
+        self.loaded: list[int] = []
+        self.published: list[int] = []
+
+    def publish_adapter(self, model, step: int) -> None:
+        self.published.append(step)
+
+    def load_adapter(self, step: int) -> None:
+        self.loaded.append(step)
+        self.policies.append(SequencePolicy(self.tokenizer, self.script))
+
+    def sync(self, policy, step):
+        raise AssertionError("the producer synced the model being trained")
+
+
+@pytest.mark.parametrize("mode", ["feedback", "tool"])
+def test_async_rollouts_sample_multi_turn_episodes_from_the_loaded_adapter(tmp_path, pool, mode):
+    torch.manual_seed(0)
+    model, tokenizer = tiny_lora_student(tiny_config(tmp_path))
+    tasks = small_tasks(4)
+    script = feedback_script(tasks) if mode == "feedback" else tool_script(tasks)
+    settings = {
+        **SERVER,
+        "grpo.async_rollouts": "true",
+        "training.max_steps": 2,
+        "multi_turn.mode": mode,
+        "multi_turn.max_turns": 2,
+        "dual_source.teacher_sft_weight": 0,
+        "grpo.max_new_tokens": 256,
+        "dual_source.sft_max_length": 1024,
+    }
+    config = tiny_config(tmp_path, **settings)
+    rollout = VersionedMultiTurnRollout(tokenizer, script)
+    parts = build_run(
+        config,
+        tasks=tasks,
+        teacher_examples=[],
+        output_dir=tmp_path,
+        model=model,
+        tokenizer=tokenizer,
+        rollout=rollout,
+        pool=pool,
+    )
+    trainer = GRPOTrainer(config, parts)
+    trainer.train()
+    steps = rows(trainer)
+    assert [r["async/policy_version"] for r in steps] == [0.0, 0.0]
+    assert rollout.loaded[0] == 0 and rollout.published[:2] == [0, 1]
+    assert all(r["multi_turn/turns_mean"] > 1.0 for r in steps)  # the episodes went on past the first turn
+    first_turns = rollout.policies[0].calls[0]
+    mode_prompt = get_unified_prompt(tasks[0], config.prompt.num_visible_tests, mode=mode)
+    assert mode_prompt.split("\n")[0] in first_turns[0]
     assert no_producer_thread()
