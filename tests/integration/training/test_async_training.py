@@ -225,3 +225,91 @@ def test_async_rollouts_sample_multi_turn_episodes_from_the_loaded_adapter(tmp_p
     mode_prompt = get_unified_prompt(tasks[0], config.prompt.num_visible_tests, mode=mode)
     assert mode_prompt.split("\n")[0] in first_turns[0]
     assert no_producer_thread()
+
+
+class FirstRoundsWrong(VersionedRollout):
+    """Every odd call samples only wrong answers (groups without spread, which dynamic sampling refills)."""
+
+    def sample(self, prompts, num_samples, *, seed=None):
+        self.always_wrong = self.calls % 2 == 0  # `calls` counts this call once the parent's sample runs
+        return super().sample(prompts, num_samples)
+
+
+def test_async_dynamic_sampling_refills_in_the_producer_and_moves_the_data_order_past_every_round(tmp_path, pool):
+    torch.manual_seed(0)
+    settings = {
+        **SERVER,
+        "grpo.async_rollouts": "true",
+        "training.max_steps": 2,
+        "grpo.dynamic_sampling": "true",
+        "grpo.dynamic_sampling_max_rounds": 4,
+    }
+    trainer = scripted_trainer(tmp_path, pool, rollout_class=FirstRoundsWrong, **settings)
+    trainer.train()
+    steps = rows(trainer)
+    assert all(r["sampling/rounds"] >= 2 for r in steps)  # the all-wrong round of each batch was refilled
+    assert all(r["sampling/groups_kept"] == trainer.prompts_per_rollout for r in steps)
+    assert all(r["sampling/groups_sampled"] == r["sampling/rounds"] * trainer.prompts_per_rollout for r in steps)
+    # the data order stands after every round the two trained batches consumed (what a checkpoint saves)
+    assert trainer.state.rollout_batches == sum(int(r["sampling/rounds"]) for r in steps)
+    assert no_producer_thread()
+
+
+def test_async_curriculum_draws_in_the_producer_and_a_checkpoint_holds_only_the_trained_batches(tmp_path, pool):
+    from training.checkpointing import rank_state_name
+
+    torch.manual_seed(0)
+    settings = {
+        **SERVER,
+        "grpo.async_rollouts": "true",
+        "training.max_steps": 2,
+        "curriculum.enabled": "true",
+        "curriculum.window": 64,  # every sample kept, no task settled: the counts below are exact
+        "curriculum.min_samples": 64,
+    }
+    trainer = scripted_trainer(tmp_path, pool, rollout_class=VersionedRollout, **settings)
+    per_batch = trainer.prompts_per_rollout * trainer.group_size
+    original = trainer.train_on_rollouts
+
+    def after_the_next_batch_was_scored(groups, metrics):
+        if trainer.state.global_step == 1:  # the producer has drawn and scored batch 2 (in flight) before the save
+            for _ in range(6000):
+                if sum(map(len, trainer.curriculum.history)) >= 3 * per_batch:
+                    break
+                threading.Event().wait(0.01)
+            assert sum(map(len, trainer.curriculum.history)) >= 3 * per_batch, "the producer never ran ahead"
+        return original(groups, metrics)
+
+    trainer.train_on_rollouts = after_the_next_batch_was_scored
+    trainer.train()
+    steps = rows(trainer)
+    assert all("curriculum/zero_spread_share" in r for r in steps)
+    assert trainer.state.rollout_batches == 2
+    saved = torch.load(tmp_path / "checkpoint-2" / rank_state_name(0), weights_only=False)["curriculum"]
+    # the checkpoint's curriculum is the one after the two trained batches, not the producer's (which ran ahead)
+    assert sum(map(len, saved["history"])) == 2 * per_batch
+    assert saved["cursor"] == 2 * trainer.prompts_per_rollout  # nothing settled yet: the plain order's positions
+    assert no_producer_thread()
+
+
+def test_async_rollouts_with_a_served_teacher_score_each_trained_batch_once(tmp_path, pool):
+    """OPD beside asynchronous rollouts: the teacher scores a batch on the trainer's thread when it is trained (the
+    batches in flight are not scored), through HTTP to a served teacher."""
+    from clients.openai_compat import TeacherClient
+    from tests.fake_openai_server import FakeVLLMServer, RunningServer
+    from tests.integration.training.test_opd_training import OPD_ONLY
+    from training.teacher_logprobs import ServedTeacherScorer
+
+    torch.manual_seed(0)
+    state = FakeVLLMServer(base_model="teacher", prompt_logprob=lambda prefix, token: -1.0)
+    settings = {**SERVER, **OPD_ONLY, "grpo.async_rollouts": "true", "training.max_steps": 2}
+    with RunningServer(state) as server:
+        scorer = ServedTeacherScorer(TeacherClient(server.url, model="teacher"), "teacher")
+        trainer = scripted_trainer(tmp_path, pool, VersionedRollout, teacher_scorer=scorer, **settings)
+        trainer.train()
+    steps = rows(trainer)
+    assert [r["async/policy_version"] for r in steps] == [0.0, 0.0]
+    per_batch = trainer.prompts_per_rollout * trainer.group_size
+    assert len(state.calls) == 2 * per_batch  # the two trained batches, every sample once
+    assert all(r["opd/teacher_tokens"] > 0 and "loss/opd" in r for r in steps)
+    assert no_producer_thread()
