@@ -292,6 +292,7 @@ def test_async_curriculum_draws_in_the_producer_and_a_checkpoint_holds_only_the_
     assert no_producer_thread()
 
 
+@pytest.mark.slow
 def test_async_rollouts_with_a_served_teacher_score_each_trained_batch_once(tmp_path, pool):
     """OPD beside asynchronous rollouts: the teacher scores a batch on the trainer's thread when it is trained (the
     batches in flight are not scored), through HTTP to a served teacher."""
@@ -313,3 +314,15 @@ def test_async_rollouts_with_a_served_teacher_score_each_trained_batch_once(tmp_
     assert len(state.calls) == 2 * per_batch  # the two trained batches, every sample once
     assert all(r["opd/teacher_tokens"] > 0 and "loss/opd" in r for r in steps)
     assert no_producer_thread()
+
+
+def test_async_rollouts_under_several_processes_are_refused_before_the_producer_starts(tmp_path, pool, monkeypatch):
+    from training.launch import LaunchError
+
+    trainer = scripted_trainer(
+        tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
+    )
+    monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
+    with pytest.raises(LaunchError, match="--num_processes 1"):
+        trainer._start_producer()
+    assert no_producer_thread() and trainer.rollout.calls == 0
