@@ -135,13 +135,12 @@ def validate(config: Config) -> None:
             "grpo.async_rollouts",
             "needs grpo.importance_sampling token or sequence: stale rollouts are corrected by it",
         )
-        for ok, what in (
-            (not grpo.dynamic_sampling, "grpo.dynamic_sampling (its refill rounds depend on the rewards just scored)"),
-            (not config.curriculum.enabled, "curriculum.enabled (its draws depend on the rewards just scored)"),
-            (config.multi_turn.mode == "single", f"multi_turn.mode={config.multi_turn.mode} (single turn only)"),
-            (grpo.gen_update_steps == 1, "grpo.gen_update_steps > 1 (max_staleness bounds the lag instead)"),
-        ):
-            need(ok, "grpo.async_rollouts", f"cannot be combined with {what}; turn one of them off")
+        need(
+            grpo.gen_update_steps == 1,
+            "grpo.async_rollouts",
+            "cannot be combined with grpo.gen_update_steps > 1 (max_staleness bounds the lag instead); turn one of "
+            "them off",
+        )
     training = config.training
     need(
         not (training.warmup_steps > 0 and training.warmup_ratio > 0),

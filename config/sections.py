@@ -590,7 +590,8 @@ class GRPOConfig:
         "while the trainer updates, from the latest adapter the server loaded (TRL's async GRPO). Each batch "
         "carries the optimizer step of the adapter it was sampled with; the importance correction against the "
         "sampler's log-probs (importance_sampling, which must not be 'off') reweights the stale ones. "
-        "Single process only; not with dynamic_sampling, the curriculum or multi-turn modes.",
+        "Multi-turn modes, dynamic_sampling and the curriculum run in the producer. Single process only; not with "
+        "gen_update_steps > 1.",
     )
     max_staleness: int = option(
         1,

@@ -9,6 +9,8 @@ The one sampling call:
   samples, for phase 3, phase 4, `evaluation.solve` and the preflight.
 - It syncs the sampler, then samples one turn (single mode) or whole episodes (`episodes.run_episodes`), then
   releases the sampler.
+- `groups.sample_from_synced` is the same without the sync: the asynchronous producer samples from the adapter
+  its server already loaded.
 - No caller branches on the mode.
 - `seed` gives vLLM per-prompt request seeds (phase 4); the torch samplers draw from the process's seeded generator.
 

@@ -47,23 +47,39 @@ def sample_groups(
     torch samplers draw from the process's seeded generator."""
     if episodes is not None and (tasks is None or len(tasks) != len(prompts)):
         raise ValueError("multi-turn sampling needs the task of every prompt (the environment runs its tests)")
+    if episodes is not None and (tasks is None or len(tasks) != len(prompts)):
+        raise ValueError("multi-turn sampling needs the task of every prompt (the environment runs its tests)")
     sampler.sync(policy, step)
     try:
-        if episodes is None:
-            return sampler.sample(prompts, num_samples, seed=seed)
-        assert tasks is not None
-        prompt_ids = [sampler.encode(p) for p in prompts]
-        records = run_episodes(
-            sampler,
-            episodes.environment,
-            sampler.tokenizer,
-            [ids for ids in prompt_ids for _ in range(num_samples)],
-            [task for task in tasks for _ in range(num_samples)],
-            mode=episodes.mode,
-            max_new_tokens=episodes.max_new_tokens,
-            max_total_tokens=episodes.max_total_tokens,
-            chat_template_kwargs=episodes.chat_template_kwargs,
-        )
-        return [records[k * num_samples : (k + 1) * num_samples] for k in range(len(prompts))]
+        return sample_from_synced(sampler, prompts, num_samples, tasks=tasks, episodes=episodes, seed=seed)
     finally:
         sampler.release()
+
+
+def sample_from_synced(
+    sampler: Sampler,
+    prompts: list[str],
+    num_samples: int,
+    *,
+    tasks: Sequence[Task] | None = None,
+    episodes: Episodes | None = None,
+    seed: int | None = None,
+) -> list[list[RolloutCompletion]]:
+    """`sample_groups` from whatever the sampler samples now, without syncing it with a policy: the asynchronous
+    producer's call, whose server already loaded the adapter it samples from."""
+    if episodes is None:
+        return sampler.sample(prompts, num_samples, seed=seed)
+    assert tasks is not None and len(tasks) == len(prompts), "multi-turn sampling needs the task of every prompt"
+    prompt_ids = [sampler.encode(p) for p in prompts]
+    records = run_episodes(
+        sampler,
+        episodes.environment,
+        sampler.tokenizer,
+        [ids for ids in prompt_ids for _ in range(num_samples)],
+        [task for task in tasks for _ in range(num_samples)],
+        mode=episodes.mode,
+        max_new_tokens=episodes.max_new_tokens,
+        max_total_tokens=episodes.max_total_tokens,
+        chat_template_kwargs=episodes.chat_template_kwargs,
+    )
+    return [records[k * num_samples : (k + 1) * num_samples] for k in range(len(prompts))]

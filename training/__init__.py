@@ -34,8 +34,9 @@ The loop (`grpo_trainer`):
   when the micro-batches do not depend on the rewards.
   With `grpo.dynamic_sampling` it samples more rounds until the batch is full of groups with correctness spread.
   It samples nothing when no loss term uses rollouts.
-  With `grpo.async_rollouts` (server backend) a producer thread collects instead, ahead of the trainer; the
-  trainer publishes the adapter after each batch and takes the next batch from the producer's queue.
+  With `grpo.async_rollouts` (server backend) a producer thread collects instead, ahead of the trainer (the same
+  batch: multi-turn episodes, dynamic sampling's rounds, the curriculum's draw); the trainer publishes the adapter
+  after each batch and takes the next batch from the producer's queue.
 - Plan: `update_plan.plan_update`.
 - Apply: μ optimizer steps.
   Each step is a list of passes: the rollout terms (GRPO, KL, OPD: those with a nonzero weight) per row chunk,
@@ -125,7 +126,9 @@ The curriculum (`curriculum`, `curriculum.enabled`, off by default):
   It skips a task whose kept rewards are all equal, until that task has been skipped `revisit_after` times.
 - Every process's groups are gathered, so every rank holds the same state and draws the same batch.
 - Its state rides in each `rank-N.pt`.
-- It is pure Python apart from the trainer's two hooks in `_prompt_indices` and `collect_rollouts`.
+- It is pure Python apart from the trainer's two hooks in `_prompt_indices` and `_sample_round`.
+- With asynchronous rollouts the producer thread draws and observes; the checkpoint saves the state it had after
+  the last trained batch (`GRPOTrainer._produce_batch`).
 
 The run around the loop:
 - `launch` decides what a launch may be before anything loads.

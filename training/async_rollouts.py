@@ -7,12 +7,16 @@ published adapter (`load(version)`, on its own thread: the sampler's HTTP loop i
 samples the batch's prompts and scores them in the sandbox (`produce(index)`). Each batch carries the version it
 was sampled with.
 
-Bounded staleness by waiting, not by discarding: batch `k` is trained at step `first_step + k x mu` (mu =
-`grpo.num_iterations`), so the producer starts it only once the published version is at least that step minus
-`max_staleness`; a batch is therefore never older than the bound when it is taken, and no sample is wasted. The
-queue holds at most `max_staleness + 1` batches. `take` still checks every batch and drops one that is older
-(counted in `async/dropped_groups`) rather than re-sampling it: a re-sample would stall the trainer for a whole
-sampling round, while the producer's next batch is already newer.
+Bounded staleness by waiting, not by discarding: the producer's `k`-th batch is trained at step
+`first_step + k x mu` (mu = `grpo.num_iterations`), so the producer starts it only once the published version is
+at least that step minus `max_staleness`; a batch is therefore never older than the bound when it is taken, and
+no sample is wasted. The queue holds at most `max_staleness + 1` batches. `take` still checks every batch and
+drops one that is older (counted in `async/dropped_groups`) rather than re-sampling it: a re-sample would stall
+the trainer for a whole sampling round, while the producer's next batch is already newer.
+
+What one batch is stays the trainer's business (`produce`): multi-turn episodes, dynamic sampling's refill
+rounds (a batch then spans several data-order positions, `index` to `last_index`, and the next batch starts
+after the last), the curriculum's draw. The producer only orders, stamps and bounds the batches.
 
 A thread, not a process: the producer's work is HTTP to the server and waiting for sandbox subprocesses, both
 outside the GIL, and it shares the tasks, the tokenizer, the sandbox pool and the sampler's connections with
@@ -38,6 +42,7 @@ class RolloutBatch:
     """One rollout batch as the producer made it."""
 
     index: int  # its position in the data order (the rollout batch counter)
+    last_index: int  # the position of its last sampling round (dynamic sampling's refills follow `index`)
     version: int  # optimizer step of the adapter it was sampled with
     groups: list  # scored groups (`training.rewards.ScoredSample` lists)
     metrics: dict
@@ -50,14 +55,15 @@ _DONE = object()  # the producer's last queue item after an error
 class RolloutProducer:
     """The producer thread and its bounded queue (see the module docstring).
 
-    produce(index) -> (groups, metrics): sample and score rollout batch `index`; load(version): have the sampler
-    sample from the adapter published at `version` (called on the producer's thread, only when it changed);
-    `first_index`/`first_step`: where the data order and the optimizer steps stand when the producer starts;
-    `steps_per_batch`: optimizer steps trained on one batch (mu)."""
+    produce(index) -> (groups, metrics, last_index): sample and score the rollout batch at data-order position
+    `index` (with dynamic sampling's refill rounds at the positions after it, up to `last_index`);
+    load(version): have the sampler sample from the adapter published at `version` (called on the producer's
+    thread, only when it changed); `first_index`/`first_step`: where the data order and the optimizer steps stand
+    when the producer starts; `steps_per_batch`: optimizer steps trained on one batch (mu)."""
 
     def __init__(
         self,
-        produce: Callable[[int], tuple[list, dict]],
+        produce: Callable[[int], tuple[list, dict, int]],
         load: Callable[[int], None],
         *,
         max_staleness: int,
@@ -139,9 +145,9 @@ class RolloutProducer:
 
     def _run(self) -> None:
         try:
-            index = self.first_index
+            index, produced = self.first_index, 0
             while not self._stop.is_set():
-                trained_at = self.first_step + (index - self.first_index) * self.steps_per_batch
+                trained_at = self.first_step + produced * self.steps_per_batch
                 waited = time.monotonic()
                 with self._changed:  # never further ahead than max_staleness steps
                     while not self._stop.is_set() and self._published < trained_at - self.max_staleness:
@@ -153,15 +159,15 @@ class RolloutProducer:
                     self.load(version)
                     self._loaded = version
                 wait_s = time.monotonic() - waited
-                groups, metrics = self.produce(index)
-                batch = RolloutBatch(index, version, groups, metrics, wait_s)
+                groups, metrics, last_index = self.produce(index)
+                batch = RolloutBatch(index, last_index, version, groups, metrics, wait_s)
                 while not self._stop.is_set():
                     try:
                         self.queue.put(batch, timeout=0.1)
                         break
                     except queue.Full:
                         continue
-                index += 1
+                index, produced = last_index + 1, produced + 1
         except BaseException as error:  # noqa: BLE001 - any failure ends the thread; the trainer raises it in `take`
             self._error = error
             while True:  # room for the marker even when the queue is full

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 
 from config import Config
-from rollouts.groups import sample_groups
+from rollouts.groups import sample_from_synced, sample_groups
 from training import checkpointing
 from training.async_rollouts import RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
@@ -124,6 +125,11 @@ class GRPOTrainer:
         self.teacher_rng = random.Random(training.seed + 1 + self.accelerator.process_index)
         self.eot = end_of_turn_id(tokenizer)
         self._curriculum_metrics: dict[str, float] = {}
+        # asynchronous rollouts: the curriculum's state after each produced batch, by its last data-order position
+        # (written on the producer's thread, read on the trainer's), and the one after the last trained batch
+        self._curriculum_lock = threading.Lock()
+        self._curriculum_after: dict[int, dict] = {}
+        self._trained_curriculum: dict | None = None
         # a term that is off costs nothing: without GRPO, KL, OPD, self-SFT and the curriculum no rollout is sampled
         self.needs_rollouts = (
             self.passes.rollout_terms
@@ -172,17 +178,26 @@ class GRPOTrainer:
         in the objective trains on rollouts."""
         if not self.needs_rollouts:
             return [], {}
+        groups, metrics, last_index = self._fill_batch(self.state.rollout_batches)
+        self.state.rollout_batches = last_index  # a refill round consumed the next prompts of the data order
+        return groups, metrics
+
+    def _fill_batch(self, first_index: int, produced: bool = False) -> tuple[list[list[ScoredSample]], dict, int]:
+        """One rollout batch starting at data-order position `first_index`: one round, or with dynamic sampling
+        rounds at `first_index`, `first_index + 1`, ... until it is full of groups with spread. Returns the groups,
+        their metrics and the position of the last round sampled. `produced`: the asynchronous producer's batch
+        (one process: the all-reduce of the stop decision is the identity)."""
         grpo = self.config.grpo
         if not grpo.dynamic_sampling:
-            return self._sample_round()
+            return *self._sample_round(first_index, produced), first_index
         wanted = self.prompts_per_rollout
         kept: list[list[ScoredSample]] = []
         rounds: list[tuple[dict, int]] = []
         sampled = 0
+        index = first_index
         for round_index in range(grpo.dynamic_sampling_max_rounds):
-            if round_index > 0:
-                self.state.rollout_batches += 1  # a refill round consumes the next prompts of the data order
-            groups, metrics = self._sample_round()
+            index = first_index + round_index
+            groups, metrics = self._sample_round(index, produced)
             rounds.append((metrics, sum(len(g) for g in groups)))
             sampled += len(groups)
             spread = group_has_spread(correctness_rewards(groups)).tolist() if groups else []
@@ -198,29 +213,34 @@ class GRPOTrainer:
                 "sampling/groups_kept": float(len(kept)),
             }
         )
-        return kept, merged
+        return kept, merged, index
 
-    def _sample_round(self, produced_batch: int | None = None) -> tuple[list[list[ScoredSample]], dict]:
-        """One rollout round: the next prompts of the data order, G samples each, scored. `produced_batch`: the
-        asynchronous producer's batch (`training.async_rollouts`), sampled from the adapter the producer had the
+    def _sample_round(self, index: int, produced: bool = False) -> tuple[list[list[ScoredSample]], dict]:
+        """One rollout round: the prompts at data-order position `index`, G samples each, scored. `produced`: the
+        asynchronous producer's round (`training.async_rollouts`), sampled from the adapter the producer had the
         server load, without touching the model (the trainer is updating it)."""
         cfg = self.config
-        chosen = self._prompt_indices(self.state.rollout_batches if produced_batch is None else produced_batch)
+        chosen = self._prompt_indices(index)
         tasks = [self.tasks[i] for i in chosen]
         prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=cfg.multi_turn.mode) for t in tasks]
         start = time.monotonic()
-        if produced_batch is not None:
+        if produced:
             assert self.rollout is not None
-            generations = self.rollout.sample(prompts, self.group_size)
+            generations = sample_from_synced(
+                self.rollout, prompts, self.group_size, tasks=tasks, episodes=self.episodes
+            )
             rollout_time = time.monotonic() - start
             groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
             generated = sum(s.num_policy_tokens for group in generations for s in group)
-            return groups, {
+            metrics = {
                 "time/rollout_s": rollout_time,
                 "time/score_s": time.monotonic() - start - rollout_time,
                 "tokens_per_s": generated / max(rollout_time, 1e-9),
                 **metrics,
             }
+            if self.curriculum is not None:
+                metrics.update(self._observe_curriculum(chosen, groups))
+            return groups, metrics
         unwrapped = self.accelerator.unwrap_model(self.model)
         with torch.no_grad():
             assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
@@ -281,7 +301,7 @@ class GRPOTrainer:
                 f"{type(rollout).__name__} does not"
             )
         producer = RolloutProducer(
-            lambda index: self._sample_round(produced_batch=index),
+            self._produce_batch,
             rollout.load_adapter,
             max_staleness=self.config.grpo.max_staleness,
             first_index=self.state.rollout_batches,
@@ -292,6 +312,18 @@ class GRPOTrainer:
         producer.start()
         return producer
 
+    def _produce_batch(self, index: int) -> tuple[list[list[ScoredSample]], dict, int]:
+        """The producer's batch at data-order position `index` (on its thread). With the curriculum, the draw sees
+        the estimates up to the batches the producer scored so far (those not yet trained included: up to
+        max_staleness + 1 batches ahead of the trainer, their rewards from adapters up to max_staleness steps
+        old), and the curriculum's state after this batch is kept for the checkpoint of the step that trains it:
+        the curriculum itself runs ahead of the trainer, a resumed run must not skip the batches in flight."""
+        groups, metrics, last_index = self._fill_batch(index, produced=True)
+        if self.curriculum is not None:
+            with self._curriculum_lock:
+                self._curriculum_after[last_index] = self.curriculum.state()
+        return groups, metrics, last_index
+
     def _publish(self, producer: RolloutProducer) -> None:
         """Write the adapter of the current step (on this thread, which owns the weights) and tell the producer."""
         rollout: Any = self.rollout  # a sampler `_start_producer` checked: it publishes adapters
@@ -300,9 +332,14 @@ class GRPOTrainer:
 
     def _take_rollouts(self, producer: RolloutProducer) -> tuple[list[list[ScoredSample]], dict]:
         """The producer's next batch fresh enough for this step, with its async metrics; the data order moves to
-        the batch after it (dropped batches consumed their prompts)."""
+        the batch's last round (the loop then counts past it; dropped batches consumed their prompts)."""
         batch, async_metrics = producer.take(self.state.global_step)
-        self.state.rollout_batches = batch.index
+        self.state.rollout_batches = batch.last_index
+        if self.curriculum is not None:  # the curriculum as it stood after this batch (and before the next)
+            with self._curriculum_lock:
+                self._trained_curriculum = self._curriculum_after.pop(batch.last_index)
+                for older in [k for k in self._curriculum_after if k < batch.last_index]:  # dropped batches
+                    del self._curriculum_after[older]
         return batch.groups, {**batch.metrics, **async_metrics}
 
     def _rollout_forwards(self, completions: list) -> tuple[RolloutForwards, float]:
@@ -544,9 +581,17 @@ class GRPOTrainer:
             rank_state={
                 "teacher": self.teacher_rng.getstate(),
                 "self_sft_buffer": self.buffer.state(),
-                **({"curriculum": self.curriculum.state()} if self.curriculum is not None else {}),
+                **({"curriculum": self._curriculum_state()} if self.curriculum is not None else {}),
             },
         )
+
+    def _curriculum_state(self) -> dict:
+        """The curriculum's state after the last trained batch: the asynchronous producer's, as it stood after
+        that batch (it has drawn and observed the batches in flight since); otherwise the curriculum's own."""
+        assert self.curriculum is not None
+        if self._trained_curriculum is not None:
+            return self._trained_curriculum
+        return self.curriculum.state()
 
     def load_checkpoint(self, path: Path) -> None:
         rank_state = checkpointing.load_checkpoint(

@@ -308,3 +308,49 @@ def test_an_async_phase3_run_against_the_server_loads_each_published_adapter_on_
     assert {call[0] for call in state.calls} <= set(loads)
     assert [n.rsplit("step", 1)[1] for n in loads[:2]] == ["0", "1"]
     assert (tmp_path / "out" / "final_model" / "adapter_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_async_tool_mode_continues_each_episode_on_the_server_from_the_producer(tmp_path):
+    """grpo.async_rollouts in tool mode through the server sampler: the producer runs whole episodes against the
+    adapter it had the server load, each second turn continuing the first turn's ids and the tool's result."""
+    from environments.code_env import format_result
+    from tests.canned_responses import student_answer
+    from utils.sft_data import encode_inserted_text
+
+    tasks = small_tasks(2)
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    tokenizer = load_student("embedded:tiny-random", "float32", device="cpu")[1]
+    program_ids = tokenizer("<think>\n<program>\nprint(6 * 7)\n</program>", add_special_tokens=False)["input_ids"]
+
+    def responder(prompt_ids, index, rng):  # a program first; the task's solution once a result ends the prompt
+        prompt = tokenizer.decode(prompt_ids)
+        if not prompt.rstrip().endswith("</result>"):
+            return "<think>\n<program>\nprint(6 * 7)\n</program>", program_ids
+        task = next(t for t in tasks if t.problem.strip() in prompt)
+        text = student_answer(task.reference_solutions[0])
+        return text, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    state = FakeVLLMServer(base_model="embedded:tiny-random", responder=responder)
+    settings = {
+        "training.max_steps": 2,
+        "dual_source.teacher_sft_weight": 0.0,
+        "grpo.max_new_tokens": 200,
+        "multi_turn.mode": "tool",
+        "grpo.async_rollouts": "true",
+    }
+    with RunningServer(state) as server:
+        config = server_config(tmp_path / "out", server.url, **settings)
+        phase3.main(config, train_file=train)
+    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["async/policy_version"] for m in metrics] == [0.0, 0.0]
+    assert all(m["multi_turn/tool_calls_mean"] == 1.0 and m["pass_rate"] == 1.0 for m in metrics)
+    bodies = [body for _, _, body, _ in state.calls]
+    result_ids = encode_inserted_text(tokenizer, format_result("42\n", config.multi_turn.result_max_bytes))
+    first_turns = [b for b in bodies if not tokenizer.decode(b["prompt"]).rstrip().endswith("</result>")]
+    second_turns = [b for b in bodies if tokenizer.decode(b["prompt"]).rstrip().endswith("</result>")]
+    continued = {tuple(b["prompt"]) + tuple(program_ids) + tuple(result_ids) for b in first_turns}
+    assert second_turns and all(tuple(b["prompt"]) in continued for b in second_turns)
+    assert {name for name, _, _, _ in state.calls} <= {n for kind, n in state.events if kind == "load"}
+    assert [n for kind, n in state.events if kind == "load"] != []

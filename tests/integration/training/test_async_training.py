@@ -12,9 +12,25 @@ import threading
 import pytest
 import torch
 
-from tests.trainer_helpers import ScriptedRollout, lora_state, scripted_trainer
+from tests.integration.training.test_multi_turn_training import (
+    ScriptedMultiTurnRollout,
+    SequencePolicy,
+    feedback_script,
+    tool_script,
+)
+from tests.trainer_helpers import (
+    ScriptedRollout,
+    lora_state,
+    scripted_trainer,
+    small_tasks,
+    tiny_config,
+    tiny_lora_student,
+)
 from training.async_rollouts import ProducerError
 from training.batching import completion_logprobs, pad_rollout_batch
+from training.grpo_trainer import GRPOTrainer
+from training.setup import build_run
+from utils.prompts import get_unified_prompt
 
 SERVER = {"grpo.rollout_backend": "vllm_server", "training.max_steps": 4, "training.save_steps": 0}
 
@@ -148,3 +164,165 @@ def test_an_async_run_resumes_from_its_checkpoint_and_samples_the_batches_in_fli
     assert [r["async/staleness_max"] for r in steps[2:]] == [0.0, 1.0]
     assert [r["async/policy_version"] for r in steps[2:]] == [2.0, 2.0]
     assert no_producer_thread()
+
+
+class VersionedMultiTurnRollout(ScriptedMultiTurnRollout):
+    """The server sampler's async surface for multi-turn episodes: `load_adapter` starts a new scripted policy (the
+    adapter the server now samples from); `sync` (which would publish the model being trained) is the synchronous
+    path's and must not be called."""
+
+    def __init__(self, tokenizer, script) -> None:
+        super().__init__(tokenizer, script)
+        self.loaded: list[int] = []
+        self.published: list[int] = []
+
+    def publish_adapter(self, model, step: int) -> None:
+        self.published.append(step)
+
+    def load_adapter(self, step: int) -> None:
+        self.loaded.append(step)
+        self.policies.append(SequencePolicy(self.tokenizer, self.script))
+
+    def sync(self, policy, step):
+        raise AssertionError("the producer synced the model being trained")
+
+
+@pytest.mark.parametrize("mode", ["feedback", "tool"])
+def test_async_rollouts_sample_multi_turn_episodes_from_the_loaded_adapter(tmp_path, pool, mode):
+    torch.manual_seed(0)
+    model, tokenizer = tiny_lora_student(tiny_config(tmp_path))
+    tasks = small_tasks(4)
+    script = feedback_script(tasks) if mode == "feedback" else tool_script(tasks)
+    settings = {
+        **SERVER,
+        "grpo.async_rollouts": "true",
+        "training.max_steps": 2,
+        "multi_turn.mode": mode,
+        "multi_turn.max_turns": 2,
+        "dual_source.teacher_sft_weight": 0,
+        "grpo.max_new_tokens": 256,
+        "dual_source.sft_max_length": 1024,
+    }
+    config = tiny_config(tmp_path, **settings)
+    rollout = VersionedMultiTurnRollout(tokenizer, script)
+    parts = build_run(
+        config,
+        tasks=tasks,
+        teacher_examples=[],
+        output_dir=tmp_path,
+        model=model,
+        tokenizer=tokenizer,
+        rollout=rollout,
+        pool=pool,
+    )
+    trainer = GRPOTrainer(config, parts)
+    trainer.train()
+    steps = rows(trainer)
+    assert [r["async/policy_version"] for r in steps] == [0.0, 0.0]
+    assert rollout.loaded[0] == 0 and rollout.published[:2] == [0, 1]
+    assert all(r["multi_turn/turns_mean"] > 1.0 for r in steps)  # the episodes went on past the first turn
+    first_turns = rollout.policies[0].calls[0]
+    mode_prompt = get_unified_prompt(tasks[0], config.prompt.num_visible_tests, mode=mode)
+    assert mode_prompt.split("\n")[0] in first_turns[0]
+    assert no_producer_thread()
+
+
+class FirstRoundsWrong(VersionedRollout):
+    """Every odd call samples only wrong answers (groups without spread, which dynamic sampling refills)."""
+
+    def sample(self, prompts, num_samples, *, seed=None):
+        self.always_wrong = self.calls % 2 == 0  # `calls` counts this call once the parent's sample runs
+        return super().sample(prompts, num_samples)
+
+
+def test_async_dynamic_sampling_refills_in_the_producer_and_moves_the_data_order_past_every_round(tmp_path, pool):
+    torch.manual_seed(0)
+    settings = {
+        **SERVER,
+        "grpo.async_rollouts": "true",
+        "training.max_steps": 2,
+        "grpo.dynamic_sampling": "true",
+        "grpo.dynamic_sampling_max_rounds": 4,
+    }
+    trainer = scripted_trainer(tmp_path, pool, rollout_class=FirstRoundsWrong, **settings)
+    trainer.train()
+    steps = rows(trainer)
+    assert all(r["sampling/rounds"] >= 2 for r in steps)  # the all-wrong round of each batch was refilled
+    assert all(r["sampling/groups_kept"] == trainer.prompts_per_rollout for r in steps)
+    assert all(r["sampling/groups_sampled"] == r["sampling/rounds"] * trainer.prompts_per_rollout for r in steps)
+    # the data order stands after every round the two trained batches consumed (what a checkpoint saves)
+    assert trainer.state.rollout_batches == sum(int(r["sampling/rounds"]) for r in steps)
+    assert no_producer_thread()
+
+
+def test_async_curriculum_draws_in_the_producer_and_a_checkpoint_holds_only_the_trained_batches(tmp_path, pool):
+    from training.checkpointing import rank_state_name
+
+    torch.manual_seed(0)
+    settings = {
+        **SERVER,
+        "grpo.async_rollouts": "true",
+        "training.max_steps": 2,
+        "curriculum.enabled": "true",
+        "curriculum.window": 64,  # every sample kept, no task settled: the counts below are exact
+        "curriculum.min_samples": 64,
+    }
+    trainer = scripted_trainer(tmp_path, pool, rollout_class=VersionedRollout, **settings)
+    per_batch = trainer.prompts_per_rollout * trainer.group_size
+    original = trainer.train_on_rollouts
+
+    def after_the_next_batch_was_scored(groups, metrics):
+        if trainer.state.global_step == 1:  # the producer has drawn and scored batch 2 (in flight) before the save
+            for _ in range(6000):
+                if sum(map(len, trainer.curriculum.history)) >= 3 * per_batch:
+                    break
+                threading.Event().wait(0.01)
+            assert sum(map(len, trainer.curriculum.history)) >= 3 * per_batch, "the producer never ran ahead"
+        return original(groups, metrics)
+
+    trainer.train_on_rollouts = after_the_next_batch_was_scored
+    trainer.train()
+    steps = rows(trainer)
+    assert all("curriculum/zero_spread_share" in r for r in steps)
+    assert trainer.state.rollout_batches == 2
+    saved = torch.load(tmp_path / "checkpoint-2" / rank_state_name(0), weights_only=False)["curriculum"]
+    # the checkpoint's curriculum is the one after the two trained batches, not the producer's (which ran ahead)
+    assert sum(map(len, saved["history"])) == 2 * per_batch
+    assert saved["cursor"] == 2 * trainer.prompts_per_rollout  # nothing settled yet: the plain order's positions
+    assert no_producer_thread()
+
+
+@pytest.mark.slow
+def test_async_rollouts_with_a_served_teacher_score_each_trained_batch_once(tmp_path, pool):
+    """OPD beside asynchronous rollouts: the teacher scores a batch on the trainer's thread when it is trained (the
+    batches in flight are not scored), through HTTP to a served teacher."""
+    from clients.openai_compat import TeacherClient
+    from tests.fake_openai_server import FakeVLLMServer, RunningServer
+    from tests.integration.training.test_opd_training import OPD_ONLY
+    from training.teacher_logprobs import ServedTeacherScorer
+
+    torch.manual_seed(0)
+    state = FakeVLLMServer(base_model="teacher", prompt_logprob=lambda prefix, token: -1.0)
+    settings = {**SERVER, **OPD_ONLY, "grpo.async_rollouts": "true", "training.max_steps": 2}
+    with RunningServer(state) as server:
+        scorer = ServedTeacherScorer(TeacherClient(server.url, model="teacher"), "teacher")
+        trainer = scripted_trainer(tmp_path, pool, VersionedRollout, teacher_scorer=scorer, **settings)
+        trainer.train()
+    steps = rows(trainer)
+    assert [r["async/policy_version"] for r in steps] == [0.0, 0.0]
+    per_batch = trainer.prompts_per_rollout * trainer.group_size
+    assert len(state.calls) == 2 * per_batch  # the two trained batches, every sample once
+    assert all(r["opd/teacher_tokens"] > 0 and "loss/opd" in r for r in steps)
+    assert no_producer_thread()
+
+
+def test_async_rollouts_under_several_processes_are_refused_before_the_producer_starts(tmp_path, pool, monkeypatch):
+    from training.launch import LaunchError
+
+    trainer = scripted_trainer(
+        tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
+    )
+    monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
+    with pytest.raises(LaunchError, match="--num_processes 1"):
+        trainer._start_producer()
+    assert no_producer_thread() and trainer.rollout.calls == 0

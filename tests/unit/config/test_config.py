@@ -400,9 +400,6 @@ def test_the_gpu_preset_samples_with_vllm_when_it_is_installed(monkeypatch):
     [
         (["grpo.rollout_backend=hf"], "needs grpo.rollout_backend=vllm_server"),
         (["grpo.importance_sampling=off"], "importance_sampling"),
-        (["grpo.dynamic_sampling=true"], "grpo.dynamic_sampling"),
-        (["curriculum.enabled=true"], "curriculum.enabled"),
-        (["multi_turn.mode=tool"], "multi_turn.mode=tool"),
         (["grpo.gen_update_steps=2"], "gen_update_steps"),
     ],
 )
@@ -417,5 +414,10 @@ def test_async_rollouts_on_the_server_with_a_staleness_bound_are_accepted():
         "cpu", overrides=["grpo.async_rollouts=true", "grpo.rollout_backend=vllm_server", "grpo.max_staleness=2"]
     ).grpo
     assert grpo.async_rollouts and grpo.max_staleness == 2
+    base = ["grpo.async_rollouts=true", "grpo.rollout_backend=vllm_server"]
+    for mode in ("tool", "feedback"):  # the producer runs whole episodes
+        assert cfg.build_config("cpu", overrides=[*base, f"multi_turn.mode={mode}"]).multi_turn.mode == mode
+    assert cfg.build_config("cpu", overrides=[*base, "grpo.dynamic_sampling=true"]).grpo.dynamic_sampling
+    assert cfg.build_config("cpu", overrides=[*base, "curriculum.enabled=true"]).curriculum.enabled
     with pytest.raises(cfg.ConfigError, match="max_staleness"):
         cfg.build_config("cpu", overrides=["grpo.max_staleness=-1"])

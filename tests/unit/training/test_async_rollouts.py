@@ -14,21 +14,21 @@ from training.async_rollouts import ProducerError, RolloutProducer
 class ScriptedSampler:
     """`produce`/`load` for the producer: records the version each batch was sampled with; `delay` makes it slow."""
 
-    def __init__(self, delay: float = 0.0, fail_at: int | None = None) -> None:
-        self.delay, self.fail_at = delay, fail_at
+    def __init__(self, delay: float = 0.0, fail_at: int | None = None, rounds: int = 1) -> None:
+        self.delay, self.fail_at, self.rounds = delay, fail_at, rounds  # rounds: data-order positions per batch
         self.loaded: int | None = None
         self.sampled: dict[int, int] = {}  # batch index -> loaded version
 
     def load(self, version: int) -> None:
         self.loaded = version
 
-    def produce(self, index: int) -> tuple[list, dict]:
+    def produce(self, index: int) -> tuple[list, dict, int]:
         if index == self.fail_at:
             raise ConnectionError("the rollout server went away")
         time.sleep(self.delay)
         assert self.loaded is not None
         self.sampled[index] = self.loaded
-        return [[index]] * 2, {"pass_rate": 0.5}
+        return [[index]] * 2, {"pass_rate": 0.5}, index + self.rounds - 1
 
 
 def run_trainer(producer: RolloutProducer, steps: int, delay: float = 0.0) -> list[dict]:
@@ -40,7 +40,7 @@ def run_trainer(producer: RolloutProducer, steps: int, delay: float = 0.0) -> li
         for step in range(steps):
             batch, metrics = producer.take(step)
             time.sleep(delay)
-            out.append({"index": batch.index, "version": batch.version, **metrics})
+            out.append({"index": batch.index, "last_index": batch.last_index, "version": batch.version, **metrics})
             producer.publish(step + 1)
     finally:
         producer.stop()
@@ -58,6 +58,14 @@ def test_a_slow_trainer_gets_batches_exactly_as_stale_as_allowed_never_more(max_
     # the producer ran ahead as far as allowed: after the first batches every one is max_staleness old
     assert [t["async/staleness_max"] for t in taken[max_staleness:]] == [max_staleness] * (8 - max_staleness)
     assert all(sampler.sampled[t["index"]] == t["version"] for t in taken)  # the stamp is the adapter sampled
+
+
+def test_batches_of_several_rounds_move_the_data_order_past_their_last_round_and_the_bound_by_one_batch():
+    sampler = ScriptedSampler(rounds=3)  # dynamic sampling: each batch samples three rounds
+    producer = RolloutProducer(sampler.produce, sampler.load, max_staleness=1, first_index=5, first_step=0)
+    taken = run_trainer(producer, steps=4, delay=0.02)
+    assert [(t["index"], t["last_index"]) for t in taken] == [(5, 7), (8, 10), (11, 13), (14, 16)]
+    assert [t["async/staleness_max"] for t in taken] == [0.0, 1.0, 1.0, 1.0]  # a batch is one step, not three
 
 
 def test_a_slow_sampler_keeps_the_bound_and_the_trainer_waits_for_it():
