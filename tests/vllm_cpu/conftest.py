@@ -64,6 +64,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if folder in Path(str(item.path)).resolve().parents and "vllm_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("vllm_server"))
+    # the longest test (several engines in a row) starts first, so that it does not run alone at the end
+    items.sort(key=lambda item: item.name != "test_the_smoke_script_in_cpu_mode")
 
 
 def progress(message: str) -> None:
