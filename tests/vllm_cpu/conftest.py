@@ -2,9 +2,9 @@
 
 These tests run in `.venv-vllm` (see the Makefile) and are not collected by `make test` (tests/conftest.py
 ignores this folder unless TGRPO_VLLM_CPU=1). Without vLLM they do not skip: the session stops with an
-error that says how to install it. One OpenAI-compatible vLLM server (the embedded student, float32, LoRA
-with runtime updates) serves every test that needs a server; the colocated-engine tests build their own
-engines inside the product's processes, as users' runs do.
+error that says how to install it. One OpenAI-compatible vLLM server per xdist worker (the embedded student,
+float32, LoRA with runtime updates) serves every test of that worker that needs a server; the colocated-engine
+tests build their own engines inside the product's processes, as users' runs do.
 """
 
 from __future__ import annotations
@@ -55,16 +55,9 @@ def pytest_configure(config) -> None:
         _REPORTER.append(reporter)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group mark into the node id's suffix
 def pytest_collection_modifyitems(config, items) -> None:
-    """`make test-vllm` runs in two pytest-xdist workers (`--dist loadgroup`): the tests on the shared server run in
-    one worker (one server for all of them), and each test that builds its own engines goes to whichever worker is
-    free. Without xdist the group marks do nothing."""
-    folder = Path(__file__).resolve().parent
-    for item in items:
-        if folder in Path(str(item.path)).resolve().parents and "vllm_server" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("vllm_server"))
-    # the longest test (several engines in a row) starts first, so that it does not run alone at the end
+    """`make test-vllm` runs in two pytest-xdist workers, each with its own session server once it gets a server test.
+    The longest test (several engines in a row) starts first, so that it does not run alone at the end."""
     items.sort(key=lambda item: item.name != "test_the_smoke_script_in_cpu_mode")
 
 
