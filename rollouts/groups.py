@@ -47,8 +47,6 @@ def sample_groups(
     torch samplers draw from the process's seeded generator."""
     if episodes is not None and (tasks is None or len(tasks) != len(prompts)):
         raise ValueError("multi-turn sampling needs the task of every prompt (the environment runs its tests)")
-    if episodes is not None and (tasks is None or len(tasks) != len(prompts)):
-        raise ValueError("multi-turn sampling needs the task of every prompt (the environment runs its tests)")
     sampler.sync(policy, step)
     try:
         return sample_from_synced(sampler, prompts, num_samples, tasks=tasks, episodes=episodes, seed=seed)

@@ -223,33 +223,21 @@ class GRPOTrainer:
         chosen = self._prompt_indices(index)
         tasks = [self.tasks[i] for i in chosen]
         prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=cfg.multi_turn.mode) for t in tasks]
+        assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
         start = time.monotonic()
-        if produced:
-            assert self.rollout is not None
+        if produced:  # the server already samples from the adapter the producer loaded; the model is being trained
             generations = sample_from_synced(
                 self.rollout, prompts, self.group_size, tasks=tasks, episodes=self.episodes
             )
-            rollout_time = time.monotonic() - start
-            groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
-            generated = sum(s.num_policy_tokens for group in generations for s in group)
-            metrics = {
-                "time/rollout_s": rollout_time,
-                "time/score_s": time.monotonic() - start - rollout_time,
-                "tokens_per_s": generated / max(rollout_time, 1e-9),
-                **metrics,
-            }
-            if self.curriculum is not None:
-                metrics.update(self._observe_curriculum(chosen, groups))
-            return groups, metrics
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        with torch.no_grad():
-            assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
-            step, size = self.state.global_step, self.group_size
-            generations = sample_groups(
-                self.rollout, unwrapped, prompts, size, step=step, tasks=tasks, episodes=self.episodes
-            )
+        else:
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            with torch.no_grad():
+                step, size = self.state.global_step, self.group_size
+                generations = sample_groups(
+                    self.rollout, unwrapped, prompts, size, step=step, tasks=tasks, episodes=self.episodes
+                )
         rollout_time = time.monotonic() - start
-        if self.forwards_while_scoring:  # the accelerator computes the no-grad log-probs while the sandbox scores
+        if self.forwards_while_scoring:  # (never in async mode) the no-grad log-probs computed while the sandbox scores
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="no-grad-forwards") as forward_thread:
                 future = forward_thread.submit(self._rollout_forwards, [s for group in generations for s in group])
                 groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
