@@ -10,9 +10,15 @@ the trainer's core.
 
 Per run: the wall time per step (between the first and the last step's metrics row, so model loading and the
 first step, which cannot overlap anything, are left out), rollouts per hour (completions per step / that time),
-the mean training pass rate over the steps (learning parity: the same steps and prompts, several seeds), the mean
-staleness, and the machine's load (`uptime`) before and after. The speed-up is each async run's rollouts per hour
-over the synchronous run's of the same seed, in this process. Writes benchmarks/results/async_grpo.json.
+the training pass rate of every step and its mean (learning parity: the same steps and prompts, several seeds),
+the mean and largest staleness, and the machine's load (`uptime`) before and after. The speed-up is each async
+run's rollouts per hour over the synchronous run's of the same seed. Learning parity is the paired difference over
+seeds of the mean training pass rate (async - synchronous, per `max_staleness`) with its t interval
+(`evaluation.seed_contrasts.paired_t`). Within a seed the order of the modes alternates (the synchronous run first
+on even seeds), so a load that drifts during the benchmark does not always favour one mode.
+
+Each run is written to `--output` as it ends and a run already there (same seed, `max_staleness` and steps) is not
+redone, so an interrupted benchmark resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -109,12 +115,47 @@ def train(url: str, data_dir: Path, output: Path, seed: int, staleness: int, ste
         "steps": len(rows),
         "wall_s_per_step": per_step,
         "rollouts_per_hour": completions * 3600 / per_step,
+        "pass_rates": [r["pass_rate"] for r in rows],
         "pass_rate_mean": sum(r["pass_rate"] for r in rows) / len(rows),
         "staleness_mean": sum(r.get("async/staleness_mean", 0.0) for r in rows) / len(rows),
+        "staleness_max": max((r.get("async/staleness_max", 0.0) for r in rows), default=0.0),
         "trainer_wait_s_mean": sum(r.get("async/trainer_wait_s", 0.0) for r in rows) / len(rows),
         "load_before": before,
         "load_after": load(),
     }
+
+
+def run_order(seed: int, staleness: list[int]) -> list[int]:
+    """The modes of one seed in the order they run: as given on even seeds, reversed on odd ones."""
+    return list(staleness) if seed % 2 == 0 else list(reversed(staleness))
+
+
+def parity(runs: list[dict]) -> dict[str, dict]:
+    """Per `max_staleness` > 0: the per-seed difference of mean training pass rate (async - synchronous, the
+    same seed and steps) and its paired t interval over the seeds that have both runs."""
+    from evaluation.seed_contrasts import paired_t
+
+    summary: dict[str, dict] = {}
+    for staleness in sorted({r["max_staleness"] for r in runs if r["max_staleness"] > 0}):
+        differences = {}
+        for run in runs:
+            if run["max_staleness"] != staleness:
+                continue
+            sync = next((r for r in runs if r["seed"] == run["seed"] and r["max_staleness"] == 0), None)
+            if sync is not None and sync["steps"] == run["steps"]:
+                differences[run["seed"]] = run["pass_rate_mean"] - sync["pass_rate_mean"]
+        if differences:
+            seeds = sorted(differences)
+            summary[str(staleness)] = {"seeds": seeds, **paired_t([differences[s] for s in seeds])}
+    return summary
+
+
+def write_results(path: Path, runs: list[dict], steps: int) -> None:
+    for run in runs:
+        sync = next((r for r in runs if r["seed"] == run["seed"] and r["max_staleness"] == 0), None)
+        run["speedup_vs_sync"] = run["rollouts_per_hour"] / sync["rollouts_per_hour"] if sync else None
+    document = {"runs": runs, "recipe": list(RUN), "steps": steps, "parity": parity(runs)}
+    path.write_text(json.dumps(document, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainer_core", type=int, default=1)
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "async_grpo.json"))
     args = parser.parse_args(argv)
+    output = Path(args.output)
+    previous = json.loads(output.read_text()) if output.exists() else {}
+    results = [r for r in previous.get("runs", []) if "pass_rates" in r]  # runs from before per-step rates: redone
+    planned = [
+        (seed, staleness)
+        for seed in [int(s) for s in args.seeds.split(",")]
+        for staleness in run_order(seed, [int(s) for s in args.staleness.split(",")])
+        if not any(r["seed"] == seed and r["max_staleness"] == staleness and r["steps"] == args.steps for r in results)
+    ]
+    if not planned:
+        write_results(output, results, args.steps)
+        print(json.dumps(parity(results), indent=2))
+        return 0
     os.sched_setaffinity(0, {args.trainer_core})
     import torch
 
@@ -142,28 +196,23 @@ def main(argv: list[str] | None = None) -> int:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
     server = start_server(args.server_core, port, work / "server.log")
-    results = []
     try:
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            for staleness in [int(s) for s in args.staleness.split(",")]:
-                run = train(
-                    f"http://127.0.0.1:{port}/v1", data_dir, work / f"s{seed}-k{staleness}", seed, staleness, args.steps
-                )
-                results.append(run)
-                print(json.dumps(run), flush=True)
+        for seed, staleness in planned:
+            run = train(f"http://127.0.0.1:{port}/v1", data_dir, work / f"s{seed}-k{staleness}", seed, staleness, args.steps)
+            results = [r for r in results if not (r["seed"] == seed and r["max_staleness"] == staleness)] + [run]
+            write_results(output, results, args.steps)
+            print(json.dumps(run), flush=True)
     finally:
         server.terminate()
         server.wait(timeout=60)
     for run in results:
-        sync = next(r for r in results if r["seed"] == run["seed"] and r["max_staleness"] == 0)
-        run["speedup_vs_sync"] = run["rollouts_per_hour"] / sync["rollouts_per_hour"]
-    Path(args.output).write_text(json.dumps({"runs": results, "recipe": list(RUN), "steps": args.steps}, indent=2))
-    for run in results:
+        speedup = run["speedup_vs_sync"]
         print(
             f"seed {run['seed']} max_staleness {run['max_staleness']}: {run['wall_s_per_step']:.1f} s/step, "
-            f"{run['rollouts_per_hour']:.0f} rollouts/h ({run['speedup_vs_sync']:.2f}x), "
+            f"{run['rollouts_per_hour']:.0f} rollouts/h ({'-' if speedup is None else f'{speedup:.2f}x'}), "
             f"pass rate {run['pass_rate_mean']:.3f}, load {run['load_before']} -> {run['load_after']}"
         )
+    print(json.dumps(parity(results), indent=2))
     return 0
 
 
