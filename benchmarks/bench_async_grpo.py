@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(args.server_core, port, work / "server.log")
     try:
         for seed, staleness in planned:
-            run = train(f"http://127.0.0.1:{port}/v1", data_dir, work / f"s{seed}-k{staleness}", seed, staleness, args.steps)
+            run = train(
+                f"http://127.0.0.1:{port}/v1", data_dir, work / f"s{seed}-k{staleness}", seed, staleness, args.steps
+            )
             results = [r for r in results if not (r["seed"] == seed and r["max_staleness"] == staleness)] + [run]
             write_results(output, results, args.steps)
             print(json.dumps(run), flush=True)
