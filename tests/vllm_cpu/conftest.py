@@ -33,30 +33,6 @@ CPU_ENV = {
 for _key, _value in CPU_ENV.items():
     os.environ.setdefault(_key, _value)
 
-
-def pin_worker_to_its_core(environ=os.environ) -> int | None:
-    """Under pytest-xdist with no more workers than cores, this worker and everything it starts (engines, servers,
-    phase scripts) run on one core of their own, with one thread each. vLLM's CPU build otherwise binds every
-    engine's OpenMP threads to all cores, so two workers' engines wait on each other at every parallel region:
-    measured here, two engines generating side by side took 11-14 s each bound to both cores and 6-8 s each on
-    its own core. Returns the core, or None where nothing was pinned (one process, or more workers than cores)."""
-    worker = environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    cores = sorted(os.sched_getaffinity(0))
-    if not worker.startswith("gw") or count < 2 or count > len(cores):
-        return None
-    core = cores[int(worker[2:]) % len(cores)]
-    os.sched_setaffinity(0, {core})
-    environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))
-    environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
-    torch.set_num_threads(1)
-    return core
-
-
-PINNED_CORE = pin_worker_to_its_core()
-
 try:
     import vllm  # noqa: F401 - the point of this folder
 except ImportError as exc:  # pragma: no cover - the refusal itself
