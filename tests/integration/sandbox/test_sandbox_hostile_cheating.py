@@ -85,11 +85,16 @@ def _processes_of_uid(uid: int) -> list[int]:
 
 
 def _snapshot(paths: list[Path]) -> dict:
-    state = {}
+    state: dict = {}
     for base in paths:
         for p in sorted(base.iterdir()) if base.is_dir() else []:
             try:
-                state[str(p)] = (p.stat().st_mtime_ns, p.stat().st_size)
+                if p.name == ".git" and p.is_dir():
+                    # git's own lock files come and go in .git whenever a test in another xdist worker runs git
+                    # (the phases record the commit), which moves the folder's mtime: compare what stays in it
+                    state[str(p)] = sorted(name for name in os.listdir(p) if not name.endswith(".lock"))
+                else:
+                    state[str(p)] = (p.stat().st_mtime_ns, p.stat().st_size)
             except OSError:
                 pass
     return state
