@@ -130,6 +130,11 @@ def run_order(seed: int, staleness: list[int]) -> list[int]:
     return list(staleness) if seed % 2 == 0 else list(reversed(staleness))
 
 
+def synchronous_run(runs: list[dict], seed: int) -> dict | None:
+    """The synchronous run (`max_staleness` 0) of a seed, if it is among the runs."""
+    return next((r for r in runs if r["seed"] == seed and r["max_staleness"] == 0), None)
+
+
 def parity(runs: list[dict]) -> dict[str, dict]:
     """Per `max_staleness` > 0: the per-seed difference of mean training pass rate (async - synchronous, the
     same seed and steps) and its paired t interval over the seeds that have both runs."""
@@ -141,7 +146,7 @@ def parity(runs: list[dict]) -> dict[str, dict]:
         for run in runs:
             if run["max_staleness"] != staleness:
                 continue
-            sync = next((r for r in runs if r["seed"] == run["seed"] and r["max_staleness"] == 0), None)
+            sync = synchronous_run(runs, run["seed"])
             if sync is not None and sync["steps"] == run["steps"]:
                 differences[run["seed"]] = run["pass_rate_mean"] - sync["pass_rate_mean"]
         if differences:
@@ -152,7 +157,7 @@ def parity(runs: list[dict]) -> dict[str, dict]:
 
 def write_results(path: Path, runs: list[dict], steps: int) -> None:
     for run in runs:
-        sync = next((r for r in runs if r["seed"] == run["seed"] and r["max_staleness"] == 0), None)
+        sync = synchronous_run(runs, run["seed"])
         run["speedup_vs_sync"] = run["rollouts_per_hour"] / sync["rollouts_per_hour"] if sync else None
     document = {"runs": runs, "recipe": list(RUN), "steps": steps, "parity": parity(runs)}
     path.write_text(json.dumps(document, indent=2) + "\n")

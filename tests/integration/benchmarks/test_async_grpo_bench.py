@@ -43,7 +43,7 @@ def test_parity_is_the_paired_difference_over_seeds_with_both_runs():
     assert "0" not in summary
 
 
-def test_a_finished_benchmark_is_not_rerun_and_its_summary_is_rewritten(tmp_path, capsys):
+def test_a_finished_benchmark_is_not_rerun_and_its_summary_is_rewritten(tmp_path):
     output = tmp_path / "async.json"
     runs = [run(0, 0, 0.10, rollouts_per_hour=400.0), run(0, 1, 0.15, rollouts_per_hour=600.0)]
     output.write_text(json.dumps({"runs": runs}))
