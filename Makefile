@@ -50,7 +50,7 @@ test-unit: install ## Run the unit tests only (pure functions, contracts, config
 	$(PY) -m pytest -q tests/unit
 
 test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~10 min)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
 # .venv's packages (a .pth file) and adds vllm (--no-deps: no CUDA wheels) and its light imports.
