@@ -590,8 +590,9 @@ class GRPOConfig:
         "while the trainer updates, from the latest adapter the server loaded (TRL's async GRPO). Each batch "
         "carries the optimizer step of the adapter it was sampled with; the importance correction against the "
         "sampler's log-probs (importance_sampling, which must not be 'off') reweights the stale ones. "
-        "Multi-turn modes, dynamic_sampling and the curriculum run in the producer. Single process only; not with "
-        "gen_update_steps > 1.",
+        "Multi-turn modes, dynamic_sampling and the curriculum run in the producer. Under several processes one "
+        "producer, on the main process, samples and scores every process's share (its sandbox pool takes the "
+        "machine's cores) and each process receives its share once per step. Not with gen_update_steps > 1.",
     )
     max_staleness: int = option(
         1,

@@ -176,7 +176,8 @@ class VLLMServerRollout(AdapterSyncedSampler):
     def load_adapter(self, step: int) -> None:
         """Asynchronous rollouts, on the producer's thread (the only one using this sampler's connections): have
         the server load the adapter published at `step` and unload the previous one; `sample` then uses it.
-        One process only (no barrier: the other ranks would have to wait on the producer's thread)."""
+        Called by the main process's producer only, for every rank (no barrier: no collective runs on the
+        producer's thread, and no other rank samples, so none can be sampling from the adapter it unloads)."""
         name = f"tgrpo-{self.run_id}-step{step}"
         path = self.handoff.folder(step)
         self._run(self._adapter_call("load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())}))

@@ -37,6 +37,8 @@ The loop (`grpo_trainer`):
   With `grpo.async_rollouts` (server backend) a producer thread collects instead, ahead of the trainer (the same
   batch: multi-turn episodes, dynamic sampling's rounds, the curriculum's draw); the trainer publishes the adapter
   after each batch and takes the next batch from the producer's queue.
+  Under several processes the producer runs on the main process only and samples every process's share (each
+  chosen as that rank would choose it); the training thread scatters the shares each step.
 - Plan: `update_plan.plan_update`.
 - Apply: μ optimizer steps.
   Each step is a list of passes: the rollout terms (GRPO, KL, OPD: those with a nonzero weight) per row chunk,
@@ -127,8 +129,9 @@ The curriculum (`curriculum`, `curriculum.enabled`, off by default):
 - Every process's groups are gathered, so every rank holds the same state and draws the same batch.
 - Its state rides in each `rank-N.pt`.
 - It is pure Python apart from the trainer's two hooks in `_prompt_indices` and `_sample_round`.
-- With asynchronous rollouts the producer thread draws and observes; the checkpoint saves the state it had after
-  the last trained batch (`GRPOTrainer._produce_batch`).
+- With asynchronous rollouts the producer thread draws and observes (the main process's, under several
+  processes); the checkpoint saves the state it had after the last trained batch (`GRPOTrainer._produce_batch`),
+  sent to every rank.
 
 The run around the loop:
 - `launch` decides what a launch may be before anything loads.

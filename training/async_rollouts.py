@@ -11,12 +11,15 @@ Bounded staleness by waiting, not by discarding: the producer's `k`-th batch is 
 `first_step + k x mu` (mu = `grpo.num_iterations`), so the producer starts it only once the published version is
 at least that step minus `max_staleness`; a batch is therefore never older than the bound when it is taken, and
 no sample is wasted. The queue holds at most `max_staleness + 1` batches. `take` still checks every batch and
-drops one that is older (counted in `async/dropped_groups`) rather than re-sampling it: a re-sample would stall
-the trainer for a whole sampling round, while the producer's next batch is already newer.
+drops one that is older (counted in `async/dropped_groups`, every process's groups) rather than re-sampling
+it: a re-sample would stall the trainer for a whole sampling round, while the producer's next batch is already
+newer.
 
 What one batch is stays the trainer's business (`produce`): multi-turn episodes, dynamic sampling's refill
 rounds (a batch then spans several data-order positions, `index` to `last_index`, and the next batch starts
-after the last), the curriculum's draw. The producer only orders, stamps and bounds the batches.
+after the last), the curriculum's draw, and under several processes every process's share of it (one
+`(groups, metrics)` share per rank, in rank order: one producer, on the main process, samples for all; the
+trainer hands each rank its share). The producer only orders, stamps and bounds the batches.
 
 A thread, not a process: the producer's work is HTTP to the server and waiting for sandbox subprocesses, both
 outside the GIL, and it shares the tasks, the tokenizer, the sandbox pool and the sampler's connections with
@@ -44,8 +47,7 @@ class RolloutBatch:
     index: int  # its position in the data order (the rollout batch counter)
     last_index: int  # the position of its last sampling round (dynamic sampling's refills follow `index`)
     version: int  # optimizer step of the adapter it was sampled with
-    groups: list  # scored groups (`training.rewards.ScoredSample` lists)
-    metrics: dict
+    shares: list[tuple[list, dict]]  # per process, rank order: its scored groups (`ScoredSample` lists), metrics
     sampler_wait_s: float  # how long the producer waited for the trainer before sampling it
 
 
@@ -55,15 +57,16 @@ _DONE = object()  # the producer's last queue item after an error
 class RolloutProducer:
     """The producer thread and its bounded queue (see the module docstring).
 
-    produce(index) -> (groups, metrics, last_index): sample and score the rollout batch at data-order position
-    `index` (with dynamic sampling's refill rounds at the positions after it, up to `last_index`);
+    produce(index) -> (shares, last_index): sample and score the rollout batch at data-order position `index`
+    (with dynamic sampling's refill rounds at the positions after it, up to `last_index`), one (groups, metrics)
+    share per process;
     load(version): have the sampler sample from the adapter published at `version` (called on the producer's
     thread, only when it changed); `first_index`/`first_step`: where the data order and the optimizer steps stand
     when the producer starts; `steps_per_batch`: optimizer steps trained on one batch (mu)."""
 
     def __init__(
         self,
-        produce: Callable[[int], tuple[list, dict, int]],
+        produce: Callable[[int], tuple[list[tuple[list, dict]], int]],
         load: Callable[[int], None],
         *,
         max_staleness: int,
@@ -109,7 +112,7 @@ class RolloutProducer:
             batch: RolloutBatch = item
             if step - batch.version <= self.max_staleness:
                 break
-            dropped_groups += len(batch.groups)
+            dropped_groups += sum(len(groups) for groups, _ in batch.shares)
         staleness = step - batch.version
         return batch, {
             "async/staleness_mean": float(staleness),
@@ -159,8 +162,8 @@ class RolloutProducer:
                     self.load(version)
                     self._loaded = version
                 wait_s = time.monotonic() - waited
-                groups, metrics, last_index = self.produce(index)
-                batch = RolloutBatch(index, last_index, version, groups, metrics, wait_s)
+                shares, last_index = self.produce(index)
+                batch = RolloutBatch(index, last_index, version, shares, wait_s)
                 while not self._stop.is_set():
                     try:
                         self.queue.put(batch, timeout=0.1)

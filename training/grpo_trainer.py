@@ -20,7 +20,9 @@ micro-batch slot; self-SFT trains on each group's best passing sample (`training
 
 Runs under `accelerate launch` unchanged: each process rolls out its own share of the prompts
 (groups never straddle processes, so advantages need no communication) and DDP averages the
-gradients. Checkpoints: `training.checkpointing`; metrics.jsonl and trackers: `training.metric_sinks`.
+gradients. With asynchronous rollouts one producer, on the main process, samples and scores every
+process's share, and each step the training thread scatters the shares (`_take_rollouts`).
+Checkpoints: `training.checkpointing`; metrics.jsonl and trackers: `training.metric_sinks`.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -40,10 +43,10 @@ import torch
 from config import Config
 from rollouts.groups import sample_from_synced, sample_groups
 from training import checkpointing
-from training.async_rollouts import RolloutProducer
+from training.async_rollouts import ProducerError, RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
 from training.curriculum import zero_spread_share
-from training.launch import LaunchError, check_accelerator
+from training.launch import check_accelerator
 from training.losses import group_has_spread, lr_factor, scheduled_weight
 from training.metric_sinks import progress_loss, reduce_over_processes
 from training.passes import PassRunner
@@ -62,6 +65,8 @@ from training.update_plan import (
 )
 from utils.prompts import get_unified_prompt
 from utils.sft_data import collate_sft, end_of_turn_id
+
+T = TypeVar("T")
 
 
 class GRPOTrainer:
@@ -145,19 +150,24 @@ class GRPOTrainer:
         return lr_factor(step, warmup, self.total_steps, training.lr_scheduler, min_lr_rate=training.min_lr_rate)
 
     def _prompt_indices(self, rollout_batch: int) -> list[int]:
-        """This process's task indices for a rollout batch: epoch permutations seeded by (seed, epoch)."""
-        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        """This process's task indices for a rollout batch (its share of `_batch_indices`)."""
+        return self._batch_indices(rollout_batch)[self.accelerator.process_index]
+
+    def _batch_indices(self, rollout_batch: int) -> list[list[int]]:
+        """Every process's task indices for a rollout batch, in rank order: epoch permutations seeded by
+        (seed, epoch), or the curriculum's draw (which moves the curriculum: one call per batch)."""
+        world = self.accelerator.num_processes
         per_batch = self.prompts_per_rollout * world
         if self.curriculum is not None:  # the filtered draw: the same on every process (identical state)
             indices, self._curriculum_metrics = self.curriculum.draw(per_batch)
-            return indices[rank * self.prompts_per_rollout : (rank + 1) * self.prompts_per_rollout]
+            return split_by_rank(indices, world)
         start = rollout_batch * per_batch
         indices = []
         for position in range(start, start + per_batch):
             epoch, offset = divmod(position, len(self.tasks))
             order = np.random.default_rng([self.config.training.seed, epoch]).permutation(len(self.tasks))
             indices.append(int(order[offset]))
-        return indices[rank * self.prompts_per_rollout : (rank + 1) * self.prompts_per_rollout]
+        return split_by_rank(indices, world)
 
     def sft_weights(self, step: int) -> tuple[float, float]:
         d = self.config.dual_source
@@ -178,84 +188,117 @@ class GRPOTrainer:
         in the objective trains on rollouts."""
         if not self.needs_rollouts:
             return [], {}
-        groups, metrics, last_index = self._fill_batch(self.state.rollout_batches)
+        [(groups, metrics)], last_index = self._fill_batch(self.state.rollout_batches)
         self.state.rollout_batches = last_index  # a refill round consumed the next prompts of the data order
         return groups, metrics
 
-    def _fill_batch(self, first_index: int, produced: bool = False) -> tuple[list[list[ScoredSample]], dict, int]:
+    def _fill_batch(self, first_index: int, produced: bool = False) -> tuple[list[Share], int]:
         """One rollout batch starting at data-order position `first_index`: one round, or with dynamic sampling
-        rounds at `first_index`, `first_index + 1`, ... until it is full of groups with spread. Returns the groups,
-        their metrics and the position of the last round sampled. `produced`: the asynchronous producer's batch
-        (one process: the all-reduce of the stop decision is the identity)."""
+        rounds at `first_index`, `first_index + 1`, ... until it is full of groups with spread. Returns its
+        (groups, metrics) shares and the position of the last round sampled: this process's share, or with
+        `produced` (the asynchronous producer's batch) every process's, in rank order. Each share is filled as
+        its rank fills it synchronously, and the rounds stop when every share is full: the synchronous loop
+        all-reduces that decision, the producer sees every share (and runs no collective on its thread)."""
         grpo = self.config.grpo
         if not grpo.dynamic_sampling:
-            return *self._sample_round(first_index, produced), first_index
+            return self._sample_round(first_index, produced), first_index
         wanted = self.prompts_per_rollout
-        kept: list[list[ScoredSample]] = []
-        rounds: list[tuple[dict, int]] = []
-        sampled = 0
+        kept: list[list[list[ScoredSample]]] = []
+        rounds: list[list[tuple[dict, int]]] = []
+        sampled: list[int] = []
         index = first_index
         for round_index in range(grpo.dynamic_sampling_max_rounds):
             index = first_index + round_index
-            groups, metrics = self._sample_round(index, produced)
-            rounds.append((metrics, sum(len(g) for g in groups)))
-            sampled += len(groups)
-            spread = group_has_spread(correctness_rewards(groups)).tolist() if groups else []
-            kept += [g for g, has in zip(groups, spread, strict=True) if has][: wanted - len(kept)]
-            short = float(len(kept) < wanted)
-            if self._global_sums([short])[0] == 0:  # every process is full
+            shares = self._sample_round(index, produced)
+            if not kept:
+                kept, rounds, sampled = [[] for _ in shares], [[] for _ in shares], [0] * len(shares)
+            for k, (groups, metrics) in enumerate(shares):
+                rounds[k].append((metrics, sum(len(g) for g in groups)))
+                sampled[k] += len(groups)
+                kept[k] += keep_with_spread(groups, wanted - len(kept[k]))
+            short = float(sum(len(share) < wanted for share in kept))
+            if (short if produced else self._global_sums([short])[0]) == 0:  # every process is full
                 break
-        merged = merge_round_metrics(rounds)
-        merged.update(
-            {
-                "sampling/rounds": float(len(rounds)),
-                "sampling/groups_sampled": float(sampled),
-                "sampling/groups_kept": float(len(kept)),
-            }
-        )
-        return kept, merged, index
+        out = []
+        for k, share in enumerate(kept):
+            merged = merge_round_metrics(rounds[k])
+            merged.update(
+                {
+                    "sampling/rounds": float(len(rounds[k])),
+                    "sampling/groups_sampled": float(sampled[k]),
+                    "sampling/groups_kept": float(len(share)),
+                }
+            )
+            out.append((share, merged))
+        return out, index
 
-    def _sample_round(self, index: int, produced: bool = False) -> tuple[list[list[ScoredSample]], dict]:
-        """One rollout round: the prompts at data-order position `index`, G samples each, scored. `produced`: the
-        asynchronous producer's round (`training.async_rollouts`), sampled from the adapter the producer had the
-        server load, without touching the model (the trainer is updating it)."""
+    def _sample_round(self, index: int, produced: bool = False) -> list[Share]:
+        """One rollout round: the prompts at data-order position `index`, G samples each, scored; one (groups,
+        metrics) share: this process's. `produced`: the asynchronous producer's round (`training.async_rollouts`),
+        one share per process (every rank's prompts, sampled in one burst of requests and scored side by side),
+        sampled from the adapter the producer had the server load, without touching the model (the trainer is
+        updating it)."""
         cfg = self.config
-        chosen = self._prompt_indices(index)
-        tasks = [self.tasks[i] for i in chosen]
-        prompts = [get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=cfg.multi_turn.mode) for t in tasks]
+        by_rank = self._batch_indices(index)
+        chosen = by_rank if produced else [by_rank[self.accelerator.process_index]]
+        tasks = [[self.tasks[i] for i in share] for share in chosen]
+        mode = cfg.multi_turn.mode
+        prompts = [[get_unified_prompt(t, cfg.prompt.num_visible_tests, mode=mode) for t in share] for share in tasks]
         assert self.rollout is not None, "GRPOTrainer needs a rollout backend (phase 3 builds one)"
         start = time.monotonic()
         if produced:  # the server already samples from the adapter the producer loaded; the model is being trained
-            generations = sample_from_synced(
-                self.rollout, prompts, self.group_size, tasks=tasks, episodes=self.episodes
+            every = sample_from_synced(
+                self.rollout,
+                [p for share in prompts for p in share],
+                self.group_size,
+                tasks=[t for share in tasks for t in share],
+                episodes=self.episodes,
             )
+            generations = split_by_rank(every, len(chosen))
         else:
             unwrapped = self.accelerator.unwrap_model(self.model)
             with torch.no_grad():
                 step, size = self.state.global_step, self.group_size
-                generations = sample_groups(
-                    self.rollout, unwrapped, prompts, size, step=step, tasks=tasks, episodes=self.episodes
-                )
+                generations = [
+                    sample_groups(
+                        self.rollout, unwrapped, prompts[0], size, step=step, tasks=tasks[0], episodes=self.episodes
+                    )
+                ]
         rollout_time = time.monotonic() - start
         if self.forwards_while_scoring:  # (never in async mode) the no-grad log-probs computed while the sandbox scores
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="no-grad-forwards") as forward_thread:
-                future = forward_thread.submit(self._rollout_forwards, [s for group in generations for s in group])
-                groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
+                future = forward_thread.submit(self._rollout_forwards, [s for group in generations[0] for s in group])
+                scored = [score_rollouts(tasks[0], prompts[0], generations[0], cfg, self.pool, self.user_rewards)]
                 self._forwards, forward_time = future.result()
-            metrics["time/logprobs_s"] = forward_time
-        else:
-            groups, metrics = score_rollouts(tasks, prompts, generations, cfg, self.pool, self.user_rewards)
+            scored[0][1]["time/logprobs_s"] = forward_time
+        elif len(chosen) == 1:
+            scored = [score_rollouts(tasks[0], prompts[0], generations[0], cfg, self.pool, self.user_rewards)]
+        else:  # every share on the sandbox pool at once, each scored (and its metrics taken) as its rank would
+            with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="score-share") as scorers:
+                scored = list(
+                    scorers.map(
+                        lambda k: score_rollouts(
+                            tasks[k], prompts[k], generations[k], cfg, self.pool, self.user_rewards
+                        ),
+                        range(len(chosen)),
+                    )
+                )
         score_time = time.monotonic() - start - rollout_time
-        generated = sum(s.num_policy_tokens for group in generations for s in group)  # sampled, not inserted
-        metrics = {
-            "time/rollout_s": rollout_time,
-            "time/score_s": score_time,
-            "tokens_per_s": generated / max(rollout_time, 1e-9),
-            **metrics,
-        }
+        shares: list[Share] = []
+        for (groups, metrics), share_generations in zip(scored, generations, strict=True):
+            generated = sum(s.num_policy_tokens for group in share_generations for s in group)  # not inserted ones
+            metrics = {
+                "time/rollout_s": rollout_time,
+                "time/score_s": score_time,
+                "tokens_per_s": generated / max(rollout_time, 1e-9),
+                **metrics,
+            }
+            shares.append((groups, metrics))
         if self.curriculum is not None:
-            metrics.update(self._observe_curriculum(chosen, groups))
-        return groups, metrics
+            observed = self._observe_curriculum(chosen, [groups for groups, _ in shares], gather=not produced)
+            for (_, metrics), curriculum_metrics in zip(shares, observed, strict=True):
+                metrics.update(curriculum_metrics)
+        return shares
 
     @property
     def forwards_while_scoring(self) -> bool:
@@ -274,20 +317,21 @@ class GRPOTrainer:
         grpo = self.config.grpo
         return grpo.async_rollouts and grpo.max_staleness > 0 and self.needs_rollouts
 
-    def _start_producer(self) -> RolloutProducer:
-        """Publish the current adapter and start the producer (single process: the server loads each adapter from
-        the main process, and a barrier for the other ranks would have to run on the producer's thread)."""
-        if self.accelerator.num_processes > 1:
-            raise LaunchError(
-                "grpo.async_rollouts runs in one process; launch with --num_processes 1 or set "
-                "grpo.async_rollouts=false"
-            )
+    def _start_producer(self) -> RolloutProducer | None:
+        """Publish the current adapter (every process) and start the producer: on the main process only, which
+        samples and scores every process's share of each batch (`_fill_batch(produced=True)`); the other processes
+        get theirs from `_take_rollouts`. None on the other processes. One producer keeps the server's adapters
+        single-owner (one process loads each and unloads the previous one, which no other rank can still be
+        sampling with) and every collective on the training thread (the producer needs none)."""
         rollout: Any = self.rollout
         if not (hasattr(rollout, "publish_adapter") and hasattr(rollout, "load_adapter")):
             raise ValueError(
                 f"grpo.async_rollouts needs a sampler that loads published adapters (vllm_server); "
                 f"{type(rollout).__name__} does not"
             )
+        if not self.accelerator.is_main_process:
+            self._publish(None)
+            return None
         producer = RolloutProducer(
             self._produce_batch,
             rollout.load_adapter,
@@ -300,35 +344,65 @@ class GRPOTrainer:
         producer.start()
         return producer
 
-    def _produce_batch(self, index: int) -> tuple[list[list[ScoredSample]], dict, int]:
-        """The producer's batch at data-order position `index` (on its thread). With the curriculum, the draw sees
+    def _produce_batch(self, index: int) -> tuple[list[Share], int]:
+        """The producer's batch at data-order position `index` (on its thread), every process's share. With the
+        curriculum, the draw sees
         the estimates up to the batches the producer scored so far (those not yet trained included: up to
         max_staleness + 1 batches ahead of the trainer, their rewards from adapters up to max_staleness steps
         old), and the curriculum's state after this batch is kept for the checkpoint of the step that trains it:
         the curriculum itself runs ahead of the trainer, a resumed run must not skip the batches in flight."""
-        groups, metrics, last_index = self._fill_batch(index, produced=True)
+        shares, last_index = self._fill_batch(index, produced=True)
         if self.curriculum is not None:
             with self._curriculum_lock:
                 self._curriculum_after[last_index] = self.curriculum.state()
-        return groups, metrics, last_index
+        return shares, last_index
 
-    def _publish(self, producer: RolloutProducer) -> None:
-        """Write the adapter of the current step (on this thread, which owns the weights) and tell the producer."""
+    def _publish(self, producer: RolloutProducer | None) -> None:
+        """Write the adapter of the current step (on the training thread, which owns the weights; the main process
+        writes, every process waits for it) and tell the producer (the main process's)."""
         rollout: Any = self.rollout  # a sampler `_start_producer` checked: it publishes adapters
         rollout.publish_adapter(self.accelerator.unwrap_model(self.model), self.state.global_step)
-        producer.publish(self.state.global_step)
+        if producer is not None:
+            producer.publish(self.state.global_step)
 
-    def _take_rollouts(self, producer: RolloutProducer) -> tuple[list[list[ScoredSample]], dict]:
-        """The producer's next batch fresh enough for this step, with its async metrics; the data order moves to
-        the batch's last round (the loop then counts past it; dropped batches consumed their prompts)."""
-        batch, async_metrics = producer.take(self.state.global_step)
-        self.state.rollout_batches = batch.last_index
-        if self.curriculum is not None:  # the curriculum as it stood after this batch (and before the next)
-            with self._curriculum_lock:
-                self._trained_curriculum = self._curriculum_after.pop(batch.last_index)
-                for older in [k for k in self._curriculum_after if k < batch.last_index]:  # dropped batches
-                    del self._curriculum_after[older]
-        return batch.groups, {**batch.metrics, **async_metrics}
+    def _take_rollouts(self, producer: RolloutProducer | None) -> tuple[list[list[ScoredSample]], dict]:
+        """This process's share of the producer's next batch fresh enough for this step, with its async metrics;
+        the data order moves to the batch's last round (the loop then counts past it; dropped batches consumed
+        their prompts). The main process takes the batch (`producer`; None on the others) and hands every process
+        its share in one scatter, on this thread. When taking fails there (the producer's error, Ctrl-C), every
+        process gets the error instead of a share and raises it: none is left waiting for the main process."""
+        world = self.accelerator.num_processes
+        shares: list | None = None
+        if producer is not None:
+            try:
+                batch, async_metrics = producer.take(self.state.global_step)
+            except BaseException as error:
+                if world > 1:
+                    message = str(error) if isinstance(error, ProducerError) else f"the main process stopped: {error!r}"
+                    self._scatter([TakeFailed(message)] * world)
+                raise
+            shares = [(batch.last_index, groups, {**metrics, **async_metrics}) for groups, metrics in batch.shares]
+            if self.curriculum is not None:  # the curriculum as it stood after this batch (and before the next)
+                with self._curriculum_lock:
+                    self._trained_curriculum = self._curriculum_after.pop(batch.last_index)
+                    for older in [k for k in self._curriculum_after if k < batch.last_index]:  # dropped batches
+                        del self._curriculum_after[older]
+        mine = self._scatter(shares) if world > 1 else shares[0] if shares else None
+        if isinstance(mine, TakeFailed):
+            raise ProducerError(mine.message)
+        assert mine is not None, "the main process takes the batches"
+        last_index, groups, metrics = mine
+        self.state.rollout_batches = last_index
+        return groups, metrics
+
+    def _scatter(self, shares: list | None) -> Any:
+        """The main process's `shares[rank]` on every process (`shares`: the main process's list, one per rank;
+        None elsewhere): one scatter of Python objects, on the training thread."""
+        import torch.distributed as dist
+
+        received: list[Any] = [None]
+        dist.scatter_object_list(received, shares if self.accelerator.is_main_process else None, src=0)
+        return received[0]
 
     def _rollout_forwards(self, completions: list) -> tuple[RolloutForwards, float]:
         """`rollout_forwards` of this rollout batch and its seconds, run in a thread beside the scoring."""
@@ -348,22 +422,32 @@ class GRPOTrainer:
         )
         return forwards, time.monotonic() - start
 
-    def _observe_curriculum(self, chosen: list[int], groups: list[list[ScoredSample]]) -> dict[str, float]:
-        """Add this batch's correctness rewards (the reward in use: partial credit is spread, as the advantage
-        sees it) to the curriculum: every process's groups, gathered, so all hold the same estimates. Returns
-        the filter's metrics, with this batch's zero-spread share."""
+    def _observe_curriculum(
+        self, chosen: list[list[int]], groups: list[list[list[ScoredSample]]], gather: bool
+    ) -> list[dict[str, float]]:
+        """Add this round's correctness rewards (the reward in use: partial credit is spread, as the advantage
+        sees it) to the curriculum: every process's groups in rank order, so all hold the same estimates; with
+        `gather` this process's share (`chosen`, `groups`: one share) is gathered from every process, otherwise
+        the shares are every process's already (the producer's). Returns each share's filter metrics, with its
+        zero-spread share."""
         assert self.curriculum is not None
-        rewards = correctness_rewards(groups)  # (P, G), NaN = unscorable
-        index = torch.tensor(chosen, dtype=torch.float64).reshape(-1, 1)  # (P, 1)
-        rows = torch.cat([index, rewards.to(torch.float64)], dim=1)  # (P, 1 + G)
-        if self.accelerator.num_processes > 1:  # every process draws the same number of prompts
+        rewards = [correctness_rewards(share) for share in groups]  # (P, G) per share, NaN = unscorable
+        indices = [torch.tensor(share, dtype=torch.float64).reshape(-1, 1) for share in chosen]  # (P, 1) per share
+        rows = torch.cat([torch.cat([i, r.to(torch.float64)], dim=1) for i, r in zip(indices, rewards, strict=True)])
+        if gather and self.accelerator.num_processes > 1:  # every process draws the same number of prompts
             rows = self.accelerator.gather(rows.to(self.accelerator.device)).cpu()
-        for row in rows.tolist():
+        for row in rows.tolist():  # (P x processes, 1 + G)
             values = [v for v in row[1:] if v == v]  # NaN (unscorable) says nothing about the task
             if values:
                 self.curriculum.observe(int(row[0]), values)
-        spread = zero_spread_share([[v for v in row if v == v] for row in rewards.tolist()])
-        return {**self._curriculum_metrics, **self.curriculum.summary(), "curriculum/zero_spread_share": spread}
+        summary = {**self._curriculum_metrics, **self.curriculum.summary()}
+        return [
+            {
+                **summary,
+                "curriculum/zero_spread_share": zero_spread_share([[v for v in row if v == v] for row in r.tolist()]),
+            }
+            for r in rewards
+        ]
 
     def _self_sft_examples(self, groups: list[list[ScoredSample]]) -> list[dict]:
         return self_sft_examples(groups, self.buffer, self.config.dual_source.sft_max_length)
@@ -508,7 +592,7 @@ class GRPOTrainer:
             dynamic_ncols=True,
         ) as bar:
             last: dict = {}
-            producer = self._start_producer() if self.async_mode else None
+            producer = self._start_producer() if self.async_mode else None  # the main process's; None elsewhere
             try:
                 last = self._train_loop(bar, main, producer)
             finally:  # an error, a producer failure or Ctrl-C: the producer ends before it propagates
@@ -523,12 +607,13 @@ class GRPOTrainer:
         return last
 
     def _train_loop(self, bar: Any, main: bool, producer: RolloutProducer | None) -> dict:
-        """Rollout batches and their optimizer steps until the last step; returns the last step's metrics. With a
-        producer, batches come from it and the adapter is published after each batch's steps; a checkpoint saves
-        the trainer only (the producer's batches in flight are discarded: a resumed run samples them again)."""
+        """Rollout batches and their optimizer steps until the last step; returns the last step's metrics. With
+        asynchronous rollouts, batches come from the producer and the adapter is published after each batch's
+        steps; a checkpoint saves the trainer only (the producer's batches in flight are discarded: a resumed run
+        samples them again)."""
         last: dict = {}
         while self.state.global_step < self.total_steps:
-            if producer is not None:
+            if self.async_mode:
                 groups, rollout_metrics = self._take_rollouts(producer)
             else:
                 groups, rollout_metrics = self.collect_rollouts()
@@ -544,7 +629,7 @@ class GRPOTrainer:
                     )
                     bar.update(1)
             self.state.rollout_batches += 1
-            if producer is not None and self.state.global_step < self.total_steps:
+            if self.async_mode and self.state.global_step < self.total_steps:
                 self._publish(producer)
             save_every = self.config.training.save_steps
             due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
@@ -575,8 +660,13 @@ class GRPOTrainer:
 
     def _curriculum_state(self) -> dict:
         """The curriculum's state after the last trained batch: the asynchronous producer's, as it stood after
-        that batch (it has drawn and observed the batches in flight since); otherwise the curriculum's own."""
+        that batch (it has drawn and observed the batches in flight since; under several processes the main
+        process's, sent to every process, so every rank saves the same); otherwise the curriculum's own."""
         assert self.curriculum is not None
+        if self.async_mode and self.accelerator.num_processes > 1:  # only the main process has a producer
+            from accelerate.utils import broadcast_object_list
+
+            return broadcast_object_list([self._trained_curriculum], from_process=0)[0]
         if self._trained_curriculum is not None:
             return self._trained_curriculum
         return self.curriculum.state()
@@ -591,6 +681,33 @@ class GRPOTrainer:
             if "curriculum" not in rank_state:
                 raise ValueError(f"{path} was saved without curriculum.enabled; resume it with the filter off")
             self.curriculum.load(rank_state["curriculum"])
+
+
+Share = tuple[list[list[ScoredSample]], dict]  # one process's part of a rollout batch: its scored groups, metrics
+
+
+@dataclass(frozen=True)
+class TakeFailed:
+    """What every process receives instead of its share when the main process could not take a batch."""
+
+    message: str
+
+
+def split_by_rank(items: list[T], world: int) -> list[list[T]]:
+    """`items` (a rollout batch's prompts, or what was made of them, in data order) cut into `world` equal
+    consecutive shares, rank 0's first: the share rank r trains on is items[r x n : (r + 1) x n]."""
+    if len(items) % world:
+        raise ValueError(f"{len(items)} items do not split into {world} equal shares")
+    size = len(items) // world
+    return [items[rank * size : (rank + 1) * size] for rank in range(world)]
+
+
+def keep_with_spread(groups: list[list[ScoredSample]], room: int) -> list[list[ScoredSample]]:
+    """Dynamic sampling's keep: the groups whose correctness rewards differ, in order, at most `room` of them."""
+    if not groups or room <= 0:
+        return []
+    spread = group_has_spread(correctness_rewards(groups)).tolist()
+    return [g for g, has in zip(groups, spread, strict=True) if has][:room]
 
 
 def step_metric_keys(grpo: bool, kl: bool, opd: bool) -> tuple[str, ...]:

@@ -164,8 +164,15 @@ def check_teacher_context(config: Config, scorer: TeacherScorer | None, tokenize
 
 def build_pool(config: Config, accelerator: Any) -> SandboxPool:
     """The sandbox pool, hiding the run's task files; each process on this machine takes its share of the cores
-    (`training.launch.sandbox_workers`)."""
-    workers = sandbox_workers(config.sandbox.max_workers, local_world_size(accelerator))
+    (`training.launch.sandbox_workers`). With asynchronous rollouts under several processes the main process's
+    producer scores every process's rollouts: it takes the machine's cores (or sandbox.max_workers), and the
+    other processes, which score nothing, one worker each."""
+    grpo = config.grpo
+    one_scorer = grpo.async_rollouts and grpo.max_staleness > 0 and accelerator.num_processes > 1
+    if one_scorer and not accelerator.is_main_process:
+        workers = 1
+    else:
+        workers = sandbox_workers(config.sandbox.max_workers, 1 if one_scorer else local_world_size(accelerator))
     return SandboxPool.from_config(config.sandbox, workers=workers, secret_paths=task_secret_paths(config))
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tests.trainer_helpers import launch_two_processes
+from tests.trainer_helpers import launch_two_processes, small_tasks
 
 
 def launch(tmp_path, scenario):
@@ -105,3 +105,64 @@ def test_the_process_group_waits_as_long_as_the_config_says(tmp_path):
     assert isinstance(handler, InitProcessGroupKwargs), handler
     assert handler.timeout.total_seconds() == 5400
     assert build_config("gpu").training.ddp_timeout == 1800  # transformers' TrainingArguments.ddp_timeout
+
+
+@pytest.mark.slow
+def test_async_rollouts_under_two_processes_train_each_rank_on_its_synchronous_shard(tmp_path):
+    """Asynchronous rollouts with 2 processes against one (fake) rollout server: the main process's producer samples
+    both ranks' prompts, each rank trains on the shard the synchronous run gives it at the same data-order position
+    (also after a resume), the ranks end with identical adapters, and every adapter the run loaded is unloaded. A
+    producer failure on the main process, and Ctrl-C there, end every rank with an error naming it (none waits for
+    the main process until the process group's timeout), with no producer thread left."""
+    from tests.canned_responses import half_right_responder
+    from tests.fake_openai_server import FakeVLLMServer, RunningServer
+    from utils.student_model import load_tokenizer
+
+    state = FakeVLLMServer(base_model="embedded:tiny-random")
+    state.responder = half_right_responder(load_tokenizer("embedded:tiny-random"), small_tasks(16))
+    with RunningServer(state) as server:
+        launch_two_processes("ddp_async_steps.py", str(tmp_path), server.url, port=29523)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    for rank in ranks:
+        for name in ("sync", "async", "resumed"):
+            assert rank[name]["error"] is None, (name, rank[name]["error"])
+        assert len(rank["sync"]["trained"]) == 4
+        # the same prompts at the same data-order positions as the synchronous run, before and after the resume
+        assert rank["async"]["trained"] + rank["resumed"]["trained"] == rank["sync"]["trained"]
+        assert rank["resumed"]["rollout_batches"] == 4
+    for batch in range(4):
+        assert set(ranks[0]["sync"]["trained"][batch]).isdisjoint(ranks[1]["sync"]["trained"][batch])
+    for name in ("sync", "async", "resumed"):
+        first, second = ranks[0][name]["lora"], ranks[1][name]["lora"]
+        assert all(torch.allclose(first[k], second[k], atol=1e-7) for k in first), name  # DDP kept them equal
+        assert any("lora_B" in k and v.abs().sum() > 0 for k, v in first.items()), name  # and training moved them
+    steps = [json.loads(line) for line in (tmp_path / "async" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == [1, 2, 3, 4]
+    assert [m["async/staleness_max"] for m in steps] == [0.0, 1.0, 0.0, 1.0]  # the resume samples from its adapter
+    assert all("async/trainer_wait_s" in m and "rollout/is_weight_p99" in m for m in steps)
+    # the curriculum, drawn and observed by the main process's producer, saved alike by both ranks: both ranks'
+    # groups of the two trained batches (the batch in flight is not in it)
+    from training.checkpointing import rank_state_name
+
+    assert [rank["curriculum"]["error"] for rank in ranks] == [None, None]
+    saved = [
+        torch.load(tmp_path / "curriculum" / "checkpoint-2" / rank_state_name(r), weights_only=False)["curriculum"]
+        for r in (0, 1)
+    ]
+    assert saved[0] == saved[1]
+    assert sum(map(len, saved[0]["history"])) == 2 * 2 * 4 * 4  # batches x ranks x prompts x samples
+    # a producer failure: the same error on both ranks; Ctrl-C on the main process: every rank ends
+    crash = [rank["crash"]["error"] for rank in ranks]
+    assert crash[0] == crash[1] and crash[0].startswith("ProducerError") and "went away" in crash[0]
+    interrupt = [rank["interrupt"]["error"] for rank in ranks]
+    assert interrupt[0].startswith("KeyboardInterrupt")
+    assert interrupt[1].startswith("ProducerError") and "KeyboardInterrupt" in interrupt[1]
+    for rank in ranks:
+        for name in ("sync", "async", "resumed", "curriculum", "crash", "interrupt"):
+            assert "rollout-producer" not in rank[name]["threads"], name
+    # one producer: every adapter loaded once, by one process, and unloaded by the end of its run
+    loads = [name for kind, name in state.events if kind == "load"]
+    unloads = [name for kind, name in state.events if kind == "unload"]
+    assert len(loads) == len(set(loads)) and sorted(unloads) == sorted(loads)
+    assert {call[0] for call in state.calls} <= set(loads)

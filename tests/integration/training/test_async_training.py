@@ -9,9 +9,12 @@ import dataclasses
 import json
 import threading
 
+import numpy as np
 import pytest
 import torch
 
+from rollouts.completion import RolloutCompletion
+from tests.canned_responses import WRONG_CODE, student_answer
 from tests.integration.training.test_multi_turn_training import (
     ScriptedMultiTurnRollout,
     SequencePolicy,
@@ -31,6 +34,7 @@ from training.batching import completion_logprobs, pad_rollout_batch
 from training.grpo_trainer import GRPOTrainer
 from training.setup import build_run
 from utils.prompts import get_unified_prompt
+from utils.sft_data import encode_prompt, end_of_turn_id
 
 SERVER = {"grpo.rollout_backend": "vllm_server", "training.max_steps": 4, "training.save_steps": 0}
 
@@ -316,13 +320,110 @@ def test_async_rollouts_with_a_served_teacher_score_each_trained_batch_once(tmp_
     assert no_producer_thread()
 
 
-def test_async_rollouts_under_several_processes_are_refused_before_the_producer_starts(tmp_path, pool, monkeypatch):
-    from training.launch import LaunchError
+class HalfRightOrFlat(VersionedRollout):
+    """Deterministic groups: half right, half wrong (spread), except the prompts of the call named in `flat_calls`
+    whose position in the request is in `flat_positions` (all wrong: no spread)."""
 
+    def __init__(self, tokenizer, tasks_by_problem) -> None:
+        super().__init__(tokenizer, tasks_by_problem)
+        self.flat: dict[int, range] = {}  # call number -> positions of its prompts sampled all wrong
+        self.asked: list[list[str]] = []  # the task ids of every call's prompts, in order
+
+    def sample(self, prompts, num_samples, *, seed=None):
+        self.calls += 1
+        eot = end_of_turn_id(self.tokenizer)
+        out = []
+        self.asked.append([])
+        for position, prompt in enumerate(prompts):
+            task = next(t for p, t in self.tasks_by_problem.items() if p in prompt)
+            self.asked[-1].append(task.task_id)
+            ids = encode_prompt(self.tokenizer, prompt)
+            flat = position in self.flat.get(self.calls, range(0))
+            group = []
+            for k in range(num_samples):
+                text = student_answer(WRONG_CODE if flat or k % 2 else task.reference_solutions[0])
+                token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eot]
+                group.append(RolloutCompletion(text, tuple(token_ids), tuple(ids), "stop"))
+            out.append(group)
+        return out
+
+
+def two_process_trainer(tmp_path, pool, monkeypatch, **overrides):
+    """A trainer that believes it is rank 0 of 2 (no process group: the producer's batch needs none), its
+    sampler's adapter loaded; `as_rank(r)` makes it believe it is rank r."""
     trainer = scripted_trainer(
-        tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
+        tmp_path, pool, rollout_class=HalfRightOrFlat, **SERVER, **{"grpo.async_rollouts": "true"}, **overrides
     )
+    rank = {"index": 0}
     monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
-    with pytest.raises(LaunchError, match="--num_processes 1"):
-        trainer._start_producer()
-    assert no_producer_thread() and trainer.rollout.calls == 0
+    monkeypatch.setattr(type(trainer.accelerator), "process_index", property(lambda self: rank["index"]))
+    trainer.rollout.load_adapter(0)
+
+    def as_rank(r):
+        rank["index"] = r
+
+    return trainer, as_rank
+
+
+def test_the_producer_samples_every_rank_s_share_in_one_burst_and_each_share_is_that_rank_s_synchronous_one(
+    tmp_path, pool, monkeypatch
+):
+    trainer, as_rank = two_process_trainer(tmp_path, pool, monkeypatch)
+    shares, last_index = trainer._fill_batch(1, produced=True)
+    assert last_index == 1 and len(shares) == 2
+    # one request burst for both ranks' prompts (the server batches them), rank 0's first
+    [asked] = trainer.rollout.asked
+    per_rank = trainer.prompts_per_rollout
+    # the plain order at data-order position 1 over 6 tasks, 8 prompts a batch: positions 8..15 of the seeded
+    # epoch permutations (epoch 1 from offset 2, then epoch 2's first 4)
+    order = [np.random.default_rng([trainer.config.training.seed, e]).permutation(6) for e in (1, 2)]
+    expected = [trainer.tasks[i].task_id for i in [*order[0][2:6], *order[1][0:4]]]
+    assert asked == expected
+    for rank, (groups, metrics) in enumerate(shares):
+        as_rank(rank)
+        synchronous = [trainer.tasks[i].task_id for i in trainer._prompt_indices(1)]
+        assert [g[0].task.task_id for g in groups] == synchronous == expected[rank * per_rank : (rank + 1) * per_rank]
+        assert all(s.completion.prompt_ids for g in groups for s in g)
+        assert metrics["pass_rate"] == pytest.approx(0.5)  # each share's metrics are its own groups'
+    # the groups are every rank's own: scored against their own tasks
+    assert shares[0][0][0][0].task.task_id != shares[1][0][0][0].task.task_id
+
+
+def test_dynamic_sampling_fills_each_rank_s_share_as_that_rank_would_and_stops_when_every_share_is_full(
+    tmp_path, pool, monkeypatch
+):
+    trainer, _ = two_process_trainer(
+        tmp_path, pool, monkeypatch, **{"grpo.dynamic_sampling": "true", "grpo.dynamic_sampling_max_rounds": 4}
+    )
+    per_rank = trainer.prompts_per_rollout
+    trainer.rollout.flat = {1: range(per_rank, 2 * per_rank)}  # the first round: rank 1's groups have no spread
+    shares, last_index = trainer._fill_batch(0, produced=True)
+    asked = trainer.rollout.asked
+    assert last_index == 1 and len(asked) == 2  # a second round, for both ranks (as the all-reduce decides)
+    rank0, rank1 = ([g[0].task.task_id for g in groups] for groups, _ in shares)
+    assert rank0 == asked[0][:per_rank]  # full after its first round: the second adds nothing
+    assert rank1 == asked[1][per_rank:]  # its own prompts of the second round
+    for _, metrics in shares:
+        assert metrics["sampling/rounds"] == 2.0
+        assert metrics["sampling/groups_sampled"] == 2.0 * per_rank
+        assert metrics["sampling/groups_kept"] == float(per_rank)
+    # the round-weighted pass rate: rank 1 sampled one round all wrong, rank 0 none
+    assert shares[0][1]["pass_rate"] == pytest.approx(0.5) and shares[1][1]["pass_rate"] == pytest.approx(0.25)
+
+
+def test_the_producer_observes_every_rank_s_groups_in_rank_order_for_the_curriculum(tmp_path, pool, monkeypatch):
+    trainer, _ = two_process_trainer(
+        tmp_path,
+        pool,
+        monkeypatch,
+        **{"curriculum.enabled": "true", "curriculum.window": 64, "curriculum.min_samples": 64},
+    )
+    per_rank = trainer.prompts_per_rollout
+    trainer.rollout.flat = {1: range(per_rank, 2 * per_rank)}
+    shares, _ = trainer._fill_batch(0, produced=True)
+    [asked] = trainer.rollout.asked
+    observed = sum(map(len, trainer.curriculum.history))
+    assert observed == 2 * per_rank * trainer.group_size  # both ranks' rewards, as the gather gives every rank
+    assert [g[0].task.task_id for g in shares[1][0]] == asked[per_rank:]
+    assert shares[0][1]["curriculum/zero_spread_share"] == 0.0  # each share's own groups
+    assert shares[1][1]["curriculum/zero_spread_share"] == 1.0

@@ -302,7 +302,7 @@ def test_the_curriculum_judges_spread_with_the_reward_in_use(tmp_path, pool):
         ]
         for g in groups
     ]
-    metrics = trainer._observe_curriculum(list(range(len(partial))), partial)
+    [metrics] = trainer._observe_curriculum([list(range(len(partial)))], [partial], gather=True)
     assert all(trainer.curriculum.settled(i) is None for i in range(len(partial)))
     assert metrics["curriculum/zero_spread_share"] == 0.0
 

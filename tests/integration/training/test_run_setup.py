@@ -93,3 +93,32 @@ def test_the_trainer_closes_the_pool_the_run_made(tmp_path, no_real_pool):
     parts = dataclasses.replace(run_parts(config, pool=pool), owns_pool=True)  # as build_run marks the pool it made
     GRPOTrainer(config, parts).train()
     assert pool.closed
+
+
+def test_with_async_rollouts_under_several_processes_the_main_process_takes_the_sandbox_cores(tmp_path, monkeypatch):
+    """The main process's producer scores every process's rollouts: its pool gets the machine's cores, the other
+    processes (which score nothing) one worker each; synchronously each process takes its share."""
+    import types
+
+    made = []
+
+    class RecordingPool(FakePool):
+        @classmethod
+        def from_config(cls, section, **kwargs):
+            made.append(kwargs["workers"])
+            return cls()
+
+    monkeypatch.setattr(setup, "SandboxPool", RecordingPool)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    server = {"grpo.rollout_backend": "vllm_server", "sandbox.max_workers": 0}
+    for async_rollouts in ("false", "true"):
+        config = tiny_config(tmp_path, **server, **{"grpo.async_rollouts": async_rollouts})
+        for main in (True, False):
+            setup.build_pool(config, types.SimpleNamespace(num_processes=2, is_main_process=main))
+    assert made == [4, 4, 8, 1]
+    made.clear()
+    one = types.SimpleNamespace(num_processes=1, is_main_process=True)
+    setup.build_pool(tiny_config(tmp_path, **server, **{"grpo.async_rollouts": "true"}), one)
+    setup.build_pool(tiny_config(tmp_path, **{**server, "grpo.async_rollouts": "true", "sandbox.max_workers": 3}), one)
+    assert made == [8, 3]

@@ -22,13 +22,13 @@ class ScriptedSampler:
     def load(self, version: int) -> None:
         self.loaded = version
 
-    def produce(self, index: int) -> tuple[list, dict, int]:
+    def produce(self, index: int) -> tuple[list, int]:
         if index == self.fail_at:
             raise ConnectionError("the rollout server went away")
         time.sleep(self.delay)
         assert self.loaded is not None
         self.sampled[index] = self.loaded
-        return [[index]] * 2, {"pass_rate": 0.5}, index + self.rounds - 1
+        return [([[index]] * 2, {"pass_rate": 0.5})], index + self.rounds - 1  # one process's share
 
 
 def run_trainer(producer: RolloutProducer, steps: int, delay: float = 0.0) -> list[dict]:
@@ -139,4 +139,14 @@ def test_ctrl_c_in_the_trainer_stops_a_producer_waiting_for_it():
 
 def test_max_staleness_zero_is_not_a_producer():
     with pytest.raises(ValueError, match="synchronous"):
-        RolloutProducer(lambda i: ([], {}), lambda v: None, max_staleness=0, first_index=0, first_step=0)
+        RolloutProducer(lambda i: ([], i), lambda v: None, max_staleness=0, first_index=0, first_step=0)
+
+
+def test_a_batch_splits_into_equal_consecutive_shares_rank_0_first():
+    from training.grpo_trainer import split_by_rank
+
+    assert split_by_rank([10, 11, 12, 13, 14, 15], 2) == [[10, 11, 12], [13, 14, 15]]
+    assert split_by_rank(["a", "b", "c"], 3) == [["a"], ["b"], ["c"]]
+    assert split_by_rank([1, 2], 1) == [[1, 2]]
+    with pytest.raises(ValueError, match="5 items do not split into 2"):
+        split_by_rank([1, 2, 3, 4, 5], 2)
