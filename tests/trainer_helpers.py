@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 
 import torch
@@ -125,11 +126,15 @@ def base_state(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" not in k}
 
 
-def launch_two_processes(script: str, *args: str, port: int) -> None:
+def launch_two_processes(script: str, *args: str) -> None:
     """`accelerate launch` tests/`script` with 2 processes. --multi_gpu selects accelerate's torchrun launcher;
     without GPUs the processes use gloo on the CPU (`--cpu` alone would start a single process unless mpirun
     is set up). A rank waiting for an all-reduce its peer never starts would hang: the timeout turns that
-    into a failure, with both ranks' output."""
+    into a failure, with both ranks' output. The rendezvous port is a free one: launches in other test workers
+    run at the same time."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     accelerate = shutil.which("accelerate", path=str(ROOT / ".venv" / "bin")) or shutil.which("accelerate")
     assert accelerate is not None, "accelerate is not installed"
     launcher = ["launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
