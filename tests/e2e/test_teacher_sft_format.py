@@ -7,9 +7,11 @@ import pytest
 
 
 @pytest.mark.slow
-def test_sixteen_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
-    """16 teacher-SFT steps on the fixture references must not cost the student its gradable answers: held-out
-    no_code at most the base's + 5 points (thinking targets the 135M student cannot close gave 0.44 vs 0.02)."""
+def test_eight_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
+    """8 teacher-SFT steps on the fixture references must not cost the student its gradable answers: held-out
+    no_code at most the base's + 5 points. Thinking targets the 135M student cannot close
+    (`teacher.reference_thinking=short`, `dual_source.include_thinking=true`) fail it: no_code 0.75 against the
+    base's 0.00 after these 8 steps (0.44 against 0.02 after 16 in an earlier form of the check)."""
     import phase1_prepare_data as phase1
     import phase2_generate_teacher_traces as phase2
     import phase3_train_grpo as phase3
@@ -31,8 +33,8 @@ def test_sixteen_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
             "dual_source.teacher_sft_weight=1",
             "dual_source.teacher_sft_batch_size=4",
             "grpo.kl_coef=0",
-            "training.max_steps=16",
-            "training.save_steps=16",
+            "training.max_steps=8",
+            "training.save_steps=8",
             "evaluation.num_samples=2",
             "evaluation.k_values=[1]",
             "evaluation.temperature=0.7",
