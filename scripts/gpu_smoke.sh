@@ -41,8 +41,10 @@ if [ "$CPU_MODE" = 1 ]; then
   STEPS=2
   # 32 training-split prompts (~6,000 tokens) are more than one 4096-token prefill step: vLLM's CPU build
   # then prefills in chunks, which kills an engine with seeded requests unless phase 4 turns chunking off
-  # (rollouts/vllm_engine.py, "CPU"); the 14 validation prompts (~2,600 tokens) never reach it.
-  EVAL=(--split train --max_tasks 32 --num_samples 2 --k 1 2 --max_new_tokens 48)
+  # (rollouts/vllm_engine.py, "CPU"); the 14 validation prompts (~2,600 tokens) never reach it. One short
+  # sample per prompt: the LoRA prefill of those prompts is most of this leg's time on CPU, and the leg
+  # checks the plumbing (both roles scored on the same tasks), not the model.
+  EVAL=(--split train --max_tasks 32 --num_samples 1 --k 1 --max_new_tokens 16)
 else
   MODEL=${1:-Qwen/Qwen3-0.6B}
   OUT=${OUT:-outputs/gpu_smoke}
