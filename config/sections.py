@@ -620,6 +620,12 @@ class GRPOConfig:
         "memory, KV cache freed; vLLM's enable_sleep_mode) and wake it before the next rollout, so "
         "training gets that memory back. Costs a weight copy each way per rollout.",
     )
+    vllm_enforce_eager: bool = option(
+        False,
+        "vllm backend and phase 4 on vLLM: build the engine with vLLM's enforce_eager (no CUDA graphs, no "
+        "torch.compile): it starts sooner and holds no graph memory, and decodes slower. For short runs and "
+        "checks; leave it off for training.",
+    )
 
 
 @dataclass(frozen=True)

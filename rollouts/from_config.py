@@ -110,6 +110,7 @@ def colocated_engine(
         sleep_mode=sleep_mode,
         logprobs=logprobs,
         cpu_platform=cpu_platform,
+        enforce_eager=config.grpo.vllm_enforce_eager,
     )
     return vllm, build_engine(vllm, kwargs, ranks, in_process=in_process)
 

@@ -92,6 +92,7 @@ def engine_kwargs(
     sleep_mode: bool = False,
     logprobs: bool = True,
     cpu_platform: bool = False,
+    enforce_eager: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for `vllm.LLM` (see the module docstring for why each one is there).
 
@@ -116,6 +117,8 @@ def engine_kwargs(
         kwargs["logprobs_mode"] = "processed_logprobs"
     if cpu_platform:  # seeded requests and chunked prefill kill a CPU engine (module docstring)
         kwargs["enable_chunked_prefill"] = False
+    if enforce_eager:  # no graph capture or compile before the first token (grpo.vllm_enforce_eager)
+        kwargs["enforce_eager"] = True
     return kwargs
 
 

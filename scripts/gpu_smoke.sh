@@ -8,7 +8,7 @@
 # trainer's, so the log-prob threshold is 1e-3 instead of the 0.05 that bf16 on a GPU needs.
 #
 # Legs: phase 1; phase 3 with grpo.rollout_backend=vllm (one process per visible GPU, up to 2; one on CPU);
-# phase 4 of the result and the base model with vLLM (--baseline); a 2-step --mode tool run (multi-turn
+# phase 4 of the result and the base model with vLLM (--baseline); a --mode tool run of 2 steps (1 on CPU; multi-turn
 # rollouts continued on the same engine); on GPU only, a 2-step run with grpo.vllm_sleep_mode=true (vLLM's
 # CPU build refuses sleep mode) and check_vllm_adapter.py --sleep; scripts/check_vllm_adapter.py.
 # The checks are scripts/check_smoke_run.py's (its docstring lists them; each fails only on a pipeline defect,
@@ -36,15 +36,16 @@ if [ "$CPU_MODE" = 1 ]; then
   # dynamo with the eager backend instead of an inductor compile (~2.5 min per engine without LoRA on 2 cores):
   # vLLM's own switch for its CPU CI; the checks are about log-probs, not speed
   export VLLM_CPU_CI_ENV=${VLLM_CPU_CI_ENV:-1}
+  # and no dynamo trace either (grpo.vllm_enforce_eager: ~10 s per engine on 2 cores)
   SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=48 --set multi_turn.max_total_tokens=160
+         --set grpo.vllm_enforce_eager=true
          --set training.per_device_train_batch_size=2 --set grpo.num_samples_per_prompt=4)
   STEPS=2
-  # 32 training-split prompts (~6,000 tokens) are more than one 4096-token prefill step: vLLM's CPU build
-  # then prefills in chunks, which kills an engine with seeded requests unless phase 4 turns chunking off
-  # (rollouts/vllm_engine.py, "CPU"); the 14 validation prompts (~2,600 tokens) never reach it. One short
-  # sample per prompt: the LoRA prefill of those prompts is most of this leg's time on CPU, and the leg
-  # checks the plumbing (both roles scored on the same tasks), not the model.
-  EVAL=(--split train --max_tasks 32 --num_samples 1 --k 1 --max_new_tokens 16)
+  # Phase 4 here checks the plumbing (both roles scored on the same tasks), not the model: the LoRA prefill of
+  # long prompts is most of a vLLM CPU leg's time, so 4 validation prompts, one short sample each. (Seeded
+  # prompts that overflow a prefill step, as 64 MBPP prompts do, are tests/vllm_cpu's own test.)
+  EVAL=(--max_tasks 4 --num_samples 1 --k 1 --max_new_tokens 16)
+  TOOL_STEPS=1  # the tool leg checks multi-turn sampling on the colocated engine; updates are the first leg's
 else
   MODEL=${1:-Qwen/Qwen3-0.6B}
   OUT=${OUT:-outputs/gpu_smoke}
@@ -56,6 +57,7 @@ else
          --set training.per_device_train_batch_size=2)
   STEPS=3
   EVAL=(--max_tasks 8 --num_samples 4 --k 1 2 4 --max_new_tokens 256)
+  TOOL_STEPS=2
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -74,8 +76,8 @@ step "phase 3: $STEPS steps, grpo.rollout_backend=vllm, $GPUS process(es)"
 step "phase 4: evaluation.backend=vllm, trained adapter and --baseline"
 $PY phase4_evaluate.py "${COMMON[@]}" --set evaluation.backend=vllm --model_path "$OUT/final_model" --baseline \
     "${EVAL[@]}" 2>&1 | tee "$OUT/eval.log"
-step "phase 3: 2 steps in --mode tool on the same backend"
-"${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --set paths.output_dir="$OUT/tool" --mode tool --max_steps 2 \
+step "phase 3: $TOOL_STEPS step(s) in --mode tool on the same backend"
+"${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --set paths.output_dir="$OUT/tool" --mode tool --max_steps "$TOOL_STEPS" \
     2>&1 | tee "$OUT/train_tool.log"
 if [ "$CPU_MODE" = 1 ]; then
   step "sleep-mode leg skipped: vLLM's CPU build refuses sleep mode (GPU only)"

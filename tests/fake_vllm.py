@@ -40,6 +40,7 @@ ENGINE_FIELDS = {
     "max_lora_rank",
     "max_loras",
     "enable_chunked_prefill",
+    "enforce_eager",
     "distributed_executor_backend",
     "enable_sleep_mode",
     "logprobs_mode",

