@@ -37,7 +37,7 @@ if [ "$CPU_MODE" = 1 ]; then
   # vLLM's own switch for its CPU CI; the checks are about log-probs, not speed
   export VLLM_CPU_CI_ENV=${VLLM_CPU_CI_ENV:-1}
   # and no dynamo trace either (grpo.vllm_enforce_eager: ~10 s per engine on 2 cores)
-  SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=48 --set multi_turn.max_total_tokens=160
+  SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=32 --set multi_turn.max_total_tokens=160
          --set grpo.vllm_enforce_eager=true
          --set training.per_device_train_batch_size=2 --set grpo.num_samples_per_prompt=4)
   STEPS=2

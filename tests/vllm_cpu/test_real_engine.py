@@ -21,7 +21,7 @@ from tests.vllm_cpu.conftest import SERVED_NAME, STUDENT, output_tail, progress,
 LOGP_TOLERANCE = 1e-3  # float32 engine vs float32 trainer: measured 0.0000 (the probe's 8 x 64 tokens)
 # Small enough for 2 cores, large enough that both steps sample real completions and the update moves the adapter.
 TINY_RUN = (
-    "grpo.max_new_tokens=48",
+    "grpo.max_new_tokens=32",
     "grpo.num_samples_per_prompt=4",
     "training.per_device_train_batch_size=2",
     "training.gradient_accumulation_steps=1",
