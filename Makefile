@@ -49,8 +49,11 @@ test: install ## Run the unit and integration tests not marked slow (the inner l
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
 	$(PY) -m pytest -q tests/unit
 
+# --maxschedchunk 8: pytest-xdist otherwise hands the first quarter of the collection to the workers in three runs of
+# consecutive tests, so the first worker got every end-to-end test (the longest ones) and ran them one after another
+# while the others finished early.
 test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~9 min)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 8 --durations=15
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
 # .venv's packages (a .pth file) and adds vllm (--no-deps: no CUDA wheels) and its light imports.
