@@ -2,9 +2,9 @@
 
 These tests run in `.venv-vllm` (see the Makefile) and are not collected by `make test` (tests/conftest.py
 ignores this folder unless TGRPO_VLLM_CPU=1). Without vLLM they do not skip: the session stops with an
-error that says how to install it. One OpenAI-compatible vLLM server (the embedded student, float32, LoRA with
-runtime updates) serves every test that needs a server; the colocated-engine tests build their own engines inside
-the product's processes, as users' runs do.
+error that says how to install it. One OpenAI-compatible vLLM server per xdist worker (the embedded student,
+float32, LoRA with runtime updates) serves every test of that worker that needs a server; the colocated-engine
+tests build their own engines inside the product's processes, as users' runs do.
 """
 
 from __future__ import annotations
@@ -59,18 +59,9 @@ def pytest_configure(config) -> None:
         _REPORTER.append(reporter)
 
 
-SERVER_GROUP, IN_PROCESS_GROUP = "vllm_server", "in_process_engines"
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    """`make test-vllm` runs in two pytest-xdist workers with `--dist loadgroup`: every test that needs the session
-    server runs in one worker (one server start, ~35 s of both cores, instead of one per worker), the tests that
-    build their engines in the product's own processes in the other; the two groups take about as long. The
-    longest test (the smoke script: several engines in a row) starts its group."""
-    for item in items:
-        group = SERVER_GROUP if "vllm_server" in getattr(item, "fixturenames", ()) else IN_PROCESS_GROUP
-        item.add_marker(pytest.mark.xdist_group(group))
+    """`make test-vllm` runs in two pytest-xdist workers, each with its own session server once it gets a server test.
+    The longest test (several engines in a row) starts first, so that it does not run alone at the end."""
     items.sort(key=lambda item: item.name != "test_the_smoke_script_in_cpu_mode")
 
 
