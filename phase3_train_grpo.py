@@ -266,7 +266,7 @@ def _train(
         accelerator=accelerator,
         rollout=rollout,
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     try:
         summary = trainer.train(resume_from)
     finally:  # the server backend unloads its last adapter and closes its connections

@@ -338,7 +338,9 @@ def check_sft_labels(report: Report, config: Config, tokenizer) -> None:
     d = dataclasses.replace(config.dual_source, teacher_sft_weight=1.0, teacher_sft_batch_size=2, sft_max_length=4096)
     template = config.student.chat_template_kwargs
     try:
-        built, _ = build_teacher_sft(traces, tokenizer, dataclasses.replace(config, dual_source=d))
+        built, _ = build_teacher_sft(
+            traces, tokenizer, d, chat_template_kwargs=template, rollout_budget=config.grpo.max_new_tokens
+        )
         batch = collate_sft(built, tokenizer.pad_token_id)
     except Exception as exc:  # noqa: BLE001 - a preflight reports any failure instead of crashing
         report.fail(f"teacher-SFT preparation raised {type(exc).__name__}: {exc}", "see training/sft_sources.py")
@@ -523,7 +525,7 @@ def check_training_step(report: Report, config: Config, model, tokenizer) -> Non
                 tokenizer=tokenizer,
                 rollout=rollout,
             )
-            trainer = GRPOTrainer(small, parts)
+            trainer = GRPOTrainer(parts)
             with parser_spy() as phase3_seen:
                 groups, rollout_metrics = trainer.collect_rollouts()
             metrics = trainer.train_on_rollouts(groups, rollout_metrics)[0]

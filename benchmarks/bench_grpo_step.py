@@ -59,8 +59,7 @@ def tasks_for(steps: int):
 
 def set_shared_prompt(trainer: Any, on: bool) -> None:
     """Switch the trainer's shared-prompt forward (the config is frozen: replaced, as the pass runner is)."""
-    training = dataclasses.replace(trainer.config.training, shared_prompt_forward=on)
-    trainer.config = dataclasses.replace(trainer.config, training=training)
+    trainer.training = dataclasses.replace(trainer.training, shared_prompt_forward=on)
     trainer.passes = dataclasses.replace(trainer.passes, shared_prompt=on)
 
 
@@ -142,7 +141,7 @@ def run_ours(steps: int, max_new_tokens: int, group_size: int) -> dict:
             rollout=rollout,
             pool=pool,
         )
-        trainer = GRPOTrainer(config, parts)
+        trainer = GRPOTrainer(parts)
         sample_s, shared_s, full_s, tokens, prompt_tokens, losses = [], [], [], [], [], []
         shared_cpu_s, full_cpu_s = [], []
         for step in range(steps):

@@ -132,7 +132,7 @@ def main() -> None:
             rollout=rollout,
             pool=pool,
         )
-        trainer = GRPOTrainer(config, parts)
+        trainer = GRPOTrainer(parts)
         trainer.train()
         after = measure("after")
     b, a = mean_pass_fraction_by_task(before), mean_pass_fraction_by_task(after)

@@ -273,7 +273,7 @@ def train_and_measure(
             rollout=build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=out / variant),
             pool=pool,
         )
-        trainer = GRPOTrainer(config, parts)
+        trainer = GRPOTrainer(parts)
         trainer.train()
         after = measure("after")
     curve = [json.loads(line) for line in (out / variant / "metrics.jsonl").read_text().splitlines() if line]

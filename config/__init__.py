@@ -2,10 +2,10 @@
 
 What this package knows: the sections, their defaults (the `gpu` preset, i.e. the product's design values), the
 `cpu` preset (the embedded default that runs on a laptop with no network), how to layer a YAML/JSON file and
-`--set section.key=value` overrides on top of a preset, and how to validate, print and save the result. One module
-each: `sections`, `presets`, `overrides`, `compat` (TRL and open-r1 names), `load`, `cli`; every name is re-exported
-here, so `import config` is the one import. It knows nothing about models, data or training: library
-code receives one section (or plain arguments), never this whole object.
+`--set section.key=value` overrides on top of a preset, and how to validate, print and save the result.
+One module each: `sections`, `presets`, `overrides`, `compat` (TRL and open-r1 names), `load`, `cli`.
+Every public name is re-exported here, so `import config` is the one import; private helpers stay in their module.
+It knows nothing about models, data or training: library code receives its sections, never this whole object.
 
 Resolution order, later wins:  preset  ->  --config FILE  ->  --set section.key=value (repeatable).
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 from config.cli import (
     TRL_FLAG_ALIASES,
     ConfigFlag,
-    _flag_type,
     add_config_arguments,
     add_config_flags,
     allowed_values,
@@ -41,7 +40,6 @@ from config.cli import (
     split_trl_flags,
 )
 from config.compat import (
-    _WARNED,
     ACCELERATE_KEYS,
     BUILTIN_REWARD_NAMES,
     FLAT_KEYS,
@@ -50,23 +48,10 @@ from config.compat import (
     TRL_LOSS_TYPES,
     TRL_REFUSED,
     VLLM_MODES,
-    _accelerate_config,
-    _builtin_rewards,
-    _field_owners,
-    _loss_type,
-    _lr_scheduler,
-    _min_lr_rate,
-    _report_to,
-    _trl_batch_and_placement,
-    _vllm_and_scheduler_keys,
-    _warn_once,
-    _with_v1,
     normalize_config_mapping,
 )
-from config.load import _yaml_key_lines, build_config, load_config_file, parse_set_arguments, validate
+from config.load import build_config, load_config_file, parse_set_arguments, validate
 from config.overrides import (
-    _apply_section_overrides,
-    _coerce,
     apply_overrides,
     section_class,
     section_types,
@@ -92,7 +77,6 @@ from config.sections import (
     StudentConfig,
     TeacherConfig,
     TrainingConfig,
-    _number,
     normalize_api_base,
     option,
     vllm_installed,
@@ -129,26 +113,9 @@ __all__ = [
     "TeacherConfig",
     "TrainingConfig",
     "VLLM_MODES",
-    "_WARNED",
-    "_accelerate_config",
-    "_apply_section_overrides",
-    "_builtin_rewards",
-    "_coerce",
-    "_field_owners",
-    "_flag_type",
-    "_loss_type",
-    "_lr_scheduler",
-    "_min_lr_rate",
-    "_number",
-    "_report_to",
     "section_class",
     "section_types",
-    "_trl_batch_and_placement",
     "unknown_name_error",
-    "_vllm_and_scheduler_keys",
-    "_warn_once",
-    "_with_v1",
-    "_yaml_key_lines",
     "add_config_arguments",
     "add_config_flags",
     "allowed_values",

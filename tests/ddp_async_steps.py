@@ -51,7 +51,7 @@ def run(out: Path, url: str, accelerator, pool, overrides: dict, *, resume: bool
         rollout=rollout,
         pool=pool,
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     trained: list[list[str]] = []
     real_train = trainer.train_on_rollouts
 

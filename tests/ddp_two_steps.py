@@ -64,7 +64,7 @@ def main(out_dir: str, uneven: bool = False) -> None:
         accelerator=accelerator,
         rollout=rollout,
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     first: dict = {}
     real_collect, real_step = trainer.collect_rollouts, trainer.optimizer.step
 

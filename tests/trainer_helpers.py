@@ -99,7 +99,7 @@ def scripted_trainer(
         pool=pool,
         teacher_scorer=teacher_scorer,
     )
-    return GRPOTrainer(config, parts)
+    return GRPOTrainer(parts)
 
 
 def small_tasks(n: int = 6):
@@ -154,7 +154,7 @@ def plan_one_slot(trainer, groups, model=None, grpo=None):
         trainer.model if model is None else model,
         pad_id=trainer.tokenizer.pad_token_id,
         device="cpu",
-        grpo=trainer.config.grpo if grpo is None else grpo,
+        grpo=trainer.grpo if grpo is None else grpo,
         num_slots=1,
         forward_chunk_size=0,
         self_batch=None,

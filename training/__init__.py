@@ -9,7 +9,8 @@ The modules, from the loop down:
   It runs unchanged under `accelerate launch`; each process trains on its own prompts.
 - `setup`: the composition root. `build_run` makes a run's `RunParts` (accelerator, teacher-SFT set, OPD teacher,
   sandbox pool, episodes, sinks, rewards, curriculum, rollout source), one named builder per part;
-  `GRPOTrainer(config, parts)` receives them and builds only its optimizer, schedule, passes and state.
+  `GRPOTrainer(parts)` receives them (with the `grpo`, `training` and `dual_source` sections it reads) and builds
+  only its optimizer, schedule, passes and state.
 - `rollout_sources`: where the loop's batches come from, chosen once by `setup`.
   `SyncRollouts` makes this rank's share now; `AsyncRollouts` takes it from the producer and scatters the shares.
 - `rollout_batches`: what a batch is (`BatchMaker`): the data order, the curriculum's draw and observation,

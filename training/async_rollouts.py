@@ -1,28 +1,32 @@
-"""Asynchronous rollouts (`grpo.async_rollouts`): a producer thread samples and scores the next rollout batches
-while the trainer updates, at most `grpo.max_staleness` optimizer steps behind the policy being trained.
+"""Asynchronous rollouts (`grpo.async_rollouts`): a producer thread makes the next rollout batches while the
+trainer updates.
+No batch is trained more than `grpo.max_staleness` optimizer steps after the policy it was sampled from.
 
-The trainer publishes the adapter after every optimizer step (`publish(version)`: the folder is written on the
-trainer's thread, which owns the weights); the producer, before each batch, has the server load the newest
-published adapter (`load(version)`, on its own thread: the sampler's HTTP loop is used by one thread only),
-samples the batch's prompts and scores them in the sandbox (`produce(index)`). Each batch carries the version it
-was sampled with.
+The trainer publishes the adapter after every optimizer step (`publish(version)`).
+The adapter's folder is written on the trainer's thread, which owns the weights.
+Before each batch the producer has the server load the newest published adapter (`load(version)`).
+That call runs on the producer's thread: the sampler's HTTP loop is used by one thread only.
+Then the producer makes the batch (`produce(index)`: sampled, scored in the sandbox).
+Each batch carries the version it was sampled with.
 
-Bounded staleness by waiting, not by discarding: the producer's `k`-th batch is trained at step
-`first_step + k x mu` (mu = `grpo.num_iterations`), so the producer starts it only once the published version is
-at least that step minus `max_staleness`; a batch is therefore never older than the bound when it is taken, and
-no sample is wasted. The queue holds at most `max_staleness + 1` batches. `take` still checks every batch and
-drops one that is older (counted in `async/dropped_groups`, every process's groups) rather than re-sampling
-it: a re-sample would stall the trainer for a whole sampling round, while the producer's next batch is already
-newer.
+Bounded staleness by waiting, not by discarding.
+The producer's `k`-th batch is trained at step `first_step + k x mu` (mu = `grpo.num_iterations`).
+The producer starts it only once the published version is at least that step minus `max_staleness`.
+A batch is therefore never older than the bound when it is taken, and no sample is wasted.
+The queue holds at most `max_staleness + 1` batches.
+`take` still checks every batch and drops one that is older (counted in `async/dropped_groups`, every rank's).
+It does not re-sample it: that would stall the trainer for a whole round, and the next batch is already newer.
 
-What one batch is stays the caller's business (`produce`, `training.rollout_sources.AsyncRollouts`): multi-turn
-episodes, dynamic sampling's refill rounds (a batch then spans several data-order positions, `index` to
-`last_index`, and the next batch starts after the last), the curriculum's draw, and every process's share of it
-(one share per rank, in rank order). The producer only orders, stamps and bounds the batches.
+What one batch is stays the caller's business (`produce`; `training.rollout_sources.AsyncRollouts` passes the
+`training.rollout_batches.BatchMaker`'s batch for every rank).
+Dynamic sampling's refill rounds make a batch span the data-order positions `index` to `last_index`.
+The next batch starts after the last.
+The producer only orders, stamps and bounds the batches.
 
-A thread, not a process: the producer's work is HTTP to the server and waiting for sandbox subprocesses, both
-outside the GIL, and it shares the tasks, the tokenizer, the sandbox pool and the sampler's connections with
-the trainer without copying them. An error in the producer ends it and is raised by the next `take`;
+A thread, not a process.
+The producer's work is HTTP to the server and waiting for sandbox subprocesses, both outside the GIL.
+It shares the tasks, the tokenizer, the sandbox pool and the sampler's connections with the trainer, uncopied.
+An error in the producer ends it and is raised by the next `take`.
 `stop` (also on Ctrl-C) ends the thread and joins it, so nothing keeps running.
 """
 

@@ -242,3 +242,45 @@ def save_final(output_dir: Path, accelerator: Any, model: Any, tokenizer: Any, c
             raise
     accelerator.wait_for_everyone()
     return final
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What a run writes into its output folder besides metrics: `config.json` at the start, the checkpoints and
+    the final model. Each carries the whole resolved config and its provenance, so this record holds the config;
+    the trainer hands it on and reads nothing from it."""
+
+    output_dir: Path
+    config: Config
+
+    def write_config(self) -> Path:
+        """`config.json` in the output folder (the main process's)."""
+        return save_config(self.config, self.output_dir / "config.json")
+
+    def save_checkpoint(
+        self,
+        *,
+        accelerator: Any,
+        model: Any,
+        optimizer: Any,
+        scheduler: Any,
+        state: TrainerState,
+        total_steps: int,
+        rank_state: dict,
+    ) -> Path:
+        """`save_checkpoint` into the output folder."""
+        return save_checkpoint(
+            self.output_dir,
+            accelerator=accelerator,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            config=self.config,
+            state=state,
+            total_steps=total_steps,
+            rank_state=rank_state,
+        )
+
+    def save_final(self, accelerator: Any, model: Any, tokenizer: Any) -> Path:
+        """`save_final` into the output folder."""
+        return save_final(self.output_dir, accelerator, model, tokenizer, self.config)

@@ -27,6 +27,7 @@ Under `accelerate launch` each process trains on its own share of the prompts.
 Groups never straddle processes, so advantages need no communication; DDP averages the gradients.
 The loop does not know whether its source is synchronous or asynchronous.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,9 +39,8 @@ from typing import Any
 
 import torch
 
-from config import Config
 from training import checkpointing
-from training.checkpointing import TrainerState, resolve_checkpoint, save_config
+from training.checkpointing import TrainerState, resolve_checkpoint
 from training.launch import Peers, check_accelerator
 from training.losses import lr_factor, scheduled_weight
 from training.metric_sinks import progress_loss, reduce_over_processes
@@ -63,9 +63,10 @@ class GRPOTrainer:
     """The loop over the parts `training.setup.build_run` made; it builds only its own optimizer, schedule, passes
     and state."""
 
-    def __init__(self, config: Config, parts: RunParts) -> None:
-        self.config = config
+    def __init__(self, parts: RunParts) -> None:
         self.parts = parts
+        self.grpo, self.training, self.dual_source = parts.grpo, parts.training, parts.dual_source
+        grpo, training, dual = self.grpo, self.training, self.dual_source
         self.accelerator = parts.accelerator
         check_accelerator(self.accelerator)  # DeepSpeed/FSDP: refused (training.launch says why)
         self.tokenizer = tokenizer = parts.tokenizer
@@ -78,15 +79,14 @@ class GRPOTrainer:
         self.teacher_scorer = parts.teacher_scorer
         self.sinks = parts.sinks
         self.curriculum = parts.curriculum  # the difficulty filter (training.curriculum); None when off
-        self.group_size = config.grpo.num_samples_per_prompt
-        training = config.training
+        self.group_size = grpo.num_samples_per_prompt
         self.micro_batches = training.gradient_accumulation_steps  # micro-batch slots per optimizer step
         self.prompts_per_rollout = training.per_device_train_batch_size * self.micro_batches  # per process
         batches_per_epoch = max(1, len(self.tasks) // (self.prompts_per_rollout * self.accelerator.num_processes))
         self.total_steps = (
             training.max_steps
             if training.max_steps > 0
-            else max(1, training.num_train_epochs * batches_per_epoch * config.grpo.num_iterations)
+            else max(1, training.num_train_epochs * batches_per_epoch * grpo.num_iterations)
         )
         model = parts.model
         if training.gradient_checkpointing:
@@ -102,31 +102,31 @@ class GRPOTrainer:
         self.passes = PassRunner(
             model=self.model,
             accelerator=self.accelerator,
-            grpo=config.grpo,
-            grpo_weight=config.dual_source.grpo_weight,
+            grpo=grpo,
+            grpo_weight=dual.grpo_weight,
             chunk_size=training.forward_chunk_size,
             pad_token_id=tokenizer.pad_token_id,
-            opd_weight=config.dual_source.opd_weight,
-            opd_advantage_clip=config.dual_source.opd_advantage_clip,
-            opd_max_ratio=config.dual_source.opd_max_ratio,
+            opd_weight=dual.opd_weight,
+            opd_advantage_clip=dual.opd_advantage_clip,
+            opd_max_ratio=dual.opd_max_ratio,
             shared_prompt=training.shared_prompt_forward,
         )
         # on-policy distillation: the teacher's log-probs of every rollout's tokens (training.teacher_logprobs)
-        self.opd = config.dual_source.opd_weight > 0
+        self.opd = dual.opd_weight > 0
         self._forwards: RolloutForwards | None = None  # the last rollout batch's, computed while it was scored
         self.state = TrainerState()
-        self.buffer = SuccessBuffer(config.dual_source.self_sft_buffer_size, config.dual_source.self_sft_max_replays)
+        self.buffer = SuccessBuffer(dual.self_sft_buffer_size, dual.self_sft_max_replays)
         self.teacher_rng = random.Random(training.seed + 1 + self.accelerator.process_index)
 
     # ---------------------------------------------------------------- schedules and data order
 
     def _lr_factor(self, step: int) -> float:
-        training = self.config.training
+        training = self.training
         warmup = training.warmup_steps_for(self.total_steps)
         return lr_factor(step, warmup, self.total_steps, training.lr_scheduler, min_lr_rate=training.min_lr_rate)
 
     def sft_weights(self, step: int) -> tuple[float, float]:
-        d = self.config.dual_source
+        d = self.dual_source
         decay = d.sft_decay_steps or self.total_steps
         return (
             scheduled_weight(step, d.teacher_sft_weight, d.teacher_sft_final_weight, decay, d.sft_weight_schedule),
@@ -152,7 +152,7 @@ class GRPOTrainer:
         """Whether a rollout batch's reference/old log-probs are computed while the sandbox scores it: when some
         no-grad forward is needed and the batch is trained as sampled (dynamic filtering, dynamic sampling and a
         revision step choose or change the groups after scoring). The asynchronous source never runs them."""
-        grpo = self.config.grpo
+        grpo = self.grpo
         needed = self.passes.rollout_terms and (grpo.kl_coef > 0 or grpo.num_iterations > 1)
         filtered = grpo.dynamic_filtering and not self.opd  # with OPD every group keeps its per-token signal
         revised = self.rollouts is not None and self.rollouts.maker.reviser is not None
@@ -170,19 +170,19 @@ class GRPOTrainer:
             self.accelerator.unwrap_model(self.model),
             pad_id=self.tokenizer.pad_token_id,
             device=device,
-            grpo=self.config.grpo,
+            grpo=self.grpo,
             num_slots=self.micro_batches,
-            forward_chunk_size=self.config.training.forward_chunk_size,
-            shared_prompt=self.config.training.shared_prompt_forward,
+            forward_chunk_size=self.training.forward_chunk_size,
+            shared_prompt=self.training.shared_prompt_forward,
         )
         return {"time/logprobs_s": time.monotonic() - start}
 
     def _self_sft_examples(self, groups: list[list[ScoredSample]]) -> list[dict]:
-        return self_sft_examples(groups, self.buffer, self.config.dual_source.sft_max_length)
+        return self_sft_examples(groups, self.buffer, self.dual_source.sft_max_length)
 
     def _teacher_batch(self) -> dict | None:
         """One teacher-SFT batch drawn (with replacement) from the tokenized traces by this rank's RNG."""
-        d = self.config.dual_source
+        d = self.dual_source
         if not self.teacher_sft or d.teacher_sft_batch_size <= 0:
             return None
         picked = [self.teacher_rng.choice(self.teacher_sft) for _ in range(d.teacher_sft_batch_size)]
@@ -196,9 +196,9 @@ class GRPOTrainer:
         w_teacher, w_self = self.sft_weights(self.state.global_step)
         teacher_batches = [self._teacher_batch() for _ in range(self.micro_batches)] if w_teacher > 0 else []
         world = self.accelerator.num_processes
-        step = plan_step(plan, teacher_batches, w_self > 0, self.config.grpo, world, self.peers.sums)
+        step = plan_step(plan, teacher_batches, w_self > 0, self.grpo, world, self.peers.sums)
         sums: dict[str, float] = {}
-        d, grpo = self.config.dual_source, self.config.grpo
+        d, grpo = self.dual_source, self.grpo
         totals: dict = {}
         grad_norm = 0.0
         if step.has_signal:
@@ -220,9 +220,9 @@ class GRPOTrainer:
                 "kl": rollout_terms and grpo.kl_coef > 0,
             }
             totals = step_loss_metrics(sums, present, d.grpo_weight, w_teacher, w_self, d.opd_weight, grpo.kl_coef)
-            if self.config.training.max_grad_norm > 0:
+            if self.training.max_grad_norm > 0:
                 grad_norm = float(
-                    self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm)
+                    self.accelerator.clip_grad_norm_(self.model.parameters(), self.training.max_grad_norm)
                 )
             self.optimizer.step()
         elif self.passes.rollout_terms:  # the sampler/trainer gap is still worth knowing
@@ -270,20 +270,20 @@ class GRPOTrainer:
             self.accelerator.unwrap_model(self.model),
             pad_id=self.tokenizer.pad_token_id,
             device=self.accelerator.device,
-            grpo=self.config.grpo,
+            grpo=self.grpo,
             num_slots=self.micro_batches,
-            forward_chunk_size=self.config.training.forward_chunk_size,
+            forward_chunk_size=self.training.forward_chunk_size,
             self_batch=self_batch,
             num_self_examples=len(self_examples),
             teacher_logps=teacher_logps,
-            shared_prompt=self.config.training.shared_prompt_forward,
+            shared_prompt=self.training.shared_prompt_forward,
             rollout_terms=self.passes.rollout_terms,
             forwards=self._forwards,
         )
         self._forwards = None
         self.model.train()
         step_metrics = []
-        for _ in range(self.config.grpo.num_iterations):
+        for _ in range(self.grpo.num_iterations):
             step_metrics.append(self._optimizer_step(plan, rollout_metrics))
             if self.state.global_step >= self.total_steps:
                 break
@@ -299,7 +299,7 @@ class GRPOTrainer:
         main = self.accelerator.is_main_process
         if main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            save_config(self.config, self.output_dir / "config.json")
+            self.parts.files.write_config()
             self.sinks.open(self.state.global_step)
         # closed before an error or Ctrl-C propagates, so its message is not written into the bar
         with tqdm(
@@ -318,7 +318,7 @@ class GRPOTrainer:
             finally:  # an error, a producer failure or Ctrl-C: the source's producer ends before it propagates
                 if self.rollouts is not None:
                     self.rollouts.stop()
-        checkpointing.save_final(self.output_dir, self.accelerator, self.model, self.tokenizer, self.config)
+        self.parts.files.save_final(self.accelerator, self.model, self.tokenizer)
         self.sinks.close()
         if self.parts.owns_pool:  # a pool passed to build_run is its caller's to close
             self.pool.close()
@@ -346,8 +346,8 @@ class GRPOTrainer:
             self.state.rollout_batches += 1
             if self.rollouts is not None and self.state.global_step < self.total_steps:
                 self.rollouts.after_update(self.accelerator.unwrap_model(self.model), self.state.global_step)
-            save_every = self.config.training.save_steps
-            due = bool(save_every) and self.state.global_step % save_every < self.config.grpo.num_iterations
+            save_every = self.training.save_steps
+            due = bool(save_every) and self.state.global_step % save_every < self.grpo.num_iterations
             if due or self.state.global_step >= self.total_steps:  # the last step always: a run can be extended
                 self.save_checkpoint()
         return last
@@ -355,15 +355,13 @@ class GRPOTrainer:
     # ---------------------------------------------------------------- checkpoints
 
     def save_checkpoint(self) -> Path:
-        """`training.checkpointing.save_checkpoint`, with this rank's teacher-sampling RNG and self-SFT buffer
-        (each rank samples and succeeds on its own prompts)."""
-        return checkpointing.save_checkpoint(
-            self.output_dir,
+        """A checkpoint (`training.checkpointing`) with this rank's teacher-sampling RNG and self-SFT buffer (each
+        rank samples and succeeds on its own prompts) and the curriculum the source kept for the trained batches."""
+        return self.parts.files.save_checkpoint(
             accelerator=self.accelerator,
             model=self.model,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
-            config=self.config,
             state=self.state,
             total_steps=self.total_steps,
             rank_state={

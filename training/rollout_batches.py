@@ -74,11 +74,12 @@ class RoundShare:
 
 
 class GroupReviser(Protocol):
-    """The revision step of a round: replace some of its scored groups (re-sampled and rescored by
-    `BatchMaker.score`) and add the share's metrics; `policy` is what the round sampled (None: the loaded
-    adapter)."""
+    """The revision step of a round, after it was scored.
+    It may replace some groups: re-sampled with `maker.sampler`, rescored with `maker.score`.
+    It may add to each share's metrics.
+    `policy` and `step` are what the round sampled (policy None: the adapter the sampler loaded)."""
 
-    def revise(self, maker: BatchMaker, shares: list[RoundShare], policy: Any) -> list[RoundShare]: ...
+    def revise(self, maker: BatchMaker, shares: list[RoundShare], policy: Any, step: int) -> list[RoundShare]: ...
 
 
 @dataclass(kw_only=True)
@@ -114,9 +115,11 @@ class BatchMaker:
         step: int = 0,
         beside_scoring: BesideScoring | None = None,
     ) -> list[RolloutShare]:
-        """The batch at data-order `position`, one share per rank in `ranks`: one round, or with dynamic sampling
-        rounds at `position`, `position + 1`, ... until every share is full of groups with spread (or
-        `dynamic_sampling_max_rounds`). `policy`/`step`: what to sample (None: what the sampler loaded).
+        """The batch at data-order `position`, one share per rank in `ranks`, in that order.
+        Without dynamic sampling it is one round.
+        With it, rounds at `position`, `position + 1`, ... until every share is full of groups with spread (or
+        `dynamic_sampling_max_rounds` rounds).
+        `policy`/`step`: what to sample (None: what the sampler loaded).
         `beside_scoring`: work run in a thread while the sandbox scores one rank's round; its metrics join the
         share's."""
         grpo = self.grpo
@@ -130,20 +133,20 @@ class BatchMaker:
         last = position
         for round_index in range(grpo.dynamic_sampling_max_rounds):
             last = position + round_index
-            for k, share in enumerate(self.sample_round(last, ranks, policy=policy, step=step)):
-                rounds[k].append((share.metrics, sum(len(g) for g in share.groups)))
-                sampled[k] += len(share.groups)
-                kept[k] += keep_with_spread(share.groups, wanted - len(kept[k]))
-            short = sum(len(share) < wanted for share in kept)
+            for k, made in enumerate(self.sample_round(last, ranks, policy=policy, step=step)):
+                rounds[k].append((made.metrics, sum(len(g) for g in made.groups)))
+                sampled[k] += len(made.groups)
+                kept[k] += keep_with_spread(made.groups, wanted - len(kept[k]))
+            short = sum(len(groups) < wanted for groups in kept)
             if self._everyone(short, ranks) == 0:  # every share of every rank is full
                 break
         out = []
-        for k, share in enumerate(kept):
+        for k, groups in enumerate(kept):
             merged = merge_round_metrics(rounds[k])
             merged["sampling/rounds"] = float(len(rounds[k]))
             merged["sampling/groups_sampled"] = float(sampled[k])
-            merged["sampling/groups_kept"] = float(len(share))
-            out.append(RolloutShare(share, merged, last))
+            merged["sampling/groups_kept"] = float(len(groups))
+            out.append(RolloutShare(groups, merged, last))
         return out
 
     def sample_round(
@@ -155,8 +158,9 @@ class BatchMaker:
         step: int = 0,
         beside_scoring: BesideScoring | None = None,
     ) -> list[RoundShare]:
-        """One round: the prompts at data-order `position` of each rank in `ranks`, G samples each, scored, revised
-        and observed by the curriculum. Every rank's prompts go to the sampler in one call."""
+        """One round: the prompts at data-order `position` of each rank in `ranks`, G samples each.
+        Every rank's prompts go to the sampler in one call; each share is then scored, revised and observed by the
+        curriculum."""
         by_rank = self.batch_indices(position)
         chosen = [by_rank[r] for r in ranks]
         tasks = [[self.tasks[i] for i in share] for share in chosen]
@@ -193,20 +197,20 @@ class BatchMaker:
                 **metrics,
             }
             shares.append(RoundShare(chosen[k], tasks[k], prompts[k], groups, metrics))
-        shares = self.revise_round(shares, policy)
+        shares = self.revise_round(shares, policy, step)
         if self.curriculum is not None:
             observed = self.observe_curriculum(shares, ranks)
             for share, curriculum_metrics in zip(shares, observed, strict=True):
                 share.metrics.update(curriculum_metrics)
         return shares
 
-    def revise_round(self, shares: list[RoundShare], policy: Any) -> list[RoundShare]:
-        """The revision step: the round as the `reviser` leaves it (unchanged without one). It runs after the
-        scoring and before the curriculum and dynamic sampling read the rewards. A reviser that re-samples must
-        not run beside forwards of the first samples: the trainer computes none when a reviser is set."""
+    def revise_round(self, shares: list[RoundShare], policy: Any, step: int) -> list[RoundShare]:
+        """The revision step: the round as the `reviser` leaves it (unchanged without one).
+        It runs after the scoring, before the curriculum and dynamic sampling read the rewards.
+        The trainer runs no forwards beside the scoring when a reviser is set: they would read the first samples."""
         if self.reviser is None:
             return shares
-        return self.reviser.revise(self, shares, policy)
+        return self.reviser.revise(self, shares, policy, step)
 
     def score(
         self, tasks: Sequence[Task], prompts: Sequence[str], generations: Sequence[Sequence[RolloutCompletion]]
@@ -241,9 +245,10 @@ class BatchMaker:
         return split_by_rank(indices, world)
 
     def observe_curriculum(self, shares: list[RoundShare], ranks: Sequence[int]) -> list[dict[str, float]]:
-        """Add the round's correctness rewards (the reward in use: partial credit is spread, as the advantage sees
-        it) to the curriculum, every rank's groups in rank order, so every rank holds the same estimates: gathered
-        from the other ranks when this maker serves one rank of several. Returns each share's filter metrics."""
+        """Add the round's correctness rewards to the curriculum, every rank's groups in rank order.
+        The reward is the one in use: partial credit is spread, as the advantage sees it.
+        When this maker serves one rank of several the other ranks' rows are gathered, so every rank holds the
+        same estimates. Returns each share's filter metrics."""
         assert self.curriculum is not None
         rewards = [correctness_rewards(share.groups) for share in shares]  # (P, G) per share, NaN = unscorable
         indices = [torch.tensor(s.indices, dtype=torch.float64).reshape(-1, 1) for s in shares]  # (P, 1) per share

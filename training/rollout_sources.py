@@ -77,20 +77,21 @@ class TakeFailed:
     message: str
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AsyncRollouts:
     """Batches made ahead of the trainer by one producer thread, on the main process, for every rank.
 
-    The trainer publishes its adapter after each batch's steps (every process; the main process writes it).
-    The producer has the server load the newest one before each batch and makes every rank's share
-    (`BatchMaker.make` for all ranks: one burst of requests, the shares scored side by side). Each step the main
-    process takes the next batch fresh enough and hands every process its share in one scatter, on the training
-    thread. One producer keeps the server's adapters single-owner (one process loads each and unloads the previous
-    one, which no other rank can still be sampling with) and every collective on the training thread.
+    After each batch's steps every process publishes the adapter; the main process writes it.
+    Before each batch the producer has the server load the newest adapter.
+    It makes every rank's share with `BatchMaker.make` over all ranks: one burst of requests, scored side by side.
+    Each step the main process takes the next batch fresh enough and scatters the shares, on the training thread.
+    One producer keeps the server's adapters single-owner: one process loads each and unloads the previous one.
+    It also keeps every collective on the training thread.
 
-    The curriculum runs ahead of the trainer on the producer's thread: its state after each made batch is kept, and
-    a checkpoint saves the one after the last trained batch (the main process's, sent to every rank), so a resumed
-    run samples the batches that were in flight again."""
+    The curriculum runs ahead of the trainer, on the producer's thread.
+    Its state after each made batch is kept; a checkpoint saves the one after the last trained batch.
+    Under several processes that is the main process's, sent to every rank.
+    A resumed run therefore samples the batches that were in flight again."""
 
     maker: BatchMaker
     publisher: AdapterPublisher
@@ -119,9 +120,9 @@ class AsyncRollouts:
 
     def next(self, policy: Any, state: TrainerState, beside_scoring: BesideScoring | None = None) -> RolloutShare:
         """This process's share of the next batch fresh enough for `state.global_step`, with the async metrics.
-        `beside_scoring` is not run: the producer scores while the model it would read is being updated. When
-        taking fails on the main process (the producer's error, Ctrl-C), every process gets the error instead of a
-        share and raises it: none is left waiting for the main process."""
+        `beside_scoring` is not run: the producer scores while the model it would read is being updated.
+        When taking fails on the main process (the producer's error, Ctrl-C), every process gets the error instead
+        of a share and raises it, so none is left waiting for the main process."""
         peers = self.maker.peers
         shares: list | None = None
         if self.producer is not None:

@@ -2,7 +2,7 @@
 
 `build_run` takes the config apart and calls the builders in the order a run needs them: the accelerator, the
 teacher-SFT set, the on-policy-distillation teacher, the sandbox pool, the episodes on it, the metric sinks, the
-user reward functions, the curriculum and the rollout source. `GRPOTrainer(config, parts)` receives the
+user reward functions, the curriculum and the rollout source. `GRPOTrainer(parts)` receives the
 `RunParts` and builds only what is its own (optimizer, schedule, passes, state).
 The rollout source is chosen here, once: synchronous, asynchronous (`grpo.async_rollouts`), or none when no term
 of the objective reads rollouts. Phase 3 loads the student (`build_student`) and its sampler
@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from config import Config
+from config import Config, DualSourceConfig, GRPOConfig, TrainingConfig
 from rollouts.from_config import budget_name, episodes_for, prompt_lengths, sample_budget
 from rollouts.groups import Episodes
 from rollouts.protocol import AdapterPublisher, Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
 from training import curriculum, sft_sources, teacher_logprobs
+from training.checkpointing import RunFiles
 from training.curriculum import Curriculum
 from training.launch import Peers, local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
@@ -41,7 +42,8 @@ if TYPE_CHECKING:  # the record only: phase 3 reads the trace file through synth
 
 @dataclass(frozen=True, kw_only=True)
 class RunParts:
-    """Everything a `GRPOTrainer` runs with, made by `build_run`."""
+    """Everything a `GRPOTrainer` runs with, made by `build_run`: its collaborators and the three config sections
+    the loop reads."""
 
     accelerator: Any  # an accelerate.Accelerator (or a stand-in with its attributes)
     model: Any  # the student with its LoRA adapter, not yet `prepare`d
@@ -59,6 +61,10 @@ class RunParts:
     user_rewards: list[UserReward]
     curriculum: Curriculum | None  # None when curriculum.enabled is off
     rollouts: RolloutSource | None  # where the loop's batches come from; None when no term reads rollouts
+    files: RunFiles  # config.json, the checkpoints and the final model (each carries the whole config)
+    grpo: GRPOConfig
+    training: TrainingConfig
+    dual_source: DualSourceConfig
 
 
 def build_run(
@@ -105,6 +111,10 @@ def build_run(
         user_rewards=user_rewards,
         curriculum=difficulty,
         rollouts=build_rollouts(config, maker),
+        files=RunFiles(output_dir, config),
+        grpo=config.grpo,
+        training=config.training,
+        dual_source=config.dual_source,
     )
 
 
@@ -135,7 +145,13 @@ def build_teacher_sft(
     config: Config, teacher_examples: list[TeacherTrace], tokenizer: Any, accelerator: Any
 ) -> tuple[list[dict], dict[str, float]]:
     """The tokenized teacher-SFT set and its statistics; says on the main process how many traces are too long."""
-    examples, stats = sft_sources.build_teacher_sft(teacher_examples, tokenizer, config)
+    examples, stats = sft_sources.build_teacher_sft(
+        teacher_examples,
+        tokenizer,
+        config.dual_source,
+        chat_template_kwargs=config.student.chat_template_kwargs,
+        rollout_budget=config.grpo.max_new_tokens,
+    )
     if accelerator.is_main_process and stats["teacher_sft/dropped_too_long"] > 0:
         print(
             f"teacher-SFT: {len(teacher_examples) - len(examples)} of {len(teacher_examples)} traces do "
@@ -255,7 +271,9 @@ def build_rollouts(config: Config, maker: BatchMaker) -> RolloutSource | None:
             f"grpo.async_rollouts needs a sampler that loads published adapters (vllm_server); "
             f"{type(maker.sampler).__name__} does not"
         )
-    return AsyncRollouts(maker, maker.sampler, max_staleness=grpo.max_staleness, steps_per_batch=grpo.num_iterations)
+    return AsyncRollouts(
+        maker=maker, publisher=maker.sampler, max_staleness=grpo.max_staleness, steps_per_batch=grpo.num_iterations
+    )
 
 
 def _has_cuda() -> bool:

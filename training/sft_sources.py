@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from config import Config
+from config import DualSourceConfig
 from training.rewards import ScoredSample
 from utils.sft_data import build_sft_example, check_thinking_targets, encode_conversation, teacher_sft_ids
 
@@ -108,13 +108,20 @@ def max_scheduled_weight(section: Any, term: str) -> float:
     return max(initial, final) if section.sft_weight_schedule != "constant" else initial
 
 
-def build_teacher_sft(examples: list[TeacherTrace], tokenizer: Any, config: Config) -> tuple[list[dict], dict]:
-    """Tokenize every usable teacher trace once. A trace whose prompt + target does not fit
-    `sft_max_length` is dropped and counted, never cut. Returns the examples and their statistics:
-    the share dropped, and the share of kept targets longer than the rollout budget (a student
-    imitating them could not finish within grpo.max_new_tokens)."""
-    d = config.dual_source
-    template = config.student.chat_template_kwargs
+def build_teacher_sft(
+    examples: list[TeacherTrace],
+    tokenizer: Any,
+    dual_source: DualSourceConfig,
+    *,
+    chat_template_kwargs: dict | None,
+    rollout_budget: int,
+) -> tuple[list[dict], dict]:
+    """Tokenize every usable teacher trace once, with the student's `chat_template_kwargs`.
+    A trace whose prompt + target does not fit `sft_max_length` is dropped and counted, never cut.
+    Returns the examples and their statistics: the share dropped, and the share of kept targets longer than
+    `rollout_budget` (grpo.max_new_tokens: a student imitating them could not finish within it)."""
+    d = dual_source
+    template = chat_template_kwargs
     if not examples or d.teacher_sft_batch_size <= 0 or max_scheduled_weight(d, "teacher_sft") <= 0:
         return [], {"teacher_sft/dropped_too_long": 0.0, "teacher_sft/over_rollout_budget": 0.0}
     check_thinking_targets(tokenizer, d.include_thinking, template)
@@ -128,7 +135,7 @@ def build_teacher_sft(examples: list[TeacherTrace], tokenizer: Any, config: Conf
         sft = build_sft_example(prompt_ids, response_ids, d.sft_max_length, mask)
         if sft is not None:
             built.append(sft)
-            over_budget += len(response_ids) > config.grpo.max_new_tokens
+            over_budget += len(response_ids) > rollout_budget
     stats = {
         "teacher_sft/dropped_too_long": 1.0 - len(built) / len(examples),
         "teacher_sft/over_rollout_budget": over_budget / max(len(built), 1),

@@ -68,7 +68,7 @@ def test_a_training_step_on_kv_rollouts_is_importance_weighted_by_the_samplers_l
             rollout=rollout,
             pool=pool,
         )
-        trainer = GRPOTrainer(config, parts)
+        trainer = GRPOTrainer(parts)
         metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
     # the sampler's float32-accumulated log-probs reach the trainer: the float32 copy matches it, bf16 does not
     assert low <= metrics["rollout/logp_abs_diff"] <= high

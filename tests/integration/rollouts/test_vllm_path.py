@@ -413,7 +413,7 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     parts = build_run(
         config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tokenizer, rollout=rollout
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     plain, rollout_metrics = trainer.collect_rollouts()  # hf samples: no sampler log-probs
 
     def with_sampler_logprobs(sample):  # what vLLM would report for a sampler at half the probability

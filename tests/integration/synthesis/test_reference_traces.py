@@ -116,7 +116,7 @@ def test_phase2_references_feed_phase3_teacher_sft(tmp_path, pool):
         rollout=ScriptedRollout(tokenizer, {t.problem: t for t in tasks}),
         pool=pool,
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     before = lora_state(trainer.model)
     metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
     assert metrics["teacher_sft/pool"] == 4 and metrics["loss/teacher_sft"] > 0

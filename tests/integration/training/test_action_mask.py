@@ -238,7 +238,7 @@ def test_the_first_step_loss_counts_only_policy_tokens(tmp_path, pool):
     samples = [s.completion for s in _samples(groups)]
     from training.update_plan import rollout_advantages
 
-    advantages = rollout_advantages(groups, trainer.config.grpo.scale_rewards)[0].reshape(-1)
+    advantages = rollout_advantages(groups, trainer.grpo.scale_rewards)[0].reshape(-1)
     policy_tokens = torch.tensor([float(sum(s.action_mask)) for s in samples])
     assert (policy_tokens < torch.tensor([float(len(s.token_ids)) for s in samples])).all()
     expected = -float((advantages * policy_tokens).sum() / policy_tokens.sum())
@@ -339,7 +339,14 @@ def test_teacher_sft_on_multi_turn_traces_masks_the_environment(tmp_path, pool):
     ]
     from training.sft_sources import build_teacher_sft
 
-    built, _ = build_teacher_sft(traces, trainer.tokenizer, trainer.config)
+    config = trainer.parts.files.config
+    built, _ = build_teacher_sft(
+        traces,
+        trainer.tokenizer,
+        config.dual_source,
+        chat_template_kwargs=config.student.chat_template_kwargs,
+        rollout_budget=config.grpo.max_new_tokens,
+    )
     labels = [t for t in built[0]["labels"] if t != IGNORE_INDEX]
     trained = trainer.tokenizer.decode(labels)
     assert "return 0" in trained and code.strip().splitlines()[-1].strip() in trained

@@ -219,7 +219,7 @@ def test_async_rollouts_sample_multi_turn_episodes_from_the_loaded_adapter(tmp_p
         rollout=rollout,
         pool=pool,
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     trainer.train()
     steps = rows(trainer)
     assert [r["async/policy_version"] for r in steps] == [0.0, 0.0]
@@ -377,7 +377,7 @@ def test_the_producer_samples_every_rank_s_share_in_one_burst_and_each_share_is_
     per_rank = trainer.prompts_per_rollout
     # the plain order at data-order position 1 over 6 tasks, 8 prompts a batch: positions 8..15 of the seeded
     # epoch permutations (epoch 1 from offset 2, then epoch 2's first 4)
-    order = [np.random.default_rng([trainer.config.training.seed, e]).permutation(6) for e in (1, 2)]
+    order = [np.random.default_rng([trainer.training.seed, e]).permutation(6) for e in (1, 2)]
     expected = [trainer.tasks[i].task_id for i in [*order[0][2:6], *order[1][0:4]]]
     assert asked == expected
     for rank, share in enumerate(shares):

@@ -37,7 +37,7 @@ def test_the_trainer_skips_all_fail_tasks_logs_the_filter_and_checkpoints_it(tmp
             rollout=rollout,
             pool=pool,
         )
-        return GRPOTrainer(config, parts)
+        return GRPOTrainer(parts)
 
     t = trainer(tmp_path / "out")
     assert t.curriculum is not None

@@ -129,7 +129,7 @@ def trainer_for(tmp_path, tiny_student, script_for, **overrides):
     parts = build_run(
         config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tok, rollout=rollout
     )
-    return GRPOTrainer(config, parts), rollout
+    return GRPOTrainer(parts), rollout
 
 
 def lora_weights(model) -> dict[str, torch.Tensor]:
@@ -154,7 +154,7 @@ def test_phase3_trains_in_a_multi_turn_mode(tmp_path, tiny_student, mode):
     # every prompt the policy saw carries the mode's instructions
     first_turns = rollout.policies[0].calls[0]
     assert all(text.count("<|im_start|>assistant") == 1 for text in first_turns)
-    mode_prompt = get_unified_prompt(trainer.tasks[0], trainer.config.prompt.num_visible_tests, mode=mode)
+    mode_prompt = get_unified_prompt(trainer.tasks[0], trainer.rollouts.maker.prompt.num_visible_tests, mode=mode)
     assert mode_prompt.split("\n")[0] in first_turns[0]
     if mode == "feedback":  # rows 0, 1 of each group pass, rows 2, 3 run out of answers
         assert summary["pass_rate"] == 0.5 and summary["multi_turn/truncated"] == 0.5
@@ -190,7 +190,7 @@ def test_shaping_terms_are_capped_and_off_by_default(tmp_path, tiny_student):
     }
     on, _ = trainer_for(tmp_path / "on", tiny_student, tool_script, **shaped)
     groups, metrics = on.collect_rollouts()
-    fw = on.config.grpo.format_reward_weight
+    fw = on.grpo.format_reward_weight
     for group in groups:
         for row, s in enumerate(group):
             calls = row % 4  # tool_script: row r calls r programs; the second one raises
@@ -239,7 +239,7 @@ def test_hidden_tests_never_appear_in_a_training_observation(tmp_path, tiny_stud
         tmp_path, tiny_student, feedback_script, **{"multi_turn.mode": "feedback", "multi_turn.max_turns": 3}
     )
     groups, _ = trainer.collect_rollouts()
-    visible = trainer.config.prompt.num_visible_tests
+    visible = trainer.rollouts.maker.prompt.num_visible_tests
     feedback_turns = 0
     for group in groups:
         task = group[0].task
@@ -395,7 +395,7 @@ def test_the_colocated_vllm_backend_continues_multi_turn_samples_with_the_curren
     parts = build_run(
         config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tok, rollout=rollout
     )
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: engine.events.append("empty_cache"))
     groups, metrics = trainer.collect_rollouts()
     # the fake policy writes no code: every sample gets a feedback turn, then runs out of answers

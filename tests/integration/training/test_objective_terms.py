@@ -267,7 +267,7 @@ def test_truncated_completions_can_be_masked_out_of_the_loss_but_not_the_group(t
         ]
         for g in groups
     ]
-    config = trainer.config
+    config = trainer.parts.files.config
     model = trainer.accelerator.unwrap_model(trainer.model)
     plan = plan_one_slot(trainer, groups, model)
     samples = plan.samples

@@ -81,7 +81,7 @@ def test_the_trainer_builds_no_part_and_leaves_a_passed_pool_open(tmp_path, no_r
     config = tiny_config(tmp_path / "out", **TEACHER_SFT_ONLY)
     parts = run_parts(config, pool=pool)
     assert parts.pool is pool and not parts.owns_pool
-    trainer = GRPOTrainer(config, parts)
+    trainer = GRPOTrainer(parts)
     assert trainer.pool is pool and trainer.rollouts is parts.rollouts and trainer.sinks is parts.sinks
     trainer.train()
     assert not pool.closed  # the caller made it: the caller closes it
@@ -91,7 +91,7 @@ def test_the_trainer_closes_the_pool_the_run_made(tmp_path, no_real_pool):
     pool = FakePool()
     config = tiny_config(tmp_path / "out", **TEACHER_SFT_ONLY)
     parts = dataclasses.replace(run_parts(config, pool=pool), owns_pool=True)  # as build_run marks the pool it made
-    GRPOTrainer(config, parts).train()
+    GRPOTrainer(parts).train()
     assert pool.closed
 
 

@@ -65,7 +65,7 @@ def make_trainer(tmp_path, pool, dropout=0.0, **overrides):
         rollout=rollout,
         pool=pool,
     )
-    return GRPOTrainer(config, parts)
+    return GRPOTrainer(parts)
 
 
 @pytest.mark.slow
@@ -308,7 +308,7 @@ def test_token_mean_is_one_mean_over_the_step_not_per_micro_batch(tmp_path, pool
         assert lengths[0] != lengths[1]  # the two micro-batches hold different numbers of tokens
         correctness = torch.tensor([[s.reward.correctness for s in g] for g in groups])
         bonus = torch.tensor([[0.1 * s.reward.format for s in g] for g in groups])
-        advantages = group_advantages(correctness, scale=trainer.config.grpo.scale_rewards, bonus=bonus)[0].reshape(-1)
+        advantages = group_advantages(correctness, scale=trainer.grpo.scale_rewards, bonus=bonus)[0].reshape(-1)
         pad = trainer.tokenizer.pad_token_id
         if mode == "token-mean":
             parts = [(list(range(len(samples))), 1.0)]  # one batch of every sample, one token-mean
@@ -449,8 +449,8 @@ def test_metrics_reach_the_accelerator_trackers(tmp_path, pool):
     trainer = scripted_trainer(tmp_path / "out", pool, accelerator=accelerator, **overrides)
     trainer.train()
     assert [step for step, _ in recorder.logged] == [1, 2] and "reward/mean" in recorder.logged[0][1]
-    assert recorder.config["lora.r"] == trainer.config.lora.r and recorder.finished
-    assert tracker_run_name(trainer.config, tmp_path / "out") == "out"
+    assert recorder.config["lora.r"] == trainer.parts.files.config.lora.r and recorder.finished
+    assert tracker_run_name(trainer.parts.files.config, tmp_path / "out") == "out"
     assert tracker_run_name(tiny_config(tmp_path, **{"training.run_name": "exp-7"}), tmp_path) == "exp-7"
 
 
@@ -722,12 +722,12 @@ def test_the_reference_forward_runs_while_the_sandbox_scores(tmp_path, pool, mon
             trainer.model,
             pad_id=trainer.tokenizer.pad_token_id,
             device="cpu",
-            grpo=trainer.config.grpo,
+            grpo=trainer.grpo,
             num_slots=trainer.micro_batches,
-            forward_chunk_size=trainer.config.training.forward_chunk_size,
+            forward_chunk_size=trainer.training.forward_chunk_size,
             self_batch=None,
             num_self_examples=0,
-            shared_prompt=trainer.config.training.shared_prompt_forward,
+            shared_prompt=trainer.training.shared_prompt_forward,
             forwards=precomputed,
         )
 

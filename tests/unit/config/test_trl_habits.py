@@ -9,6 +9,7 @@ import pytest
 import config as cfg
 import phase1_prepare_data as phase1
 import phase3_train_grpo as phase3
+from config.compat import _WARNED as WARNED
 from tests.cli_helpers import run_script
 
 OPEN_R1_LIKE = """\
@@ -40,7 +41,7 @@ reward_weights:
 def test_open_r1_style_recipe_loads_with_one_ignored_warning(tmp_path, capsys):
     path = tmp_path / "recipe.yaml"
     path.write_text(OPEN_R1_LIKE)
-    cfg._WARNED.clear()
+    WARNED.clear()
     config = cfg.build_config("cpu", path)
     assert config.student.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert config.student.torch_dtype == "bfloat16"
@@ -123,7 +124,7 @@ def test_the_trainer_schedule_uses_warmup_ratio_and_min_lr_rate():
     from training.grpo_trainer import GRPOTrainer
 
     overrides = ["training.warmup_ratio=0.2", "training.min_lr_rate=0.5", "training.lr_scheduler=linear"]
-    trainer = SimpleNamespace(config=cfg.build_config("cpu", overrides=overrides), total_steps=10)
+    trainer = SimpleNamespace(training=cfg.build_config("cpu", overrides=overrides).training, total_steps=10)
     # warmup ceil(0.2 * 10) = 2 steps: 1/2, 2/2; then 0.5 + 0.5 * (1 - (step - 2) / 8) down to 0.5 at step 10
     factors = [GRPOTrainer._lr_factor(trainer, step) for step in (0, 1, 2, 6, 10)]
     assert factors == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5])
@@ -200,7 +201,7 @@ def test_trl_per_device_batch_refused_in_one_line_when_not_whole_groups(tmp_path
 def test_full_fine_tuning_rate_and_trl_vllm_placement_each_warn_once(tmp_path, capsys):
     path = tmp_path / "recipe.yaml"
     path.write_text("learning_rate: 5.0e-07\nuse_vllm: true\nvllm_device: auto\nvllm_gpu_memory_utilization: 0.9\n")
-    cfg._WARNED.clear()
+    WARNED.clear()
     config = cfg.build_config("cpu", path)
     assert config.grpo.rollout_backend == "vllm"
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
@@ -208,7 +209,7 @@ def test_full_fine_tuning_rate_and_trl_vllm_placement_each_warn_once(tmp_path, c
     assert len(rate) == 1 and "LoRA" in rate[0] and "training.learning_rate" in rate[0]
     placement = [line for line in warnings if "colocated" in line]
     assert len(placement) == 1 and "0.9" in placement[0] and "vllm_mode: server" in placement[0]
-    cfg._WARNED.clear()
+    WARNED.clear()
     path.write_text("learning_rate: 5.0e-05\nuse_vllm: true\nvllm_mode: colocate\n")
     cfg.build_config("cpu", path)
     assert "warning" not in capsys.readouterr().err  # a LoRA rate, an explicit colocation: nothing to say
@@ -217,7 +218,7 @@ def test_full_fine_tuning_rate_and_trl_vllm_placement_each_warn_once(tmp_path, c
 def test_trainingarguments_keys_point_to_phase3_flags(tmp_path, capsys):
     path = tmp_path / "recipe.yaml"
     path.write_text("resume_from_checkpoint: true\nlogging_dir: runs/x\noverwrite_output_dir: true\n")
-    cfg._WARNED.clear()
+    WARNED.clear()
     cfg.build_config("cpu", path)
     err = capsys.readouterr().err
     assert "--resume_from_checkpoint latest" in err
@@ -239,7 +240,7 @@ def test_accelerate_config_as_config_is_pointed_to_accelerate_launch(tmp_path):
 
 
 def test_project_recipes_load_without_warnings(capsys):
-    cfg._WARNED.clear()
+    WARNED.clear()
     for name, tasks in (("qwen3_1gpu.yaml", 2), ("qwen3_multigpu.yaml", 2)):
         config = cfg.build_config("gpu", Path(__file__).parents[3] / "recipes" / name)
         assert config.training.per_device_train_batch_size == tasks
