@@ -30,7 +30,7 @@ The modules, from the loop down:
 - `sft_sources`: the teacher traces and the self-SFT `SuccessBuffer`.
 - `batching`: rollout samples as padded tensors, chunked completion log-probs, `dropout_disabled`.
 - `curriculum`: the difficulty filter.
-- `losses`: the pure math. `rewards`: verdicts to rewards.
+- `losses`: the pure math. `schedules`: the learning rate and the SFT weights by step. `rewards`: verdicts to rewards.
 - `checkpointing`, `metric_sinks`, `launch`, `memory_model`, `plot`, `export`, `run_summary`: the run around the loop.
 Imports go one way: `grpo_trainer` → `setup` → `rollout_sources` → `rollout_batches` → `scoring` → … → `losses`.
 
@@ -52,7 +52,7 @@ The loop (`grpo_trainer`):
   Each step is a list of passes: the rollout terms (GRPO, KL, OPD: those with a nonzero weight) per row chunk,
   teacher-SFT per slot, self-SFT, and under DDP the one synchronizing pass.
   A step whose only signal would be the format bonus or the KL is not taken.
-- The learning-rate schedule is a pure function (`losses.lr_factor`).
+- The learning-rate schedule and the SFT weights are pure functions of the step (`schedules`).
   The LR scheduler is not passed through `accelerator.prepare`: its wrapper would step it once per process.
 
 `losses` is the pure math (no configs, no models):
@@ -68,7 +68,7 @@ The loop (`grpo_trainer`):
 - `aggregate_loss` with named modes, and `step_denominator`.
   The step-wide normalizer is a count summed over micro-batches and ranks, divided by the number of ranks
   (DDP averages gradients).
-- The masked SFT NLL, weight schedules and the weighted combination.
+- The masked SFT NLL and the weighted combination.
 - On-policy distillation: `opd_token_advantages` is the per-token reverse-KL advantage (teacher − student
   log-prob of the sampled token), clipped, masked, with its p01/p99 tails as metrics.
   `opd_loss` is the clipped surrogate with those advantages, aggregated like GRPO's.

@@ -42,10 +42,10 @@ import torch
 from training import checkpointing
 from training.checkpointing import TrainerState, resolve_checkpoint
 from training.launch import Peers, check_accelerator
-from training.losses import lr_factor, scheduled_weight
 from training.metric_sinks import progress_loss, reduce_over_processes
 from training.passes import PassRunner
 from training.rewards import ScoredSample
+from training.schedules import lr_factor, scheduled_weight
 from training.setup import RunParts
 from training.sft_sources import SuccessBuffer, self_sft_examples
 from training.update_plan import (

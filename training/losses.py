@@ -29,7 +29,6 @@ Conventions pinned here (and tested in tests/unit/training/test_losses.py):
 
 from __future__ import annotations
 
-import math
 import typing
 
 import torch
@@ -39,7 +38,6 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", 
 # Modes whose normalizer covers the whole optimizer step (every micro-batch of every rank); the
 # remaining one, micro-token-mean, normalizes each micro-batch on its own (TRL's "bnpo").
 STEP_AGGREGATIONS = AGGREGATIONS[:3]
-SCHEDULES = ("constant", "linear", "cosine")
 
 
 # Rewards are sums of floats (fraction 1/3, format bonus 0.05, ...): equal rewards can differ in the
@@ -481,35 +479,6 @@ def masked_sft_nll(
     logp = selective_log_softmax(shifted_logits, targets.clamp(min=0))  # (B, L-1)
     loss = -(logp * supervised).sum() / (num_tokens if num_tokens is not None else n)
     return loss, {"sft/tokens": float(n)}
-
-
-def scheduled_weight(step: int, initial: float, final: float, decay_steps: int, kind: str = "constant") -> float:
-    """A loss weight at `step`: constant, or a linear/cosine decay from initial to final over decay_steps."""
-    if kind == "constant" or decay_steps <= 0:
-        if kind not in SCHEDULES:
-            raise ValueError(f"unknown schedule {kind!r}; valid: {', '.join(SCHEDULES)}")
-        return initial
-    progress = min(max(step / decay_steps, 0.0), 1.0)
-    if kind == "linear":
-        return initial + (final - initial) * progress
-    if kind == "cosine":
-        return final + (initial - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"unknown schedule {kind!r}; valid: {', '.join(SCHEDULES)}")
-
-
-def lr_factor(
-    step: int, warmup_steps: int, total_steps: int, kind: str = "cosine", *, min_lr_rate: float = 0.0
-) -> float:
-    """The learning-rate multiplier at optimizer step `step` (0-based): a linear warmup over `warmup_steps`
-    ((step + 1) / warmup_steps), then constant, or a linear/cosine decay over the remaining steps that ends at
-    `min_lr_rate`: min_lr_rate + (1 - min_lr_rate) * decay, TRL's cosine_with_min_lr formula (0: decay to 0)."""
-    if warmup_steps and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if kind == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    decay = 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
-    return min_lr_rate + (1.0 - min_lr_rate) * decay
 
 
 def combine_losses(

@@ -230,8 +230,9 @@ def test_choice_lists_equal_the_library_constants():
     from rollouts.kv_sampler import SAMPLER_DTYPES
     from rollouts.vllm_colocated import WEIGHT_SYNCS
     from synthesis.reference_traces import TEACHER_SOURCES, THINKING_MODES
-    from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS, SCHEDULES
+    from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS
     from training.rewards import CORRECTNESS_REWARDS
+    from training.schedules import SCHEDULES
     from training.teacher_logprobs import LOGPROB_SOURCES
     from utils.dataset_loader import APPS_DIFFICULTIES, TEST_TYPES
     from utils.prompts import MODES
