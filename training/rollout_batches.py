@@ -304,7 +304,7 @@ def merge_round_metrics(rounds: list[tuple[dict, int]]) -> dict:
     the rounds' total over their total time, every other value is a mean weighted by the round's samples."""
     total = max(sum(n for _, n in rounds), 1)
     out: dict = {}
-    for key in {k for metrics, _ in rounds for k in metrics}:
+    for key in dict.fromkeys(k for metrics, _ in rounds for k in metrics):  # first-seen order: stable rows
         present = [(metrics[key], n) for metrics, n in rounds if key in metrics]
         if key.startswith("time/"):
             out[key] = sum(v for v, _ in present)
