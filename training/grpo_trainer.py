@@ -367,9 +367,14 @@ class GRPOTrainer:
             rank_state={
                 "teacher": self.teacher_rng.getstate(),
                 "self_sft_buffer": self.buffer.state(),
-                **({"curriculum": self.rollouts.curriculum_state()} if self.rollouts and self.curriculum else {}),
+                **({"curriculum": self._curriculum_state()} if self.curriculum is not None else {}),
             },
         )
+
+    def _curriculum_state(self) -> dict | None:
+        """The curriculum as it stood after the last trained batch (the asynchronous source's ran ahead)."""
+        assert self.rollouts is not None, "a run with the curriculum samples rollouts"
+        return self.rollouts.curriculum_state()
 
     def load_checkpoint(self, path: Path) -> None:
         rank_state = checkpointing.load_checkpoint(
