@@ -129,20 +129,20 @@ def _batch_shape(batch: dict, rows: list[int]) -> dict[str, int]:
 
 def install_probes(tracker: PeakTracker, captured: dict[str, Any]) -> None:
     """Wrap the trainer's rollout, update plan, optimizer step and passes in `tracker` scopes (this process only)."""
-    from training import grpo_trainer
+    from training import grpo_trainer, rollout_batches
     from training.passes import PassRunner
 
     trainer_init = grpo_trainer.GRPOTrainer.__init__
-    sample_groups = grpo_trainer.sample_groups
+    sample_groups = rollout_batches.sample_groups
     plan_update = grpo_trainer.plan_update
     optimizer_step = grpo_trainer.GRPOTrainer._optimizer_step
     grpo_pass = PassRunner.grpo_pass
     sft_pass = PassRunner.sft_pass
 
-    def init(self: Any, config: Any, parts: Any, *args: Any, **kwargs: Any) -> None:
-        captured["config"] = config
+    def init(self: Any, parts: Any, *args: Any, **kwargs: Any) -> None:
+        captured["config"] = parts.files.config
         captured["tokenizer_size"] = len(parts.tokenizer)
-        trainer_init(self, config, parts, *args, **kwargs)
+        trainer_init(self, parts, *args, **kwargs)
 
     def rollout(sampler: Any, policy: Any, prompts: list, size: int, *args: Any, **kwargs: Any) -> Any:
         with tracker.scope("rollout", sequences=len(prompts) * size) as entry:
@@ -177,7 +177,7 @@ def install_probes(tracker: PeakTracker, captured: dict[str, Any]) -> None:
             return sft_pass(self, batch, *args, **kwargs)
 
     grpo_trainer.GRPOTrainer.__init__ = init  # type: ignore[method-assign]
-    grpo_trainer.sample_groups = rollout  # type: ignore[assignment]
+    rollout_batches.sample_groups = rollout  # type: ignore[assignment]
     grpo_trainer.plan_update = plan
     grpo_trainer.GRPOTrainer._optimizer_step = step  # type: ignore[method-assign]
     PassRunner.grpo_pass = grpo  # type: ignore[method-assign]

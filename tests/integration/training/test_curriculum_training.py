@@ -58,7 +58,7 @@ def test_the_trainer_skips_all_fail_tasks_logs_the_filter_and_checkpoints_it(tmp
     # batch 2: the epoch's last 2 tasks, then the next epoch's order without the 4 settled tasks
     assert not set(batches[1]) & set(batches[0]) and second["curriculum/skipped"] >= 1
     assert second["curriculum/settled_all_fail"] == 6 and all(t.curriculum.history)
-    plain = [order_position(t.config.training.seed, 6, p) for p in range(4, 8)]  # what the plain order draws
+    plain = [order_position(t.training.seed, 6, p) for p in range(4, 8)]  # what the plain order draws
     assert second["curriculum/settled_share_plain_draw"] == sum(i in batches[0] for i in plain) / 4
     # every task is settled (never revisited): the next draw skips them all and is forced to fill the batch
     state = t.curriculum.state()
