@@ -194,7 +194,7 @@ def compile_error(code: str, pool: SandboxPool, limits: SandboxLimits | None = N
         "code": code,
         "imports": "",
         "setup": "",
-        "prelude": False,
+        "apps_imports": False,
         "compile_only": True,
         "id": "compile",
         "limits": limits.job_limits(1),

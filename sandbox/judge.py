@@ -23,16 +23,13 @@ How a verdict is made:
   output_limit, no_code, sandbox_error. `sandbox_error` means the harness failed, not the
   program; rewards treat it as "no signal" (None), never as wrong.
 
-Output comparison for stdin tests (`stdout_matches`): both texts are split into whitespace-
-separated tokens; the token sequences must have the same length and each pair must be equal as
-strings, or, where the expected token is an integer, an integer token of exactly that value (no
-float spelling: `1e9`, `1000000000.0` or `1_000_000_000` never match 1000000007), or, where the
-expected token is a float, a decimal number within rel 1e-5 / abs 1e-8 of it (numpy.allclose's
-defaults, as the APPS harness uses). This ignores trailing spaces, trailing
-newlines, blank lines and line breaks, like the APPS harness. It is **stricter** than the APPS
-harness in one place: the APPS harness finally compares *sets* of tokens, which ignores order and
-duplicates and so accepts some wrong answers (e.g. "2 1" for "1 2"); here order and multiplicity
-count.
+Output comparison for stdin tests (`stdout_matches`): `utils.output_rule`, shared with the shown-test rule:
+non-empty lines paired (line breaks count, blank lines and the spaces at the ends of a line do not), tokens
+paired within a line; an expected integer is matched only by an integer token of that value, an expected
+float by a decimal number within the statements' tolerance, |a - b| <= 1e-6 * max(1, |b|). This is APPS's
+harness without its token-set fallback (which ignores order and repetition and so accepts some wrong
+answers, e.g. "2 1" for "1 2") and with the statements' tolerance in place of its numpy one (rel 1e-5 on
+any number, an expected integer included); docs/sandbox.md lists each difference.
 """
 
 from __future__ import annotations
@@ -40,7 +37,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 import signal
 import sys
 from collections.abc import Callable
@@ -50,6 +46,7 @@ from typing import Any
 from sandbox.protocol import Opaque, decode_value, hashing_is_bounded, valid_text
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
+from utils.output_rule import output_matches
 
 # how a `sandbox_error` that is the task's, not the harness's nor the program's, begins: an expected side
 # that errs or times out in its program-free process (`ExecutionResult.unjudgeable`)
@@ -749,51 +746,10 @@ def call_output_matches(actual: Any, expected: Any) -> bool:
     return isinstance(expected, list) and len(expected) == 1 and _equal(actual, expected[0])
 
 
-# ASCII digits only: int() and float() read any Unicode digit ("\uff13.\uff15" is 3.5)
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-# a decimal number as programs print it: no digit separators ("1_000"), no "inf"/"nan" words
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def _as_number(token: str) -> float | None:
-    """The value of a decimal token, or None; a token that overflows to inf is no number to compare
-    with a tolerance ("1e999" would match any expected "1e400")."""
-    if not _DECIMAL.fullmatch(token):
-        return None
-    try:
-        value = float(token)
-    except (ValueError, OverflowError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _integer_digits(token: str) -> str:
-    """An integer token in canonical form, without int() (which refuses > 4300 digits)."""
-    negative, digits = token.startswith("-"), token.lstrip("+-").lstrip("0") or "0"
-    return ("-" if negative and digits != "0" else "") + digits
-
-
-def stdout_matches(actual: str, expected: str, rel_tol: float = 1e-5, abs_tol: float = 1e-8) -> bool:
-    """Token-wise comparison with numeric tolerance for floats only (see the module docstring).
-
-    The expected token decides the rule: an expected integer is matched only by an integer token of
-    the same value, never by a float spelling of a nearby number (`1e9` is within the relative
-    tolerance of 1000000007, `1e-9` within the absolute one of 0); only an expected float brings the
-    tolerances."""
-    got, want = actual.split(), expected.split()
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want, strict=True):
-        if a == b:
-            continue
-        if _INTEGER.fullmatch(b):
-            if not _INTEGER.fullmatch(a) or _integer_digits(a) != _integer_digits(b):
-                return False
-            continue
-        x, y = _as_number(a), _as_number(b)
-        if x is None or y is None or not math.isclose(x, y, rel_tol=rel_tol, abs_tol=abs_tol):
-            return False
-    return True
+def stdout_matches(actual: str, expected: str) -> bool:
+    """The stdin tests' rule (`utils.output_rule`): lines paired, tokens paired, an expected integer wants
+    the same integer, an expected float a number within 1e-6 * max(1, |expected|)."""
+    return output_matches(actual, expected)
 
 
 @dataclass
@@ -852,12 +808,13 @@ class PlannedTests:
 def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
     if task.test_type == "stdin":
         return PlannedTests(
-            {"mode": "stdin", "inputs": [t["input"] for t in task.tests]}, [t["output"] for t in task.tests]
+            {"mode": "stdin", "inputs": [t["input"] for t in task.tests], "apps_imports": True},
+            [t["output"] for t in task.tests],
         )
     if task.test_type == "call":
         tests = [{"kind": "call", "args": json.dumps(t["input"])} for t in task.tests]
         return PlannedTests(
-            {"mode": "calls", "tests": tests, "fn_name": task.fn_name, "prelude": True},
+            {"mode": "calls", "tests": tests, "fn_name": task.fn_name, "apps_imports": True},
             [t["output"] for t in task.tests],
         )
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
@@ -873,7 +830,7 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
         "mode": "calls",
         "imports": imports + "\n" + reference_imports(plans, imported),
         "setup": task.test_setup_code if helpers else "",
-        "prelude": False,
+        "apps_imports": False,
         "code": "",
     }
     empty = {"kind": "expr", "src": "()"}
@@ -888,7 +845,7 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
             "tests": [p.worker_test for p in plans],
             "imports": imports,
             "setup": task.test_setup_code,
-            "prelude": False,
+            "apps_imports": False,
         },
         plans,
         reference_job,

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from utils.output_rule import tokens_match
 
 # a line that announces an example's input or output: "Input", "Sample Input 2", "-----Input-----",
 # "Input:", "Example Output:" (what follows a colon on the same line is the block's first line)
@@ -42,7 +43,6 @@ _SECTION = re.compile(r"^\s*(?:-{3,}|={3,}|#+\s|(?:examples?|notes?|explanation|
 _LITERAL = re.compile(
     r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[A-Za-z_]\w*|[\[\]{}()]'
 )
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _WORDS = {"true": "true", "false": "false", "null": "null", "none": "null"}
 
 
@@ -146,19 +146,10 @@ def _test_key(test: Any, test_type: str) -> Any:
     return (tuple(_args_tokens(test["input"])), tuple(_value_tokens(test["output"])))
 
 
-def _same_token(a: str, b: str) -> bool:
-    """Equal, or two decimal numbers the stdout rule of the judge counts as equal (rel 1e-5, abs 1e-8):
-    an example printed as `1.000000000` shows the test whose output is `1.0000000000000002`."""
-    if a == b:
-        return True
-    if not (_DECIMAL.fullmatch(a) and _DECIMAL.fullmatch(b)) or "." not in a + b:
-        return False
-    x, y = float(a), float(b)
-    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-8)
-
-
 def _same_tokens(got: list[str], want: list[str]) -> bool:
-    return len(got) == len(want) and all(_same_token(a, b) for a, b in zip(got, want, strict=True))
+    """A printed example's output tokens against a test's expected ones, by the judge's own rule
+    (`utils.output_rule`): an example printed as `0.000000` shows the test whose output is `0.0000001234`."""
+    return tokens_match(got, want)
 
 
 def _starts_with(tokens: list[str], prefix: list[str]) -> bool:
@@ -171,7 +162,7 @@ def _printed(task: Any, test: Any, num_visible_tests: int, examples: list) -> bo
     if task.test_type == "stdin":
         want_in, want_out = str(test["input"]).split(), str(test["output"]).split()
         return any(
-            _same_tokens(block.split(), want_in) and _starts_with(output.split(), want_out)
+            block.split() == want_in and _starts_with(output.split(), want_out)
             for block, output in examples
         )
     args = _args_tokens(test["input"])
