@@ -52,6 +52,11 @@ from utils.output_rule import output_matches
 # that errs or times out in its program-free process (`ExecutionResult.unjudgeable`)
 UNJUDGEABLE = "unjudgeable task: "
 
+
+class Unjudgeable(Exception):  # noqa: N818 - an outcome (no verdict on the program), not a harness error
+    """The task's own expected side could not be computed: the verdict says nothing of the program."""
+
+
 STATUSES = (
     "passed",
     "wrong_answer",
@@ -82,7 +87,7 @@ class TestOutcome:
         self.error = None if self.error is None else valid_text(self.error)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExecutionResult:
     passed: bool
     tests_passed: int
@@ -594,10 +599,29 @@ class _TreeEvaluator:
 
     MAX_INT_BITS = 1 << 16  # about 20,000 digits: far above any MBPP/APPS value
 
-    def __init__(self, leaves: tuple) -> None:
+    def __init__(self, leaves: tuple, program_leaves: frozenset[int] = frozenset()) -> None:
         self.leaves = leaves
+        self.program_leaves = program_leaves  # leaves whose value is the program's (its own or derived from it)
 
-    def eval(self, node: ast.AST | None) -> Any:  # None: a `**` key of a dict display
+    def eval(self, node: ast.AST | None) -> Any:
+        """The value of `node`; an error in a part that holds none of the program's values is the task's
+        (`Unjudgeable`), an error anywhere else the program's (a failed assert)."""
+        try:
+            return self._eval(node)
+        except Unjudgeable:
+            raise
+        except Exception as exc:
+            if node is not None and not self._holds_program(node):
+                raise Unjudgeable(f"the expected side {ast.unparse(node)[:80]!r} fails: {type(exc).__name__}") from exc
+            raise
+
+    def _holds_program(self, node: ast.AST) -> bool:
+        return any(
+            isinstance(n, ast.Name) and n.id.startswith(_LEAF) and int(n.id[len(_LEAF) :]) in self.program_leaves
+            for n in ast.walk(node)
+        )
+
+    def _eval(self, node: ast.AST | None) -> Any:  # None: a `**` key of a dict display
         if isinstance(node, ast.Name):
             return self.leaves[int(node.id[len(_LEAF) :])]
         if isinstance(node, ast.Constant):
@@ -712,8 +736,10 @@ def check_value(plan: AssertPlan, actual: Any, reference: Any = (), derived: Any
             for k, value in zip(indices, values, strict=True):
                 leaves[k] = value
         try:
-            return bool(_TreeEvaluator(tuple(leaves)).eval(skeleton))
-        except Exception:  # noqa: BLE001 - a type error, overflow... is a failed assert
+            return bool(_TreeEvaluator(tuple(leaves), frozenset(program) | frozenset(derived_ix)).eval(skeleton))
+        except Unjudgeable:
+            raise
+        except Exception:  # noqa: BLE001 - a type error, overflow... on the program's values is a failed assert
             return False
     if c == "exec_ok":
         return actual is True
@@ -764,6 +790,71 @@ class PlannedTests:
     reference_values: list | None = field(default=None, compare=False)
     # the program-free job that computes derived leaves on a program's values (tests without any: "()")
     derived_job: dict | None = None
+    test_type: str = "assert"  # the task's: "stdin", "call" or "assert"
+
+    def run(
+        self, code: str, run_job: Callable[[dict], dict], *, stop_at_first_failure: bool = False
+    ) -> ExecutionResult:
+        """A program's verdict, its runs in order: the reference run (once per plan: the program-free values
+        its tests take or are compared with), the program's own run, the derived run (program-free functions
+        of the program's values), then the judgement here. `run_job(job)` runs one job in the sandbox and
+        returns the worker's reply ({"sandbox_error": why} when the sandbox failed). Wall time and sample id
+        are the caller's to fill in."""
+        n = self.total
+        if self.reference_job is not None and self.references is None:  # before the program: it may take inputs
+            error = self.compute_references(run_job)
+            if error is not None:
+                return sandbox_failure(error, n)
+        job = (
+            dict(self.job, code=code, tests=self.program_tests()) if "tests" in self.job else dict(self.job, code=code)
+        )
+        if self.test_type == "stdin":  # a program that compiles only inside a function is wrapped as APPS does
+            job["wrap_like_apps"] = True
+        if stop_at_first_failure:
+            job["stop_at_first_failure"] = True
+        try:
+            tests = _reply_tests(run_job(job), n, "")
+            compile_message = syntax_error(tests)
+            if compile_message is not None:
+                return ExecutionResult(
+                    passed=False,
+                    tests_passed=0,
+                    tests_total=n,
+                    status="syntax_error",
+                    error=compile_message,
+                    test_outcomes=[TestOutcome(False, "runtime_error", compile_message) for _ in range(n)],
+                )
+            derived = None
+            if self.derived_job is not None:  # functions of the test applied to the program's values, program-free
+                derived_job = dict(self.derived_job, tests=self.derived_tests(tests), id="derived")
+                derived = decode_references(_reply_tests(run_job(derived_job), n, "derived run: "))
+        except _RunFailedError as exc:
+            return sandbox_failure(str(exc), n)
+        try:
+            outcomes = judge(self, tests, self.test_type == "call", derived)
+        except Unjudgeable as exc:
+            return sandbox_failure(f"{UNJUDGEABLE}{exc}", n)
+        except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
+            message = f"unjudgeable result: {type(exc).__name__}"
+            outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
+        return summarize(outcomes, 0.0, None, self.untrusted)
+
+    def compute_references(self, run_job: Callable[[dict], dict]) -> str | None:
+        """Run the program-free job once (a fresh sandbox process with no program in it) and keep the
+        reference values here; returns why when it could not (the harness, or the task's own data)."""
+        assert self.reference_job is not None
+        try:
+            tests = _reply_tests(run_job(dict(self.reference_job, id="reference")), self.total, "reference run: ")
+        except _RunFailedError as exc:
+            return str(exc)
+        failed = [k for k, t in enumerate(tests) if self.expectations[k].reference_test and t.get("status") != "ok"]
+        if failed:  # the task's own data cannot be computed: no program is to blame (kept uncached: retried)
+            k = failed[0]
+            why = tests[k].get("error") or tests[k].get("status")
+            return f"{UNJUDGEABLE}the expected side of test {k} could not be computed ({str(why)[:200]})"
+        self.references = decode_references(tests)
+        self.reference_values = [t.get("value") if t.get("status") == "ok" else None for t in tests]
+        return None
 
     @property
     def total(self) -> int:
@@ -810,12 +901,14 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
         return PlannedTests(
             {"mode": "stdin", "inputs": [t["input"] for t in task.tests], "apps_imports": True},
             [t["output"] for t in task.tests],
+            test_type="stdin",
         )
     if task.test_type == "call":
         tests = [{"kind": "call", "args": json.dumps(t["input"])} for t in task.tests]
         return PlannedTests(
             {"mode": "calls", "tests": tests, "fn_name": task.fn_name, "apps_imports": True},
             [t["output"] for t in task.tests],
+            test_type="call",
         )
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
     shadowed = frozenset({task.fn_name} if task.fn_name else ())
@@ -943,6 +1036,8 @@ def _judge_calls(
                         references[k] if references is not None else (),
                         derived[k] if derived is not None else (),
                     )
+            except Unjudgeable:
+                raise
             except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
                 ok = False
             outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else _shown(actual), t))
@@ -975,12 +1070,54 @@ def _shown(actual: Any) -> str:
 def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None, untrusted: int = 0) -> ExecutionResult:
     n_pass = sum(o.passed for o in outcomes)
     failed = [o for o in outcomes if not o.passed]
-    if not failed:
-        return ExecutionResult(True, n_pass, len(outcomes), "passed", None, wall, outcomes, sample_id, untrusted)
-    first = failed[0]
+    first = failed[0] if failed else TestOutcome(True, "passed")
     return ExecutionResult(
-        False, n_pass, len(outcomes), first.status, first.error, wall, outcomes, sample_id, untrusted
+        passed=not failed,
+        tests_passed=n_pass,
+        tests_total=len(outcomes),
+        status=first.status,
+        error=first.error,
+        wall_time=wall,
+        test_outcomes=outcomes,
+        sample_id=sample_id,
+        untrusted_tests=untrusted,
     )
+
+
+def sandbox_failure(message: str, n: int) -> ExecutionResult:
+    """The verdict when the sandbox, or the task's own data (`UNJUDGEABLE`), could not judge: no signal."""
+    return ExecutionResult(
+        passed=False,
+        tests_passed=0,
+        tests_total=n,
+        status="sandbox_error",
+        error=message[:500],
+        test_outcomes=[TestOutcome(False, "sandbox_error", message[:200]) for _ in range(n)],
+    )
+
+
+class _RunFailedError(Exception):
+    """One of a verdict's runs came back without a usable reply."""
+
+
+def _reply_tests(reply: dict, n: int, what: str) -> list[dict]:
+    """The per-test records of a worker's reply, shape-checked (n dicts)."""
+    tests = reply.get("tests")
+    if reply.get("sandbox_error"):
+        raise _RunFailedError(f"{what}{reply['sandbox_error']}")
+    if not isinstance(tests, list) or len(tests) != n:
+        raise _RunFailedError(f"{what}sandbox worker sent a reply of the wrong shape ({type(tests).__name__})")
+    return [t if isinstance(t, dict) else {} for t in tests]
+
+
+def syntax_error(tests: list[dict]) -> str | None:
+    """The compiler's message when the program's own process could not compile it (every test then
+    reports the same compile-phase SyntaxError), else None."""
+    if tests and all(
+        t.get("status") == "error" and t.get("phase") == "compile" and t.get("type") == "SyntaxError" for t in tests
+    ):
+        return str(tests[0].get("error") or "SyntaxError")
+    return None
 
 
 def decode_references(raw_tests: list[dict]) -> list:

@@ -51,7 +51,10 @@ def _close_statement(got: str, want: str) -> bool:
 def apps_accepts(stdout: str, expected: str, *, set_rule: bool = False, statement_tolerance: bool = False) -> bool:
     output = stdout.splitlines()
     # 1. stripped text, also with stripped lines
-    if "\n".join(output).strip() == expected.strip() or "\n".join(o.strip() for o in output).strip() == expected.strip():
+    if (
+        "\n".join(output).strip() == expected.strip()
+        or "\n".join(o.strip() for o in output).strip() == expected.strip()
+    ):
         return True
     want = [line.strip() for line in expected.split("\n") if line]
     # 2. line lists
@@ -65,7 +68,8 @@ def apps_accepts(stdout: str, expected: str, *, set_rule: bool = False, statemen
         got_lines = [o.split() for o in kept if o.strip()]
         want_lines = [w.split() for w in want if w.strip()]
         if len(got_lines) == len(want_lines) and all(
-            len(g) == len(w) and all(_close_statement(a, b) for a, b in zip(g, w)) for g, w in zip(got_lines, want_lines)
+            len(g) == len(w) and all(_close_statement(a, b) for a, b in zip(g, w, strict=True))
+            for g, w in zip(got_lines, want_lines, strict=True)
         ):
             return True
     else:
@@ -73,7 +77,7 @@ def apps_accepts(stdout: str, expected: str, *, set_rule: bool = False, statemen
         if (
             len(got_f) == len(want_f)
             and None not in got_f + want_f
-            and all(abs(a - b) <= 1e-8 + 1e-5 * abs(b) for a, b in zip(got_f, want_f))
+            and all(abs(a - b) <= 1e-8 + 1e-5 * abs(b) for a, b in zip(got_f, want_f, strict=True))
         ):
             return True
     if not set_rule:

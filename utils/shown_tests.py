@@ -161,10 +161,7 @@ def _printed(task: Any, test: Any, num_visible_tests: int, examples: list) -> bo
         return False  # decided by position in `shown_test_indices`: the prompt prints those asserts
     if task.test_type == "stdin":
         want_in, want_out = str(test["input"]).split(), str(test["output"]).split()
-        return any(
-            block.split() == want_in and _starts_with(output.split(), want_out)
-            for block, output in examples
-        )
+        return any(block.split() == want_in and _starts_with(output.split(), want_out) for block, output in examples)
     args = _args_tokens(test["input"])
     result = test["output"]
     outputs = [_value_tokens(result)]

@@ -8,8 +8,8 @@ import pytest
 
 from sandbox.judge import stdout_matches
 from tests.apps_reference import apps_accepts
-from utils.shown_tests import shown_test_indices
 from tests.task_factory import stdin_task
+from utils.shown_tests import shown_test_indices
 
 PARITY = [
     ("3\n", "3"),
