@@ -873,13 +873,19 @@ class PlannedTests:
             return tests
         out = []
         for k, (test, plan) in enumerate(zip(tests, self.expectations, strict=True)):
-            value = (self.reference_values or [None] * self.total)[k]
-            if plan.bound_refs and isinstance(value, dict) and isinstance(value.get("v"), list):
-                first = len(plan.expected[3])  # the reference leaves come first, then the bound inputs
-                items = value["v"][first:]
-                test = dict(test, bind={f"{_REF}{j}": item for j, item in enumerate(items)})
-            out.append(test)
+            bind = self._bound_inputs(k, plan)
+            out.append(dict(test, bind=bind) if bind else test)
         return out
+
+    def _bound_inputs(self, k: int, plan: Any) -> dict:
+        """Test k's program-free inputs (`__ref_<j>`, tagged JSON) from the reference run, or {}."""
+        value = (self.reference_values or [None] * self.total)[k]
+        if not (isinstance(plan, AssertPlan) and plan.bound_refs and isinstance(value, dict)):
+            return {}
+        if not isinstance(value.get("v"), list):
+            return {}
+        first = len(plan.expected[3])  # the reference leaves come first, then the bound inputs
+        return {f"{_REF}{j}": item for j, item in enumerate(value["v"][first:])}
 
     def derived_tests(self, raw_tests: list[dict]) -> list[dict]:
         """The derived job's tests for one program's reply: each binds the program's leaf values
@@ -891,7 +897,8 @@ class PlannedTests:
             if isinstance(plan, AssertPlan) and plan.derived_test and isinstance(value, dict):
                 items: list = value["v"] if isinstance(value.get("v"), list) else []
                 program = plan.expected[2]
-                test = dict(test, bind={f"{_LEAF}{k}": item for k, item in zip(program, items, strict=False)})
+                bind = {f"{_LEAF}{k}": item for k, item in zip(program, items, strict=False)}
+                test = dict(test, bind={**self._bound_inputs(len(out), plan), **bind})
             out.append(test)
         return out
 
@@ -916,13 +923,19 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
     helpers = setup_names(task.test_setup_code, imported)  # None: the setup needs the program
     external = (helpers or frozenset()) - shadowed
     plans = [plan_assert(a, shadowed, imported, external) for a in asserts]
+    checks = False
+    if helpers is not None and task.fn_name and task.reference_solutions:  # a check with its own control flow
+        for k, plan in enumerate(plans):
+            replay = plan_check(asserts[k], task.fn_name, task.reference_solutions[0]) if not plan.trusted else None
+            if replay is not None:
+                plans[k], checks = replay, True
     imports = "\n".join(task.test_imports)
     # the program-free jobs run the test's imports and, when it needs no program, the setup code (its
     # helpers); never the program
     program_free = {
         "mode": "calls",
         "imports": imports + "\n" + reference_imports(plans, imported),
-        "setup": task.test_setup_code if helpers else "",
+        "setup": (task.test_setup_code if helpers else "") + (_CHECK_RUNNERS if checks else ""),
         "apps_imports": False,
         "code": "",
     }
@@ -943,6 +956,85 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
         plans,
         reference_job,
         derived_job=derived_job,
+    )
+
+
+_RECORD, _REPLAY = "__record_calls", "__replay_check"
+# Defined in the program-free processes of a task with a check that has its own control flow (`plan_check`).
+# Both runs seed `random` alike, and the recording restores its state around every call of the reference,
+# so the replay draws what the recording drew.
+_CHECK_RUNNERS = f"""
+def {_RECORD}(check_source, check_name, reference_source, entry):
+    import copy, random
+    check_scope, reference_scope = dict(globals()), dict(globals())
+    exec(reference_source, reference_scope)
+    exec(check_source, check_scope)
+    reference, calls = reference_scope[entry], []
+    def candidate(*args):
+        calls.append(copy.deepcopy(args))
+        state = random.getstate()
+        try:
+            return reference(*args)
+        finally:
+            random.setstate(state)
+    random.seed(0)
+    if check_scope[check_name](candidate) is not True:
+        raise AssertionError("the reference solution does not pass the check")
+    return calls
+
+def {_REPLAY}(check_source, check_name, calls, results):
+    import random
+    scope = dict(globals())
+    exec(check_source, scope)
+    taken = 0
+    def candidate(*args):
+        nonlocal taken
+        if taken >= len(results) or tuple(args) != tuple(calls[taken]):
+            raise AssertionError("the check took another path than on the reference solution")
+        taken += 1
+        return results[taken - 1]
+    random.seed(0)
+    try:
+        return scope[check_name](candidate) is True and taken == len(results)
+    except AssertionError:
+        return False
+"""
+
+
+def plan_check(source: str, entry: str, reference: str) -> AssertPlan | None:
+    """A check with its own control flow (HumanEval's loops: `def check(candidate): for ...: assert
+    candidate(x) == ...` then `assert check(entry)`), judged without running the check in the program's
+    process: the check runs on the task's `reference` solution in a program-free process, recording each
+    call's arguments; the program's process computes only its results for those arguments (a program leaf);
+    another program-free process replays the check on those results (a derived leaf) and says whether it
+    passed. A check whose calls depend on the results it got fails where its path leaves the recorded one.
+    None when `source` is not of that shape."""
+    try:
+        tree = parse_quietly(source.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if len(tree.body) != 2 or not isinstance(tree.body[0], ast.FunctionDef) or not isinstance(tree.body[1], ast.Assert):
+        return None
+    check, call = tree.body[0], tree.body[1].test
+    if (
+        len(check.args.args) != 1
+        or not isinstance(call, ast.Call)
+        or not isinstance(call.func, ast.Name)
+        or call.func.id != check.name
+        or len(call.args) != 1
+        or call.keywords
+        or not (isinstance(call.args[0], ast.Name) and call.args[0].id == entry)
+    ):
+        return None
+    check_source = ast.unparse(check)
+    calls = f"{_RECORD}({check_source!r}, {check.name!r}, {reference!r}, {entry!r})"
+    return AssertPlan(
+        {"kind": "expr", "src": f"(tuple({entry}(*__args) for __args in {_REF}0),)"},
+        "tree",
+        (ast.Name(id=f"{_LEAF}1", ctx=ast.Load()), 2, (0,), (), (1,)),
+        reference_test={"kind": "expr", "src": f"({calls},)"},
+        bound_refs=(calls,),
+        derived_test={"kind": "expr", "src": f"({_REPLAY}({check_source!r}, {check.name!r}, {_REF}0, {_LEAF}0),)"},
     )
 
 
