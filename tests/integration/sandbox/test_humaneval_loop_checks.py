@@ -45,7 +45,10 @@ def test_the_reference_passes_a_loop_check(pool, task_id):
             "def add(x, y):\n    return {(0, 1): 1, (1, 0): 1, (2, 3): 5, (5, 7): 12, (7, 5): 12}.get((x, y), 0)\n",
         ),
         # rewrites the task's helper the check compares with
-        ("humaneval/50", "def decode_shift(s):\n    global encode_shift\n    encode_shift = lambda t: t\n    return s\n"),
+        (
+            "humaneval/50",
+            "def decode_shift(s):\n    global encode_shift\n    encode_shift = lambda t: t\n    return s\n",
+        ),
         ("humaneval/44", "def change_base(x, base):\n    return str(x)\n"),  # wrong past the printed cases
         ("humaneval/32", "def find_zero(xs):\n    return 0.0\n"),
     ],

@@ -68,7 +68,10 @@ def verdict(pool, body: str, test: str) -> bool:
         ("Counter(a=1, b=0)", "assert f() == Counter(a=1)"),  # a Counter's own equality: zero counts are absent
         ("np.zeros(1_100_000, dtype=np.int8)", "assert f() is not None"),  # bounded by bytes, not items
         ("np.array([[1, 2], [3, 4]], dtype=np.int16)", "assert f()[1][0] == 3"),
-        ("np.array([(1, 2.5)], dtype=[('a', 'i4'), ('b', 'f8')])", "assert f() == np.array([(1, 2.5)], dtype=[('a', 'i4'), ('b', 'f8')])"),
+        (
+            "np.array([(1, 2.5)], dtype=[('a', 'i4'), ('b', 'f8')])",
+            "assert f() == np.array([(1, 2.5)], dtype=[('a', 'i4'), ('b', 'f8')])",
+        ),
     ],
 )
 def test_correct_answers_of_standard_types_pass(pool, body, test):
