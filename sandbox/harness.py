@@ -9,7 +9,9 @@ once per test, each on its own memfds). Everything after the ready byte is the p
 
 from __future__ import annotations
 
+import copy
 import fcntl
+import importlib.util  # here, in the worker, so that no program process pays for it
 import json
 import math
 import os
@@ -124,16 +126,18 @@ APPS_IMPORTS = (
 )
 
 
+_SPECS = {"numpy": importlib.util.find_spec("numpy")}  # looked up once, in the worker
+
+
 def _lazy_module(name: str) -> object | None:
     """`name` as a module that loads on first attribute access (None when it is not installed)."""
-    import importlib.util
-
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
+    found = _SPECS.get(name) or importlib.util.find_spec(name)
+    if found is None or found.loader is None:
         return None
-    loader = importlib.util.LazyLoader(spec.loader)
+    spec = copy.copy(found)  # this process's own: the loader becomes lazy
+    loader = importlib.util.LazyLoader(found.loader)
     spec.loader = loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -141,10 +145,14 @@ def _lazy_module(name: str) -> object | None:
     return module
 
 
+_APPS_BASE: dict = {"__builtins__": __builtins__}
+exec(compile(APPS_IMPORTS, "<apps-imports>", "exec"), _APPS_BASE)  # noqa: S102 - once, in the worker, before any program
+
+
 def apps_namespace() -> dict:
-    """The globals an APPS-style program starts with: the builtins and APPS's import block."""
-    namespace: dict = {"__builtins__": __builtins__}
-    exec(compile(APPS_IMPORTS, "<apps-imports>", "exec"), namespace)  # noqa: S102 - the harness's own imports
+    """The globals an APPS-style program starts with: the builtins and APPS's import block (bound once in the
+    worker, copied per program), with `np` bound lazily in the program's own process."""
+    namespace = dict(_APPS_BASE)
     numpy = _lazy_module("numpy")
     if numpy is not None:
         namespace["np"] = numpy
