@@ -892,7 +892,7 @@ class PlannedTests:
         """The derived job's tests for one program's reply: each binds the program's leaf values
         (tagged JSON, as the program's process wrote them; decoded to plain data over there)."""
         assert self.derived_job is not None
-        out = []
+        out: list[dict] = []
         for test, raw, plan in zip(self.derived_job["tests"], raw_tests, self.expectations, strict=True):
             value = raw.get("value") if raw.get("status") == "ok" else None
             if isinstance(plan, AssertPlan) and plan.derived_test and isinstance(value, dict):

@@ -941,9 +941,11 @@ def decode_value(data: object, depth: int = 0, numpy: Any = None) -> object:
             if tag == "timedelta" and len(v) == 3:
                 return datetime.timedelta(days=v[0], seconds=v[1], microseconds=v[2])
             if tag == "datetime" and len(v) == 9:
-                return datetime.datetime(*v[:7], tzinfo=_zone(v[7]), fold=v[8])
+                year, month, day, hour, minute, second, micro = v[:7]
+                return datetime.datetime(year, month, day, hour, minute, second, micro, tzinfo=_zone(v[7]), fold=v[8])
             if tag == "time" and len(v) == 6:
-                return datetime.time(*v[:4], tzinfo=_zone(v[4]), fold=v[5])
+                hour, minute, second, micro = v[:4]
+                return datetime.time(hour, minute, second, micro, tzinfo=_zone(v[4]), fold=v[5])
             return Opaque("malformed date")
         if tag == "bytes" and type(v) is str:
             return base64.b64decode(v, validate=True)

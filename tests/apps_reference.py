@@ -73,10 +73,11 @@ def apps_accepts(stdout: str, expected: str, *, set_rule: bool = False, statemen
         ):
             return True
     else:
-        got_f, want_f = [_float(o) for o in kept], [_float(w) for w in want]
+        got_f = [x for x in map(_float, kept) if x is not None]
+        want_f = [x for x in map(_float, want) if x is not None]
         if (
-            len(got_f) == len(want_f)
-            and None not in got_f + want_f
+            len(got_f) == len(kept)
+            and len(want_f) == len(want) == len(got_f)
             and all(abs(a - b) <= 1e-8 + 1e-5 * abs(b) for a, b in zip(got_f, want_f, strict=True))
         ):
             return True
