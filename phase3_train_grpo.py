@@ -43,6 +43,7 @@ from training.memory_model import hf_prompts_for_run
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.run_summary import read_metrics, step_time_split
+from training.sampler_guard import SamplerMismatchError
 from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
@@ -397,6 +398,7 @@ def cli(argv: list[str] | None = None) -> int:
             DiskFullError,
             FolderBusyError,
             ProducerError,
+            SamplerMismatchError,
         ),
         lambda: interrupted_message(
             Path(config.paths.output_dir), config.training.save_steps, args.resume_from_checkpoint is not None

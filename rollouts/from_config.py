@@ -243,7 +243,7 @@ def _training_sampler(
         return server
     if backend == "vllm":
         ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
-        merged = g.vllm_weight_sync == "merged"
+        merged = config.vllm_weight_sync == "merged"  # 'auto' resolved by the student's dtype
         vllm, llm = colocated_engine(
             config,
             tokenizer,
