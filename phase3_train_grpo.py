@@ -38,7 +38,7 @@ from training.checkpointing import (
 )
 from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
-from training.launch import LaunchError, check_launch_environment, unshared_output_dir
+from training.launch import LaunchError, check_launch_environment, data_digests, unshared_output_dir
 from training.memory_model import hf_prompts_for_run
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
@@ -208,7 +208,8 @@ def _train(
     output_dir = Path(config.paths.output_dir)
     set_seed(config.training.seed)
     accelerator = build_accelerator(config, output_dir)
-    unshared = unshared_output_dir(accelerator, output_dir)  # before any model loads: a node-local folder fails late
+    # before any model loads: a node-local output folder fails late, node-local data differs silently
+    unshared = unshared_output_dir(accelerator, output_dir, lambda: data_digests(tasks, traces))
     if unshared:
         if accelerator.is_main_process:
             raise LaunchError(unshared)
