@@ -25,7 +25,13 @@ from typing import Any
 
 from clients.openai_compat import TeacherFatalError
 from config import Config, ConfigFlag, phase_command_line, run_phase
-from rollouts.from_config import auto_backend_note, build_sampler, sample_budget, tasks_within_prompt_length
+from rollouts.from_config import (
+    auto_backend_note,
+    build_sampler,
+    merged_precision_note,
+    sample_budget,
+    tasks_within_prompt_length,
+)
 from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
 from training.async_rollouts import ProducerError
@@ -288,9 +294,10 @@ def _train(
 
 def rollout_lines(config: Config, hf_prompts: int | None) -> list[str]:
     """What phase 3 says about its sampler before it starts: with hf, the prompts per generate call; with 'auto'
-    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`)."""
+    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`); with a merged vLLM
+    sync in bf16, what the cast loses (`merged_precision_note`)."""
     if config.rollout_backend != "hf":
-        return []
+        return [note for note in (merged_precision_note(config),) if note]
     t = config.training
     prompts = hf_prompts or t.per_device_train_batch_size
     rollout_prompts = t.per_device_train_batch_size * t.gradient_accumulation_steps

@@ -33,3 +33,19 @@ def test_at_rho_1e_3_about_three_quarters_of_a_bf16_update_is_rounded_away():
     assert 0.15 < small < 0.35, small
     assert large > 0.7, large
     assert surviving_update_share(base.float(), update_at(base, 1e-3, 1), torch.float32) > 0.99
+
+
+def test_phase3_says_what_a_merged_bf16_sync_loses_and_auto_never_picks_it():
+    """'auto' resolves to merged only for a float32 student; a merged sync chosen for bf16 gets one line at start."""
+    from config import build_config
+    from phase3_train_grpo import rollout_lines
+
+    def lines(dtype: str, sync: str) -> tuple[str, list[str]]:
+        overrides = {"grpo": {"rollout_backend": "vllm", "vllm_weight_sync": sync}, "student": {"torch_dtype": dtype}}
+        config = build_config("gpu", overrides=overrides)
+        return config.vllm_weight_sync, rollout_lines(config, None)
+
+    assert lines("bfloat16", "auto") == ("adapter", [])
+    assert lines("float32", "auto") == ("merged", [])
+    resolved, said = lines("bfloat16", "merged")
+    assert resolved == "merged" and len(said) == 1 and "bfloat16(W + dW)" in said[0] and "'adapter'" in said[0]
