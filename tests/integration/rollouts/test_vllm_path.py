@@ -451,7 +451,8 @@ def test_the_trainer_stops_before_the_update_on_a_sampler_that_does_not_sample_t
     from training.sampler_guard import SamplerMismatchError
     from training.setup import build_run
 
-    config = tiny_config(tmp_path, **{"grpo.kl_coef": 0.0, "dual_source.teacher_sft_weight": 0.0})
+    overrides = {"grpo.kl_coef": 0.0, "dual_source.teacher_sft_weight": 0.0, "grpo.max_logp_abs_diff": 1.0}
+    config = tiny_config(tmp_path, **overrides)  # the preset's bound (tiny_config turns it off for the fakes)
     model, tokenizer = tiny_policy(config)
     tasks = small_tasks(4)
     torch.manual_seed(3)
