@@ -25,7 +25,13 @@ from typing import Any
 
 from clients.openai_compat import TeacherFatalError
 from config import Config, ConfigFlag, phase_command_line, run_phase
-from rollouts.from_config import auto_backend_note, build_sampler, sample_budget, tasks_within_prompt_length
+from rollouts.from_config import (
+    auto_backend_note,
+    build_sampler,
+    merged_precision_note,
+    sample_budget,
+    tasks_within_prompt_length,
+)
 from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
 from training.async_rollouts import ProducerError
@@ -38,11 +44,12 @@ from training.checkpointing import (
 )
 from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
-from training.launch import LaunchError, check_launch_environment, unshared_output_dir
+from training.launch import LaunchError, check_launch_environment, data_digests, unshared_output_dir
 from training.memory_model import hf_prompts_for_run
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.run_summary import read_metrics, step_time_split
+from training.sampler_guard import SamplerMismatchError
 from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
@@ -207,7 +214,8 @@ def _train(
     output_dir = Path(config.paths.output_dir)
     set_seed(config.training.seed)
     accelerator = build_accelerator(config, output_dir)
-    unshared = unshared_output_dir(accelerator, output_dir)  # before any model loads: a node-local folder fails late
+    # before any model loads: a node-local output folder fails late, node-local data differs silently
+    unshared = unshared_output_dir(accelerator, output_dir, lambda: data_digests(tasks, traces))
     if unshared:
         if accelerator.is_main_process:
             raise LaunchError(unshared)
@@ -286,9 +294,10 @@ def _train(
 
 def rollout_lines(config: Config, hf_prompts: int | None) -> list[str]:
     """What phase 3 says about its sampler before it starts: with hf, the prompts per generate call; with 'auto'
-    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`)."""
+    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`); with a merged vLLM
+    sync in bf16, what the cast loses (`merged_precision_note`)."""
     if config.rollout_backend != "hf":
-        return []
+        return [note for note in (merged_precision_note(config),) if note]
     t = config.training
     prompts = hf_prompts or t.per_device_train_batch_size
     rollout_prompts = t.per_device_train_batch_size * t.gradient_accumulation_steps
@@ -397,6 +406,7 @@ def cli(argv: list[str] | None = None) -> int:
             DiskFullError,
             FolderBusyError,
             ProducerError,
+            SamplerMismatchError,
         ),
         lambda: interrupted_message(
             Path(config.paths.output_dir), config.training.save_steps, args.resume_from_checkpoint is not None

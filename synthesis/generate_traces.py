@@ -38,7 +38,7 @@ from utils.dataset_loader import Task
 from utils.disk import DiskFullError, out_of_space
 from utils.jsonl import FileBusyError, JsonlAppender, iter_records
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
-from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
+from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified, split_thinking
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,9 @@ class TraceStats:
     passed_tests: int = 0
     api_errors: int = 0
     truncated: int = 0  # finish_reason == "length"
+    # cut after the thinking had closed: the answer ran out of teacher.max_tokens. With teacher.thinking_token_budget
+    # the server closes a long thinking itself, so these are mostly answers whose </think> it forced at the budget
+    cut_after_thinking: int = 0
     skipped_existing: int = 0  # already in the file from an earlier run
     retried: int = 0  # samples that had failed with an API error in an earlier run and were asked again
     kept_old_file: bool = False  # --overwrite without a single good answer: the old file was left as it was
@@ -175,6 +178,8 @@ class TraceStats:
         self.valid_python += bool(record.syntax_ok)
         self.passed_tests += bool(record.passed)
         self.truncated += record.finish_reason == "length"
+        if record.finish_reason == "length" and record.turns is None:  # single mode: one answer, one thinking
+            self.cut_after_thinking += split_thinking(record.response, record.reasoning).think_closed
 
     def table(self) -> str:
         n = max(self.total, 1)
@@ -186,8 +191,14 @@ class TraceStats:
             ("passed tests", self.passed_tests),
             ("API errors", self.api_errors),
             ("truncated (length)", self.truncated),
+            ("cut after </think>", self.cut_after_thinking),
         ]
         lines = count_lines(rows[:1], 20) + count_lines(rows[1:], 20, share_of=n)
+        if self.cut_after_thinking:
+            lines.append(
+                f"{'':20s} answers cut after the thinking closed (with the thinking budget, mostly at the forced "
+                "</think>): no code, dropped; raise teacher.max_tokens if this is more than a few percent"
+            )
         lines.append(f"{'already present:':20s} {self.skipped_existing:7d}  (skipped, from earlier runs)")
         if self.retried:
             lines.append(f"{'retried:':20s} {self.retried:7d}  (had failed with an API error before)")

@@ -51,6 +51,7 @@ from training.losses import group_has_spread, lr_factor, scheduled_weight
 from training.metric_sinks import progress_loss, reduce_over_processes
 from training.passes import PassRunner
 from training.rewards import ScoredSample
+from training.sampler_guard import check_logp_gap, check_sampler_logprobs
 from training.scoring import score_rollouts
 from training.setup import RunParts
 from training.sft_sources import SuccessBuffer, max_scheduled_weight, self_sft_examples
@@ -501,6 +502,7 @@ class GRPOTrainer:
                 "kl": rollout_terms and grpo.kl_coef > 0,
             }
             totals = step_loss_metrics(sums, present, d.grpo_weight, w_teacher, w_self, d.opd_weight, grpo.kl_coef)
+            check_logp_gap(totals, grpo.max_logp_abs_diff, self.state.global_step)  # before stepping on its samples
             if self.config.training.max_grad_norm > 0:
                 grad_norm = float(
                     self.accelerator.clip_grad_norm_(self.model.parameters(), self.config.training.max_grad_norm)
@@ -508,6 +510,7 @@ class GRPOTrainer:
             self.optimizer.step()
         elif self.passes.rollout_terms:  # the sampler/trainer gap is still worth knowing
             totals = self.passes.sampler_agreement(plan)
+            check_logp_gap(totals, grpo.max_logp_abs_diff, self.state.global_step)
         # No signal beyond the format bonus (or the KL alone): no optimizer step, so Adam cannot scale the bonus
         # to a full-size update; the schedule still advances with the step count.
         if not step.has_signal:
@@ -538,6 +541,7 @@ class GRPOTrainer:
 
     def train_on_rollouts(self, groups: list[list[ScoredSample]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
+        check_sampler_logprobs((s.completion.logprobs for group in groups for s in group), self.state.global_step)
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, self.tokenizer.pad_token_id) if self_examples else None
         teacher_logps = None

@@ -129,7 +129,8 @@ def test_a_step_whose_only_signal_is_the_format_bonus_is_not_taken(tmp_path, poo
 
 
 def test_a_skipped_step_still_reports_the_sampler_trainer_gap(tmp_path, pool):
-    trainer = scripted_trainer(tmp_path / "out", pool, **QUIET, **{"grpo.kl_coef": 0.0})
+    # the planted log-probs (-1 per token) are ~6 nats from the tiny model's: the guard's bound is off here
+    trainer = scripted_trainer(tmp_path / "out", pool, **QUIET, **{"grpo.kl_coef": 0.0, "grpo.max_logp_abs_diff": 0})
     groups = format_only(trainer.collect_rollouts()[0])
     groups = [  # as a vLLM or kv sampler returns them: with the sampler's own log-prob of every token
         [

@@ -249,7 +249,7 @@ def test_choice_lists_equal_the_library_constants():
         ("teacher", "logprob_source"): LOGPROB_SOURCES,
         ("teacher", "source"): TEACHER_SOURCES,
         ("teacher", "reference_thinking"): THINKING_MODES,
-        ("grpo", "vllm_weight_sync"): WEIGHT_SYNCS,
+        ("grpo", "vllm_weight_sync"): ("auto", *WEIGHT_SYNCS),
     }
     config = cfg.Config()
     declared = {
