@@ -509,7 +509,7 @@ async def generate_traces(
             if response.ok:
                 # graded: only what the teacher wrote (tool mode: its own turns, never a <result> block)
                 graded = "\n".join(t.response or "" for t in turns) if mode == "tool" else response.text
-                parsed = extract_thinking_and_code_unified(graded, response.reasoning)
+                parsed = extract_thinking_and_code_unified(graded, response.reasoning, entry_point=task.fn_name)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(
                     execute_program, parsed.code, task, pool=pool, planned=plans[task.task_id]
