@@ -56,6 +56,7 @@ from pathlib import Path
 from experiments.frame import RESULTS_DIR
 
 NAME = "teacher_guidance"
+EVIDENCE_LABEL = "teacher guidance"  # how its evidence commits begin
 EVIDENCE_DIR = RESULTS_DIR / NAME
 DUPLICATES_FILE = EVIDENCE_DIR / "duplicates.json"
 DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6)
@@ -124,24 +125,38 @@ class Arm:
     needs_section: str | None = None  # a config section the arm needs; declared, and run once it exists
 
 
-ARMS = {
-    a.name: a
-    for a in (
-        Arm("tsft", "E", "teacher-SFT only (B's first stage)", sft="references"),
-        Arm("grpo", "A", "GRPO, B's total update count", grpo_steps=SFT_STEPS + GRPO_STEPS),
-        Arm("sft_grpo", "B", "teacher-SFT, then GRPO on a re-selected pool", "references", GRPO_STEPS, "reselected"),
-        Arm("format", "F", "deranged-reference SFT, then GRPO (format control)", "deranged", GRPO_STEPS, "reselected"),
-        Arm(
-            "guided",
-            "G",
-            "GRPO with guided rollouts, all training tasks",
-            grpo_steps=SFT_STEPS + GRPO_STEPS,
-            pool="all",
-            overrides=GUIDED,
-            needs_section="guidance",
-        ),
-    )
-}
+def arms(sft_steps: int, grpo_steps: int) -> dict[str, Arm]:
+    """The arms at these sizes (S teacher-SFT steps, N GRPO steps): A and G get S + N GRPO steps."""
+    return {
+        a.name: a
+        for a in (
+            Arm("tsft", "E", "teacher-SFT only (B's first stage)", sft="references"),
+            Arm("grpo", "A", "GRPO, B's total update count", grpo_steps=sft_steps + grpo_steps),
+            Arm(
+                "sft_grpo", "B", "teacher-SFT, then GRPO on a re-selected pool", "references", grpo_steps, "reselected"
+            ),
+            Arm(
+                "format",
+                "F",
+                "deranged-reference SFT, then GRPO (format control)",
+                "deranged",
+                grpo_steps,
+                "reselected",
+            ),
+            Arm(
+                "guided",
+                "G",
+                "GRPO with guided rollouts, all training tasks",
+                grpo_steps=sft_steps + grpo_steps,
+                pool="all",
+                overrides=GUIDED,
+                needs_section="guidance",
+            ),
+        )
+    }
+
+
+ARMS = arms(SFT_STEPS, GRPO_STEPS)
 DEFAULT_ARMS = tuple(ARMS)
 CONTRASTS = (
     ("sft_grpo", "grpo"),

@@ -38,16 +38,11 @@ def strata_of(task_ids: list[str]) -> dict[str, list[int]]:
     return out
 
 
-def build_report(evidence: Path, command: str) -> dict:
+def analyse_runs(all_runs: list[dict], task_ids: list[str], samples: int) -> dict:
+    """Per stratum and grade, the arms and the pre-registered contrasts (pass@1, paired t over seeds)."""
     from evaluation.pass_at_k import estimate_pass_at_k
     from evaluation.seed_contrasts import analyse
 
-    prepass_path = evidence / "prepass.json"
-    if not prepass_path.is_file():
-        return {"complete": False, "command": command, "note": "no pre-pass yet: nothing to report"}
-    prepass = json.loads(prepass_path.read_text())
-    samples, task_ids = prepass["samples"], prepass["heldout_set"]
-    all_runs = load_runs(evidence)
     runs = {(r["arm"], r["seed"]): r for r in all_runs if not r.get("stopped")}
     arms = [a for a in [BASE, *ARMS] if any(arm == a for arm, _ in runs)]
     trained = [a for a in arms if a != BASE]
@@ -64,7 +59,43 @@ def build_report(evidence: Path, command: str) -> dict:
             }
             block = analysis.setdefault(stratum, {"tasks": len(idx)})
             block[f"{grade}_pass@1"] = analyse(scores, contrasts, trained, RESAMPLES, BOOTSTRAP_SEED) if scores else {}
-    flagged = {f"{r['arm']}-s{r['seed']}" for r in all_runs if r.get("signal") and not r["signal"]["ok"]}
+    return analysis
+
+
+def run_rows(all_runs: list[dict]) -> dict:
+    """One summary row per run: scores, the share at the budget, the signal check, what phase 3 used, times."""
+    return {
+        f"{r['arm']}-s{r['seed']}": {
+            "arm": r["arm"],
+            "seed": r["seed"],
+            "stopped": r.get("stopped"),
+            "pass@1": (r.get("pass_at_k") or {}).get("1"),
+            "sanitized_pass@1": (r.get("pass_at_k_sanitized") or {}).get("1"),
+            "at_budget": r.get("at_budget"),
+            "signal": r.get("signal"),
+            "teacher_traces_used": {
+                stage: (s.get("teacher_data_used") or {}).get("usable_traces")
+                for stage, s in (r.get("stages") or {}).items()
+                if isinstance(s, dict) and "train_s" in s
+            },
+            "pool": len((r.get("stages") or {}).get("pool", {}).get("pool", [])) or None,
+            "train_s": r.get("train_s"),
+            "eval_s": r.get("eval_s"),
+            "wall_s": r.get("wall_s"),
+            "load_start": r["load"]["start"][0],
+        }
+        for r in sorted(all_runs, key=lambda r: (r["seed"], r["arm"]))
+    }
+
+
+def build_report(evidence: Path, command: str) -> dict:
+    prepass_path = evidence / "prepass.json"
+    if not prepass_path.is_file():
+        return {"complete": False, "command": command, "note": "no pre-pass yet: nothing to report"}
+    prepass = json.loads(prepass_path.read_text())
+    samples, task_ids = prepass["samples"], prepass["heldout_set"]
+    all_runs = load_runs(evidence)
+    arms = [a for a in [BASE, *ARMS] if any(r["arm"] == a and not r.get("stopped") for r in all_runs)]
     planned = [
         (a, s) for s in DEFAULT_SEEDS for a in [BASE, *DEFAULT_ARMS] if not ARMS.get(a) or not ARMS[a].needs_section
     ]
@@ -86,33 +117,14 @@ def build_report(evidence: Path, command: str) -> dict:
             "max_new_tokens": prepass["max_new_tokens"],
             "budgets_tried": prepass.get("budgets_tried"),
         },
-        "arms": {a: {"letter": ARMS[a].letter, "label": ARMS[a].label} for a in trained}
+        "arms": {a: {"letter": ARMS[a].letter, "label": ARMS[a].label} for a in arms if a != BASE}
         | ({BASE: {"letter": "base", "label": "no training"}} if BASE in arms else {}),
         "k_values": ks_for(samples),
-        "runs": {
-            f"{r['arm']}-s{r['seed']}": {
-                "arm": r["arm"],
-                "seed": r["seed"],
-                "stopped": r.get("stopped"),
-                "pass@1": (r.get("pass_at_k") or {}).get("1"),
-                "sanitized_pass@1": (r.get("pass_at_k_sanitized") or {}).get("1"),
-                "at_budget": r.get("at_budget"),
-                "signal": r.get("signal"),
-                "teacher_traces_used": {
-                    stage: (s.get("teacher_data_used") or {}).get("usable_traces")
-                    for stage, s in (r.get("stages") or {}).items()
-                    if isinstance(s, dict) and "train_s" in s
-                },
-                "pool": len((r.get("stages") or {}).get("pool", {}).get("pool", [])) or None,
-                "train_s": r.get("train_s"),
-                "eval_s": r.get("eval_s"),
-                "wall_s": r.get("wall_s"),
-                "load_start": r["load"]["start"][0],
-            }
-            for r in sorted(all_runs, key=lambda r: (r["seed"], r["arm"]))
-        },
-        "flagged_runs": sorted(flagged),
-        "analysis": analysis,
+        "runs": run_rows(all_runs),
+        "flagged_runs": sorted(
+            f"{r['arm']}-s{r['seed']}" for r in all_runs if r.get("signal") and not r["signal"]["ok"]
+        ),
+        "analysis": analyse_runs(all_runs, task_ids, samples),
     }
 
 

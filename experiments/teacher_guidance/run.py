@@ -92,6 +92,9 @@ def signal_check(metrics: list[dict]) -> dict:
 
 
 class Runner(frame.SeededRunner):
+    """The rerun's phases over one work folder and one evidence folder; its sizes and arms come from `design`."""
+
+    design = design  # the experiment's design module (the real-data experiment passes its own)
     prepass_seed, val_ratio, data_seed = design.PREPASS_SEED, design.VAL_RATIO, design.DATA_SEED
     target_format = {"teacher.reference_thinking": "none", "dual_source.include_thinking": False}
 
@@ -115,22 +118,22 @@ class Runner(frame.SeededRunner):
         path = self.evidence / "duplicates.json"
         if not path.is_file():
             measure(["--data", str(self.data), "--output", str(path)])
-        return design.duplicated_heldout(json.loads(path.read_text())["duplicates"])
+        return self.design.duplicated_heldout(json.loads(path.read_text())["duplicates"])
 
     def heldout_ids(self, heldout_ids: list[str]) -> list[str]:
         dropped = self.duplicates()
         return [t for t in heldout_ids if t not in dropped]
 
     def prepass(self) -> dict:
-        """The base on every task at each budget of design.BUDGETS until the share ended by the budget is at most
-        design.MAX_AT_BUDGET; stored once with the budget chosen."""
+        """The base on every task at each of the design's BUDGETS until the share ended by the budget is at most its
+        MAX_AT_BUDGET; stored once with the budget chosen."""
         from utils.jsonl import write_json_atomic
 
         path = self.evidence / "prepass.json"
         train_ids, heldout_ids = self.split()
         if not path.is_file():
             tried = []
-            for budget in design.BUDGETS:
+            for budget in self.design.BUDGETS:
                 self.set_budget(budget)
                 print(f"pre-pass: the base on {len(train_ids) + len(heldout_ids)} tasks at {budget} tokens", flush=True)
                 load_start = os.getloadavg()
@@ -151,7 +154,7 @@ class Runner(frame.SeededRunner):
                         "counts": {t: found.get(t, 0) for t in [*train_ids, *heldout_ids]},
                     }
                 )
-                if at_budget <= design.MAX_AT_BUDGET:
+                if at_budget <= self.design.MAX_AT_BUDGET:
                     break
             chosen = tried[-1]
             pool, heldout = frame.select_bands(
@@ -164,7 +167,7 @@ class Runner(frame.SeededRunner):
                     "seed": self.prepass_seed,
                     "split": {"train": train_ids, "heldout": heldout_ids},
                     "max_new_tokens": chosen["budget"],
-                    "budget_ok": chosen["at_budget"] <= design.MAX_AT_BUDGET,
+                    "budget_ok": chosen["at_budget"] <= self.design.MAX_AT_BUDGET,
                     "budgets_tried": [{k: v for k, v in t.items() if k != "counts"} for t in tried],
                     "counts": chosen["counts"],
                     "duplicates_dropped": sorted(set(heldout_ids) - set(self.heldout_ids(heldout_ids))),
@@ -217,7 +220,7 @@ class Runner(frame.SeededRunner):
                 t.task_id: "stdin" if t.test_type == "stdin" else "function" for t in read_tasks(self.all_train_file)
             }
             rows = frame.read_jsonl(self.refs)
-            deranged = design.derange([r for r in rows if r.get("passed") and r.get("code")], style)
+            deranged = self.design.derange([r for r in rows if r.get("passed") and r.get("code")], style)
             same = [r["task_id"] for r in deranged if r["deranged_from"] == r["task_id"]]
             if same:
                 raise SystemExit(f"error: no derangement for {same}: a calling style with one reference")
@@ -229,8 +232,8 @@ class Runner(frame.SeededRunner):
         that start from it (E and B share one); (its folder, its training seconds over every process)."""
         folder = self.work / "runs" / f"sft_{kind}-s{seed}"
         refs = self.refs if kind == "references" else self.deranged_refs
-        overrides = {**design.RECIPE, **design.SFT_ONLY, "training.seed": seed}
-        wall, _ = self.train(f"sft_{kind}-s{seed}", folder, overrides, design.SFT_STEPS, self.all_train_file, refs)
+        overrides = {**self.design.RECIPE, **self.design.SFT_ONLY, "training.seed": seed}
+        wall, _ = self.train(f"sft_{kind}-s{seed}", folder, overrides, self.design.SFT_STEPS, self.all_train_file, refs)
         return folder, wall
 
     def merged(self, sft_folder: Path) -> Path:
@@ -272,8 +275,8 @@ class Runner(frame.SeededRunner):
 
     def grpo_overrides(self, arm: Arm, seed: int) -> dict:
         return {
-            **design.RECIPE,
-            **design.GRPO_ONLY,
+            **self.design.RECIPE,
+            **self.design.GRPO_ONLY,
             "grpo.temperature": self.args.temperature,
             "grpo.num_samples_per_prompt": self.args.group,
             "grpo.max_new_tokens": self.budget,
@@ -284,11 +287,11 @@ class Runner(frame.SeededRunner):
     # ---- one run
     def one_run(self, arm_name: str, seed: int, index: str) -> None:
         """Train (unless base) and evaluate one arm on one seed, then write (and commit) its evidence."""
-        path = design.evidence_path(self.evidence, arm_name, seed)
+        path = self.design.evidence_path(self.evidence, arm_name, seed)
         if path.is_file():
             print(f"{index} seed {seed} {arm_name}: evidence exists, not redone", flush=True)
             return
-        arm = ARMS.get(arm_name)
+        arm = self.design.ARMS.get(arm_name)
         if arm is not None and arm.needs_section and not frame.has_config_section(arm.needs_section):
             print(f"{index} seed {seed} {arm_name}: declared; the config has no {arm.needs_section} section yet")
             return
@@ -322,8 +325,8 @@ class Runner(frame.SeededRunner):
                 overrides = self.grpo_overrides(arm, seed)
                 if start_model != self.model:
                     overrides["student.model_name"] = start_model
-                if pool_size < design.MIN_POOL:
-                    stopped = f"the GRPO pool holds {pool_size} tasks (< {design.MIN_POOL}): no GRPO stage"
+                if pool_size < self.design.MIN_POOL:
+                    stopped = f"the GRPO pool holds {pool_size} tasks (< {self.design.MIN_POOL}): no GRPO stage"
                 else:
                     grpo_s, _ = self.train(name, folder, overrides, arm.grpo_steps, train_file, self.refs)
                     stages["grpo"] = self.stage_record(folder, grpo_s)
@@ -357,12 +360,14 @@ class Runner(frame.SeededRunner):
         if arm is not None and arm.pool == "reselected":  # 0.5 GB; rebuilt from the SFT adapter when needed again
             shutil.rmtree(self.work / "runs" / f"sft_{arm.sft}-s{seed}.merged", ignore_errors=True)
         run = json.loads(path.read_text())
-        pass1 = (run.get("pass_at_k") or {}).get("1")
-        sanitized = (run.get("pass_at_k_sanitized") or {}).get("1")
+        pass1, sanitized = (
+            None if (v := (run.get(key) or {}).get("1")) is None else f"{v:.3f}"
+            for key in ("pass_at_k", "pass_at_k_sanitized")
+        )
         line = (
             f"{index} seed {seed} {arm_name}: trained {train_s:.0f} s, evaluated {eval_s:.0f} s, "
             f"run {header['wall_s']:.0f} s; "
-            + (f"stopped: {stopped}" if stopped else f"held-out pass@1 {pass1:.3f} (sanitized {sanitized:.3f})")
+            + (f"stopped: {stopped}" if stopped else f"held-out pass@1 {pass1} (sanitized {sanitized})")
         )
         print(line + f"; load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
         self.commit([path], f"{name} ({line.split(': ', 1)[1]})")
@@ -388,7 +393,17 @@ class Runner(frame.SeededRunner):
         for attempt in range(5):  # another git command in the same checkout holds its index lock for a moment
             added = subprocess.run(["git", "-C", str(where), "add", "--", *existing], capture_output=True, text=True)
             done = subprocess.run(
-                ["git", "-C", str(where), "commit", "-q", "-m", f"teacher guidance evidence: {what}", "--", *existing],
+                [
+                    "git",
+                    "-C",
+                    str(where),
+                    "commit",
+                    "-q",
+                    "-m",
+                    f"{self.design.EVIDENCE_LABEL} evidence: {what}",
+                    "--",
+                    *existing,
+                ],
                 capture_output=True,
                 text=True,
             )

@@ -1,11 +1,11 @@
 """The seeded ablation's design, fixed before any outcome was seen: seeds, split, the shared recipe, the arms and
-the contrasts. Read by its runner (bench_ablation_seeds.py) and its report (ablation_seeds_report.py)."""
+the contrasts. Read by its runner (`run.py`) and its report (`report.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from experiment_cli import RESULTS_DIR
+from experiments.frame import RESULTS_DIR
 
 EVIDENCE_DIR = RESULTS_DIR / "ablation_seeds"
 DEFAULT_SEEDS = (1, 2, 3)
