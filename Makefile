@@ -151,12 +151,12 @@ ablation: install ## Train and evaluate the five loss-term variants (resumable; 
 
 # The seeded ablation on the embedded fixtures: five arms x seeds 1-3 plus the base, with intervals that
 # include between-seed variance (~2.5 h on 2 idle cores; load multiplies it). Resumable from the committed
-# evidence in experiments/results/ablation_seeds/; SEEDS_ARGS passes flags, e.g. SEEDS_ARGS="--seeds 4 5
+# evidence in benchmarks/results/ablation_seeds/; SEEDS_ARGS passes flags, e.g. SEEDS_ARGS="--seeds 4 5
 # --arms full tsft" to add seeds to two arms, or SEEDS_ARGS=--report_only to rebuild the report.
 SEEDS_ARGS ?=
 ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the interval (resumable, niced; SEEDS_ARGS)
 	nice -n 10 $(PY) -m experiments.ablation_seeds.run $(SEEDS_ARGS)
-	@echo "Results: experiments/results/ablation_seeds.json, .md, .png (evidence: experiments/results/ablation_seeds/)"
+	@echo "Results: experiments/results/ablation_seeds.json, .md, .png (evidence: benchmarks/results/ablation_seeds/)"
 
 # Does the teacher's content add to GRPO beyond the answer's format? The pre-registered rerun
 # (experiments/teacher_guidance/design.py): base, A GRPO, B teacher-SFT then GRPO, E teacher-SFT, F deranged-reference

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from experiments.frame import RESULTS_DIR
 
-EVIDENCE_DIR = RESULTS_DIR / "ablation_seeds"
+# the recorded run's evidence, where docs/results.md links it (it moves to RESULTS_DIR with those links)
+EVIDENCE_DIR = RESULTS_DIR.parent.parent / "benchmarks" / "results" / "ablation_seeds"
 DEFAULT_SEEDS = (1, 2, 3)
 PREPASS_SEED = 42  # the pre-pass's evaluation seed; no run uses it
 DATA_SEED = 42

@@ -1,6 +1,6 @@
-"""The seeded ablation's report, built from its committed evidence alone (experiments/results/ablation_seeds/):
-ablation_seeds.json, .md and .png. Any subset of runs gives a report; `complete` says whether every planned
-run is in. The statistics are evaluation/seed_contrasts.py's."""
+"""The seeded ablation's report, built from its committed evidence alone (the recorded run's:
+benchmarks/results/ablation_seeds/): ablation_seeds.json, .md and .png. Any subset of runs gives a report;
+`complete` says whether every planned run is in. The statistics are evaluation/seed_contrasts.py's."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         output_dir="outputs/ablation_seeds",
         evidence_dir=EVIDENCE_DIR,
         evidence_help="Committed evidence of every finished run and of the pre-pass "
-        "(default experiments/results/ablation_seeds).",
+        "(default benchmarks/results/ablation_seeds, the recorded run's).",
         report_name="ablation_seeds",
     )
     args = parser.parse_args(argv)
