@@ -109,6 +109,7 @@ def add_seeded_experiment_flags(
     report_name: str,
     max_new_tokens: int = 96,
     steps: int = 16,
+    samples: int = 8,
 ) -> None:
     """The flags of the seeded, resumable experiments: which seeds and arms run, the recipe's sizes, the folders;
     each experiment adds its own after these."""
@@ -132,8 +133,9 @@ def add_seeded_experiment_flags(
     parser.add_argument(
         "--samples",
         type=int,
-        default=8,
-        help="Samples per task in the pre-pass and every evaluation (default 8; pass@k for k = 1, 2, 4 .. up to it).",
+        default=samples,
+        help=f"Samples per task in the pre-pass and every evaluation (default {samples}; pass@k for k = 1, 2, 4 .. "
+        "up to it).",
     )
     parser.add_argument("--group", type=int, default=8, help=group_help)
     parser.add_argument(

@@ -23,18 +23,18 @@ from experiments.teacher_guidance import run as tg_run
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    argv = list(argv or sys.argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mbpp_path", default="../shared/data/mbpp.jsonl", help="Local MBPP file (empty: the hub).")
-    own, rest = parser.parse_known_args(argv)
-    defaults = [
-        "--samples", str(real.SAMPLES), "--output_dir", "outputs/real_data", "--evidence_dir", str(real.EVIDENCE_DIR),
-    ]  # fmt: skip
-    if not any(a == "--seeds" for a in rest):
-        defaults += ["--seeds", *map(str, real.DEFAULT_SEEDS)]
-    args = tg_run.parse_args([*defaults, *rest])
-    args.mbpp_path = own.mbpp_path
-    return args
+    def add_flags(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--mbpp_path", default="../shared/data/mbpp.jsonl", help="Local MBPP file (empty: the hub)."
+        )
+
+    defaults = {
+        "samples": real.SAMPLES,
+        "seeds": list(real.DEFAULT_SEEDS),
+        "output_dir": "outputs/real_data",
+        "evidence_dir": str(real.EVIDENCE_DIR),
+    }
+    return tg_run.parse_args(argv, {"description": __doc__, "add_flags": add_flags, "defaults": defaults})
 
 
 class Runner(tg_run.Runner):

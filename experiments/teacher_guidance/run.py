@@ -27,22 +27,29 @@ from experiments.teacher_guidance import design
 from experiments.teacher_guidance.design import ARMS, BASE, Arm
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: list[str] | None = None, variant: dict | None = None) -> argparse.Namespace:
+    """The flags; `variant` (another experiment on this runner) gives its description, its extra flags (a function
+    that adds them) and its defaults."""
+    variant = variant or {}
+    defaults = variant.get("defaults", {})
+    parser = argparse.ArgumentParser(
+        description=variant.get("description", __doc__), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     frame.add_seeded_experiment_flags(
         parser,
-        seeds=design.DEFAULT_SEEDS,
+        seeds=tuple(defaults.get("seeds", design.DEFAULT_SEEDS)),
         arms=list(ARMS),
         default_arms=design.DEFAULT_ARMS,
         arms_note="; guided runs once the config has a guidance section",
         steps_help="Unused here: the design fixes every stage's steps (design.SFT_STEPS, design.GRPO_STEPS).",
         group_help="Rollouts per prompt in GRPO, G (default 8).",
-        output_dir="outputs/teacher_guidance",
-        evidence_dir=design.EVIDENCE_DIR,
+        output_dir=defaults.get("output_dir", "outputs/teacher_guidance"),
+        evidence_dir=Path(defaults.get("evidence_dir", design.EVIDENCE_DIR)),
         evidence_help="Evidence of every finished run, the pre-pass and the duplicate map "
-        "(default experiments/results/teacher_guidance).",
+        f"(default {Path(defaults.get('evidence_dir', design.EVIDENCE_DIR)).relative_to(frame.ROOT)}).",
         report_name=design.NAME,
         max_new_tokens=design.BUDGETS[0],
+        samples=defaults.get("samples", 8),
     )
     parser.add_argument(
         "--commit_evidence",
@@ -50,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Commit each landed evidence file to the git checkout that holds --evidence_dir.",
     )
     parser.add_argument("--niceness", type=int, default=19, help="This process's nice level (default 19).")
+    if "add_flags" in variant:
+        variant["add_flags"](parser)
     args = parser.parse_args(argv)
     frame.check_seeded_experiment_flags(parser, args, design.PREPASS_SEED)
     return args
