@@ -17,14 +17,14 @@ leg() {  # name, python, then phase 4 flags; ENVV: extra environment
     "$@" > "$OUT/$name.log" 2>&1
   echo "$name rc $? time $(tail -1 "$OUT/$name.time") load $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/throughput.txt"
 }
-ENVV=(OMP_NUM_THREADS=2)
+ENVV=(OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE)  # one thread, no spinning: CPU seconds = work
 .venv/bin/python phase1_prepare_data.py --preset cpu --val_ratio 0.5 --seed 42 --output_dir "$OUT/fixtures" > /dev/null
 head -16 "$OUT/fixtures/val.jsonl" > "$OUT/fixtures/val16.jsonl"
 leg fixture_kv .venv/bin/python --eval_file "$OUT/fixtures/val16.jsonl" --max_new_tokens 256 --set training.seed=1
 leg mbpp_kv .venv/bin/python --eval_set mbpp_test --mbpp_path "$MBPP" --max_tasks 16 --max_new_tokens 256
 leg humaneval_kv .venv/bin/python --eval_set humaneval --max_tasks 16 --max_new_tokens 256
 if [ "${VLLM:-0}" = 1 ]; then
-  ENVV=(OMP_NUM_THREADS=2 VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_CI_ENV=1
+  ENVV=(OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_CI_ENV=1
         HF_HUB_OFFLINE=1)
   leg mbpp_vllm .venv-vllm/bin/python --eval_set mbpp_test --mbpp_path "$MBPP" --max_tasks 16 --max_new_tokens 256 \
     --set evaluation.backend=vllm
