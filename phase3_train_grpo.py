@@ -33,7 +33,7 @@ from rollouts.from_config import (
     tasks_within_prompt_length,
 )
 from rollouts.kv_sampler import UnsupportedModelError
-from synthesis.generate_traces import load_teacher_examples
+from synthesis.generate_traces import held_out_task_ids, load_teacher_examples, teacher_data_record
 from training.async_rollouts import ProducerError
 from training.checkpointing import (
     CHECKPOINT_PREFIX,
@@ -54,6 +54,7 @@ from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
 from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
+from utils.jsonl import write_json_atomic
 from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, load_tokenizer
@@ -225,10 +226,13 @@ def _train(
         for name in previous_run(output_dir):
             shutil.rmtree(output_dir / name)
     accelerator.wait_for_everyone()
+    task_ids = {t.task_id for t in tasks}
     teacher_examples = load_teacher_examples(
-        traces, {t.task_id for t in tasks}, config.dual_source.teacher_sft_only_passed
+        traces, task_ids, config.dual_source.teacher_sft_only_passed, held_out_task_ids(config.paths.val_file)
     )
     if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(output_dir / "teacher_data.json", teacher_data_record(teacher_examples, traces, task_ids))
         off = (
             max_scheduled_weight(config.dual_source, "teacher_sft") == 0
             or config.dual_source.teacher_sft_batch_size == 0

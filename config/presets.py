@@ -13,7 +13,7 @@ from config.sections import EMBEDDED_STUDENT
 # stand-in teacher serving the same small model, and sizes that finish in minutes on 2 cores.
 # Since rollouts and phase 4 sample with the kv sampler (~3x generate), `make run` spends the time
 # saved on 12 steps instead of 6, at 5e-4 (1e-4 barely moves a 135M LoRA in tens of steps:
-# benchmarks/bench_learning.py), and 8 evaluation samples per task instead of 4.
+# the retired learning check, benchmarks/results/learning_check.json), and 8 evaluation samples per task instead of 4.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gpu": {},
     "cpu": {

@@ -111,7 +111,7 @@ def main(
         )
         answers = []
         for record in records:
-            parsed = extract_thinking_and_code_unified(record.text)
+            parsed = extract_thinking_and_code_unified(record.text, entry_point=task.fn_name if task else None)
             verdict = execute_program(parsed.code, task, pool=pool) if task is not None else None
             answers.append(Answer(record, parsed, verdict))
     return answers

@@ -270,7 +270,11 @@ def cli(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        code = sample["code"] if "code" in sample else extract_function_from_code(sample.get("completion"))
+        code = (
+            sample["code"]
+            if "code" in sample
+            else extract_function_from_code(sample.get("completion"), entry_point=task.fn_name)
+        )
         items.append((code, task))
         ids.append(str(sample.get("sample_id", line_no)))
     limits = SandboxLimits(test_timeout=args.timeout, memory_mb=args.memory_mb)

@@ -51,7 +51,7 @@ def score_rollouts(
     graded = [h or task for h, task in zip(hidden, tasks, strict=True)]  # G samples share one Task (one plan)
     flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
     group_of = [k for k, group in enumerate(generations) for _ in group]
-    parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
+    parsed = [extract_thinking_and_code_unified(s.text, entry_point=task.fn_name) for task, s in flat]
     jobs = [(p.code, graded[k]) for k, p in zip(group_of, parsed, strict=True)]
     results = execute_many(jobs, pool, include_challenge=include_challenge, stop_at_first_failure=stop_early)
     retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]

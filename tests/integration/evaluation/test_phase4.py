@@ -39,6 +39,7 @@ RESULT_KEYS = {
     "samples",
     "pass_at_k_ci95",
     "pass_at_k_lenient",
+    "pass_at_k_sanitized",
     "delta_ci95",
     "multi_turn",
     "untrusted_tasks",
@@ -109,6 +110,42 @@ def test_the_lenient_verdict_grades_code_left_inside_an_unclosed_think(tmp_path,
     summary = summarize(rows, [1])
     assert summary["pass_at_k"]["1"] == pytest.approx(0.25) and summary["pass_at_k_lenient"]["1"] == pytest.approx(0.5)
     assert summary["format"]["no_code"] == pytest.approx(0.5)  # the two unclosed thinks
+
+
+def test_the_sanitized_verdict_grades_the_definitions_the_strict_one_misses(tmp_path, pool):
+    tasks = small_tasks(2)
+    good = tasks[0].reference_solutions[0]
+    texts = {
+        # the function whose name the task gives is in a block of its own; the helper it calls is in another
+        # (strict grades the defining block with that helper, so both pass)
+        tasks[0].task_id: [
+            f"```python\n{good}\n```\nExample:\n```python\nprint({tasks[0].fn_name}(1, 2))\n```",
+            # a definition, then an example call the budget cut: strict is a syntax error, sanitized passes
+            f"```python\n{good}\n\nprint({tasks[0].fn_name}(1, [",
+        ],
+        # an answer that defines no entry point fails both ways
+        tasks[1].task_id: [f"```python\n{WRONG_CODE}\n```", "```python\nprint(1)\n```"],
+    }
+
+    def generate(prompts, n, _tasks):
+        out = []
+        for prompt in prompts:
+            task = next(t for t in tasks if t.problem.strip() in prompt)
+            out.append([RolloutCompletion(x, (0,) * 5, (), "length") for x in texts[task.task_id][:n]])
+        return out
+
+    cache = generate_cached(tasks, generate, 2, cache_path=tmp_path / "c.jsonl", progress=False)
+    rows = execute_samples(tasks, cache, 2, pool)
+    assert [(r.passed, r.sanitized_passed) for r in rows] == [
+        (True, True),
+        (False, True),
+        (False, False),
+        (False, False),
+    ]
+    summary = summarize(rows, [1])
+    assert summary["pass_at_k"]["1"] == pytest.approx(0.25)
+    assert summary["pass_at_k_sanitized"]["1"] == pytest.approx(0.5)
+    assert summary["format"]["truncated"] == 1.0  # every answer here ended at the token budget
 
 
 def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):

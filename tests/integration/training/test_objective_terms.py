@@ -428,3 +428,23 @@ def test_a_single_term_arms_weight_is_inert_under_adamw(tmp_path, pool):
         deltas[weight] = math.sqrt(sum(float(((after[k] - before[k]) ** 2).sum()) for k in before))
     assert deltas[1.0] > 0
     assert deltas[1.0] / deltas[0.3] == pytest.approx(1.0, abs=0.05)  # not 1 / 0.3 = 3.3
+
+
+def test_the_reward_grades_the_function_not_a_trailing_example_block(tmp_path, pool):
+    # one rule for reward and evaluation: the block that defines the task's entry point is what is paid for
+    from evaluation.evaluate import execute_samples, generate_cached
+
+    config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}"])
+    task = small_tasks(1)[0]
+    good = task.reference_solutions[0]
+    texts = [
+        f"```python\n{good}\n```\nExample usage:\n```python\nprint({task.fn_name}(undefined_value))\n```",
+        f"```python\n{good}\n```\n\n```python\n# your code\n```",
+    ]
+    generations = [[RolloutCompletion(text, (1, 2), (3,), "stop") for text in texts]]
+    groups, _ = score_rollouts([task], ["prompt"], generations, config, pool)
+    assert [s.reward.correctness for s in groups[0]] == [1.0, 1.0]
+    cache = generate_cached(
+        [task], lambda prompts, n, _t: [generations[0][:n]], 2, cache_path=tmp_path / "c.jsonl", progress=False
+    )
+    assert [s.passed for s in execute_samples([task], cache, 2, pool)] == [True, True]

@@ -1,21 +1,17 @@
-"""The seeded ablation's report, built from its committed evidence alone (benchmarks/results/ablation_seeds/):
-ablation_seeds.json, .md and .png. Any subset of runs gives a report; `complete` says whether every planned
-run is in. The statistics are evaluation/seed_contrasts.py's."""
+"""The seeded ablation's report, built from its committed evidence alone (the recorded run's:
+benchmarks/results/ablation_seeds/): ablation_seeds.json, .md and .png. Any subset of runs gives a report;
+`complete` says whether every planned run is in. The statistics are evaluation/seed_contrasts.py's."""
 
 from __future__ import annotations
 
 import json
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ablation_seeds_design import (  # noqa: E402  (benchmarks/ is on sys.path)
+from experiments.ablation_seeds.design import (
     ARMS,
     BASE,
     CONTRASTS,
@@ -23,7 +19,7 @@ from ablation_seeds_design import (  # noqa: E402  (benchmarks/ is on sys.path)
     DEFAULT_SEEDS,
     teacher_check,
 )
-from experiment_cli import ks_for, write_report_files  # noqa: E402
+from experiments.frame import ks_for, write_report_files
 
 # The signal check: GRPO learns only from groups with correctness spread.
 MAX_FLAT_SHARE = 0.5

@@ -1,54 +1,50 @@
-"""The seeded ablation harness (benchmarks/bench_ablation_seeds.py) without training: the pre-pass bands, the
+"""The seeded ablation harness (experiments/ablation_seeds) without training: the pre-pass bands, the
 recipe guard, resumption from committed evidence, and a report from partial evidence."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import ablation_seeds_report as report_mod
-import bench_ablation_seeds as harness
+from experiments import frame
+from experiments.ablation_seeds import report as report_mod
+from experiments.ablation_seeds import run as harness
 
 HELDOUT = ["mbpp/1", "mbpp/2", "apps/3"]
 
 
 def test_bands_keep_training_tasks_with_spread_and_held_out_tasks_below_all_pass():
     counts = {"t1": 0, "t2": 1, "t3": 7, "t4": 8, "t5": 4, "h1": 0, "h2": 7, "h3": 8}
-    pool, heldout = harness.select_bands(counts, ["t1", "t2", "t3", "t4", "t5"], ["h1", "h2", "h3"], 8)
+    pool, heldout = frame.select_bands(counts, ["t1", "t2", "t3", "t4", "t5"], ["h1", "h2", "h3"], 8)
     assert pool == ["t2", "t3", "t5"]  # 1..7 of 8, split order kept
     assert heldout == ["h1", "h2"]  # < 8 of 8
 
 
 def test_k_values_are_the_powers_of_two_up_to_the_samples_and_the_samples_themselves():
-    assert harness.ks_for(8) == [1, 2, 4, 8]
-    assert harness.ks_for(6) == [1, 2, 4, 6]
+    assert frame.ks_for(8) == [1, 2, 4, 8]
+    assert frame.ks_for(6) == [1, 2, 4, 6]
 
 
 def test_a_recipe_change_is_refused(tmp_path):
     args = harness.parse_args(["--evidence_dir", str(tmp_path)])
-    harness.check_evidence_recipe(tmp_path, harness.recipe_of(args))
-    harness.check_evidence_recipe(tmp_path, harness.recipe_of(args))  # the same recipe resumes
+    frame.check_evidence_recipe(tmp_path, harness.recipe_of(args))
+    frame.check_evidence_recipe(tmp_path, harness.recipe_of(args))  # the same recipe resumes
     other = harness.parse_args(["--steps", "20", "--evidence_dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="another recipe"):
-        harness.check_evidence_recipe(tmp_path, harness.recipe_of(other))
+        frame.check_evidence_recipe(tmp_path, harness.recipe_of(other))
     # seeds and arms choose what runs, not how: adding seeds to two arms is the same recipe
     more = harness.parse_args(["--seeds", "4", "5", "--arms", "full", "tsft", "--evidence_dir", str(tmp_path)])
-    harness.check_evidence_recipe(tmp_path, harness.recipe_of(more))
+    frame.check_evidence_recipe(tmp_path, harness.recipe_of(more))
 
 
 def test_every_recipe_key_exists_in_the_config():
     keys = [*harness.RECIPE, *harness.TEACHER_RECIPE]
     keys += [f"dual_source.{k}" for arm in harness.ARMS.values() for k in arm.weights]
-    harness.check_config_keys(keys)
+    frame.check_config_keys(keys)
     with pytest.raises(SystemExit, match="no key grpo.not_a_key"):
-        harness.check_config_keys(["grpo.not_a_key"])
+        frame.check_config_keys(["grpo.not_a_key"])
 
 
 def test_arms_differ_only_in_their_weights(tmp_path):
@@ -123,7 +119,7 @@ def test_a_report_from_partial_evidence_says_it_is_not_complete(tmp_path):
         run_evidence("grpo", 1, [0, 1, 0], flat=0.9),  # no signal: the check must say so
     ]
     write_evidence(ev, runs)
-    report = report_mod.build_report(ev, "python benchmarks/bench_ablation_seeds.py")
+    report = report_mod.build_report(ev, "python -m experiments.ablation_seeds.run")
     assert report["complete"] is False and report["seeds_done"] == []
     full_tsft = report["pass_at_k"]["1"]["contrasts"]["full - tsft"]
     # pass@1 per seed: full s1 (1 + .5 + 0)/3 = .5, tsft s1 (.5 + .5)/3 = 1/3; s2: 2/3 vs 1/6 -> d = 1/6, 1/2
@@ -154,7 +150,7 @@ def test_report_only_builds_from_the_evidence_without_running_anything(tmp_path)
 
 def test_evidence_json_is_compact_and_reads_back(tmp_path):
     record = run_evidence("full", 1, [2, 1, 0])
-    harness.write_evidence_json(tmp_path / "run.json", record)
+    frame.write_evidence_json(tmp_path / "run.json", record)
     text = (tmp_path / "run.json").read_text()
     assert json.loads(text) == record
     assert text.count("\n") == len(record) + len(record["samples"]) + len(record["metrics"]) + 4  # {, two closing ], }
@@ -233,7 +229,7 @@ def test_an_opd_run_trains_the_teacher_first_and_scores_with_it(tmp_path):
 
 def test_the_evidence_keeps_the_metrics_that_diagnose_opd_and_sft(tmp_path):
     for key in ("opd/advantage_p01", "opd/advantage_p99", "opd/clipped_frac", "loss/teacher_sft", "loss/self_sft"):
-        assert key in harness.METRIC_COLUMNS
+        assert key in frame.METRIC_COLUMNS
     ev = tmp_path / "ev"
     write_evidence(ev, [run_evidence("base", 1, [0, 0, 0])])
     runner = harness.Runner(harness.parse_args(["--samples", "2"]), tmp_path / "work", ev, "cmd")
@@ -241,7 +237,7 @@ def test_the_evidence_keeps_the_metrics_that_diagnose_opd_and_sft(tmp_path):
     fake_phases(runner, calls)
     runner.one_run("full", 1, "[1/1]")
     run = json.loads((ev / "runs" / "full-s1.json").read_text())
-    assert run["sample_columns"] == list(harness.SAMPLE_COLUMNS) and len(run["samples"][0]) == 7
+    assert run["sample_columns"] == list(frame.SAMPLE_COLUMNS) and len(run["samples"][0]) == len(frame.SAMPLE_COLUMNS)
     assert "no_code_completions" in run
 
 

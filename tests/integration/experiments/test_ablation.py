@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
+from experiments.ablation import run as bench_ablation
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bench_ablation
 
 
 def tiny(tmp_path, *extra):
@@ -93,7 +89,7 @@ def test_make_lists_the_heavy_benchmark_targets():
         ["make", "-n", "eval-humaneval", "ablation"], cwd=ROOT, capture_output=True, text=True, timeout=60
     ).stdout
     assert "phase4_evaluate.py --preset cpu --eval_set humaneval --temperature 0 --num_samples 1" in planned
-    assert "benchmarks/bench_ablation.py" in planned
+    assert "-m experiments.ablation.run" in planned
     assert (
-        "Results: outputs/humaneval_results.json" in planned and "Results: benchmarks/results/ablation.json" in planned
+        "Results: outputs/humaneval_results.json" in planned and "Results: experiments/results/ablation.json" in planned
     )

@@ -1,18 +1,14 @@
-"""The held-out learning harness (benchmarks/bench_learning_heldout.py) at toy size: standard split, verified
+"""The held-out learning harness (experiments/learning_heldout) at toy size: standard split, verified
 reference traces, the report's fields, the power analysis, the chart, and a rerun that redoes nothing."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
+from experiments.learning_heldout import run as harness
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bench_learning_heldout as harness
 
 
 def _mbpp_row(task_id: int, name: str, body: str, tests: list[str]) -> dict:
@@ -58,7 +54,7 @@ def test_toy_experiment_reports_every_field_and_resumes_without_redoing_anything
     }
     saved = json.loads((results / "learning_heldout.json").read_text())
     assert saved["eval_set"]["name"] == "mbpp_test" and saved["eval_set"]["num_tasks"] == 2
-    assert saved["command"].startswith("python benchmarks/bench_learning_heldout.py --mbpp_path")
+    assert saved["command"].startswith("python -m experiments.learning_heldout.run --mbpp_path")
     assert saved["complete"] is False  # two of the five variants
     assert saved["teacher"]["passed"] == 2 and saved["teacher"]["dropped"] == 1  # mx's wrong reference
     train = [json.loads(line)["task_id"] for line in (out / "data" / "train.jsonl").read_text().splitlines()]
@@ -96,5 +92,5 @@ def test_make_plans_the_experiment_niced_with_humaneval():
         text=True,
         timeout=60,
     ).stdout
-    assert "nice -n 19" in planned and "benchmarks/bench_learning_heldout.py --mbpp_path m.jsonl --humaneval" in planned
+    assert "nice -n 19" in planned and "-m experiments.learning_heldout.run --mbpp_path m.jsonl --humaneval" in planned
     assert "--eval_tasks 3" in planned

@@ -1,13 +1,14 @@
 """The seeded ablation's design, fixed before any outcome was seen: seeds, split, the shared recipe, the arms and
-the contrasts. Read by its runner (bench_ablation_seeds.py) and its report (ablation_seeds_report.py)."""
+the contrasts. Read by its runner (`run.py`) and its report (`report.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from experiment_cli import RESULTS_DIR
+from experiments.frame import RESULTS_DIR
 
-EVIDENCE_DIR = RESULTS_DIR / "ablation_seeds"
+# the recorded run's evidence, where docs/results.md links it (it moves to RESULTS_DIR with those links)
+EVIDENCE_DIR = RESULTS_DIR.parent.parent / "benchmarks" / "results" / "ablation_seeds"
 DEFAULT_SEEDS = (1, 2, 3)
 PREPASS_SEED = 42  # the pre-pass's evaluation seed; no run uses it
 DATA_SEED = 42

@@ -1,6 +1,6 @@
 """The ablation: does each loss term earn its place? (Not a CI test: hours of CPU at a useful size.)
 
-    python benchmarks/bench_ablation.py [--steps 60] [--tasks 0] [--eval_set humaneval] [--samples 1] ...
+    python -m experiments.ablation.run [--steps 60] [--tasks 0] [--eval_set humaneval] [--samples 1] ...
 
 From one seed and one data preparation, five variants are trained at an identical budget and
 evaluated on the same held-out set with the same sample budget:
@@ -26,7 +26,7 @@ Resumable: everything lives under `--output_dir` (default outputs/ablation). A v
 `final_model` is not trained again, one with checkpoints resumes from the newest, and a variant
 with an evaluation result is not evaluated again (completions are cached by phase 4 as well). The
 recipe (every flag that changes a number) is stored there; resuming with a different recipe is
-refused. Writes benchmarks/results/ablation.json, ablation.md and ablation.png (pass@1 per variant
+refused. Writes experiments/results/ablation.json, ablation.md and ablation.png (pass@1 per variant
 with its interval).
 """
 
@@ -34,15 +34,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from experiment_cli import add_experiment_flags, claim_work_folder, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
+from experiments.frame import add_experiment_flags, claim_work_folder, recipe_values
 
 # Every flag that changes a number: a resumed experiment must have the same values.
 RECIPE_FLAGS = (

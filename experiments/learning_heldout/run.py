@@ -1,6 +1,6 @@
 """Does the objective make a better coder on problems it never saw? (Hours to days of CPU.)
 
-    python benchmarks/bench_learning_heldout.py --mbpp_path ../shared/data/mbpp.jsonl [--steps 200] ...
+    python -m experiments.learning_heldout.run --mbpp_path ../shared/data/mbpp.jsonl [--steps 200] ...
 
 Train on real MBPP's standard training split (phase 1 --split_mode standard: every task outside the
 published test ids 11-510, i.e. 1-10 and 511-974, 474 tasks), evaluate on MBPP's test split (500
@@ -26,7 +26,7 @@ continues where it stopped; a finished evaluation is read back. The recipe is st
 another recipe is refused. The report is rewritten after every variant, so it always says where the
 experiment stands (`complete`, each variant's `status`).
 
-Writes benchmarks/results/learning_heldout.json (per variant: pass_at_1 and its interval, pass@k up to
+Writes experiments/results/learning_heldout.json (per variant: pass_at_1 and its interval, pass@k up to
 --samples, the paired deltas delta_vs_base / delta_vs_full with intervals, HumanEval when asked, the
 training curves with the policy's sampled-token entropy; the eval set's name and size; the command; the
 power analysis: the measured spread of full - base per problem and the problems x samples it implies
@@ -43,11 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from experiment_cli import add_experiment_flags, claim_work_folder, ks_for, recipe_values  # noqa: E402  (benchmarks/ is on sys.path)
+from experiments.frame import add_experiment_flags, claim_work_folder, ks_for, recipe_values
 
 ORDER = ("base", "full", "teacher_sft", "grpo", "grpo_teacher")
 # Every flag that changes a number: a resumed experiment must have the same values.
@@ -176,10 +172,9 @@ def machine_load() -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    from bench_ablation import train_variant, variants
-
     from config import build_config
     from evaluation.eval_sets import load_eval_set
+    from experiments.ablation.run import train_variant, variants
     from utils.jsonl import write_json_atomic
 
     out = claim_work_folder(args, RECIPE_FLAGS)
@@ -203,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
     d = config.dual_source
     table = {v.name: v for v in variants(d.grpo_weight, d.teacher_sft_weight, d.self_sft_weight)}
     chosen = [name for name in ORDER if not args.variants or name in args.variants]
-    command = "python benchmarks/bench_learning_heldout.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m experiments.learning_heldout.run " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(
         f"learning_heldout: {len(chosen)} variants, {args.steps} steps each on {train_file} "
         f"({trace_stats['passed']} verified reference traces); evaluation on {mbpp.name} "
