@@ -806,6 +806,9 @@ class TrainingConfig:
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")
+    tracker_entity: str = option(
+        "", "wandb entity (the team or user the run is logged under; TRL's wandb_entity); empty: wandb's default."
+    )
     run_name: str = option("", "Run name for the logging backends; empty: the output folder's name.")
     logging_backends: tuple[str, ...] = option(
         (),

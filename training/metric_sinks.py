@@ -64,6 +64,12 @@ def metrics_row(metrics: dict) -> dict:
     return {k: (round(v, 6) if math.isfinite(v) else None) if isinstance(v, float) else v for k, v in metrics.items()}
 
 
+def wandb_init_kwargs(config: Config, output_dir: str | Path) -> dict[str, str]:
+    """wandb.init's run name, and its entity when training.tracker_entity names one."""
+    entity = config.training.tracker_entity
+    return {"name": tracker_run_name(config, output_dir), **({"entity": entity} if entity else {})}
+
+
 def tracker_run_name(config: Config, output_dir: str | Path) -> str:
     """training.run_name, or the output folder's name (one folder = one run)."""
     return config.training.run_name or Path(output_dir).resolve().name
@@ -142,7 +148,7 @@ class MetricSinks:
         self.accelerator.init_trackers(
             self.config.training.tracker_project,
             config=flat,
-            init_kwargs={"wandb": {"name": tracker_run_name(self.config, self.output_dir)}},
+            init_kwargs={"wandb": wandb_init_kwargs(self.config, self.output_dir)},
         )
         self._trackers = list(self.accelerator.trackers)
 
