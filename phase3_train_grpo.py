@@ -46,7 +46,7 @@ from training.run_summary import read_metrics, step_time_split
 from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
-from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
+from utils.dataset_loader import DataFormatError, Task, dataset_name_note, read_tasks, require_tasks
 from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, load_tokenizer
@@ -187,6 +187,11 @@ def main(
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
     source = train_file or config.paths.train_file
+    note, refuse = dataset_name_note(config.data.dataset_name, Path(source))
+    if refuse:  # TRL's habit: the dataset in the training config; here phase 1 turns it into the task file
+        raise RunSetupError(note)
+    if note and os.environ.get("RANK", "0") == "0":
+        print(note, flush=True)
     tasks = require_tasks(read_tasks(source), source)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
     check_run_setup(config, resume_from, traces, overwrite_output_dir)  # refusals write nothing
@@ -196,11 +201,16 @@ def main(
     with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
         if main_rank:
             sweep_temp_folders(output_dir)
-        return _train(config, resume_from, tasks, traces, overwrite_output_dir)
+        return _train(config, resume_from, tasks, traces, overwrite_output_dir, Path(source))
 
 
 def _train(
-    config: Config, resume_from: str | None, tasks: list[Task], traces: Path, overwrite_output_dir: bool
+    config: Config,
+    resume_from: str | None,
+    tasks: list[Task],
+    traces: Path,
+    overwrite_output_dir: bool,
+    source: Path,
 ) -> dict:
     from transformers import set_seed
 
@@ -226,7 +236,7 @@ def _train(
             or config.dual_source.teacher_sft_batch_size == 0
         )
         print(
-            f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
+            f"{len(tasks)} training tasks from {source}; {len(teacher_examples)} usable teacher traces from {traces}"
             + (
                 " (teacher-SFT term off: dual_source.teacher_sft_weight or teacher_sft_batch_size is 0)"
                 if off

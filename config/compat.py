@@ -397,8 +397,7 @@ TRL_REFUSED: dict[str, str] = {
     "multi_objective_aggregation": "tgrpo z-scores correctness within each group and adds the other rewards "
     "centred (see grpo.reward_funcs)",
     "max_tool_calling_iterations": "tool use is multi_turn.mode tool with multi_turn.max_tool_calls",
-    "shuffle_dataset": "phase 1 shuffles once with training.seed; phase 3 keeps that order (curriculum.* "
-    "reorders it)",
+    "shuffle_dataset": "phase 1 shuffles once with training.seed; phase 3 keeps that order (curriculum.* reorders it)",
 }
 
 # open-r1's reward names that are tgrpo's built-in rewards: 'code' is the execution (correctness) reward,

@@ -165,7 +165,9 @@ def test_trl_names_never_get_a_hint_with_another_meaning(tmp_path, recipe, wrong
 
 
 def test_num_completions_to_print_is_ignored_and_steps_per_generation_equal_to_accumulation_accepted(tmp_path):
-    result = config_cli(tmp_path, "num_completions_to_print: 2\nsteps_per_generation: 4\ngradient_accumulation_steps: 4\n")
+    result = config_cli(
+        tmp_path, "num_completions_to_print: 2\nsteps_per_generation: 4\ngradient_accumulation_steps: 4\n"
+    )
     assert result.returncode == 0, result.stderr
     assert "num_completions_to_print" in result.stderr and "ignored here" in result.stderr
 
