@@ -88,10 +88,17 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
                 f"training.logging_backends includes {backend}, but the {package} package is not "
                 f"installed: pip install -r requirements-{backend}.txt (or remove {backend})."
             )
-    try:
-        load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+    try:  # each function is called once on a probe sample: one that cannot run is refused here
+        rewards = load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
     except RewardFunctionError as error:
         raise RunSetupError(str(error)) from None
+    for reward in rewards:
+        if reward.form == "conversational" and os.environ.get("RANK", "0") == "0":
+            print(
+                f"reward function {reward.name}: takes TRL's conversational form, so its prompts and completions "
+                "are passed as chat messages ([{'role': 'assistant', 'content': ...}])",
+                flush=True,
+            )
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
         raise RunSetupError(

@@ -118,14 +118,17 @@ def reduce_over_processes(metrics: dict, accelerator: Any) -> dict:
 class MetricSinks:
     """metrics.jsonl plus the Accelerator's trackers; used on the main process only."""
 
-    def __init__(self, config: Config, output_dir: str | Path, accelerator: Any) -> None:
+    def __init__(self, config: Config, output_dir: str | Path, accelerator: Any, progress: Any = None) -> None:
         self.config, self.output_dir, self.accelerator = config, Path(output_dir), accelerator
         self.metrics_path = self.output_dir / "metrics.jsonl"
         self._trackers: list = []
+        self.progress = progress  # a training.rewards.RewardProgress (reward functions' trainer_state), or None
 
     def open(self, global_step: int) -> None:
         """Trim metrics.jsonl to `global_step` (a fresh run, step 0, starts a new file; a resumed one keeps its
         lines up to its step) and start the trackers."""
+        if self.progress is not None:
+            self.progress.global_step = global_step
         if self.metrics_path.exists():
             kept = (
                 []
@@ -153,6 +156,9 @@ class MetricSinks:
         self._trackers = list(self.accelerator.trackers)
 
     def write(self, metrics: dict) -> None:
+        if self.progress is not None:
+            self.progress.global_step = int(metrics.get("step", self.progress.global_step))
+            self.progress.epoch = float(metrics.get("epoch", self.progress.epoch))
         with self.metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(metrics_row(metrics), allow_nan=False) + "\n")
         if self._trackers:

@@ -26,7 +26,7 @@ from training import curriculum, sft_sources, teacher_logprobs
 from training.curriculum import Curriculum
 from training.launch import local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
-from training.rewards import UserReward, load_reward_functions
+from training.rewards import RewardProgress, UserReward, load_reward_functions
 from training.teacher_logprobs import ServedTeacherScorer, TeacherScorer
 from utils.dataset_loader import Task
 
@@ -78,6 +78,7 @@ def build_run(
     check_teacher_context(config, teacher_scorer, tokenizer, tasks)
     owns_pool = pool is None
     pool = pool if pool is not None else build_pool(config, accelerator)
+    progress = RewardProgress(max_steps=config.training.max_steps)  # reward functions' trainer_state
     return RunParts(
         accelerator=accelerator,
         model=model,
@@ -91,8 +92,8 @@ def build_run(
         owns_pool=owns_pool,
         teacher_scorer=teacher_scorer,
         episodes=build_episodes(config, pool),
-        sinks=build_sinks(config, output_dir, accelerator),
-        user_rewards=build_user_rewards(config),
+        sinks=build_sinks(config, output_dir, accelerator, progress),
+        user_rewards=build_user_rewards(config, progress),
         curriculum=build_curriculum(config, tasks),
     )
 
@@ -181,14 +182,18 @@ def build_episodes(config: Config, pool: SandboxPool) -> Episodes | None:
     return episodes_for(config, pool)
 
 
-def build_sinks(config: Config, output_dir: Path, accelerator: Any) -> MetricSinks:
-    """metrics.jsonl and the configured trackers (opened when the run starts)."""
-    return MetricSinks(config, output_dir, accelerator)
+def build_sinks(
+    config: Config, output_dir: Path, accelerator: Any, progress: RewardProgress | None = None
+) -> MetricSinks:
+    """metrics.jsonl and the configured trackers (opened when the run starts); each row also moves `progress`
+    (the reward functions' trainer_state) to its step."""
+    return MetricSinks(config, output_dir, accelerator, progress)
 
 
-def build_user_rewards(config: Config) -> list[UserReward]:
-    """grpo.reward_funcs loaded and weighted by grpo.reward_weights."""
-    return load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+def build_user_rewards(config: Config, progress: RewardProgress | None = None) -> list[UserReward]:
+    """grpo.reward_funcs loaded and weighted by grpo.reward_weights; `progress` is what they get as trainer_state
+    (the sinks keep it current)."""
+    return load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights, progress)
 
 
 def build_curriculum(config: Config, tasks: list[Task]) -> Curriculum | None:
