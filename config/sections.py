@@ -780,6 +780,15 @@ class TrainingConfig:
         "Recompute activations in the backward pass: ~30% slower update, a fraction of the memory (Qwen3-1.7B "
         "with LoRA keeps ~158 KB per token and layer without it; docs/gpu.md, 'Memory').",
     )
+    autocast: str = option(
+        "off",
+        "Run every forward of the student in phase 3 (sampling with hf, the reference and old log-probs, the update, "
+        "the SFT terms) under torch.autocast in this dtype, while its weights, gradients and optimizer stay in "
+        "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). On a CPU with "
+        "AVX512-BF16 it speeds up a float32 student's update; the log-probs move by a few hundredths of a nat per "
+        "token, the same for the policy and its reference (benchmarks/bench_update_precision.py measures both).",
+        choices=("off", "bfloat16"),
+    )
     forward_chunk_size: int = option(
         4,
         "Sequences per forward/backward pass inside a micro-batch (0: the whole micro-batch at once). "

@@ -23,6 +23,7 @@ from rollouts.groups import Episodes
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
 from training import curriculum, sft_sources, teacher_logprobs
+from training.batching import autocast_forward
 from training.curriculum import Curriculum
 from training.launch import local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
@@ -118,7 +119,10 @@ def build_student(config: Config, accelerator: Any) -> tuple[Any, Any]:
         config.paths.model_cache_dir,
         device=accelerator.device,
     )
-    return attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules), tokenizer
+    model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
+    if config.training.autocast != "off":
+        autocast_forward(model, config.training.autocast)
+    return model, tokenizer
 
 
 def build_teacher_sft(
