@@ -116,7 +116,7 @@ from rollouts.kv_sampler import UnsupportedModelError
 from rollouts.models import default_model_path, resolve_model
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
-from utils.dataset_loader import DataFormatError, require_tasks
+from utils.dataset_loader import DataFormatError, dataset_name_note, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.provenance import build_provenance
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer
@@ -290,6 +290,13 @@ def cli(argv: list[str] | None = None) -> int:
         return 2
 
     def evaluate() -> dict:
+        if args.eval_set == "val" and not args.eval_file:  # phase 1's split: made from data.dataset_name?
+            split_file = config.paths.val_file if args.split == "val" else config.paths.train_file
+            note, refuse = dataset_name_note(config.data.dataset_name, Path(split_file))
+            if refuse:
+                raise DataFormatError(note)
+            if note:
+                print(note, flush=True)
         eval_set = load_eval_set(
             args.eval_set,
             eval_file=args.eval_file,

@@ -31,3 +31,20 @@ def test_phase3_refuses_a_dataset_name_its_task_file_was_not_made_from(tmp_path,
     assert "'open-r1/verifiable-coding-problems-python-10k'" in line and "MBPP/APPS" in line
     assert "phase1_prepare_data.py" in line
     assert "trainable params" not in captured.out  # refused before the model loaded
+
+
+def test_phase4_refuses_a_dataset_name_its_split_was_not_made_from(tmp_path, capsys):
+    import phase4_evaluate as phase4
+
+    data = tmp_path / "data"
+    phase1.main(build_config("cpu", overrides=[f"paths.data_dir={data}"]))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("dataset_name: my-org/my-tasks\n")
+    capsys.readouterr()
+    argv = cpu_argv(
+        "--config", str(recipe), "--model_path", "embedded:tiny-random", "--output_dir", str(tmp_path / "out"),
+        sets=[f"paths.data_dir={data}"],
+    )  # fmt: skip
+    assert phase4.cli(argv) == 1
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert "'my-org/my-tasks'" in line and "val.jsonl" in line
