@@ -784,9 +784,10 @@ class TrainingConfig:
         "off",
         "Run every forward of the student in phase 3 (sampling with hf, the reference and old log-probs, the update, "
         "the SFT terms) under torch.autocast in this dtype, while its weights, gradients and optimizer stay in "
-        "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). On a CPU with "
-        "AVX512-BF16 it speeds up a float32 student's update; the log-probs move by a few hundredths of a nat per "
-        "token, the same for the policy and its reference (benchmarks/bench_update_precision.py measures both).",
+        "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). The log-probs "
+        "move by ~0.03 nats per token (the same for the policy and its reference). Whether it pays depends on the "
+        "shapes: autocast casts the weights at every forward, and at the cpu preset's (forward chunks of 2 rows) "
+        "the update was not measurably faster (benchmarks/bench_update_precision.py measures both).",
         choices=("off", "bfloat16"),
     )
     forward_chunk_size: int = option(
