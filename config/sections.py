@@ -785,9 +785,9 @@ class TrainingConfig:
         "Run every forward of the student in phase 3 (sampling with hf, the reference and old log-probs, the update, "
         "the SFT terms) under torch.autocast in this dtype, while its weights, gradients and optimizer stay in "
         "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). The log-probs "
-        "move by ~0.03 nats per token (the same for the policy and its reference). Whether it pays depends on the "
-        "shapes: autocast casts the weights at every forward, and at the cpu preset's (forward chunks of 2 rows) "
-        "the update was not measurably faster (benchmarks/bench_update_precision.py measures both).",
+        "move by ~0.03 nats per token (the same for the policy and its reference). At the cpu preset's shapes "
+        "(forward chunks of 2 rows; autocast casts the weights at every forward) the update took ~0.8x the CPU "
+        "time of float32 (benchmarks/bench_update_precision.py measures both).",
         choices=("off", "bfloat16"),
     )
     forward_chunk_size: int = option(
