@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     g = config.grpo
     rollout = HFRollout(tokenizer, g.max_new_tokens, SamplingSettings(g.temperature, 1.0), {"enable_thinking": True})
     load_before = os.getloadavg()
-    rows = []
+    rows: list[dict[str, Any]] = []
     with SandboxPool(2) as pool:
         parts = build_run(
             config,
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
                                            undo=i == 0)  # fmt: skip
             flag["bf16"] = False
             trainer.state.rollout_batches += 1
-            row = {
+            row: dict[str, Any] = {
                 "step": step,
                 "tokens": sum(s.completion.num_tokens for grp in groups for s in grp),
                 "update_s": {"fp32": timed[False][0], "bf16": timed[True][0]},
