@@ -170,10 +170,10 @@ teacher-guidance: install ## Teacher content vs format control vs GRPO, seeded, 
 
 # The held-out experiment: the five variants trained on real MBPP's standard training split, sampled
 # pass@k on MBPP test and HumanEval greedy (resumable; niced).
-# MBPP_PATH: a local MBPP file (empty: the hub). LEARNING_ARGS: the flags; the default is the recipe behind
+# MBPP_PATH: a local MBPP file (default: the project's side folder's copy when there is one, else the hub). LEARNING_ARGS: the flags; the default is the recipe behind
 # docs/results.md's held-out result (24 steps per variant, the first 64 MBPP test problems x 8 samples; ~2.5 h
 # on 2 idle cores). LEARNING_ARGS= (empty) runs the script's own defaults: 200 steps, all 500 problems (~18 h).
-MBPP_PATH ?= ../shared/data/mbpp.jsonl
+MBPP_PATH ?= $(wildcard ../shared/data/mbpp.jsonl)
 LEARNING_ARGS ?= --steps 24 --samples 8 --temperature 0.8 --eval_tasks 64 --eval_max_new_tokens 160 \
 	--max_new_tokens 128 --lr 1e-3 --save_steps 4 --humaneval_max_new_tokens 192
 learning-heldout: install ## Five variants on MBPP train, pass@k on MBPP test (resumable; LEARNING_ARGS)
@@ -185,7 +185,7 @@ lint: install ## ruff format --check, ruff check (with RUF100) and mypy, configu
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-docs: install ## Regenerate docs/configuration.md from config.py (tests/test_config_docs.py fails when it is stale)
+docs: install ## Regenerate docs/configuration.md from the config/ package (tests/unit/config/test_config_docs.py fails when it is stale)
 	$(PY) scripts/gen_config_docs.py
 
 clean: ## Remove generated data and outputs (keeps .venv and data/embedded)

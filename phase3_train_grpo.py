@@ -23,8 +23,45 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+
+FLAGS = (
+    ConfigFlag("--max_steps", "training.max_steps"),
+    ConfigFlag("--output_dir", "paths.output_dir"),
+    ConfigFlag("--mode", "multi_turn.mode"),
+)
+
+
+DESCRIPTION = (
+    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
+    "best passing samples, training a LoRA adapter on the student."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
+    )
+    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
+        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
+    )
+    parser.add_argument(
+        "--resume_from_checkpoint",
+        metavar="latest|PATH",
+        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
+        "learning rate, data order and random state.",
+    )
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 from clients.openai_compat import TeacherFatalError
-from config import Config, ConfigFlag, phase_command_line, run_phase
 from rollouts.from_config import (
     auto_backend_note,
     build_sampler,
@@ -53,7 +90,7 @@ from training.sampler_guard import SamplerMismatchError
 from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
-from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
+from utils.dataset_loader import DataFormatError, Task, dataset_name_note, read_tasks, require_tasks
 from utils.jsonl import write_json_atomic
 from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
@@ -96,10 +133,17 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
                 f"training.logging_backends includes {backend}, but the {package} package is not "
                 f"installed: pip install -r requirements-{backend}.txt (or remove {backend})."
             )
-    try:
-        load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+    try:  # each function is called once on a probe sample: one that cannot run is refused here
+        rewards = load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
     except RewardFunctionError as error:
         raise RunSetupError(str(error)) from None
+    for reward in rewards:
+        if reward.form == "conversational" and os.environ.get("RANK", "0") == "0":
+            print(
+                f"reward function {reward.name}: takes TRL's conversational form, so its prompts and completions "
+                "are passed as chat messages ([{'role': 'assistant', 'content': ...}])",
+                flush=True,
+            )
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
         raise RunSetupError(
@@ -195,6 +239,11 @@ def main(
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
     source = train_file or config.paths.train_file
+    note, refuse = dataset_name_note(config.data.dataset_name, Path(source))
+    if refuse:  # TRL's habit: the dataset in the training config; here phase 1 turns it into the task file
+        raise RunSetupError(note)
+    if note and os.environ.get("RANK", "0") == "0":
+        print(note, flush=True)
     tasks = require_tasks(read_tasks(source), source)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
     check_run_setup(config, resume_from, traces, overwrite_output_dir)  # refusals write nothing
@@ -204,11 +253,16 @@ def main(
     with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
         if main_rank:
             sweep_temp_folders(output_dir)
-        return _train(config, resume_from, tasks, traces, overwrite_output_dir)
+        return _train(config, resume_from, tasks, traces, overwrite_output_dir, Path(source))
 
 
 def _train(
-    config: Config, resume_from: str | None, tasks: list[Task], traces: Path, overwrite_output_dir: bool
+    config: Config,
+    resume_from: str | None,
+    tasks: list[Task],
+    traces: Path,
+    overwrite_output_dir: bool,
+    source: Path,
 ) -> dict:
     from transformers import set_seed
 
@@ -238,7 +292,7 @@ def _train(
             or config.dual_source.teacher_sft_batch_size == 0
         )
         print(
-            f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
+            f"{len(tasks)} training tasks from {source}; {len(teacher_examples)} usable teacher traces from {traces}"
             + (
                 " (teacher-SFT term off: dual_source.teacher_sft_weight or teacher_sft_batch_size is 0)"
                 if off
@@ -355,38 +409,6 @@ def _tasks_within_prompt_length(
             "tokens; raise it, or set it to 0 for no limit."
         )
     return kept
-
-
-FLAGS = (
-    ConfigFlag("--max_steps", "training.max_steps"),
-    ConfigFlag("--output_dir", "paths.output_dir"),
-    ConfigFlag("--mode", "multi_turn.mode"),
-)
-
-
-DESCRIPTION = (
-    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
-    "best passing samples, training a LoRA adapter on the student."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
-    )
-    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
-    parser.add_argument(
-        "--overwrite_output_dir",
-        action="store_true",
-        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
-        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
-    )
-    parser.add_argument(
-        "--resume_from_checkpoint",
-        metavar="latest|PATH",
-        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
-        "learning rate, data order and random state.",
-    )
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -794,6 +794,16 @@ class TrainingConfig:
         "Recompute activations in the backward pass: ~30% slower update, a fraction of the memory (Qwen3-1.7B "
         "with LoRA keeps ~158 KB per token and layer without it; docs/gpu.md, 'Memory').",
     )
+    autocast: str = option(
+        "off",
+        "Run every forward of the student in phase 3 (sampling with hf, the reference and old log-probs, the update, "
+        "the SFT terms) under torch.autocast in this dtype, while its weights, gradients and optimizer stay in "
+        "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). The log-probs "
+        "move by ~0.03 nats per token (the same for the policy and its reference). At the cpu preset's shapes "
+        "(forward chunks of 2 rows; autocast casts the weights at every forward) the update took ~0.8x the CPU "
+        "time of float32 (benchmarks/bench_update_precision.py measures both).",
+        choices=("off", "bfloat16"),
+    )
     forward_chunk_size: int = option(
         4,
         "Sequences per forward/backward pass inside a micro-batch (0: the whole micro-batch at once). "
@@ -820,6 +830,9 @@ class TrainingConfig:
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")
+    tracker_entity: str = option(
+        "", "wandb entity (the team or user the run is logged under; TRL's wandb_entity); empty: wandb's default."
+    )
     run_name: str = option("", "Run name for the logging backends; empty: the output folder's name.")
     logging_backends: tuple[str, ...] = option(
         (),

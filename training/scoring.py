@@ -73,7 +73,7 @@ def score_rollouts(
         user_rewards=user_rewards,
         prompts=[prompts[k] for k in group_of],
         completions=[s.text for _, s in flat],
-        columns=reward_columns([t for t, _ in flat], parsed, results),
+        columns=reward_columns([t for t, _ in flat], parsed, results, [s.token_ids for _, s in flat]),
         confirmed_failures=confirmed,
         shaping=shaping,
         ungraded={i for i, k in enumerate(group_of) if hidden[k] is None},

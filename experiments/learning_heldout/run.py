@@ -1,6 +1,6 @@
 """Does the objective make a better coder on problems it never saw? (Hours to days of CPU.)
 
-    python -m experiments.learning_heldout.run --mbpp_path ../shared/data/mbpp.jsonl [--steps 200] ...
+    python -m experiments.learning_heldout.run [--mbpp_path mbpp.jsonl] [--steps 200] ...
 
 Train on real MBPP's standard training split (phase 1 --split_mode standard: every task outside the
 published test ids 11-510, i.e. 1-10 and 511-974, 474 tasks), evaluate on MBPP's test split (500
@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--half_width", type=float, default=0.03, help="Target paired half-width (default 0.03).")
     args = parser.parse_args(argv)
+    if args.mbpp_path and not Path(args.mbpp_path).is_file():
+        parser.error(
+            f"--mbpp_path {args.mbpp_path}: file not found; drop the flag (make learning-heldout MBPP_PATH=) to load "
+            "MBPP from the hub."
+        )
     if args.samples < 2:
         parser.error("--samples must be >= 2: sampled pass@1 and the power analysis need several samples per problem")
     return args

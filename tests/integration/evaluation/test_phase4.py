@@ -518,3 +518,26 @@ def test_solve_samples_with_the_presets_fast_sampler_and_says_what_it_loads(monk
     assert backends == ["kv"]  # the cpu preset's sampler, not transformers generate
     out = capsys.readouterr().out
     assert "loading embedded:tiny-random (no adapter: the base model); sampling with the kv sampler" in out
+
+
+def test_solve_says_it_is_generating_while_it_generates(capsys, monkeypatch):
+    import time
+
+    from evaluation import solve
+    from rollouts import groups
+
+    real = groups.sample_groups
+
+    def slow(*args, **kwargs):  # a machine where generating takes a while
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(groups, "sample_groups", slow)
+    monkeypatch.setattr(solve, "HEARTBEAT_S", 0.1)
+    argv = ["Write add(a, b).", "--assert", "assert add(1, 2) == 3", "--model_path", "embedded:tiny-random"]
+    assert solve.cli([*argv, "--preset", "cpu", "--max_new_tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    first_answer = out.index("===== answer 1/1")
+    assert 0 <= out.index("generating 1 answer, up to 8 tokens each...") < first_answer
+    assert 0 <= out.index("... still generating (") < first_answer
+    assert 0 <= out.index("judging 1 answer in the sandbox") < first_answer

@@ -94,3 +94,32 @@ def test_make_plans_the_experiment_niced_with_humaneval():
     ).stdout
     assert "nice -n 19" in planned and "-m experiments.learning_heldout.run --mbpp_path m.jsonl --humaneval" in planned
     assert "--eval_tasks 3" in planned
+
+
+def test_make_learning_heldout_in_a_clone_without_the_side_folder_loads_mbpp_from_the_hub(tmp_path):
+    import shutil
+    import subprocess
+
+    clone = tmp_path / "elsewhere" / "clone"  # no ../shared beside it, as in a user's clone
+    clone.mkdir(parents=True)
+    for path in ROOT.glob("requirements*.txt"):
+        shutil.copy(path, clone)
+    shutil.copy(ROOT / "Makefile", clone)
+    planned = subprocess.run(
+        ["make", "-n", "learning-heldout"], cwd=clone, capture_output=True, text=True, timeout=60
+    ).stdout
+    [line] = [line for line in planned.splitlines() if "experiments.learning_heldout.run" in line]
+    assert "--mbpp_path" not in line, line
+
+
+def test_a_missing_mbpp_file_is_one_line_before_anything_loads(tmp_path):
+    from tests.cli_helpers import run_script
+
+    missing = tmp_path / "no" / "mbpp.jsonl"
+    result = run_script(
+        "-m", "experiments.learning_heldout.run", "--mbpp_path", str(missing), "--output_dir", str(tmp_path)
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert str(missing) in line and "hub" in line
