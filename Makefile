@@ -146,8 +146,8 @@ eval-humaneval: install ## HumanEval greedy pass@1 of the make-run adapter vs th
 # e.g. make ablation ABLATION_ARGS="--steps 10 --eval_tasks 40".
 ABLATION_ARGS ?=
 ablation: install ## Train and evaluate the five loss-term variants (resumable; ABLATION_ARGS for flags)
-	$(PY) benchmarks/bench_ablation.py $(ABLATION_ARGS)
-	@echo "Results: benchmarks/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
+	$(PY) -m experiments.ablation.run $(ABLATION_ARGS)
+	@echo "Results: experiments/results/ablation.json, ablation.md, ablation.png (adapters and caches: outputs/ablation)"
 
 # The seeded ablation on the embedded fixtures: five arms x seeds 1-3 plus the base, with intervals that
 # include between-seed variance (~2.5 h on 2 idle cores; load multiplies it). Resumable from the committed
@@ -155,36 +155,37 @@ ablation: install ## Train and evaluate the five loss-term variants (resumable; 
 # --arms full tsft" to add seeds to two arms, or SEEDS_ARGS=--report_only to rebuild the report.
 SEEDS_ARGS ?=
 ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the interval (resumable, niced; SEEDS_ARGS)
-	nice -n 10 $(PY) benchmarks/bench_ablation_seeds.py $(SEEDS_ARGS)
-	@echo "Results: benchmarks/results/ablation_seeds.json, .md, .png (evidence: benchmarks/results/ablation_seeds/)"
+	nice -n 10 $(PY) -m experiments.ablation_seeds.run $(SEEDS_ARGS)
+	@echo "Results: experiments/results/ablation_seeds.json, .md, .png (evidence: benchmarks/results/ablation_seeds/)"
 
-# Does teacher guidance add to GRPO? Arms A GRPO, B teacher-SFT then GRPO, C joint, D C + self-SFT, E teacher-SFT
-# only, the base per seed, seeds 1-6 (~5.6 h on 2 idle cores; load multiplies it), the teacher's code-only
-# references of every training task, a no_code gate before any GRPO arm. Resumable from the evidence in
-# benchmarks/results/teacher_guidance/; TG_ARGS passes flags, e.g. TG_ARGS="--seeds 7 8 9 10" or --report_only.
+# Does the teacher's content add to GRPO beyond the answer's format? The pre-registered rerun
+# (experiments/teacher_guidance/design.py): base, A GRPO, B teacher-SFT then GRPO, E teacher-SFT, F deranged-reference
+# format control, G guided rollouts (once the config has it), seeds 1-6, strict and sanitized grades, a de-duplicated
+# held-out set. Resumable from the evidence in experiments/results/teacher_guidance/; TG_ARGS passes flags, e.g.
+# TG_ARGS="--seeds 7 8 9 10", --report_only, or --commit_evidence (commit each landed run's evidence).
 TG_ARGS ?=
-teacher-guidance: install ## Teacher guidance vs GRPO alone, seeded, two held-out strata (resumable, niced; TG_ARGS)
-	nice -n 10 $(PY) benchmarks/bench_teacher_guidance.py $(TG_ARGS)
-	@echo "Results: benchmarks/results/teacher_guidance.json, .md, .png (evidence: benchmarks/results/teacher_guidance/)"
+teacher-guidance: install ## Teacher content vs format control vs GRPO, seeded, two strata (resumable, niced; TG_ARGS)
+	$(PY) -m experiments.teacher_guidance.run $(TG_ARGS)
+	@echo "Results: experiments/results/teacher_guidance.json, .md, .png (evidence: experiments/results/teacher_guidance/)"
 
 # The held-out experiment: the five variants trained on real MBPP's standard training split, sampled
 # pass@k on MBPP test and HumanEval greedy (resumable; niced).
-# MBPP_PATH: a local MBPP file (empty: the hub). LEARNING_ARGS: the flags; the default is the recipe behind
+# MBPP_PATH: a local MBPP file (default: the project's side folder's copy when there is one, else the hub). LEARNING_ARGS: the flags; the default is the recipe behind
 # docs/results.md's held-out result (24 steps per variant, the first 64 MBPP test problems x 8 samples; ~2.5 h
 # on 2 idle cores). LEARNING_ARGS= (empty) runs the script's own defaults: 200 steps, all 500 problems (~18 h).
-MBPP_PATH ?= ../shared/data/mbpp.jsonl
+MBPP_PATH ?= $(wildcard ../shared/data/mbpp.jsonl)
 LEARNING_ARGS ?= --steps 24 --samples 8 --temperature 0.8 --eval_tasks 64 --eval_max_new_tokens 160 \
 	--max_new_tokens 128 --lr 1e-3 --save_steps 4 --humaneval_max_new_tokens 192
 learning-heldout: install ## Five variants on MBPP train, pass@k on MBPP test (resumable; LEARNING_ARGS)
-	nice -n 19 $(PY) benchmarks/bench_learning_heldout.py $(if $(MBPP_PATH),--mbpp_path $(MBPP_PATH)) --humaneval $(LEARNING_ARGS)
-	@echo "Results: benchmarks/results/learning_heldout.json, .md, .png (adapters and caches: outputs/learning_heldout)"
+	nice -n 19 $(PY) -m experiments.learning_heldout.run $(if $(MBPP_PATH),--mbpp_path $(MBPP_PATH)) --humaneval $(LEARNING_ARGS)
+	@echo "Results: experiments/results/learning_heldout.json, .md, .png (adapters and caches: outputs/learning_heldout)"
 
 lint: install ## ruff format --check, ruff check (with RUF100) and mypy, configured in pyproject.toml
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-docs: install ## Regenerate docs/configuration.md from config.py (tests/test_config_docs.py fails when it is stale)
+docs: install ## Regenerate docs/configuration.md from the config/ package (tests/unit/config/test_config_docs.py fails when it is stale)
 	$(PY) scripts/gen_config_docs.py
 
 clean: ## Remove generated data and outputs (keeps .venv and data/embedded)

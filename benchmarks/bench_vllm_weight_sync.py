@@ -1,12 +1,12 @@
 """Colocated vLLM: sampling through the adapter's LoRA request vs with the adapter merged into the engine's weights.
 
     python benchmarks/bench_vllm_weight_sync.py [--lora_r 64] [--prompts 8] [--samples 4] [--max_new_tokens 96]
-                                                [--repeats 2] [--out FILE]
+                                                [--repeats 2] [--target_modules q_proj,v_proj] [--out FILE]
 
 Needs vLLM (`make test-vllm`'s .venv-vllm on CPU, with the Makefile's VLLM_CPU_ENV). A fresh LoRA on the embedded
-SmolLM2-135M student (all seven projections) gets lora_B ~ N(0, --scale), so the adapter changes the model. Each
-way of syncing runs in its own process (`--leg`), with the project's engine arguments and `VLLMRollout`, as phase 3
-builds them:
+SmolLM2-135M student (all seven projections, or --target_modules) gets lora_B ~ N(0, --scale), so the adapter
+changes the model. Each way of syncing runs in its own process (`--leg`), with the project's engine arguments and
+`VLLMRollout`, as phase 3 builds them:
 
 - adapter: the engine has LoRA enabled; the adapter is saved as the trainer's hand-off saves it and sampled with its
   `LoRARequest` (vLLM's LoRA kernels on every projection of every decode step);
@@ -58,19 +58,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max_new_tokens", type=int, default=96, help="Tokens every sample decodes.")
     parser.add_argument("--repeats", type=int, default=2, help="Timed sampling calls after the warm-up.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the perturbation and of the sampling.")
+    parser.add_argument(
+        "--target_modules",
+        default="all-linear",
+        help="The LoRA's target modules, comma-separated (default: %(default)s; q_proj,v_proj adapts part of "
+        "vLLM's fused qkv_proj, the case a merged sync must complete).",
+    )
     parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
     return parser.parse_args(argv)
 
 
-def perturbed_student(lora_r: int, scale: float, seed: int):
-    """(peft model, tokenizer): the embedded student in float32 with a LoRA whose lora_B is seeded noise."""
+def perturbed_student(lora_r: int, scale: float, seed: int, targets: tuple[str, ...] = ("all-linear",)):
+    """(peft model, tokenizer): the embedded student in float32 with a LoRA on `targets` whose lora_B is seeded
+    noise."""
     import torch
 
     from utils.student_model import attach_lora, load_student
 
     torch.manual_seed(seed)
     model, tokenizer = load_student(STUDENT, "float32", device="cpu")
-    model = attach_lora(model, lora_r, 2 * lora_r, 0.0, ("all-linear",))
+    model = attach_lora(model, lora_r, 2 * lora_r, 0.0, targets)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -90,7 +97,9 @@ def run_leg(args: argparse.Namespace) -> dict:
     from training.batching import completion_logprobs, pad_rollout_batch
     from utils.student_model import resolve_model_path, save_adapter
 
-    model, tokenizer = perturbed_student(args.lora_r, args.scale, args.seed)
+    model, tokenizer = perturbed_student(
+        args.lora_r, args.scale, args.seed, tuple(t.strip() for t in args.target_modules.split(",") if t.strip())
+    )
     merged = args.leg == "merged"
     kwargs = engine_kwargs(
         resolve_model_path(STUDENT),

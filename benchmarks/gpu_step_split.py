@@ -1,6 +1,6 @@
 """Where a `--preset gpu` step's time goes on one GPU: the pieces of a step, timed one by one on the student's shape.
 
-    python benchmarks/gpu_step_split.py [--out DIR]        # a GPU: Qwen3-1.7B's shape, ~3-4 min on an H100
+    python benchmarks/gpu_step_split.py [--out DIR]        # a GPU: Qwen3-1.7B's shape, ~5-5.5 min (estimate)
     python benchmarks/gpu_step_split.py --tiny [--out DIR]  # CPU: a 2-layer toy with the same code (CI)
 
 Needs only torch, transformers and peft besides the project (no vLLM, no hub, no tokenizer: random weights and
@@ -11,10 +11,11 @@ A. decode rate of hf `generate` (the hf rollout backend): prompts of --prompt to
    (min_new_tokens = max_new_tokens, sampling at temperature 1), at 8 / 32 / 64 sequences per call with the LoRA
    unmerged (as `HFRollout` samples), then merged (`merge_adapter`) at 8 and 64; tokens/s, ms per decode step,
    peak memory. 64 sequences are the preset's whole rollout batch (2 x 8 prompts x G 4).
-B. the update's pieces, gradient checkpointing on (the preset's), dropout off: one GRPO chunk (4 rows of --prompt +
+B. the update's pieces, gradient checkpointing on (the preset's): one GRPO chunk (dropout off, 4 rows of --prompt +
    --completion tokens; `training.batching.completion_logprobs`, forward + backward), the reference forward of the
-   same rows (adapter disabled, no grad), and one teacher-SFT pass of 2 x --sft tokens (`masked_sft_nll`); seconds
-   and peak memory of each, with `training.memory_model`'s prediction beside the peak.
+   same rows (adapter disabled, no grad), and one teacher-SFT pass of 2 x --sft tokens (`masked_sft_nll`, LoRA
+   dropout on as phase 3 runs it); seconds and peak memory of each, with `training.memory_model`'s prediction beside
+   the peak.
 C. the adapter save of the vLLM hand-off (`save_adapter` in bfloat16).
 
 Each measurement is a warm-up and the median of --repeats runs. Writes DIR/gpu_step_split.json (default: $OUT when
@@ -160,10 +161,9 @@ def update_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.
         with torch.no_grad(), dropout_disabled(model), model.disable_adapter():
             chunked_completion_logprobs(model, batch, GRPO_CHUNK_ROWS)
 
-    def sft_pass() -> None:
-        with dropout_disabled(model):
-            out = model(input_ids=sft_ids, attention_mask=torch.ones_like(sft_ids))
-            masked_sft_nll(out.logits, labels)[0].backward()
+    def sft_pass() -> None:  # LoRA dropout on, as phase 3's SFT terms run (the RL passes turn it off)
+        out = model(input_ids=sft_ids, attention_mask=torch.ones_like(sft_ids))
+        masked_sft_nll(out.logits, labels)[0].backward()
 
     mshape = mm.ModelShape.from_hf_config(model.config)
     targets = mm.lora_targets(config.lora.target_modules)
@@ -174,7 +174,15 @@ def update_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.
         ).total,
         "reference_forward": static + mm.no_grad_pass(mshape, GRPO_CHUNK_ROWS, shape["prompt"], shape["completion"]),
         "teacher_sft_pass": mm.policy_pass(
-            mshape, config.lora.r, targets, SFT_ROWS, 0, shape["sft"], True, sft=True
+            mshape,
+            config.lora.r,
+            targets,
+            SFT_ROWS,
+            0,
+            shape["sft"],
+            True,
+            dropout_mask=1 if config.lora.lora_dropout > 0 else 0,  # CUDA's 1-byte mask per adapted input element
+            sft=True,
         ).total,
     }
     rows = []

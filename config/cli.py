@@ -235,6 +235,22 @@ def phase_command_line(
     return args, config_from_args_or_exit(args, overrides)
 
 
+def check_command_line(
+    description: str,
+    flags: tuple[ConfigFlag, ...],
+    add_arguments: Callable[[argparse.ArgumentParser], Any] | None = None,
+    argv: list[str] | None = None,
+) -> None:
+    """A phase script's command line checked before its heavy imports (torch, transformers: seconds, minutes on a
+    busy machine): `--help` (exit 0), an argument or config mistake (exit 2) are answered here, as `cli` would;
+    a good command line returns, printing nothing, and `cli` parses it again."""
+    parser = argparse.ArgumentParser(description=description)
+    if add_arguments is not None:
+        add_arguments(parser)
+    args, overrides = parse_phase_args(parser, flags, argv)
+    config_from_args_or_exit(args, overrides, show=False)
+
+
 def split_trl_flags(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
     """Take TRL-style flags (`--learning_rate 1e-4`, `--num_generations=8`, `--bf16`: the FLAT_KEYS and
     TRL_IGNORED names) that `parser` does not define itself out of `argv`. Returns the rest and {name: value},

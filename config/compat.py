@@ -51,6 +51,56 @@ def _min_lr_rate(value: Any) -> Any:
     return value.get("min_lr_rate")
 
 
+def _scale_rewards(value: Any) -> Any:
+    """TRL's scale_rewards: a bool, or its current strings 'group' (= true), 'none' (= false), 'batch'."""
+    forms = {"group": True, "true": True, "none": False, "false": False}
+    if isinstance(value, str) and value.lower() in forms:
+        return forms[value.lower()]
+    if isinstance(value, str) and value.lower() == "batch":
+        raise ConfigError(
+            "scale_rewards 'batch' (one std over the whole batch) is not built here: 'group' (or true) divides "
+            "each group's centred rewards by that group's std, 'none' (or false) does not divide (Dr. GRPO)."
+        )
+    return value
+
+
+# TRL's vllm_importance_sampling_mode: the same correction as grpo.importance_sampling where it truncates;
+# the masking modes (drop a token or sequence above the cap) are not built.
+TRL_IS_MODES = {"token_truncate": "token", "sequence_truncate": "sequence"}
+
+
+def _is_mode(value: Any) -> str:
+    if value not in TRL_IS_MODES:
+        raise ConfigError(
+            f"vllm_importance_sampling_mode {value!r}: tgrpo truncates the weights (token_truncate, "
+            "sequence_truncate, as grpo.importance_sampling token / sequence); the masking modes are not built."
+        )
+    return TRL_IS_MODES[value]
+
+
+def _trl_generation_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """Keys TRL reads against others in the same source: GSPO's importance_sampling_level, and
+    steps_per_generation against gradient_accumulation_steps. What matches tgrpo's behaviour is dropped (and
+    named in the "ignored here" warning); anything else is refused, never mapped onto a look-alike key."""
+    out = dict(data)
+    level = out.get("importance_sampling_level")
+    if level is not None and level != "token":
+        raise ConfigError(
+            f"importance_sampling_level {level!r}: GSPO's sequence-level policy ratio is not built here (tgrpo's "
+            "policy ratio is per token, TRL's default 'token'). grpo.importance_sampling is another thing: the "
+            "correction for the sampler/trainer mismatch (TRL's vllm_importance_sampling_mode)."
+        )
+    steps = out.get("steps_per_generation")
+    accumulation = out.get("gradient_accumulation_steps", 1)
+    if steps is not None and steps != accumulation:
+        raise ConfigError(
+            f"steps_per_generation {steps!r} (gradient_accumulation_steps {accumulation}): tgrpo samples one "
+            "rollout batch per optimizer step, TRL's default steps_per_generation = gradient_accumulation_steps. "
+            "To train several steps on each batch use grpo.num_iterations."
+        )
+    return out
+
+
 VLLM_MODES = {"colocate": "vllm", "server": "vllm_server"}
 
 
@@ -93,10 +143,56 @@ def _accelerate_config(data: dict[str, Any], where: str) -> None:
         )
 
 
+def _whole_groups(completions: int, group: int, accumulation: int | None, where: str) -> dict[str, int]:
+    """TRL's per-device batch (completions per micro-batch) as tgrpo's units: tasks per micro-batch, and the
+    accumulation when it has to change. TRL requires only the global batch (processes x completions x
+    accumulation) to be whole groups, since its groups may straddle processes; here each process samples and
+    scores whole groups (advantages need no communication) and its micro-batches mix them, so the unit is a
+    process's step: completions x accumulation. Not whole groups: rounded down to whole groups, with a warning."""
+    if completions % group == 0:  # whole groups in every micro-batch: the accumulation stays as it is
+        return {"training.per_device_train_batch_size": completions // group}
+    slots = accumulation or 1  # without the recipe's accumulation: per micro-batch (the preset's accumulation)
+    per_step = completions * slots
+    groups = per_step // group
+    batch = (
+        f"per_device_train_batch_size {completions} x gradient_accumulation_steps {slots} = {per_step} "
+        "completions per process and step"
+        if accumulation
+        else f"per_device_train_batch_size {completions} (completions per micro-batch)"
+    )
+    if groups == 0:
+        raise ConfigError(
+            f"{batch} is less than one group of num_generations {group}: here every process samples whole "
+            f"groups; write training.per_device_train_batch_size: 1 (one task, {group} completions)."
+        )
+    # the fewest micro-batches, at least the recipe's, that split the groups evenly: none larger than TRL's
+    micro = next(d for d in range(min(slots, groups), groups + 1) if groups % d == 0)
+    tasks = groups // micro
+    arrangement = f"training.per_device_train_batch_size {tasks}" + (
+        f", gradient_accumulation_steps {micro}" if accumulation else ""
+    )
+    if groups * group == per_step:
+        _warn_once(
+            f"{where}: {batch} = {groups} groups of num_generations {group}: the same step as {arrangement} "
+            "(tasks per micro-batch x micro-batches)."
+        )
+    else:
+        _warn_once(
+            f"{where}: {batch} is not whole groups of num_generations {group}. TRL asks that only of the global "
+            "batch (its groups may straddle processes); here each process samples and scores whole groups, so "
+            f"advantages need no communication: trained as {groups} groups ({groups * group} completions) "
+            f"{'per process and step' if accumulation else 'per micro-batch'} ({arrangement}). Set "
+            f"{'those keys' if accumulation else 'it'} to choose."
+        )
+    tasks_key = {"training.per_device_train_batch_size": tasks}
+    return tasks_key if accumulation is None else {**tasks_key, "gradient_accumulation_steps": micro}
+
+
 def _trl_batch_and_placement(data: dict[str, Any], where: str) -> dict[str, Any]:
     """TRL names whose unit or scope differs here: per_device_train_batch_size counts completions in TRL and
-    tasks here (converted with num_generations from the same source, refused without it); a full fine-tuning
-    learning rate and TRL's vLLM server placement that becomes a colocated engine here each get a warning."""
+    tasks here (converted with num_generations from the same source, refused without it; see _whole_groups);
+    a full fine-tuning learning rate and TRL's vLLM server placement that becomes a colocated engine here each
+    get a warning."""
     out = dict(data)
     if "per_device_train_batch_size" in out:
         completions = out.pop("per_device_train_batch_size")
@@ -110,13 +206,10 @@ def _trl_batch_and_placement(data: dict[str, Any], where: str) -> dict[str, Any]
                 "num_generations beside it (converted to per_device_train_batch_size / num_generations tasks), or "
                 "write training.per_device_train_batch_size in tasks."
             )
-        if completions % group:
-            raise ConfigError(
-                f"per_device_train_batch_size {completions} counts completions in TRL, but {unit} here, and "
-                f"{completions} is not a whole number of groups of num_generations {group}: write "
-                f"training.per_device_train_batch_size: N (N tasks = N x {group} completions per micro-batch)."
-            )
-        out["training.per_device_train_batch_size"] = completions // group
+        accumulation = out.get("gradient_accumulation_steps")
+        if not isinstance(accumulation, int) or isinstance(accumulation, bool) or accumulation < 1:
+            accumulation = None  # absent or malformed: the key's own check reports the latter
+        out.update(_whole_groups(completions, group, accumulation, where))
     rate = out.get("learning_rate")
     if isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < FULL_FINE_TUNING_LR:
         _warn_once(
@@ -172,6 +265,7 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "seed": ("training.seed", None),
     "report_to": ("training.logging_backends", _report_to),
     "wandb_project": ("training.tracker_project", None),
+    "wandb_entity": ("training.tracker_entity", None),
     "run_name": ("training.run_name", None),
     "output_dir": ("paths.output_dir", None),
     "num_generations": ("grpo.num_samples_per_prompt", None),
@@ -185,7 +279,12 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     "epsilon": ("grpo.clip_range", None),
     "epsilon_high": ("grpo.clip_range_high", None),
     "num_iterations": ("grpo.num_iterations", None),
-    "scale_rewards": ("grpo.scale_rewards", None),
+    "scale_rewards": ("grpo.scale_rewards", _scale_rewards),
+    "vllm_importance_sampling_mode": ("grpo.importance_sampling", _is_mode),
+    "vllm_importance_sampling_correction": ("grpo.importance_sampling", lambda v: None if v else "off"),
+    "vllm_importance_sampling_cap": ("grpo.importance_sampling_cap", None),
+    "vllm_importance_sampling_clip_max": ("grpo.importance_sampling_cap", None),
+    "vllm_enable_sleep_mode": ("grpo.vllm_sleep_mode", None),
     "loss_type": ("grpo.loss_aggregation", _loss_type),
     # a string is the backend vllm_mode picked (_vllm_and_scheduler_keys)
     "use_vllm": ("grpo.rollout_backend", lambda v: v if isinstance(v, str) else "vllm" if v else "hf"),
@@ -223,8 +322,20 @@ TRL_IGNORED: dict[str, str] = {
         "ddp_find_unused_parameters",
         "use_liger_kernel",
         "trust_remote_code",
+        "num_completions_to_print",
+        "log_unique_prompts",
+        "log_completions_hub_repo",
+        "ds3_gather_for_generation",
+        "bf16_full_eval",
+        "tf32",
+        "dataloader_num_workers",
+        "remove_unused_columns",
     )
 } | {
+    "callbacks": "TRL trainer callbacks; none run here (training.push_to_hub pushes the final adapter)",
+    "dataset_prompt_column": "phase 1 reads your columns: --field_map problem=COLUMN",
+    "importance_sampling_level": "token: tgrpo's policy ratio is per token",
+    "steps_per_generation": "equal to gradient_accumulation_steps: one rollout batch per optimizer step, as here",
     "vllm_mode": "no effect without use_vllm: true",
     "system_prompt": "tgrpo builds its own prompts (prompt.* keys)",
     "dataset_configs": "use dataset_config",
@@ -234,7 +345,60 @@ TRL_IGNORED: dict[str, str] = {
 }
 
 # TRL / open-r1 keys that would change training in a way tgrpo cannot: refused with what to use instead.
-TRL_REFUSED: dict[str, str] = {}
+TRL_REFUSED: dict[str, str] = {
+    name: "a TRL GRPOConfig option tgrpo does not build"
+    for name in (
+        "model_init_kwargs",
+        "router_aux_loss_coef",
+        "cast_lm_head_to_fp32",
+        "pad_to_multiple_of",
+        "cache_implementation",
+        "vllm_model_impl",
+        "vllm_structured_outputs_regex",
+        "vllm_server_host",
+        "vllm_server_port",
+        "vllm_server_timeout",
+        "vllm_group_port",
+        "sapo_temperature_neg",
+        "sapo_temperature_pos",
+        "vespo_k_pos",
+        "vespo_lambda_pos",
+        "vespo_k_neg",
+        "vespo_lambda_neg",
+        "ref_model_mixup_alpha",
+        "ref_model_sync_steps",
+        "top_entropy_quantile",
+        "entropy_coef",
+        "use_adaptive_entropy",
+        "entropy_coef_min",
+        "entropy_coef_max",
+        "entropy_coef_delta",
+        "entropy_target",
+        "vllm_importance_sampling_clip_min",
+        "off_policy_mask_threshold",
+        "use_bias_correction_kl",
+        "log_multimodal",
+        "use_transformers_continuous_batching",
+        "transformers_continuous_batching_config",
+        "use_transformers_paged",
+    )
+} | {
+    "generation_batch_size": "tgrpo samples training.per_device_train_batch_size x gradient_accumulation_steps "
+    "tasks per process for each optimizer step; set those",
+    "delta": "two-sided clipping is not built; grpo.clip_range and clip_range_high are the PPO clips",
+    "sync_ref_model": "the reference policy is the base model (the adapter disabled), never synced",
+    "disable_dropout": "dropout is off while log-probs are compared; LoRA's dropout is lora.lora_dropout",
+    "num_generations_eval": "phase 4 samples evaluation.num_samples per task",
+    "generation_kwargs": "the sampling keys are grpo.temperature, top_p, top_k, min_p, repetition_penalty",
+    "chat_template_kwargs": "the prompt is built by prompt.* keys (thinking: prompt.enable_thinking)",
+    "vllm_max_model_length": "the sequence budget is grpo.max_prompt_length + grpo.max_new_tokens",
+    "vllm_tensor_parallel_size": "a colocated engine here is one per training process; give a `vllm serve "
+    "--tensor-parallel-size N` server with grpo.rollout_backend vllm_server instead",
+    "multi_objective_aggregation": "tgrpo z-scores correctness within each group and adds the other rewards "
+    "centred (see grpo.reward_funcs)",
+    "max_tool_calling_iterations": "tool use is multi_turn.mode tool with multi_turn.max_tool_calls",
+    "shuffle_dataset": "phase 1 shuffles once with training.seed; phase 3 keeps that order (curriculum.* reorders it)",
+}
 
 # open-r1's reward names that are tgrpo's built-in rewards: 'code' is the execution (correctness) reward,
 # always on; 'format' is the format bonus, weighted by grpo.format_reward_weight.
@@ -279,6 +443,23 @@ def _builtin_rewards(data: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _close_match(key: str, owners: dict[str, list[str]]) -> str:
+    """' Did you mean X?' for an unknown key, over tgrpo's keys and every TRL name this module knows, so a
+    mistyped TRL name is pointed at that name (and what becomes of it here), never at a tgrpo key that only
+    looks like it (importance_sampling_level is not importance_sampling)."""
+    own = [k for k, v in owners.items() if len(v) == 1] + list(SECTION_NAMES)
+    names = list(FLAT_KEYS) + list(TRL_IGNORED) + list(TRL_REFUSED) + own
+    hint = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+    if not hint:
+        return ""
+    name = hint[0]
+    if name in TRL_REFUSED:
+        return f" Did you mean '{name}'? (TRL's; not supported here: {TRL_REFUSED[name]}.)"
+    if name in TRL_IGNORED and name not in FLAT_KEYS:
+        return f" Did you mean '{name}'? (TRL's; no effect here.)"
+    return f" Did you mean '{name}'?"
+
+
 def normalize_config_mapping(data: dict[str, Any], where: str, lines: dict[str, int] | None = None) -> dict[str, Any]:
     """Nested sections, 'section.key' keys, open-r1/TRL flat names and unambiguous field names -> nested sections.
 
@@ -318,6 +499,11 @@ def normalize_config_mapping(data: dict[str, Any], where: str, lines: dict[str, 
         data = _vllm_and_scheduler_keys(data)
     except ConfigError as error:
         problems.append(f"{where}: {error}")
+    try:
+        data = _trl_generation_keys(data)
+    except ConfigError as error:
+        text = str(error)
+        problems.append(f"{loc(text.split(' ')[0])}: {text}")
     for key, value in data.items():
         try:
             if key == "preset":
@@ -345,9 +531,7 @@ def normalize_config_mapping(data: dict[str, Any], where: str, lines: dict[str, 
                     "write it as section.key."
                 )
             else:
-                valid = list(FLAT_KEYS) + [k for k, v in owners.items() if len(v) == 1] + list(SECTION_NAMES)
-                hint = difflib.get_close_matches(key, valid, n=1)
-                problems.append(f"{loc(key)}: unknown key '{key}'." + (f" Did you mean '{hint[0]}'?" if hint else ""))
+                problems.append(f"{loc(key)}: unknown key '{key}'.{_close_match(key, owners)}")
                 unknown_seen = True
         except ConfigError as error:
             text = str(error)

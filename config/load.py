@@ -25,8 +25,22 @@ def parse_set_arguments(assignments: list[str]) -> dict[str, dict[str, str]]:
                 "training.per_device_train_batch_size in tasks (or the flags --per_device_train_batch_size "
                 "and --num_generations)."
             )
-        if sep and key.strip() in FLAT_KEYS:  # a TRL name: --set learning_rate=1e-4
-            key = FLAT_KEYS[key.strip()][0]
+        if sep and key.strip() in FLAT_KEYS:  # a TRL name: --set learning_rate=1e-4, converted as in a file
+            key, convert = FLAT_KEYS[key.strip()]
+            if convert is not None:
+                import yaml
+
+                try:
+                    parsed = yaml.safe_load(value)
+                except yaml.YAMLError:
+                    parsed = value
+                try:
+                    converted = convert(parsed)
+                except ConfigError as error:
+                    raise ConfigError(f"--set {item!r}: {error}") from None
+                if converted is None:
+                    continue
+                value = converted if isinstance(converted, str) else json.dumps(converted)
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not section or not name:
             raise ConfigError(f"--set {item!r}: expected section.key=value, e.g. --set grpo.kl_coef=0.02.")

@@ -13,7 +13,7 @@ from config.sections import EMBEDDED_STUDENT
 # stand-in teacher serving the same small model, and sizes that finish in minutes on 2 cores.
 # Since rollouts and phase 4 sample with the kv sampler (~3x generate), `make run` spends the time
 # saved on 12 steps instead of 6, at 5e-4 (1e-4 barely moves a 135M LoRA in tens of steps:
-# benchmarks/bench_learning.py), and 8 evaluation samples per task instead of 4.
+# the retired learning check, benchmarks/results/learning_check.json), and 8 evaluation samples per task instead of 4.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gpu": {},
     "cpu": {
@@ -63,9 +63,29 @@ def resolve_preset_name(name: str) -> str:
     """'auto' picks `gpu` when CUDA is available and `cpu` otherwise."""
     if name != "auto":
         return name
+    return "gpu" if _cuda_available() else "cpu"
+
+
+def _cuda_available() -> bool:
+    """torch.cuda.is_available(), without importing torch (seconds; --help must not wait for it) where the answer
+    is plain: torch's CPU build ('+cpu' in its version), or a Linux machine with no GPU device node."""
+    import importlib.metadata
+    import sys
+    from pathlib import Path
+
+    if "torch" not in sys.modules:  # already imported: asking it costs nothing
+        try:
+            if "+cpu" in importlib.metadata.version("torch"):
+                return False
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        if sys.platform.startswith("linux"):
+            dev = Path("/dev")
+            if not any(dev.glob("nvidia[0-9]*")) and not (dev / "kfd").exists() and not (dev / "dxg").exists():
+                return False
     try:
         import torch  # local import: config must stay importable without torch
 
-        return "gpu" if torch.cuda.is_available() else "cpu"
+        return torch.cuda.is_available()
     except ImportError:
-        return "cpu"
+        return False

@@ -541,9 +541,9 @@ class GRPOConfig:
         "'auto' (the gpu preset): 'vllm' when the vllm package is installed, else 'hf' (phases 3 and 4 then say so "
         "in one line, with the install and the expected sampling time). 'hf': transformers generate (CPU and small "
         "GPUs; one generate call per rollout batch, as many prompts as the memory model lets sampling hold without "
-        "raising the update's peak). 'vllm': a vllm.LLM with LoRA enabled per training "
-        "process, much faster on GPU; needs the gpu extra. 'vllm_server': a running `vllm serve BASE "
-        "--enable-lora` on other GPUs (started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) at "
+        "raising the update's peak). 'vllm': one colocated vllm.LLM per training process, much faster on GPU, "
+        "synced with the policy as vllm_weight_sync says; needs the gpu extra. 'vllm_server': a running "
+        "`vllm serve BASE --enable-lora` on other GPUs (started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) at "
         "grpo.vllm_server_url; each new adapter is loaded into it by name (trainer and server must see the "
         "output folder at the same path). 'kv': the batched KV-cache sampler of rollouts/kv_sampler.py (CPU "
         "only, Llama/Qwen2/Qwen3 decoders; the current adapter is merged into a sampling copy of the weights "
@@ -584,6 +584,16 @@ class GRPOConfig:
         ge=1,
         note="e.g. 3",
     )
+    max_logp_abs_diff: float = option(
+        1.0,
+        "vllm, vllm_server and kv backends: stop the run, before the optimizer step, when a step's "
+        "rollout/logp_abs_diff (mean |logp_sampler - logp_trainer| per token) is above this many nats, or when any "
+        "sampled log-prob is not finite: the sampler is then not sampling the policy being trained (broken engine "
+        "weights, another model or adapter on the server). A healthy float32 sampler agrees to ~1e-5, a bf16 one "
+        "to a few hundredths, an adapter one step stale to ~0.2.",
+        ge=0,
+        note="0: only the non-finite check",
+    )
     async_rollouts: bool = option(
         False,
         "vllm_server backend: sample (and score in the sandbox) the next rollout batches in a background thread "
@@ -605,14 +615,18 @@ class GRPOConfig:
         0.3, "vllm backend: share of GPU memory vLLM may take (the trainer needs the rest)."
     )
     vllm_weight_sync: str = option(
-        "merged",
-        "vllm backend: how the policy reaches the colocated engine. 'merged': the adapter merged into the "
-        "engine's weights (W + scale x B @ A per adapted layer, computed without touching the trainer's weights) "
-        "and loaded in place every gen_update_steps steps; the engine has no LoRA and decodes without LoRA "
-        "kernels, as TRL's colocate mode. 'adapter': the adapter saved to output_dir/.vllm_adapters and sampled "
-        "with a LoRA request (vLLM's LoRA kernels on every projection). The engine runs in the training process "
-        "either way. docs/gpu.md compares the two.",
-        choices=("merged", "adapter"),
+        "auto",
+        "vllm backend: how the policy reaches the colocated engine. 'auto': 'merged' when student.torch_dtype is "
+        "float32, else 'adapter' (a bf16 engine holding bf16(W + dW) loses every element of a small update below "
+        "half a bf16 step of its weight: ~3/4 of dW at |dW|/|W| = 1e-3, so early updates would barely reach the "
+        "sampler). 'merged': the adapter merged into the engine's weights (W + scale x B @ A per adapted layer, "
+        "plus the other projections of each fused group, computed without touching the trainer's weights) and "
+        "loaded in place every gen_update_steps steps; the engine has no LoRA and runs in the training process, "
+        "and decodes without LoRA kernels (TRL's colocate mode). 'adapter': the adapter saved to "
+        "output_dir/.vllm_adapters and sampled with a LoRA request at its own precision (vLLM's LoRA kernels on "
+        "every adapted projection); with one process the engine runs in vLLM's own process. docs/gpu.md compares "
+        "the two.",
+        choices=("auto", "merged", "adapter"),
     )
     vllm_sleep_mode: bool = option(
         False,
@@ -780,6 +794,16 @@ class TrainingConfig:
         "Recompute activations in the backward pass: ~30% slower update, a fraction of the memory (Qwen3-1.7B "
         "with LoRA keeps ~158 KB per token and layer without it; docs/gpu.md, 'Memory').",
     )
+    autocast: str = option(
+        "off",
+        "Run every forward of the student in phase 3 (sampling with hf, the reference and old log-probs, the update, "
+        "the SFT terms) under torch.autocast in this dtype, while its weights, gradients and optimizer stay in "
+        "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). The log-probs "
+        "move by ~0.03 nats per token (the same for the policy and its reference). At the cpu preset's shapes "
+        "(forward chunks of 2 rows; autocast casts the weights at every forward) the update took ~0.8x the CPU "
+        "time of float32 (benchmarks/bench_update_precision.py measures both).",
+        choices=("off", "bfloat16"),
+    )
     forward_chunk_size: int = option(
         4,
         "Sequences per forward/backward pass inside a micro-batch (0: the whole micro-batch at once). "
@@ -806,6 +830,9 @@ class TrainingConfig:
     save_steps: int = option(50, "Save a checkpoint every N optimizer steps (0: only the final model).")
     save_total_limit: int = option(3, "Checkpoints kept (oldest deleted first).")
     tracker_project: str = option("tgrpo", "Project name for the logging backends (wandb project; tensorboard folder).")
+    tracker_entity: str = option(
+        "", "wandb entity (the team or user the run is logged under; TRL's wandb_entity); empty: wandb's default."
+    )
     run_name: str = option("", "Run name for the logging backends; empty: the output folder's name.")
     logging_backends: tuple[str, ...] = option(
         (),
@@ -1024,6 +1051,14 @@ class Config:
         if self.evaluation.backend != "rollout":
             return self.evaluation.backend
         return "hf" if self.rollout_backend == "vllm_server" else self.rollout_backend
+
+    @property
+    def vllm_weight_sync(self) -> str:
+        """The colocated engine's sync: grpo.vllm_weight_sync, where 'auto' means 'merged' only when the merged
+        weights keep the update whole (a float32 student, so a float32 engine), else 'adapter'."""
+        if self.grpo.vllm_weight_sync != "auto":
+            return self.grpo.vllm_weight_sync
+        return "merged" if self.student.torch_dtype == "float32" else "adapter"
 
 
 def vllm_installed() -> bool:

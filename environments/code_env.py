@@ -262,7 +262,7 @@ class FeedbackEnvironment:
         return EpisodeState(task=task, visible=visible_tests(task, self.num_visible_tests))
 
     def _check(self, state: EpisodeState, turn: Turn) -> Step:
-        code = extract_thinking_and_code_unified(turn.text).code
+        code = extract_thinking_and_code_unified(turn.text, entry_point=state.task.fn_name).code
         if state.visible is None:  # nothing shown to test against: only a program that does not compile is told
             try:  # compiled in the sandbox, never here
                 error = compile_error(code, self.pool) if code else None

@@ -29,7 +29,7 @@ The modules:
   From two models' pass counts per problem it measures the spread of the per-problem difference.
   It splits that spread into within-problem sampling variance and between-problem variance.
   It says how many problems at m samples each give a paired interval of a chosen half-width.
-  `benchmarks/bench_learning_heldout.py` reports it for full − base.
+  `experiments/learning_heldout` reports it for full − base.
 - `seed_contrasts`: the pure analysis of arms trained with several seeds.
   It gives per-seed paired differences of per-problem scores.
   The primary interval is each contrast's own paired t over seeds (Student's t in closed form, no scipy).

@@ -33,7 +33,7 @@ from sandbox.executor import SandboxPool, execute_many
 from utils.dataset_loader import Task
 from utils.jsonl import DataFormatError, JsonlAppender, iter_jsonl, iter_records, write_json_atomic, write_jsonl_atomic
 from utils.prompts import build_chat_messages, get_unified_prompt
-from utils.thinking_extraction import extract_thinking_and_code_unified, lenient_code
+from utils.thinking_extraction import extract_thinking_and_code_unified, lenient_code, sanitized_code
 
 
 def _row(record: Any, optional: Sequence[str]) -> dict[str, Any]:
@@ -149,6 +149,9 @@ class EvalSample:
     # the lenient verdict (reporting only): `passed`, or for a sample with no code whose thinking never closed,
     # the verdict on the program inside that thinking (`utils.thinking_extraction.lenient_code`)
     lenient_passed: bool | None = None
+    # the sanitized verdict (reporting only): the verdict on the answer's program graded EvalPlus-style
+    # (`utils.thinking_extraction.sanitized_code`: the entry point and what it uses, top-level calls dropped)
+    sanitized_passed: bool | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> EvalSample:
@@ -156,12 +159,14 @@ class EvalSample:
         if values.get("answers_passed") is not None:
             values["answers_passed"] = tuple(values["answers_passed"])
         values.setdefault("lenient_passed", row.get("passed"))  # written only where it differs from `passed`
+        values.setdefault("sanitized_passed", row.get("passed"))  # likewise
         return cls(**values)
 
     def to_row(self) -> dict[str, Any]:
-        row = _row(self, (*_EVAL_MULTI_TURN, "model", "lenient_passed"))
-        if row.get("lenient_passed") == row["passed"]:
-            del row["lenient_passed"]  # so a row whose verdicts agree keeps the bytes it had before the lenient one
+        row = _row(self, (*_EVAL_MULTI_TURN, "model", "lenient_passed", "sanitized_passed"))
+        for name in ("lenient_passed", "sanitized_passed"):
+            if row.get(name) == row["passed"]:
+                del row[name]  # so a row whose verdicts agree keeps the bytes it had before the other grades
         return row if self.model is None else {"model": row.pop("model"), **row}
 
 
@@ -321,7 +326,7 @@ def execute_samples(
 ) -> list[EvalSample]:
     """Parse and execute every sample; one record per sample with its code and verdict."""
     cached = [(task, cache[(task.task_id, i)]) for task in tasks for i in range(num_samples)]
-    parsed = [extract_thinking_and_code_unified(record.completion) for _, record in cached]
+    parsed = [extract_thinking_and_code_unified(record.completion, entry_point=task.fn_name) for task, record in cached]
     results = execute_many(
         [(p.code, task) for (task, _), p in zip(cached, parsed, strict=True)],
         pool,
@@ -352,6 +357,7 @@ def execute_samples(
         for (task, record), p, result in zip(cached, parsed, results, strict=True)
     ]
     samples = _score_leniently(cached, samples, pool, include_challenge)
+    samples = _score_sanitized(cached, samples, pool, include_challenge)
     return _score_earlier_answers(tasks, cache, samples, pool, include_challenge)
 
 
@@ -365,8 +371,8 @@ def _score_leniently(
     never closed is judged on the program inside that thinking (only those run again)."""
     extra = [
         (n, code)
-        for n, ((_, record), sample) in enumerate(zip(cached, samples, strict=True))
-        if sample.code is None and (code := lenient_code(record.completion)) is not None
+        for n, ((task, record), sample) in enumerate(zip(cached, samples, strict=True))
+        if sample.code is None and (code := lenient_code(record.completion, entry_point=task.fn_name)) is not None
     ]
     results = (
         execute_many([(code, cached[n][0]) for n, code in extra], pool, include_challenge=include_challenge)
@@ -375,6 +381,29 @@ def _score_leniently(
     )
     lenient = {n: result.passed for (n, _), result in zip(extra, results, strict=True)}
     return [replace(s, lenient_passed=lenient.get(n, s.passed)) for n, s in enumerate(samples)]
+
+
+def _score_sanitized(
+    cached: Sequence[tuple[Task, CachedCompletion]],
+    samples: list[EvalSample],
+    pool: SandboxPool,
+    include_challenge: bool,
+) -> list[EvalSample]:
+    """`sanitized_passed` for every sample: the verdict on the answer's program graded EvalPlus-style; only the
+    samples whose sanitized program differs from the graded one run again."""
+    extra = [
+        (n, code)
+        for n, ((task, record), sample) in enumerate(zip(cached, samples, strict=True))
+        if (code := sanitized_code(record.completion, entry_point=task.fn_name)) != sample.code
+    ]
+    runs = [(n, code) for n, code in extra if code is not None]
+    results = (
+        execute_many([(code, cached[n][0]) for n, code in runs], pool, include_challenge=include_challenge)
+        if runs
+        else []
+    )
+    sanitized = {n: False for n, _ in extra} | {n: r.passed for (n, _), r in zip(runs, results, strict=True)}
+    return [replace(s, sanitized_passed=sanitized.get(n, s.passed)) for n, s in enumerate(samples)]
 
 
 def _score_earlier_answers(
@@ -395,7 +424,10 @@ def _score_earlier_answers(
             continue
         answers = cached.answers or (cached.completion,)
         verdicts[n] = [False] * (len(answers) - 1) + [sample.passed]
-        earlier += [(n, i, extract_thinking_and_code_unified(a).code) for i, a in enumerate(answers[:-1])]
+        fn_name = by_task[sample.task_id].fn_name
+        earlier += [
+            (n, i, extract_thinking_and_code_unified(a, entry_point=fn_name).code) for i, a in enumerate(answers[:-1])
+        ]
     if earlier:
         results = execute_many(
             [(code, by_task[samples[n].task_id]) for n, _, code in earlier],
@@ -419,10 +451,12 @@ def _score_earlier_answers(
     return out
 
 
-def _pass_table(rows: Sequence[EvalSample], ks: Sequence[int], lenient: bool = False) -> dict:
+def _pass_table(rows: Sequence[EvalSample], ks: Sequence[int], grade: str = "strict") -> dict:
+    """pass@k from one grade's verdicts: "strict" (`passed`), "lenient" or "sanitized" (each `passed` where unset)."""
     per_task: dict[str, list[bool]] = defaultdict(list)
     for row in rows:
-        verdict = row.lenient_passed if lenient and row.lenient_passed is not None else row.passed
+        other = {"strict": None, "lenient": row.lenient_passed, "sanitized": row.sanitized_passed}[grade]
+        verdict = row.passed if other is None else other
         per_task[row.task_id].append(bool(verdict))
     n = [len(v) for v in per_task.values()]
     c = [sum(v) for v in per_task.values()]
@@ -474,7 +508,9 @@ def summarize(rows: Sequence[EvalSample], ks: Sequence[int], resamples: int = DE
         "pass_at_k_ci95": pass_at_k_intervals(rows, ks, resamples, seed),
         "not_computable_k": [int(k) for k, v in table.items() if v is None],
         # code inside an unclosed thinking counted: beside the strict table, a format failure shows as one
-        "pass_at_k_lenient": _pass_table(rows, ks, lenient=True),
+        "pass_at_k_lenient": _pass_table(rows, ks, grade="lenient"),
+        # the answer's program graded EvalPlus-style: beside the strict table, what the answer's wrapping costs
+        "pass_at_k_sanitized": _pass_table(rows, ks, grade="sanitized"),
         "pass_at_k_by_source": {s: _pass_table(r, ks) for s, r in sorted(by_source.items())},
         "pass_at_k_by_difficulty": {d: _pass_table(r, ks) for d, r in sorted(by_difficulty.items())},
         "mean_pass_fraction": sum(r.pass_fraction for r in rows) / n,

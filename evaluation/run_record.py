@@ -130,10 +130,17 @@ def format_report(result: dict) -> str:
         f"format: closed thinking {fmt['closed_thinking']:.1%}, code {fmt['extractable_code']:.1%} (no code "
         f"{fmt['no_code']:.1%}), valid Python {fmt['valid_python']:.1%}; mean completion tokens "
         f"{result['mean_completion_tokens']:.0f}"
+        + (f"; ended by the token budget {fmt['truncated']:.1%}" if "truncated" in fmt else "")
     )
     strict_1, lenient_1 = result["pass_at_k"].get("1"), result["pass_at_k_lenient"].get("1")
     if strict_1 is not None and lenient_1 is not None:
         lines.append(f"pass@1 strict {strict_1:.4f}, lenient {lenient_1:.4f} (code inside an unclosed <think> counted)")
+    sanitized_1 = result.get("pass_at_k_sanitized", {}).get("1")
+    if strict_1 is not None and sanitized_1 is not None:
+        lines.append(
+            f"pass@1 strict {strict_1:.4f}, sanitized {sanitized_1:.4f} (EvalPlus-style: the entry point and the "
+            "definitions it uses, top-level calls, asserts and prints dropped)"
+        )
     if result["untrusted_tasks"]:
         lines.append(
             f"{len(result['untrusted_tasks'])} tasks have a test judged inside the program's process (untrusted_tasks)"

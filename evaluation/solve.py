@@ -10,9 +10,12 @@ engine would take longer to start than one answer takes) and first says what it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -106,15 +109,44 @@ def main(
     # one pool runs the episodes' programs (a multi-turn mode) and judges the answers
     with SandboxPool.from_config(config.sandbox, workers=2) as pool:
         episodes = episodes_for(config, pool, max_new_tokens=max_new_tokens)
-        [records] = sample_groups(
-            sampler, model, [prompt], samples, tasks=[task or unjudged(problem)], episodes=episodes
-        )
+        what = f"{samples} answer{'s' if samples != 1 else ''}, up to {max_new_tokens} tokens each"
+        with progress(f"generating {what}", "generating"):
+            [records] = sample_groups(
+                sampler, model, [prompt], samples, tasks=[task or unjudged(problem)], episodes=episodes
+            )
+        if task is not None:
+            print(f"judging {len(records)} answer{'s' if len(records) != 1 else ''} in the sandbox...", flush=True)
         answers = []
         for record in records:
-            parsed = extract_thinking_and_code_unified(record.text)
+            parsed = extract_thinking_and_code_unified(record.text, entry_point=task.fn_name if task else None)
             verdict = execute_program(parsed.code, task, pool=pool) if task is not None else None
             answers.append(Answer(record, parsed, verdict))
     return answers
+
+
+HEARTBEAT_S = 15.0  # seconds between "still generating" lines: a long wait never looks like a hang
+
+
+@contextlib.contextmanager
+def progress(start: str, doing: str) -> Iterator[None]:
+    """Print `start`, then "... still {doing} (N s)" every HEARTBEAT_S seconds until the block ends, then its
+    time. The sampler generates the whole answer in one call, so elapsed time is the progress there is to show."""
+    began = time.monotonic()
+    print(f"{start}...", flush=True)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            print(f"... still {doing} ({time.monotonic() - began:.0f} s)", flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    print(f"{doing} took {time.monotonic() - began:.1f} s", flush=True)
 
 
 def format_answer(answer: Answer, number: int, total: int) -> str:

@@ -93,9 +93,10 @@ The backends:
   It refuses a model on a GPU or an architecture it does not implement, naming the backend to use instead.
 - `vllm_colocated.VLLMRollout` samples from a colocated `vllm.LLM` (imported lazily).
   It hands the policy over every `grpo.gen_update_steps` steps (`sync`: wake, publish when due; `release`: prune,
-  sleep), by `grpo.vllm_weight_sync`.
-  `merged`: W + scale × B @ A per adapted layer (`merged_lora_weights`, the trainer's weights untouched) loaded into
-  the in-process engine by vLLM's in-place `reload_weights` (`load_merged_weights`); the engine has no LoRA.
+  sleep), by `grpo.vllm_weight_sync` (`auto`: `merged` for a float32 student, else `adapter`).
+  `merged`: W + scale × B @ A per adapted layer and its siblings as they are, so every fused layer of vLLM is
+  whole (`merged_lora_weights`, the trainer's weights untouched), loaded into the in-process engine by vLLM's
+  in-place `reload_weights` (`load_merged_weights`); the engine has no LoRA.
   `adapter`: an adapter folder and a new `LoRARequest`.
   Phase 4 syncs it to a fixed LoRA request or none.
   Its `continue_sequences` is one `LLM.generate` with one `SamplingParams` per sequence (`stop` +

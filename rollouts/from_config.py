@@ -123,6 +123,23 @@ HF_EVAL_PROMPTS_PER_CALL = 8  # phase 4's hf sampler: tasks per generate call (x
 VLLM_INSTALL = "pip install -r requirements-gpu.txt (vllm==0.33.0)"
 
 
+def merged_precision_note(config: Config) -> str:
+    """One line when the colocated engine gets merged weights in a dtype that rounds a small update away (''
+    otherwise): `grpo.vllm_weight_sync=merged` chosen for a student that is not float32 ('auto' picks 'adapter')."""
+    if (
+        config.rollout_backend != "vllm"
+        or config.vllm_weight_sync != "merged"
+        or config.student.torch_dtype == "float32"
+    ):
+        return ""
+    return (
+        f"grpo.vllm_weight_sync=merged with student.torch_dtype={config.student.torch_dtype}: the engine holds "
+        f"{config.student.torch_dtype}(W + dW), which loses every element of dW below half a step of its weight (~3/4 "
+        "of dW at |dW|/|W| = 1e-3), so early updates barely reach the sampler; 'adapter' (auto's choice) keeps dW at "
+        "its own precision (docs/gpu.md, 'The weight sync')"
+    )
+
+
 def auto_backend_note(config: Config, purpose: Literal["train", "eval"], *, calls: int, tokens: int) -> str:
     """One line when 'auto' fell back to hf because vLLM is not installed ('' otherwise): the install, how to choose
     hf without this line, and the expected sampling time of `calls` generate calls of up to `tokens` new tokens
@@ -243,7 +260,7 @@ def _training_sampler(
         return server
     if backend == "vllm":
         ranks = RankInfo.from_accelerator(accelerator) if accelerator is not None else RankInfo()
-        merged = g.vllm_weight_sync == "merged"
+        merged = config.vllm_weight_sync == "merged"  # 'auto' resolved by the student's dtype
         vllm, llm = colocated_engine(
             config,
             tokenizer,

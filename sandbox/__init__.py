@@ -1,8 +1,9 @@
 """The sandbox: the project's one trust boundary. Everything a model writes runs here and nowhere else.
 
 Trusted side (the judging process): `executor` (the front door: `execute_program`, `execute_many`, the
-re-scoring CLI `python -m sandbox.executor`; it re-exports what callers need), `judge` (pure: plans a
-task's tests into a job and judges the reply; expected values never leave this side) and `pool` (the
+re-scoring CLI `python -m sandbox.executor`; it re-exports what callers need), `judge` (plans a
+task's tests into jobs, sequences a verdict's runs through the callable the executor gives it, judges the
+replies; expected values never leave this side) and `pool` (the
 pre-started workers and the pipes to them; it trusts nothing a worker sends).
 
 Untrusted side: `worker`, run by the pool as its own process (`python -I worker.py`, standard library

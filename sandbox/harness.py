@@ -9,7 +9,9 @@ once per test, each on its own memfds). Everything after the ready byte is the p
 
 from __future__ import annotations
 
+import copy
 import fcntl
+import importlib.util  # here, in the worker, so that no program process pays for it
 import json
 import math
 import os
@@ -102,16 +104,59 @@ def _process_count(uid: int) -> int:
     return count
 
 
-PRELUDE = (
-    "import sys, os, math, re, string, heapq, bisect, itertools, functools, collections, operator, random\n"
-    "from typing import *\n"
-    "from collections import *\n"
-    "from itertools import *\n"
-    "from functools import *\n"
-    "from math import *\n"
+# APPS's import block (its harness, `eval/testing_util.py`, prepends it to every program, stdin and call
+# alike), restated: a program of either APPS style may use these names without importing them, and no other.
+# `np` is bound lazily (`_lazy_module`): numpy loads on the program's first use of it, so a program that
+# never touches it pays nothing (an eager import costs ~0.25 s per program).
+APPS_IMPORTS = (
+    "import sys\n"
+    "import time\n"
+    "import itertools\n"
+    "from itertools import accumulate, product, permutations, combinations\n"
+    "import collections\n"
+    "from collections import Counter, OrderedDict, deque, defaultdict, ChainMap\n"
+    "from functools import lru_cache\n"
+    "import math\n"
+    "from math import sqrt, sin, cos, tan, ceil, fabs, floor, gcd, exp, log, log2\n"
+    "import fractions\n"
+    "from typing import List, Tuple\n"
+    "import random\n"
+    "import heapq\n"
     "from heapq import *\n"
-    "from bisect import *\n"
 )
+
+
+_SPECS = {"numpy": importlib.util.find_spec("numpy")}  # looked up once, in the worker
+
+
+def _lazy_module(name: str) -> object | None:
+    """`name` as a module that loads on first attribute access (None when it is not installed)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    found = _SPECS.get(name) or importlib.util.find_spec(name)
+    if found is None or found.loader is None:
+        return None
+    spec = copy.copy(found)  # this process's own: the loader becomes lazy
+    loader = importlib.util.LazyLoader(found.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+_APPS_BASE: dict = {"__builtins__": __builtins__}
+exec(compile(APPS_IMPORTS, "<apps-imports>", "exec"), _APPS_BASE)  # noqa: S102 - once, in the worker, before any program
+
+
+def apps_namespace() -> dict:
+    """The globals an APPS-style program starts with: the builtins and APPS's import block (bound once in the
+    worker, copied per program), with `np` bound lazily in the program's own process."""
+    namespace = dict(_APPS_BASE)
+    numpy = _lazy_module("numpy")
+    if numpy is not None:
+        namespace["np"] = numpy
+    return namespace
 
 
 def _compile_program(job: dict) -> CodeType | None:
@@ -145,8 +190,8 @@ def _child_calls(job: dict) -> None:
     too_large = ValueTooLarge
     stop_early = bool(job.get("stop_at_first_failure"))
     limit = job["limits"]["output_bytes"]  # one value's encoded size, like one test's stdout
-    namespace: dict = {"__name__": "__solution__", "__builtins__": __builtins__}
-    exec(compile(PRELUDE if job.get("prelude") else "", "<prelude>", "exec"), namespace)  # noqa: S102 - running the program is the sandbox's job
+    namespace: dict = apps_namespace() if job.get("apps_imports") else {"__builtins__": __builtins__}
+    namespace["__name__"] = "__solution__"
     code = _compile_program(job)
     if code is None:
         return
@@ -198,13 +243,14 @@ def _child_stdin(job: dict) -> None:
     code = _compile_program(job)
     if code is None:
         return
+    base = apps_namespace() if job.get("apps_imports") else {"__builtins__": __builtins__}
     for k, index in enumerate(job["run"]):
         dup2(_STDIO_BASE + 2 * k, 0)
         dup2(_STDIO_BASE + 2 * k + 1, 1)
         reset_stdio(stderr=False)
         status, error = 0, None
         try:
-            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 - running the program is the sandbox's job
+            exec(code, {**base, "__name__": "__main__"})  # noqa: S102 - running the program is the sandbox's job
         except SystemExit as exc:
             status = 0 if exc.code is None else (exc.code if isinstance(exc.code, int) and 0 <= exc.code < 256 else 1)
             if status:

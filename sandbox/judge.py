@@ -1,8 +1,9 @@
 """Planning and judging: the trusted side of the sandbox, and the only place expected values exist.
 
-Pure (no processes, no I/O): `plan_tests` turns a task into a *job* for the worker (the program's
-inputs only) and *expectations* that stay here; `judge` turns the worker's reply into one
-`TestOutcome` per test. `sandbox.executor` wires the two around `sandbox.pool`.
+No processes and no I/O of its own: `plan_tests` turns a task into a *job* for the worker (the program's
+inputs only) and *expectations* that stay here; `PlannedTests.run` sequences a verdict's runs (the
+reference, the program's, the derived) through the `run_job` callable it is given (`sandbox.executor`
+gives it the pool) and `judge` turns the worker's replies into one `TestOutcome` per test.
 
 How a verdict is made:
 - stdin tests: the worker gets only the input text; stdout comes back and is compared here;
@@ -23,16 +24,13 @@ How a verdict is made:
   output_limit, no_code, sandbox_error. `sandbox_error` means the harness failed, not the
   program; rewards treat it as "no signal" (None), never as wrong.
 
-Output comparison for stdin tests (`stdout_matches`): both texts are split into whitespace-
-separated tokens; the token sequences must have the same length and each pair must be equal as
-strings, or, where the expected token is an integer, an integer token of exactly that value (no
-float spelling: `1e9`, `1000000000.0` or `1_000_000_000` never match 1000000007), or, where the
-expected token is a float, a decimal number within rel 1e-5 / abs 1e-8 of it (numpy.allclose's
-defaults, as the APPS harness uses). This ignores trailing spaces, trailing
-newlines, blank lines and line breaks, like the APPS harness. It is **stricter** than the APPS
-harness in one place: the APPS harness finally compares *sets* of tokens, which ignores order and
-duplicates and so accepts some wrong answers (e.g. "2 1" for "1 2"); here order and multiplicity
-count.
+Output comparison for stdin tests (`stdout_matches`): `utils.output_rule`, shared with the shown-test rule:
+non-empty lines paired (line breaks count, blank lines and the spaces at the ends of a line do not), tokens
+paired within a line; an expected integer is matched only by an integer token of that value, an expected
+float by a decimal number within the statements' tolerance, |a - b| <= 1e-6 * max(1, |b|). This is APPS's
+harness without its token-set fallback (which ignores order and repetition and so accepts some wrong
+answers, e.g. "2 1" for "1 2") and with the statements' tolerance in place of its numpy one (rel 1e-5 on
+any number, an expected integer included); docs/sandbox.md lists each difference.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 import signal
 import sys
 from collections.abc import Callable
@@ -50,10 +47,16 @@ from typing import Any
 from sandbox.protocol import Opaque, decode_value, hashing_is_bounded, valid_text
 from utils.code_parser import parse_quietly
 from utils.dataset_loader import Task
+from utils.output_rule import output_matches
 
 # how a `sandbox_error` that is the task's, not the harness's nor the program's, begins: an expected side
 # that errs or times out in its program-free process (`ExecutionResult.unjudgeable`)
 UNJUDGEABLE = "unjudgeable task: "
+
+
+class Unjudgeable(Exception):  # noqa: N818 - an outcome (no verdict on the program), not a harness error
+    """The task's own expected side could not be computed: the verdict says nothing of the program."""
+
 
 STATUSES = (
     "passed",
@@ -85,7 +88,7 @@ class TestOutcome:
         self.error = None if self.error is None else valid_text(self.error)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExecutionResult:
     passed: bool
     tests_passed: int
@@ -597,10 +600,29 @@ class _TreeEvaluator:
 
     MAX_INT_BITS = 1 << 16  # about 20,000 digits: far above any MBPP/APPS value
 
-    def __init__(self, leaves: tuple) -> None:
+    def __init__(self, leaves: tuple, program_leaves: frozenset[int] = frozenset()) -> None:
         self.leaves = leaves
+        self.program_leaves = program_leaves  # leaves whose value is the program's (its own or derived from it)
 
-    def eval(self, node: ast.AST | None) -> Any:  # None: a `**` key of a dict display
+    def eval(self, node: ast.AST | None) -> Any:
+        """The value of `node`; an error in a part that holds none of the program's values is the task's
+        (`Unjudgeable`), an error anywhere else the program's (a failed assert)."""
+        try:
+            return self._eval(node)
+        except Unjudgeable:
+            raise
+        except Exception as exc:
+            if node is not None and not self._holds_program(node):
+                raise Unjudgeable(f"the expected side {ast.unparse(node)[:80]!r} fails: {type(exc).__name__}") from exc
+            raise
+
+    def _holds_program(self, node: ast.AST) -> bool:
+        return any(
+            isinstance(n, ast.Name) and n.id.startswith(_LEAF) and int(n.id[len(_LEAF) :]) in self.program_leaves
+            for n in ast.walk(node)
+        )
+
+    def _eval(self, node: ast.AST | None) -> Any:  # None: a `**` key of a dict display
         if isinstance(node, ast.Name):
             return self.leaves[int(node.id[len(_LEAF) :])]
         if isinstance(node, ast.Constant):
@@ -715,8 +737,10 @@ def check_value(plan: AssertPlan, actual: Any, reference: Any = (), derived: Any
             for k, value in zip(indices, values, strict=True):
                 leaves[k] = value
         try:
-            return bool(_TreeEvaluator(tuple(leaves)).eval(skeleton))
-        except Exception:  # noqa: BLE001 - a type error, overflow... is a failed assert
+            return bool(_TreeEvaluator(tuple(leaves), frozenset(program) | frozenset(derived_ix)).eval(skeleton))
+        except Unjudgeable:
+            raise
+        except Exception:  # noqa: BLE001 - a type error, overflow... on the program's values is a failed assert
             return False
     if c == "exec_ok":
         return actual is True
@@ -749,51 +773,10 @@ def call_output_matches(actual: Any, expected: Any) -> bool:
     return isinstance(expected, list) and len(expected) == 1 and _equal(actual, expected[0])
 
 
-# ASCII digits only: int() and float() read any Unicode digit ("\uff13.\uff15" is 3.5)
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-# a decimal number as programs print it: no digit separators ("1_000"), no "inf"/"nan" words
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def _as_number(token: str) -> float | None:
-    """The value of a decimal token, or None; a token that overflows to inf is no number to compare
-    with a tolerance ("1e999" would match any expected "1e400")."""
-    if not _DECIMAL.fullmatch(token):
-        return None
-    try:
-        value = float(token)
-    except (ValueError, OverflowError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _integer_digits(token: str) -> str:
-    """An integer token in canonical form, without int() (which refuses > 4300 digits)."""
-    negative, digits = token.startswith("-"), token.lstrip("+-").lstrip("0") or "0"
-    return ("-" if negative and digits != "0" else "") + digits
-
-
-def stdout_matches(actual: str, expected: str, rel_tol: float = 1e-5, abs_tol: float = 1e-8) -> bool:
-    """Token-wise comparison with numeric tolerance for floats only (see the module docstring).
-
-    The expected token decides the rule: an expected integer is matched only by an integer token of
-    the same value, never by a float spelling of a nearby number (`1e9` is within the relative
-    tolerance of 1000000007, `1e-9` within the absolute one of 0); only an expected float brings the
-    tolerances."""
-    got, want = actual.split(), expected.split()
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want, strict=True):
-        if a == b:
-            continue
-        if _INTEGER.fullmatch(b):
-            if not _INTEGER.fullmatch(a) or _integer_digits(a) != _integer_digits(b):
-                return False
-            continue
-        x, y = _as_number(a), _as_number(b)
-        if x is None or y is None or not math.isclose(x, y, rel_tol=rel_tol, abs_tol=abs_tol):
-            return False
-    return True
+def stdout_matches(actual: str, expected: str) -> bool:
+    """The stdin tests' rule (`utils.output_rule`): lines paired, tokens paired, an expected integer wants
+    the same integer, an expected float a number within 1e-6 * max(1, |expected|)."""
+    return output_matches(actual, expected)
 
 
 @dataclass
@@ -808,6 +791,71 @@ class PlannedTests:
     reference_values: list | None = field(default=None, compare=False)
     # the program-free job that computes derived leaves on a program's values (tests without any: "()")
     derived_job: dict | None = None
+    test_type: str = "assert"  # the task's: "stdin", "call" or "assert"
+
+    def run(
+        self, code: str, run_job: Callable[[dict], dict], *, stop_at_first_failure: bool = False
+    ) -> ExecutionResult:
+        """A program's verdict, its runs in order: the reference run (once per plan: the program-free values
+        its tests take or are compared with), the program's own run, the derived run (program-free functions
+        of the program's values), then the judgement here. `run_job(job)` runs one job in the sandbox and
+        returns the worker's reply ({"sandbox_error": why} when the sandbox failed). Wall time and sample id
+        are the caller's to fill in."""
+        n = self.total
+        if self.reference_job is not None and self.references is None:  # before the program: it may take inputs
+            error = self.compute_references(run_job)
+            if error is not None:
+                return sandbox_failure(error, n)
+        job = (
+            dict(self.job, code=code, tests=self.program_tests()) if "tests" in self.job else dict(self.job, code=code)
+        )
+        if self.test_type == "stdin":  # a program that compiles only inside a function is wrapped as APPS does
+            job["wrap_like_apps"] = True
+        if stop_at_first_failure:
+            job["stop_at_first_failure"] = True
+        try:
+            tests = _reply_tests(run_job(job), n, "")
+            compile_message = syntax_error(tests)
+            if compile_message is not None:
+                return ExecutionResult(
+                    passed=False,
+                    tests_passed=0,
+                    tests_total=n,
+                    status="syntax_error",
+                    error=compile_message,
+                    test_outcomes=[TestOutcome(False, "runtime_error", compile_message) for _ in range(n)],
+                )
+            derived = None
+            if self.derived_job is not None:  # functions of the test applied to the program's values, program-free
+                derived_job = dict(self.derived_job, tests=self.derived_tests(tests), id="derived")
+                derived = decode_references(_reply_tests(run_job(derived_job), n, "derived run: "))
+        except _RunFailedError as exc:
+            return sandbox_failure(str(exc), n)
+        try:
+            outcomes = judge(self, tests, self.test_type == "call", derived)
+        except Unjudgeable as exc:
+            return sandbox_failure(f"{UNJUDGEABLE}{exc}", n)
+        except Exception as exc:  # noqa: BLE001 - a reply that cannot be judged fails this program only
+            message = f"unjudgeable result: {type(exc).__name__}"
+            outcomes = [TestOutcome(False, "runtime_error", message) for _ in range(n)]
+        return summarize(outcomes, 0.0, None, self.untrusted)
+
+    def compute_references(self, run_job: Callable[[dict], dict]) -> str | None:
+        """Run the program-free job once (a fresh sandbox process with no program in it) and keep the
+        reference values here; returns why when it could not (the harness, or the task's own data)."""
+        assert self.reference_job is not None
+        try:
+            tests = _reply_tests(run_job(dict(self.reference_job, id="reference")), self.total, "reference run: ")
+        except _RunFailedError as exc:
+            return str(exc)
+        failed = [k for k, t in enumerate(tests) if self.expectations[k].reference_test and t.get("status") != "ok"]
+        if failed:  # the task's own data cannot be computed: no program is to blame (kept uncached: retried)
+            k = failed[0]
+            why = tests[k].get("error") or tests[k].get("status")
+            return f"{UNJUDGEABLE}the expected side of test {k} could not be computed ({str(why)[:200]})"
+        self.references = decode_references(tests)
+        self.reference_values = [t.get("value") if t.get("status") == "ok" else None for t in tests]
+        return None
 
     @property
     def total(self) -> int:
@@ -826,25 +874,32 @@ class PlannedTests:
             return tests
         out = []
         for k, (test, plan) in enumerate(zip(tests, self.expectations, strict=True)):
-            value = (self.reference_values or [None] * self.total)[k]
-            if plan.bound_refs and isinstance(value, dict) and isinstance(value.get("v"), list):
-                first = len(plan.expected[3])  # the reference leaves come first, then the bound inputs
-                items = value["v"][first:]
-                test = dict(test, bind={f"{_REF}{j}": item for j, item in enumerate(items)})
-            out.append(test)
+            bind = self._bound_inputs(k, plan)
+            out.append(dict(test, bind=bind) if bind else test)
         return out
+
+    def _bound_inputs(self, k: int, plan: Any) -> dict:
+        """Test k's program-free inputs (`__ref_<j>`, tagged JSON) from the reference run, or {}."""
+        value = (self.reference_values or [None] * self.total)[k]
+        if not (isinstance(plan, AssertPlan) and plan.bound_refs and isinstance(value, dict)):
+            return {}
+        if not isinstance(value.get("v"), list):
+            return {}
+        first = len(plan.expected[3])  # the reference leaves come first, then the bound inputs
+        return {f"{_REF}{j}": item for j, item in enumerate(value["v"][first:])}
 
     def derived_tests(self, raw_tests: list[dict]) -> list[dict]:
         """The derived job's tests for one program's reply: each binds the program's leaf values
         (tagged JSON, as the program's process wrote them; decoded to plain data over there)."""
         assert self.derived_job is not None
-        out = []
+        out: list[dict] = []
         for test, raw, plan in zip(self.derived_job["tests"], raw_tests, self.expectations, strict=True):
             value = raw.get("value") if raw.get("status") == "ok" else None
             if isinstance(plan, AssertPlan) and plan.derived_test and isinstance(value, dict):
                 items: list = value["v"] if isinstance(value.get("v"), list) else []
                 program = plan.expected[2]
-                test = dict(test, bind={f"{_LEAF}{k}": item for k, item in zip(program, items, strict=False)})
+                bind = {f"{_LEAF}{k}": item for k, item in zip(program, items, strict=False)}
+                test = dict(test, bind={**self._bound_inputs(len(out), plan), **bind})
             out.append(test)
         return out
 
@@ -852,13 +907,16 @@ class PlannedTests:
 def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
     if task.test_type == "stdin":
         return PlannedTests(
-            {"mode": "stdin", "inputs": [t["input"] for t in task.tests]}, [t["output"] for t in task.tests]
+            {"mode": "stdin", "inputs": [t["input"] for t in task.tests], "apps_imports": True},
+            [t["output"] for t in task.tests],
+            test_type="stdin",
         )
     if task.test_type == "call":
         tests = [{"kind": "call", "args": json.dumps(t["input"])} for t in task.tests]
         return PlannedTests(
-            {"mode": "calls", "tests": tests, "fn_name": task.fn_name, "prelude": True},
+            {"mode": "calls", "tests": tests, "fn_name": task.fn_name, "apps_imports": True},
             [t["output"] for t in task.tests],
+            test_type="call",
         )
     asserts = list(task.tests) + (list(task.challenge_tests) if include_challenge else [])
     shadowed = frozenset({task.fn_name} if task.fn_name else ())
@@ -866,14 +924,20 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
     helpers = setup_names(task.test_setup_code, imported)  # None: the setup needs the program
     external = (helpers or frozenset()) - shadowed
     plans = [plan_assert(a, shadowed, imported, external) for a in asserts]
+    checks = False
+    if helpers is not None and task.fn_name and task.reference_solutions:  # a check with its own control flow
+        for k, plan in enumerate(plans):
+            replay = plan_check(asserts[k], task.fn_name, task.reference_solutions[0]) if not plan.trusted else None
+            if replay is not None:
+                plans[k], checks = replay, True
     imports = "\n".join(task.test_imports)
     # the program-free jobs run the test's imports and, when it needs no program, the setup code (its
     # helpers); never the program
     program_free = {
         "mode": "calls",
         "imports": imports + "\n" + reference_imports(plans, imported),
-        "setup": task.test_setup_code if helpers else "",
-        "prelude": False,
+        "setup": (task.test_setup_code if helpers else "") + (_CHECK_RUNNERS if checks else ""),
+        "apps_imports": False,
         "code": "",
     }
     empty = {"kind": "expr", "src": "()"}
@@ -888,11 +952,90 @@ def plan_tests(task: Task, include_challenge: bool = False) -> PlannedTests:
             "tests": [p.worker_test for p in plans],
             "imports": imports,
             "setup": task.test_setup_code,
-            "prelude": False,
+            "apps_imports": False,
         },
         plans,
         reference_job,
         derived_job=derived_job,
+    )
+
+
+_RECORD, _REPLAY = "__record_calls", "__replay_check"
+# Defined in the program-free processes of a task with a check that has its own control flow (`plan_check`).
+# Both runs seed `random` alike, and the recording restores its state around every call of the reference,
+# so the replay draws what the recording drew.
+_CHECK_RUNNERS = f"""
+def {_RECORD}(check_source, check_name, reference_source, entry):
+    import copy, random
+    check_scope, reference_scope = dict(globals()), dict(globals())
+    exec(reference_source, reference_scope)
+    exec(check_source, check_scope)
+    reference, calls = reference_scope[entry], []
+    def candidate(*args):
+        calls.append(copy.deepcopy(args))
+        state = random.getstate()
+        try:
+            return reference(*args)
+        finally:
+            random.setstate(state)
+    random.seed(0)
+    if check_scope[check_name](candidate) is not True:
+        raise AssertionError("the reference solution does not pass the check")
+    return calls
+
+def {_REPLAY}(check_source, check_name, calls, results):
+    import random
+    scope = dict(globals())
+    exec(check_source, scope)
+    taken = 0
+    def candidate(*args):
+        nonlocal taken
+        if taken >= len(results) or tuple(args) != tuple(calls[taken]):
+            raise AssertionError("the check took another path than on the reference solution")
+        taken += 1
+        return results[taken - 1]
+    random.seed(0)
+    try:
+        return scope[check_name](candidate) is True and taken == len(results)
+    except AssertionError:
+        return False
+"""
+
+
+def plan_check(source: str, entry: str, reference: str) -> AssertPlan | None:
+    """A check with its own control flow (HumanEval's loops: `def check(candidate): for ...: assert
+    candidate(x) == ...` then `assert check(entry)`), judged without running the check in the program's
+    process: the check runs on the task's `reference` solution in a program-free process, recording each
+    call's arguments; the program's process computes only its results for those arguments (a program leaf);
+    another program-free process replays the check on those results (a derived leaf) and says whether it
+    passed. A check whose calls depend on the results it got fails where its path leaves the recorded one.
+    None when `source` is not of that shape."""
+    try:
+        tree = parse_quietly(source.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if len(tree.body) != 2 or not isinstance(tree.body[0], ast.FunctionDef) or not isinstance(tree.body[1], ast.Assert):
+        return None
+    check, call = tree.body[0], tree.body[1].test
+    if (
+        len(check.args.args) != 1
+        or not isinstance(call, ast.Call)
+        or not isinstance(call.func, ast.Name)
+        or call.func.id != check.name
+        or len(call.args) != 1
+        or call.keywords
+        or not (isinstance(call.args[0], ast.Name) and call.args[0].id == entry)
+    ):
+        return None
+    check_source = ast.unparse(check)
+    calls = f"{_RECORD}({check_source!r}, {check.name!r}, {reference!r}, {entry!r})"
+    return AssertPlan(
+        {"kind": "expr", "src": f"(tuple({entry}(*__args) for __args in {_REF}0),)"},
+        "tree",
+        (ast.Name(id=f"{_LEAF}1", ctx=ast.Load()), 2, (0,), (), (1,)),
+        reference_test={"kind": "expr", "src": f"({calls},)"},
+        bound_refs=(calls,),
+        derived_test={"kind": "expr", "src": f"({_REPLAY}({check_source!r}, {check.name!r}, {_REF}0, {_LEAF}0),)"},
     )
 
 
@@ -986,6 +1129,8 @@ def _judge_calls(
                         references[k] if references is not None else (),
                         derived[k] if derived is not None else (),
                     )
+            except Unjudgeable:
+                raise
             except Exception:  # noqa: BLE001 - a decoded value is plain data, but judge defensively
                 ok = False
             outcomes.append(TestOutcome(ok, "passed" if ok else "wrong_answer", None if ok else _shown(actual), t))
@@ -1018,12 +1163,54 @@ def _shown(actual: Any) -> str:
 def summarize(outcomes: list[TestOutcome], wall: float, sample_id: str | None, untrusted: int = 0) -> ExecutionResult:
     n_pass = sum(o.passed for o in outcomes)
     failed = [o for o in outcomes if not o.passed]
-    if not failed:
-        return ExecutionResult(True, n_pass, len(outcomes), "passed", None, wall, outcomes, sample_id, untrusted)
-    first = failed[0]
+    first = failed[0] if failed else TestOutcome(True, "passed")
     return ExecutionResult(
-        False, n_pass, len(outcomes), first.status, first.error, wall, outcomes, sample_id, untrusted
+        passed=not failed,
+        tests_passed=n_pass,
+        tests_total=len(outcomes),
+        status=first.status,
+        error=first.error,
+        wall_time=wall,
+        test_outcomes=outcomes,
+        sample_id=sample_id,
+        untrusted_tests=untrusted,
     )
+
+
+def sandbox_failure(message: str, n: int) -> ExecutionResult:
+    """The verdict when the sandbox, or the task's own data (`UNJUDGEABLE`), could not judge: no signal."""
+    return ExecutionResult(
+        passed=False,
+        tests_passed=0,
+        tests_total=n,
+        status="sandbox_error",
+        error=message[:500],
+        test_outcomes=[TestOutcome(False, "sandbox_error", message[:200]) for _ in range(n)],
+    )
+
+
+class _RunFailedError(Exception):
+    """One of a verdict's runs came back without a usable reply."""
+
+
+def _reply_tests(reply: dict, n: int, what: str) -> list[dict]:
+    """The per-test records of a worker's reply, shape-checked (n dicts)."""
+    tests = reply.get("tests")
+    if reply.get("sandbox_error"):
+        raise _RunFailedError(f"{what}{reply['sandbox_error']}")
+    if not isinstance(tests, list) or len(tests) != n:
+        raise _RunFailedError(f"{what}sandbox worker sent a reply of the wrong shape ({type(tests).__name__})")
+    return [t if isinstance(t, dict) else {} for t in tests]
+
+
+def syntax_error(tests: list[dict]) -> str | None:
+    """The compiler's message when the program's own process could not compile it (every test then
+    reports the same compile-phase SyntaxError), else None."""
+    if tests and all(
+        t.get("status") == "error" and t.get("phase") == "compile" and t.get("type") == "SyntaxError" for t in tests
+    ):
+        return str(tests[0].get("error") or "SyntaxError")
+    return None
 
 
 def decode_references(raw_tests: list[dict]) -> list:

@@ -12,8 +12,11 @@ Expected values never travel in any message: they stay in `sandbox.judge`.
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
+import collections
+import datetime
 import decimal
 import fractions
 import json
@@ -21,6 +24,8 @@ import math
 import os
 import re
 import struct
+import sys
+import types
 from typing import Any
 
 # --------------------------------------------------------------------------------------------
@@ -289,12 +294,9 @@ class _Writer:
         name = getattr(t, "__qualname__", "")
         if module == "numpy" and hasattr(value, "tolist") and hasattr(value, "dtype"):
             # the dtype and shape travel: Python's `==` on an array is elementwise, on a numpy bool `is True` is False
-            if name == "ndarray":
-                return self.tagged(
-                    "ndarray",
-                    lambda: self.sequence([str(value.dtype), list(value.shape), value.tolist()], depth),
-                )
-            return self.tagged("npscalar", lambda: self.sequence([str(value.dtype), value.item()], depth))
+            return self.numpy_value(value, name == "ndarray", depth)
+        if t in _STDLIB_WRITERS:
+            return _STDLIB_WRITERS[t](self, value, depth)
         if module == "decimal" and name == "Decimal":
             text = str(value)
             self.reserve(len(text))
@@ -316,9 +318,46 @@ class _Writer:
         for base in _BASES:
             if isinstance(value, base):  # subclass: convert through the base type's constructor
                 return self.value(base(value), depth + 1)
+        for base in _STDLIB_WRITERS:
+            if isinstance(value, base):  # a subclass of a date, a deque...: as its base type
+                return _STDLIB_WRITERS[base](self, value, depth)
         name = f"{module}.{getattr(t, '__qualname__', '?')}"[:200]
         self.emit('{"__t": "object", "type": ' + _json_string(name) + "}")
         return None
+
+    def numpy_value(self, value: Any, is_array: bool, depth: int) -> None:
+        """A numpy scalar or array with what its equality depends on: the dtype (numpy 2 compares a Python
+        number at the scalar's precision), the shape, and for numbers the raw bytes (bounded by bytes, not
+        by items); dates and durations as unit and count, structured records field by field."""
+        dtype = value.dtype
+        if dtype.names is not None:  # structured: field names and dtypes, records as lists
+            fields = [[n, dtype.fields[n][0].str] for n in dtype.names]
+            items = value.tolist()
+            records = _records(items, len(value.shape)) if is_array else list(items)
+            shape = list(value.shape) if is_array else None
+            return self.tagged("nprecords", lambda: self.sequence([fields, shape, records], depth))
+        if dtype.kind in "Mm":  # datetime64 / timedelta64: unit, step and int64 counts (NaT is the minimum)
+            unit, step = sys.modules["numpy"].datetime_data(dtype)
+            counts = value.astype("int64")
+            data = [dtype.kind, unit, step, list(value.shape) if is_array else None]
+            if is_array:
+                raw = counts.tobytes()
+                self.reserve(len(raw) * 4 // 3)
+                return self.tagged(
+                    "nptime", lambda: self.sequence([*data, base64.b64encode(raw).decode("ascii")], depth)
+                )
+            return self.tagged("nptime", lambda: self.sequence([*data, int(counts)], depth))
+        if is_array and dtype.str.lstrip("<>|=")[:1] in "biufc" and _STRUCT_CODES.get(dtype.str.lstrip("<>|=")):
+            raw = value.astype(dtype.newbyteorder("<")).tobytes()
+            self.reserve(len(raw) * 4 // 3)
+            code = dtype.str.lstrip("<>|=")
+            return self.tagged(
+                "ndbytes",
+                lambda: self.sequence([code, list(value.shape), base64.b64encode(raw).decode("ascii")], depth),
+            )
+        if is_array:
+            return self.tagged("ndarray", lambda: self.sequence([str(dtype), list(value.shape), value.tolist()], depth))
+        return self.tagged("npscalar", lambda: self.sequence([str(dtype), value.item()], depth))
 
     def tagged(self, tag: str, body: Any) -> None:
         self.emit('{"__t": "' + tag + '", "v": ')
@@ -348,6 +387,71 @@ class _Writer:
             self.value(item, depth + 1)
             self.emit("]")
         self.emit("]")
+
+
+def _records(items: Any, ndim: int) -> Any:
+    """A structured array's `tolist()` with each record (a tuple) as a list."""
+    if ndim == 0:
+        return list(items)
+    return [_records(item, ndim - 1) for item in items]
+
+
+# numpy dtype codes (kind + item size) that travel as raw little-endian bytes, and their struct format
+_STRUCT_CODES = {
+    "b1": "?",
+    "i1": "b",
+    "u1": "B",
+    "i2": "h",
+    "u2": "H",
+    "i4": "i",
+    "u4": "I",
+    "i8": "q",
+    "u8": "Q",
+    "f2": "e",
+    "f4": "f",
+    "f8": "d",
+    "c8": "f",
+    "c16": "d",
+}
+_DATE, _DATETIME, _TIME, _TIMEDELTA = datetime.date, datetime.datetime, datetime.time, datetime.timedelta
+_ARRAY_CODES = "bBuhHiIlLqQfd"
+
+
+def _offset(value: Any) -> int | None:
+    """A date-time's UTC offset in microseconds, or None when it is naive."""
+    offset = value.utcoffset()
+    return None if offset is None else offset // _TIMEDELTA(microseconds=1)
+
+
+def _write_datetime(writer: _Writer, value: Any, depth: int) -> None:
+    fields = [value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond]
+    writer.tagged("datetime", lambda: writer.sequence([*fields, _offset(value), value.fold], depth))
+
+
+def _write_time(writer: _Writer, value: Any, depth: int) -> None:
+    fields = [value.hour, value.minute, value.second, value.microsecond]
+    writer.tagged("time", lambda: writer.sequence([*fields, _offset(value), value.fold], depth))
+
+
+def _write_array(writer: _Writer, value: Any, depth: int) -> None:
+    raw = value.tobytes()
+    writer.reserve(len(raw) * 4 // 3)
+    writer.tagged("array", lambda: writer.sequence([value.typecode, base64.b64encode(raw).decode("ascii")], depth))
+
+
+# standard value types whose equality is their own (not their base's, not identity), by exact type; a
+# subclass travels as its base (the loop in `_Writer.other`), OrderedDict and Counter before dict
+_STDLIB_WRITERS: dict[type, Any] = {
+    collections.OrderedDict: lambda w, v, d: w.tagged("odict", lambda: w.pairs(v, d)),
+    collections.Counter: lambda w, v, d: w.tagged("counter", lambda: w.pairs(v, d)),
+    collections.deque: lambda w, v, d: w.tagged("deque", lambda: w.sequence([v.maxlen, list(v)], d)),
+    types.SimpleNamespace: lambda w, v, d: w.tagged("namespace", lambda: w.pairs(dict(vars(v)), d)),
+    array.array: _write_array,
+    _DATETIME: _write_datetime,  # before date: a datetime is a date
+    _DATE: lambda w, v, d: w.tagged("date", lambda: w.sequence([v.year, v.month, v.day], d)),
+    _TIME: _write_time,
+    _TIMEDELTA: lambda w, v, d: w.tagged("timedelta", lambda: w.sequence([v.days, v.seconds, v.microseconds], d)),
+}
 
 
 def encode_json(value: Any, limit: int = MAX_MESSAGE) -> str:
@@ -397,10 +501,33 @@ class NumpyInt(int):
     dtype: str = "int64"
 
 
+def _at_precision(dtype: str, number: float) -> float:
+    """A Python number as a numpy float of `dtype` holds it (float16/float32 round; float64 and wider keep)."""
+    code = {"float16": "e", "float32": "f"}.get(dtype)
+    if code is None:
+        return float(number)
+    try:
+        return struct.unpack(code, struct.pack(code, number))[0]
+    except (OverflowError, struct.error):
+        return math.copysign(math.inf, number)
+
+
 class NumpyFloat(float):
-    """A numpy float scalar: equal as its (exactly carried) value; `is` no float."""
+    """A numpy float scalar: its (exactly carried) value and dtype; `is` no float. Equality is numpy 2's:
+    a Python number is *weak*, taken at the scalar's precision (`np.float32(0.1) == 0.1`), and two numpy
+    scalars compare at the wider type, which holds both values exactly."""
 
     dtype: str = "float64"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) in (int, float):
+            return float(self) == _at_precision(self.dtype, other)  # type: ignore[arg-type]  # int or float
+        return float.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = float.__hash__
 
 
 class NumpyComplex(complex):
@@ -445,15 +572,16 @@ class _Elementwise:
         return self.values[0]
 
 
-def _flat(value: Any, shape: tuple[int, ...]) -> list | None:
-    """The elements of a nested list of exactly `shape`, row-major, or None."""
+def _flat(value: Any, shape: tuple[int, ...], record: bool = False) -> list | None:
+    """The elements of a nested list of exactly `shape`, row-major, or None (`record`: each element is
+    itself a list, a structured array's record)."""
     if not shape:
-        return None if isinstance(value, (list, tuple)) else [value]
+        return None if isinstance(value, (list, tuple)) and not record else [value]
     if not isinstance(value, (list, tuple)) or len(value) != shape[0]:
         return None
     out: list = []
     for item in value:
-        inner = _flat(item, shape[1:])
+        inner = _flat(item, shape[1:], record)
         if inner is None:
             return None
         out += inner
@@ -474,13 +602,32 @@ class NumpyArray:
     def __eq__(self, other: object) -> Any:  # elementwise, as numpy's
         if isinstance(other, NumpyArray):
             theirs: list | None = other.items if other.shape == self.shape else None
-        elif isinstance(other, (list, tuple)):
+        elif isinstance(other, (list, tuple)):  # a list becomes an array of its own (float64): not weak
             theirs = _flat(other, self.shape)
-        else:
+        else:  # a scalar: a Python number is weak (numpy 2), taken at this array's precision
+            if type(other) in (int, float) and self.dtype in ("float16", "float32"):
+                other = _at_precision(self.dtype, other)  # type: ignore[arg-type]  # int or float
             theirs = [other] * len(self.items)
         if theirs is None:
             raise ValueError("operands could not be broadcast together")
         return _Elementwise([a == b for a, b in zip(self.items, theirs, strict=True)])
+
+    def __ne__(self, other: object) -> Any:
+        return _Elementwise([not x for x in self.__eq__(other).values])
+
+    def __getitem__(self, index: object) -> object:
+        """An integer index: a row (an array one dimension less) or, in one dimension, the element."""
+        if type(index) is not int or not self.shape:
+            raise TypeError("only integer indexing is judged here")
+        size = self.shape[0]
+        if not -size <= index < size:
+            raise IndexError("index out of bounds")
+        index %= size
+        row = len(self.items) // size if size else 0
+        items = self.items[index * row : (index + 1) * row]
+        if len(self.shape) == 1:
+            return _numpy_scalar(self.dtype, items[0])
+        return NumpyArray(self.dtype, self.shape[1:], items)
 
     def __bool__(self) -> bool:  # numpy's rule: defined for exactly one element
         if len(self.items) != 1:
@@ -494,6 +641,104 @@ class NumpyArray:
 
     def __repr__(self) -> str:
         return f"array(shape={self.shape}, dtype={self.dtype})"
+
+
+_NAT = -(2**63)
+_EPOCH = datetime.date(1970, 1, 1)
+# seconds per unit of numpy's linear date and duration units (years and months are calendar units)
+_UNIT_SECONDS = {
+    "W": fractions.Fraction(7 * 86400),
+    "D": fractions.Fraction(86400),
+    "h": fractions.Fraction(3600),
+    "m": fractions.Fraction(60),
+    "s": fractions.Fraction(1),
+    "ms": fractions.Fraction(1, 10**3),
+    "us": fractions.Fraction(1, 10**6),
+    "ns": fractions.Fraction(1, 10**9),
+    "ps": fractions.Fraction(1, 10**12),
+    "fs": fractions.Fraction(1, 10**15),
+    "as": fractions.Fraction(1, 10**18),
+}
+
+
+class NumpyTime:
+    """`numpy.datetime64` / `numpy.timedelta64` in the judging process: kind ("M" a date, "m" a duration),
+    unit, step and count. Equal as numpy says: the same instant or length whatever the units (a day is 24
+    hours), a date to a `datetime.date`/`datetime` and a duration to a `timedelta` as numpy converts them,
+    NaT to nothing; calendar durations (years, months) only to calendar durations."""
+
+    __slots__ = ("kind", "unit", "step", "count")
+
+    def __init__(self, kind: str, unit: str, step: int, count: int) -> None:
+        self.kind, self.unit, self.step, self.count = kind, unit, step, count
+
+    def _value(self) -> tuple[str, fractions.Fraction] | None:
+        """("s", seconds since the epoch or seconds long) or ("M", months) for calendar durations; None: NaT."""
+        if self.count == _NAT:
+            return None
+        n = self.count * self.step
+        if self.unit in ("Y", "M"):
+            months = n * 12 if self.unit == "Y" else n
+            if self.kind == "m":
+                return ("M", fractions.Fraction(months))
+            year, month = divmod(months, 12)
+            days = (datetime.date(1970 + year, month + 1, 1) - _EPOCH).days
+            return ("s", fractions.Fraction(days * 86400))
+        return ("s", n * _UNIT_SECONDS[self.unit])
+
+    def __eq__(self, other: object) -> bool:
+        mine = self._value()
+        if isinstance(other, NumpyTime):
+            theirs = other._value() if other.kind == self.kind else None
+        elif self.kind == "M" and isinstance(other, datetime.date):
+            if isinstance(other, datetime.datetime):
+                if other.tzinfo is not None:
+                    return False
+                delta = other - datetime.datetime(1970, 1, 1)
+            else:
+                delta = datetime.datetime.combine(other, datetime.time()) - datetime.datetime(1970, 1, 1)
+            theirs = ("s", fractions.Fraction(delta // datetime.timedelta(microseconds=1), 10**6))
+        elif self.kind == "m" and isinstance(other, datetime.timedelta):
+            theirs = ("s", fractions.Fraction(other // datetime.timedelta(microseconds=1), 10**6))
+        else:
+            return False
+        return mine is not None and theirs is not None and mine == theirs
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self._value())
+
+    def __repr__(self) -> str:
+        name = "datetime64" if self.kind == "M" else "timedelta64"
+        return f"np.{name}({self.count}, '{self.step if self.step != 1 else ''}{self.unit}')"
+
+
+class NumpyRecord:
+    """One record of a numpy structured array (`numpy.void`): equal only to a record with the same field
+    names and equal fields (numpy refuses to compare a record with a tuple)."""
+
+    __slots__ = ("names", "fields")
+    __hash__ = None  # type: ignore[assignment]  # unhashable, like numpy.void
+
+    def __init__(self, names: tuple[str, ...], fields: tuple) -> None:
+        self.names, self.fields = names, fields
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NumpyRecord):
+            raise TypeError("Cannot compare structured or void to non-void arrays.")
+        return self.names == other.names and self.fields == other.fields
+
+    def __repr__(self) -> str:
+        return f"record{self.fields!r}"
+
+
+def _zone(offset: object) -> datetime.tzinfo | None:
+    """A fixed UTC offset given in microseconds, or None (a naive value)."""
+    if offset is None:
+        return None
+    return datetime.timezone(datetime.timedelta(microseconds=offset))  # type: ignore[arg-type]  # an int
 
 
 def _numpy_scalar(dtype: str, value: Any) -> object:
@@ -512,6 +757,23 @@ def _numpy_scalar(dtype: str, value: Any) -> object:
 
 
 _DTYPE = re.compile(r"[a-z]+[0-9]{0,3}|<U[0-9]{1,6}")
+_CODE_NAMES = {"b1": "bool", "f2": "float16", "f4": "float32", "f8": "float64", "c8": "complex64", "c16": "complex128"}
+_CODE_NAMES.update({f"{k}{n}": f"{'u' if k == 'u' else ''}int{8 * n}" for k in "iu" for n in (1, 2, 4, 8)})
+_TIME_UNITS = frozenset({"Y", "M", *_UNIT_SECONDS})
+
+
+def _unpack(code: str, data: bytes) -> list:
+    """The elements of a numeric array's little-endian bytes (`_STRUCT_CODES`), as Python numbers."""
+    fmt = _STRUCT_CODES[code]
+    size = struct.calcsize(fmt)
+    if len(data) % size:
+        raise ValueError("bytes do not hold whole elements")
+    values = list(struct.unpack(f"<{len(data) // size}{fmt}", data))
+    if code.startswith("c"):
+        return [complex(values[k], values[k + 1]) for k in range(0, len(values), 2)]
+    return values
+
+
 MAX_ARRAY_ITEMS = 10_000_000
 MAX_FRACTION_BITS = 1 << 16  # about 20,000 digits per term: far above any honest answer
 
@@ -608,7 +870,83 @@ def decode_value(data: object, depth: int = 0, numpy: Any = None) -> object:
             flat = _flat(nested, tuple(shape)) if size <= MAX_ARRAY_ITEMS else None
             if flat is None:
                 return Opaque("malformed array")
-            return NumpyArray(dtype, tuple(shape), [_numpy_scalar(dtype, x) for x in flat])
+            return NumpyArray(dtype, tuple(shape), flat)
+        if tag == "ndbytes" and type(v) is list and len(v) == 3 and v[0] in _STRUCT_CODES and type(v[2]) is str:
+            shape = v[1]
+            if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape) or len(shape) > 32:
+                return Opaque("malformed array")
+            items = _unpack(v[0], base64.b64decode(v[2], validate=True))
+            if len(items) != math.prod(shape):
+                return Opaque("malformed array")
+            dtype = _CODE_NAMES[v[0]]
+            if numpy is not None:
+                return numpy.array(items, dtype=dtype).reshape(shape)
+            return NumpyArray(dtype, tuple(shape), items)
+        if tag == "nptime" and type(v) is list and len(v) == 5 and v[0] in ("M", "m") and v[1] in _TIME_UNITS:
+            kind, unit, step, shape, data = v
+            if type(step) is not int or step < 1:
+                return Opaque("malformed date")
+            if shape is None and type(data) is int:
+                scalar = NumpyTime(kind, unit, step, data)
+                if numpy is not None:
+                    name = "datetime64" if kind == "M" else "timedelta64"
+                    return getattr(numpy, name)("NaT" if data == _NAT else data, f"{step}{unit}")
+                return scalar
+            if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape) or type(data) is not str:
+                return Opaque("malformed date array")
+            counts = _unpack("i8", base64.b64decode(data, validate=True))
+            if len(counts) != math.prod(shape):
+                return Opaque("malformed date array")
+            dtype = f"{'datetime64' if kind == 'M' else 'timedelta64'}[{step if step != 1 else ''}{unit}]"
+            if numpy is not None:
+                return numpy.array(counts, dtype="int64").view(dtype).reshape(shape)
+            return NumpyArray(dtype, tuple(shape), [NumpyTime(kind, unit, step, c) for c in counts])
+        if tag == "nprecords" and type(v) is list and len(v) == 3 and type(v[0]) is list:
+            fields = v[0]
+            if not all(type(f) is list and len(f) == 2 and all(type(x) is str for x in f) for f in fields):
+                return Opaque("malformed record")
+            names = tuple(f[0] for f in fields)
+            dtype = "[" + ", ".join(f"({n!r}, {d!r})" for n, d in fields) + "]"
+            nested = decode_value(v[2], depth + 1)
+            if v[1] is None:  # one record
+                return NumpyRecord(names, tuple(nested)) if type(nested) is list else Opaque("malformed record")
+            shape = v[1]
+            if type(shape) is not list or not all(type(x) is int and x >= 0 for x in shape) or len(shape) > 32:
+                return Opaque("malformed array")
+            flat = _flat(nested, tuple(shape), record=True)
+            if flat is None or not all(type(r) is list and len(r) == len(names) for r in flat):
+                return Opaque("malformed array")
+            return NumpyArray(dtype, tuple(shape), [NumpyRecord(names, tuple(r)) for r in flat])
+        if tag in ("odict", "counter", "namespace") and type(v) is list:
+            pairs = decode_value({"__t": "dict", "v": v}, depth, numpy)
+            if not isinstance(pairs, dict):
+                return pairs
+            if tag == "namespace":
+                if not all(type(k) is str for k in pairs):
+                    return Opaque("malformed namespace")
+                return types.SimpleNamespace(**pairs)
+            return collections.OrderedDict(pairs) if tag == "odict" else collections.Counter(pairs)
+        if tag == "deque" and type(v) is list and len(v) == 2 and type(v[1]) is list:
+            maxlen = v[0]
+            if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+                return Opaque("malformed deque")
+            return collections.deque([decode_value(x, depth + 1, numpy) for x in v[1]], maxlen)
+        if tag == "array" and type(v) is list and len(v) == 2 and v[0] in _ARRAY_CODES and type(v[1]) is str:
+            return array.array(v[0], base64.b64decode(v[1], validate=True))
+        if tag in ("date", "datetime", "time", "timedelta") and type(v) is list:
+            if not all(type(x) is int or x is None for x in v):
+                return Opaque("malformed date")
+            if tag == "date" and len(v) == 3:
+                return datetime.date(*v)
+            if tag == "timedelta" and len(v) == 3:
+                return datetime.timedelta(days=v[0], seconds=v[1], microseconds=v[2])
+            if tag == "datetime" and len(v) == 9:
+                year, month, day, hour, minute, second, micro = v[:7]
+                return datetime.datetime(year, month, day, hour, minute, second, micro, tzinfo=_zone(v[7]), fold=v[8])
+            if tag == "time" and len(v) == 6:
+                hour, minute, second, micro = v[:4]
+                return datetime.time(hour, minute, second, micro, tzinfo=_zone(v[4]), fold=v[5])
+            return Opaque("malformed date")
         if tag == "bytes" and type(v) is str:
             return base64.b64decode(v, validate=True)
         if tag == "complex" and type(v) is list and len(v) == 2 and all(type(x) in (int, float) for x in v):

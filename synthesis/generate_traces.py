@@ -34,11 +34,11 @@ from typing import Any
 from clients.openai_compat import TeacherClient, TeacherFatalError, TeacherResponse
 from environments.code_env import Turn
 from sandbox.executor import ExecutionResult, SandboxPool, execute_program, plan_tests
-from utils.dataset_loader import Task
+from utils.dataset_loader import Task, read_tasks
 from utils.disk import DiskFullError, out_of_space
 from utils.jsonl import FileBusyError, JsonlAppender, iter_records
 from utils.prompts import PROGRAM_CLOSE, build_chat_messages, get_unified_prompt
-from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified
+from utils.thinking_extraction import ParsedResponse, extract_thinking_and_code_unified, split_thinking
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,9 @@ class TraceStats:
     passed_tests: int = 0
     api_errors: int = 0
     truncated: int = 0  # finish_reason == "length"
+    # cut after the thinking had closed: the answer ran out of teacher.max_tokens. With teacher.thinking_token_budget
+    # the server closes a long thinking itself, so these are mostly answers whose </think> it forced at the budget
+    cut_after_thinking: int = 0
     skipped_existing: int = 0  # already in the file from an earlier run
     retried: int = 0  # samples that had failed with an API error in an earlier run and were asked again
     kept_old_file: bool = False  # --overwrite without a single good answer: the old file was left as it was
@@ -175,6 +178,8 @@ class TraceStats:
         self.valid_python += bool(record.syntax_ok)
         self.passed_tests += bool(record.passed)
         self.truncated += record.finish_reason == "length"
+        if record.finish_reason == "length" and record.turns is None:  # single mode: one answer, one thinking
+            self.cut_after_thinking += split_thinking(record.response, record.reasoning).think_closed
 
     def table(self) -> str:
         n = max(self.total, 1)
@@ -186,8 +191,14 @@ class TraceStats:
             ("passed tests", self.passed_tests),
             ("API errors", self.api_errors),
             ("truncated (length)", self.truncated),
+            ("cut after </think>", self.cut_after_thinking),
         ]
         lines = count_lines(rows[:1], 20) + count_lines(rows[1:], 20, share_of=n)
+        if self.cut_after_thinking:
+            lines.append(
+                f"{'':20s} answers cut after the thinking closed (with the thinking budget, mostly at the forced "
+                "</think>): no code, dropped; raise teacher.max_tokens if this is more than a few percent"
+            )
         lines.append(f"{'already present:':20s} {self.skipped_existing:7d}  (skipped, from earlier runs)")
         if self.retried:
             lines.append(f"{'retried:':20s} {self.retried:7d}  (had failed with an API error before)")
@@ -412,16 +423,41 @@ def open_trace_file(path: Path, overwrite: bool) -> tuple[JsonlAppender, dict[tu
         raise
 
 
-def load_teacher_examples(path: Path, train_task_ids: set[str], only_passed: bool) -> list[TeacherTrace]:
-    """Teacher traces usable for SFT: the newest record per sample, with code, for training tasks only,
-    passed if asked."""
+def load_teacher_examples(
+    path: Path, train_task_ids: set[str], only_passed: bool, held_out: set[str] | None = None
+) -> list[TeacherTrace]:
+    """Teacher traces usable for SFT: the newest record per sample, with code, passed if asked, of the training
+    tasks; given the evaluation split's task ids (`held_out`), of every task outside it. GRPO's task file may be
+    a subset of the training split (the tasks with reward spread): the teacher's traces of the others are what
+    teacher-SFT is for, and only a held-out task's trace would leak."""
+
+    def usable_task(task_id: str) -> bool:
+        return task_id in train_task_ids or (held_out is not None and task_id not in held_out)
+
     if not path.is_file():
         return []  # whether that is acceptable (teacher-SFT off) is the caller's decision
     return [
         record
         for record in latest_records(path).values()
-        if record.task_id in train_task_ids and record.code and (record.passed or not only_passed)
+        if usable_task(record.task_id) and record.code and (record.passed or not only_passed)
     ]
+
+
+def held_out_task_ids(val_file: Path) -> set[str] | None:
+    """The evaluation split's task ids (phase 1's val file), None when there is no such file."""
+    return {t.task_id for t in read_tasks(val_file)} if val_file.is_file() else None
+
+
+def teacher_data_record(examples: Sequence[TeacherTrace], traces: Path, rollout_task_ids: set[str]) -> dict:
+    """What phase 3's teacher-SFT term trains on (`teacher_data.json` beside its metrics): the traces file, how
+    many usable traces of how many tasks, and how many of those tasks are outside GRPO's task file."""
+    tasks = sorted({e.task_id for e in examples})
+    return {
+        "traces_file": str(traces),
+        "usable_traces": len(examples),
+        "tasks": tasks,
+        "tasks_outside_the_rollout_file": sum(t not in rollout_task_ids for t in tasks),
+    }
 
 
 def disk_full_error(path: Path, written: int, earlier: int) -> DiskFullError:
@@ -509,7 +545,7 @@ async def generate_traces(
             if response.ok:
                 # graded: only what the teacher wrote (tool mode: its own turns, never a <result> block)
                 graded = "\n".join(t.response or "" for t in turns) if mode == "tool" else response.text
-                parsed = extract_thinking_and_code_unified(graded, response.reasoning)
+                parsed = extract_thinking_and_code_unified(graded, response.reasoning, entry_point=task.fn_name)
                 # the sandbox blocks; run it in a thread so other requests keep flowing
                 result = await asyncio.to_thread(
                     execute_program, parsed.code, task, pool=pool, planned=plans[task.task_id]

@@ -1,6 +1,7 @@
 """Run by tests/e2e/test_trainer_ddp.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU): phase 3's
 start-up check that every process sees the output folder the main process writes, first with one folder for both
-processes, then with one folder each (what two machines with node-local disks have). Writes what each process found
+processes, then with one folder each (what two machines with node-local disks have), then with one folder and the
+same or different training files (digests). Writes what each process found
 to <out>/rank<N>.json."""
 
 import json
@@ -22,6 +23,10 @@ def main(out_dir: str) -> None:
     found = {
         "shared": unshared_output_dir(accelerator, root / "shared"),
         "separate": unshared_output_dir(accelerator, root / f"node-{rank}"),
+        "same_data": unshared_output_dir(accelerator, root / "shared", {"training tasks": "a", "teacher traces": "b"}),
+        "other_data": unshared_output_dir(
+            accelerator, root / "shared", lambda: {"training tasks": f"a{rank}", "teacher traces": "b"}
+        ),
         "left_behind": sorted(p.name for p in root.rglob(".tgrpo-*")),
     }
     accelerator.wait_for_everyone()

@@ -131,6 +131,24 @@ class Call:
     params: SamplingParams
 
 
+# vLLM's fused layers in the Llama/Qwen family (`packed_modules_mapping`): its in-place reload processes a layer once
+# every element of it was loaded; one that got only some shards is materialised from `torch.empty_strided` at the end
+# and copied whole into the live weight (vLLM 0.33.0 model_loader/reload/layerwise.py, meta.py).
+FUSED_SHARDS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def partial_fused_groups(names: list[str]) -> list[str]:
+    """The fused layers (as `prefix.qkv_proj.weight`) of which `names` hold some shards but not all."""
+    partial = []
+    for fused, shards in FUSED_SHARDS.items():
+        for suffix in ("weight", "bias"):
+            prefixes = {n[: -len(f"{s}.{suffix}")] for n in names for s in shards if n.endswith(f".{s}.{suffix}")}
+            for prefix in sorted(prefixes):
+                if any(f"{prefix}{s}.{suffix}" not in names for s in shards):
+                    partial.append(f"{prefix}{fused}.{suffix}")
+    return partial
+
+
 class FakeLLM:
     """Set `responder`, `stop_with` (None: our first stop id; an int: e.g. a generation-config EOS;
     "length": run to max_tokens) and `logprob_of` on the class or the instance before generating."""
@@ -261,6 +279,9 @@ class FakeLLM:
             names.append(name)
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+        partial = partial_fused_groups(names)
+        if partial:  # vLLM builds such a layer from uninitialised memory (reload/meta.py) and loads it whole
+            raise AssertionError(f"reload_weights got part of a fused layer: {partial[:3]}")
         self.merged_names = names
         self.merged_digest = digest.hexdigest()[:16]
         self.events.append("reload_weights")

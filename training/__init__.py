@@ -30,6 +30,8 @@ The modules, from the loop down:
 - `sft_sources`: the teacher traces and the self-SFT `SuccessBuffer`.
 - `batching`: rollout samples as padded tensors, chunked completion log-probs, `dropout_disabled`.
 - `curriculum`: the difficulty filter.
+- `sampler_guard`: the run stops, before the optimizer step, on sampler log-probs that are not finite or are far
+  from the trainer's (`grpo.max_logp_abs_diff`).
 - `losses`: the pure math. `schedules`: the learning rate and the SFT weights by step. `rewards`: verdicts to rewards.
 - `checkpointing`, `metric_sinks`, `launch`, `memory_model`, `plot`, `export`, `run_summary`: the run around the loop.
 Imports go one way: `grpo_trainer` → `setup` → `rollout_sources` → `rollout_batches` → `scoring` → … → `losses`.

@@ -56,6 +56,28 @@ def pad_rollout_batch(samples: Sequence[RolloutCompletion], pad_id: int) -> dict
     return batch
 
 
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
+
+
+def autocast_forward(model: Any, dtype: str) -> Any:
+    """Make every forward of `model` run under `torch.autocast` in `dtype` (a key of AUTOCAST_DTYPES) on its
+    device, logits returned in float32: the forward as accelerate's mixed precision wraps it, but per model, so
+    every caller (the update, the no-grad reference and old log-probs in their own thread, hf sampling, the SFT
+    terms) computes the same distribution. The weights keep their dtype. Returns `model`."""
+    forward, cast = model.forward, AUTOCAST_DTYPES[dtype]
+
+    def autocast(*args: Any, **kwargs: Any) -> Any:
+        device = next(model.parameters()).device.type
+        with torch.autocast(device, dtype=cast):
+            out = forward(*args, **kwargs)
+        if getattr(out, "logits", None) is not None:
+            out.logits = out.logits.float()
+        return out
+
+    model.forward = autocast
+    return model
+
+
 def completion_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0) -> torch.Tensor:
     """Per-token log-probs (B, T) of the completion tokens under `model`.
 

@@ -45,6 +45,7 @@ from training.launch import Peers, check_accelerator
 from training.metric_sinks import progress_loss, reduce_over_processes
 from training.passes import PassRunner
 from training.rewards import ScoredSample
+from training.sampler_guard import check_logp_gap, check_sampler_logprobs
 from training.schedules import lr_factor, scheduled_weight
 from training.setup import RunParts
 from training.sft_sources import SuccessBuffer, self_sft_examples
@@ -220,6 +221,7 @@ class GRPOTrainer:
                 "kl": rollout_terms and grpo.kl_coef > 0,
             }
             totals = step_loss_metrics(sums, present, d.grpo_weight, w_teacher, w_self, d.opd_weight, grpo.kl_coef)
+            check_logp_gap(totals, grpo.max_logp_abs_diff, self.state.global_step)  # before stepping on its samples
             if self.training.max_grad_norm > 0:
                 grad_norm = float(
                     self.accelerator.clip_grad_norm_(self.model.parameters(), self.training.max_grad_norm)
@@ -227,6 +229,7 @@ class GRPOTrainer:
             self.optimizer.step()
         elif self.passes.rollout_terms:  # the sampler/trainer gap is still worth knowing
             totals = self.passes.sampler_agreement(plan)
+            check_logp_gap(totals, grpo.max_logp_abs_diff, self.state.global_step)
         # No signal beyond the format bonus (or the KL alone): no optimizer step, so Adam cannot scale the bonus
         # to a full-size update; the schedule still advances with the step count.
         if not step.has_signal:
@@ -257,6 +260,7 @@ class GRPOTrainer:
 
     def train_on_rollouts(self, groups: list[list[ScoredSample]], rollout_metrics: dict) -> list[dict]:
         """mu optimizer steps on one rollout batch; returns one metrics dict per step."""
+        check_sampler_logprobs((s.completion.logprobs for group in groups for s in group), self.state.global_step)
         self_examples = self._self_sft_examples(groups)
         self_batch = collate_sft(self_examples, self.tokenizer.pad_token_id) if self_examples else None
         teacher_logps = None

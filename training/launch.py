@@ -8,7 +8,9 @@
 - Several machines. Every process reads and writes the output folder at the same path (the adapter
   hand-off to vLLM, each rank's checkpoint file in the folder the main process made), so it must be one
   folder shared by every machine; `unshared_output_dir` checks that at start with a token the main
-  process writes and every process reads back.
+  process writes and every process reads back. The training tasks and teacher traces are read per process
+  from `paths.data_dir`, so the same check compares a digest of both across processes: a machine whose files
+  differ (phase 1 or 2 run there separately) would otherwise train on another task list without a word.
 - Sandbox workers. With `sandbox.max_workers=0` each of the N processes on a machine takes
   cpu_count // N workers, not cpu_count each: oversubscribed cores turn correct-but-slow programs
   into timeouts (reward noise).
@@ -16,9 +18,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +74,51 @@ def sandbox_workers(configured: int, processes_per_machine: int, cpu_count: int 
     return max(1, cores // max(1, processes_per_machine))
 
 
-def unshared_output_dir(accelerator: Any, output_dir: str | Path) -> str:
+def data_digests(tasks: Sequence[Any], traces: str | Path | None) -> dict[str, str]:
+    """{what: sha256 prefix} of the training tasks as this process loaded them (each `Task.to_dict`, in order) and of
+    the teacher-trace file's bytes ('missing' when there is none)."""
+    rows = hashlib.sha256()
+    for task in tasks:
+        rows.update(json.dumps(task.to_dict(), sort_keys=True, default=str).encode())
+        rows.update(b"\n")
+    found = {"training tasks": rows.hexdigest()[:16], "teacher traces": "missing"}
+    if traces is not None and Path(traces).is_file():
+        digest = hashlib.sha256()
+        with open(traces, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        found["teacher traces"] = digest.hexdigest()[:16]
+    return found
+
+
+def differing_data(everyone: Sequence[tuple[int, str, dict[str, str]]]) -> str:
+    """'' when every process's (rank, host, `data_digests`) equals the main process's, else one line naming which
+    processes read other files than process 0, and what to do."""
+    _, main_host, main_data = everyone[0]
+    differ = []
+    for rank, host, data in everyone[1:]:
+        other = [what for what in sorted(main_data) if data.get(what) != main_data[what]]
+        if other:
+            differ.append(f"process {rank} on {host} read other {' and '.join(other)}")
+    if not differ:
+        return ""
+    return (
+        f"{'; '.join(differ)} than process 0 on {main_host}: every process must train on the same files; put "
+        "paths.data_dir on the shared file system (--set paths.data_dir=/shared/data) or copy data/ to every "
+        "machine (docs/gpu.md, 'Several machines')"
+    )
+
+
+def unshared_output_dir(
+    accelerator: Any, output_dir: str | Path, data: dict[str, str] | Callable[[], dict[str, str]] | None = None
+) -> str:
     """'' when every process reads, in its own `output_dir`, the token the main process wrote in its own (one
-    folder shared at one path); otherwise the line that says which processes could not, on every process. Called
+    folder shared at one path), and (with `data`: `data_digests`, or a function that computes them) read the same
+    training files; otherwise the line that says which processes could not or did not, on every process. Called
     by every process together (a broadcast, a gather and a barrier); one process: '' without touching the disk."""
     if accelerator.num_processes == 1:
         return ""
+    digests = (data() if callable(data) else data) or {}
     from accelerate.utils import broadcast_object_list, gather_object
 
     path = Path(output_dir).resolve() / SHARED_FOLDER_TOKEN
@@ -90,14 +134,14 @@ def unshared_output_dir(accelerator: Any, output_dir: str | Path) -> str:
         seen = path.read_text(encoding="utf-8") == expected  # a token left by an earlier run does not match
     except OSError:
         seen = False
-    everyone = gather_object([(accelerator.process_index, socket.gethostname(), str(path), seen)])
+    everyone = gather_object([(accelerator.process_index, socket.gethostname(), str(path), seen, digests)])
     if accelerator.is_main_process:  # every process has read it (the gather): gone before anyone returns
         path.unlink(missing_ok=True)
     accelerator.wait_for_everyone()
-    failed = [f"process {rank} on {host} cannot read {where}" for rank, host, where, ok in everyone if not ok]
+    failed = [f"process {rank} on {host} cannot read {where}" for rank, host, where, ok, _ in everyone if not ok]
     if not failed:
-        return ""
-    _, main_host, main_path, _ = everyone[0]
+        return differing_data([(rank, host, found) for rank, host, _, _, found in everyone])
+    _, main_host, main_path, _, _ = everyone[0]
     return (
         f"{'; '.join(failed)}, which process 0 wrote on {main_host} at {main_path}: paths.output_dir must be one "
         "folder shared by every machine at the same path (a network file system mounted alike on each; "

@@ -64,6 +64,12 @@ def metrics_row(metrics: dict) -> dict:
     return {k: (round(v, 6) if math.isfinite(v) else None) if isinstance(v, float) else v for k, v in metrics.items()}
 
 
+def wandb_init_kwargs(config: Config, output_dir: str | Path) -> dict[str, str]:
+    """wandb.init's run name, and its entity when training.tracker_entity names one."""
+    entity = config.training.tracker_entity
+    return {"name": tracker_run_name(config, output_dir), **({"entity": entity} if entity else {})}
+
+
 def tracker_run_name(config: Config, output_dir: str | Path) -> str:
     """training.run_name, or the output folder's name (one folder = one run)."""
     return config.training.run_name or Path(output_dir).resolve().name
@@ -112,14 +118,17 @@ def reduce_over_processes(metrics: dict, accelerator: Any) -> dict:
 class MetricSinks:
     """metrics.jsonl plus the Accelerator's trackers; used on the main process only."""
 
-    def __init__(self, config: Config, output_dir: str | Path, accelerator: Any) -> None:
+    def __init__(self, config: Config, output_dir: str | Path, accelerator: Any, progress: Any = None) -> None:
         self.config, self.output_dir, self.accelerator = config, Path(output_dir), accelerator
         self.metrics_path = self.output_dir / "metrics.jsonl"
         self._trackers: list = []
+        self.progress = progress  # a training.rewards.RewardProgress (reward functions' trainer_state), or None
 
     def open(self, global_step: int) -> None:
         """Trim metrics.jsonl to `global_step` (a fresh run, step 0, starts a new file; a resumed one keeps its
         lines up to its step) and start the trackers."""
+        if self.progress is not None:
+            self.progress.global_step = global_step
         if self.metrics_path.exists():
             kept = (
                 []
@@ -142,11 +151,14 @@ class MetricSinks:
         self.accelerator.init_trackers(
             self.config.training.tracker_project,
             config=flat,
-            init_kwargs={"wandb": {"name": tracker_run_name(self.config, self.output_dir)}},
+            init_kwargs={"wandb": wandb_init_kwargs(self.config, self.output_dir)},
         )
         self._trackers = list(self.accelerator.trackers)
 
     def write(self, metrics: dict) -> None:
+        if self.progress is not None:
+            self.progress.global_step = int(metrics.get("step", self.progress.global_step))
+            self.progress.epoch = float(metrics.get("epoch", self.progress.epoch))
         with self.metrics_path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(metrics_row(metrics), allow_nan=False) + "\n")
         if self._trackers:

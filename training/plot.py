@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from utils.jsonl import read_jsonl
 
@@ -55,13 +56,37 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path | None = None, t
 
     rows = read_jsonl(metrics_path, tolerate_torn_tail=True)  # a run may still be appending to it
     out = Path(out_path) if out_path else Path(metrics_path).with_name("training_curves.png")
+    fig = metrics_figure(rows, training_title(rows, Path(metrics_path), title))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+# Within a panel each series gets its own marker and line style, larger first, so series that coincide (several
+# shares at 0) stay visible as nested markers instead of hiding under the last one drawn.
+SERIES_STYLES = (("o", "-", 7), ("s", "--", 5.5), ("^", ":", 4.5), ("D", "-.", 3.5), ("x", "-", 5), ("v", "--", 3))
+
+
+def metrics_figure(rows: list[dict], suptitle: str) -> Any:
+    """The four panels of `rows` (metrics.jsonl's step rows), x axis in whole optimizer steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
-    fig.suptitle(training_title(rows, Path(metrics_path), title))
+    fig.suptitle(suptitle)
     for ax, (panel, keys) in zip(axes.flat, PANELS, strict=True):
+        drawn = 0
         for key in keys:
             points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
             if points:
-                ax.plot(*zip(*points, strict=True), marker="o", markersize=2, label=key)
+                marker, line, size = SERIES_STYLES[drawn % len(SERIES_STYLES)]
+                ax.plot(*zip(*points, strict=True), marker=marker, linestyle=line, markersize=size, label=key,
+                        markerfacecolor="none" if drawn else None)  # fmt: skip
+                drawn += 1
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_title(panel)
         ax.set_xlabel("optimizer step")
         if ax.get_legend_handles_labels()[0]:  # a panel with nothing logged has no legend (and no warning)
@@ -69,9 +94,7 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path | None = None, t
         else:
             ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes)
         ax.grid(alpha=0.3)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig
 
 
 def evaluation_title(results: dict, results_path: Path, run_name: str | None) -> str:

@@ -16,13 +16,19 @@ counts as a failure (`confirmed_failures`), so breaking the harness is never rew
 - ``format``: 1.0 for the requested shape (closed ``<think>`` then a ```` ```python ```` block),
   0.5 for code in any other shape, 0.0 for no code; added with a small weight.
 
-Your own reward functions (``grpo.reward_funcs``, TRL's signature): ``fn(prompts, completions, **columns)
--> list[float | None]``, one value per completion, named by import path ``package.module:function`` or a
-file ``path/to/file.py:function``, each added with its weight (``grpo.reward_weights``, default 1.0) to
-the built-in total. ``prompts`` are the user prompts and ``completions`` the raw completion texts;
-``columns`` holds one list per key, aligned with them: the task's ``task_id``, ``source``,
-``problem``, ``test_type``, ``tests``, ``difficulty``, ``fn_name``, and what this pipeline already
-computed: the extracted ``code``, the sandbox ``status`` and ``pass_fraction``. As in TRL, ``None``
+Your own reward functions (``grpo.reward_funcs``), called as TRL calls them: ``fn(prompts=, completions=,
+completion_ids=, trainer_state=, **columns) -> list[float | None]``, one value per completion, named by import
+path ``package.module:function`` or a file ``path/to/file.py:function``, each added with its weight
+(``grpo.reward_weights``, default 1.0) to the built-in total. ``prompts`` are the user prompts and
+``completions`` the completion texts: plain strings (TRL's standard form), or, for a function that reads
+``completion[0]["content"]``, TRL's conversational form (``[{"role": "user", "content": prompt}]`` and
+``[{"role": "assistant", "content": text}]``). Which form a function takes is found once, before the model
+loads, by calling it on one probe sample (`probe_reward_form`): strings first, messages when strings fail; a
+function that fails on both is refused there in one line. ``completion_ids`` are the sampled token ids;
+``trainer_state`` has TRL's ``global_step`` (optimizer steps done), ``max_steps`` and ``epoch``
+(`RewardProgress`). ``columns`` holds one list per key, aligned with them: the task's ``task_id``,
+``source``, ``problem``, ``test_type``, ``tests``, ``difficulty``, ``fn_name``, and what this pipeline
+already computed: the extracted ``code``, the sandbox ``status`` and ``pass_fraction``. As in TRL, ``None``
 means "this function does not apply to that sample": it adds nothing (the sample keeps the built-in
 reward); only the built-in correctness can make a sample unscorable. Accept ``**kwargs``: more
 columns may be added.
@@ -30,9 +36,11 @@ columns may be added.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
+import traceback
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +97,24 @@ UserRewardFunction = Callable[..., list[float | None]]  # TRL: fn(prompts, compl
 
 
 class RewardFunctionError(ValueError):
-    """A user reward function that cannot be loaded or returned something unusable; names the function."""
+    """A user reward function that cannot be loaded, raised, or returned something unusable; names the function.
+    `cause`: the function's own exception in one line, when it raised."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass
+class RewardProgress:
+    """What TRL's `trainer_state` gives a reward function, kept current by the metric sinks (each step's row)."""
+
+    global_step: int = 0  # optimizer steps done
+    max_steps: int = -1  # training.max_steps (-1: the run's length comes from the epochs)
+    epoch: float = 0.0
+
+
+REWARD_FORMS = ("standard", "conversational")  # TRL's names: strings, or chat message lists
 
 
 @dataclass(frozen=True)
@@ -97,6 +122,8 @@ class UserReward:
     name: str  # the spec as configured, e.g. "my_rewards:brevity"
     function: UserRewardFunction
     weight: float
+    form: str = "standard"  # one of REWARD_FORMS: how prompts and completions are passed
+    progress: RewardProgress = field(default_factory=RewardProgress)  # passed as trainer_state
 
 
 def load_reward_function(spec: str) -> UserRewardFunction:
@@ -128,18 +155,70 @@ def load_reward_function(spec: str) -> UserRewardFunction:
     return function
 
 
-def load_reward_functions(specs: Sequence[str], weights: Sequence[float] = ()) -> list[UserReward]:
+def load_reward_functions(
+    specs: Sequence[str], weights: Sequence[float] = (), progress: RewardProgress | None = None
+) -> list[UserReward]:
+    """Each function loaded, weighted and probed for its form (`probe_reward_form`); `progress` is the run's
+    trainer_state (one shared object)."""
     if weights and len(weights) != len(specs):
         raise RewardFunctionError(f"grpo.reward_weights has {len(weights)} values for {len(specs)} grpo.reward_funcs.")
-    return [
-        UserReward(spec, load_reward_function(spec), float(weights[i]) if weights else 1.0)
-        for i, spec in enumerate(specs)
-    ]
+    progress = progress if progress is not None else RewardProgress()
+    out = []
+    for i, spec in enumerate(specs):
+        reward = UserReward(spec, load_reward_function(spec), float(weights[i]) if weights else 1.0, progress=progress)
+        out.append(dataclasses.replace(reward, form=probe_reward_form(reward)))
+    return out
 
 
-def reward_columns(tasks: Sequence[Any], parsed: Sequence[ParsedResponse], results: Sequence[Any]) -> dict[str, list]:
-    """The keyword columns a user reward function receives, one entry per completion."""
+PROBE_CODE = "def add(a, b):\n    return a + b"
+PROBE_COLUMNS: dict[str, list] = {
+    "task_id": ["probe/1"],
+    "source": ["probe"],
+    "problem": ["Write a function add(a, b) that returns a + b."],
+    "test_type": ["assert"],
+    "tests": [["assert add(1, 2) == 3"]],
+    "difficulty": ["basic"],
+    "fn_name": ["add"],
+    "code": [PROBE_CODE],
+    "status": ["passed"],
+    "pass_fraction": [1.0],
+    "completion_ids": [[1, 2, 3]],
+}
+
+
+def probe_reward_form(reward: UserReward) -> str:
+    """Call `reward` once on a probe sample (a solved add(a, b)) as TRL would: with string prompts and
+    completions (TRL's standard form), then, if that raises, with chat message lists (its conversational
+    form). Returns the form that worked; raises RewardFunctionError in one line when neither does, so a
+    function that cannot run fails before the model loads, not at the first step."""
+    prompts = ["Write a function add(a, b) that returns a + b."]
+    completions = [f"<think>\nAdd them.\n</think>\n```python\n{PROBE_CODE}\n```"]
+    failures = []
+    for form in REWARD_FORMS:
+        try:
+            _call_user_reward(dataclasses.replace(reward, form=form), prompts, completions, PROBE_COLUMNS)
+            return form
+        except RewardFunctionError as error:
+            failures.append(f"{'strings' if form == 'standard' else 'messages'}: {error.cause or error}")
+    raise RewardFunctionError(
+        f"reward function {reward.name} failed on a probe sample before the model loads ({'; '.join(failures)}). "
+        "It is called as TRL calls it: fn(prompts=, completions=, completion_ids=, trainer_state=, **columns), "
+        "prompts and completions as strings, or as chat message lists when strings fail; columns: "
+        f"{', '.join(k for k in PROBE_COLUMNS if k != 'completion_ids')} (training/rewards.py)."
+    )
+
+
+def reward_columns(
+    tasks: Sequence[Any],
+    parsed: Sequence[ParsedResponse],
+    results: Sequence[Any],
+    completion_ids: Sequence[Sequence[int]] | None = None,
+) -> dict[str, list]:
+    """The keyword columns a user reward function receives, one entry per completion (`completion_ids`: each
+    completion's sampled token ids, TRL's keyword of that name; none given: empty lists)."""
+    ids = [list(c) for c in completion_ids] if completion_ids is not None else [[] for _ in tasks]
     return {
+        "completion_ids": ids,
         "task_id": [t.task_id for t in tasks],
         "source": [t.source for t in tasks],
         "problem": [t.problem for t in tasks],
@@ -156,7 +235,19 @@ def reward_columns(tasks: Sequence[Any], parsed: Sequence[ParsedResponse], resul
 def _call_user_reward(
     reward: UserReward, prompts: Sequence[str], completions: Sequence[str], columns: dict[str, list]
 ) -> list[float | None]:
-    values = reward.function(prompts=list(prompts), completions=list(completions), **columns)
+    if reward.form == "conversational":  # TRL's chat form: one message list per prompt and per completion
+        prompt_arg: list = [[{"role": "user", "content": p}] for p in prompts]
+        completion_arg: list = [[{"role": "assistant", "content": c}] for c in completions]
+    else:
+        prompt_arg, completion_arg = list(prompts), list(completions)
+    try:
+        values = reward.function(
+            prompts=prompt_arg, completions=completion_arg, trainer_state=reward.progress, **columns
+        )
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        cause = f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno})"
+        raise RewardFunctionError(f"reward function {reward.name} raised {cause}", cause=cause) from exc
     if not isinstance(values, (list, tuple)) or len(values) != len(completions):
         got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
         raise RewardFunctionError(

@@ -60,7 +60,10 @@ def _phase2(summary: RunSummary, data_dir: Path) -> None:
     failed = int(stats.get("api_errors", 0))
     answered = asked - failed
     earlier = int(stats.get("skipped_existing", 0))
-    line = f"phase 2: the teacher answered {answered} of {asked} requests"
+    if stats.get("teacher_model") == REFERENCE_TEACHER:  # no server was asked: the tasks' own solutions ran
+        line = f"phase 2: {asked} reference solutions run, {int(stats.get('passed', 0))} passed (no teacher asked)"
+    else:
+        line = f"phase 2: the teacher answered {answered} of {asked} requests"
     if earlier:
         line += f" ({earlier} samples kept from an earlier run)"
     summary.lines.append(line)
@@ -73,6 +76,11 @@ def _phase2(summary: RunSummary, data_dir: Path) -> None:
         if usable == 0:
             summary.warnings.append("no usable teacher traces: phase 3 trained without teacher-SFT data")
 
+
+REFERENCE_TEACHER = "references"  # phase 2's teacher_model when teacher.source=references (synthesis/)
+
+# Below this share of evaluated samples with code, pass@k measures the answer format, not the programs.
+MIN_CODE_SHARE = 0.05
 
 # The parts of a training step, in the order they happen, and the metric each is logged as (seconds).
 STEP_TIME_PARTS = (
@@ -168,6 +176,20 @@ def _phase4(summary: RunSummary, output_dir: Path) -> None:
             if gain is not None:
                 line += f", delta {gain:+.3f}{_interval((results.get('delta_ci95') or {}).get(k))}"
         summary.lines.append(line + (f" ({tasks} tasks)" if tasks is not None else ""))
+    shares = {"adapter": _code_share(results), **({"base": _code_share(base)} if base else {})}
+    known = {name: share for name, share in shares.items() if share is not None}
+    if known and all(share < MIN_CODE_SHARE for share in known.values()):
+        found = ", ".join(f"{name} {share:.0%}" for name, share in known.items())
+        summary.warnings.append(
+            f"phase 4 found code in almost no evaluated sample ({found} of samples had extractable code): its "
+            "pass@k measured the answer format, not the programs (see format and status_counts in "
+            f"{output_dir / 'evaluation_results.json'})"
+        )
+
+
+def _code_share(results: dict[str, Any]) -> float | None:
+    share = (results.get("format") or {}).get("extractable_code")
+    return float(share) if isinstance(share, int | float) else None
 
 
 def summarize_run(data_dir: Path, output_dir: Path, warnings: list[str] | None = None) -> RunSummary:

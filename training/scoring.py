@@ -56,7 +56,7 @@ def score_rollouts(
     graded = [h or task for h, task in zip(hidden, tasks, strict=True)]  # G samples share one Task (one plan)
     flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
     group_of = [k for k, group in enumerate(generations) for _ in group]
-    parsed = [extract_thinking_and_code_unified(s.text) for _, s in flat]
+    parsed = [extract_thinking_and_code_unified(s.text, entry_point=task.fn_name) for task, s in flat]
     jobs = [(p.code, graded[k]) for k, p in zip(group_of, parsed, strict=True)]
     results = execute_many(jobs, pool, include_challenge=include_challenge, stop_at_first_failure=stop_early)
     retry = [i for i, r in enumerate(results) if r.status == "sandbox_error"]
@@ -78,7 +78,7 @@ def score_rollouts(
         user_rewards=user_rewards,
         prompts=[prompts[k] for k in group_of],
         completions=[s.text for _, s in flat],
-        columns=reward_columns([t for t, _ in flat], parsed, results),
+        columns=reward_columns([t for t, _ in flat], parsed, results, [s.token_ids for _, s in flat]),
         confirmed_failures=confirmed,
         shaping=shaping,
         ungraded={i for i, k in enumerate(group_of) if hidden[k] is None},

@@ -25,11 +25,12 @@ from rollouts.groups import Episodes
 from rollouts.protocol import AdapterPublisher, Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
 from training import curriculum, sft_sources, teacher_logprobs
+from training.batching import autocast_forward
 from training.checkpointing import RunFiles
 from training.curriculum import Curriculum
 from training.launch import Peers, local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
-from training.rewards import UserReward, load_reward_functions
+from training.rewards import RewardProgress, UserReward, load_reward_functions
 from training.rollout_batches import BatchMaker
 from training.rollout_sources import AsyncRollouts, RolloutSource, SyncRollouts
 from training.sft_sources import max_scheduled_weight
@@ -90,8 +91,9 @@ def build_run(
     check_teacher_context(config, teacher_scorer, tokenizer, tasks)
     owns_pool = pool is None
     pool = pool if pool is not None else build_pool(config, accelerator)
+    progress = RewardProgress(max_steps=config.training.max_steps)  # reward functions' trainer_state
     episodes = build_episodes(config, pool)
-    user_rewards = build_user_rewards(config)
+    user_rewards = build_user_rewards(config, progress)
     difficulty = build_curriculum(config, tasks)
     maker = build_batch_maker(config, accelerator, rollout, tasks, pool, episodes, user_rewards, difficulty)
     return RunParts(
@@ -107,7 +109,7 @@ def build_run(
         owns_pool=owns_pool,
         teacher_scorer=teacher_scorer,
         episodes=episodes,
-        sinks=build_sinks(config, output_dir, accelerator),
+        sinks=build_sinks(config, output_dir, accelerator, progress),
         user_rewards=user_rewards,
         curriculum=difficulty,
         rollouts=build_rollouts(config, maker),
@@ -138,7 +140,10 @@ def build_student(config: Config, accelerator: Any) -> tuple[Any, Any]:
         config.paths.model_cache_dir,
         device=accelerator.device,
     )
-    return attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules), tokenizer
+    model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
+    if config.training.autocast != "off":
+        autocast_forward(model, config.training.autocast)
+    return model, tokenizer
 
 
 def build_teacher_sft(
@@ -208,14 +213,18 @@ def build_episodes(config: Config, pool: SandboxPool) -> Episodes | None:
     return episodes_for(config, pool)
 
 
-def build_sinks(config: Config, output_dir: Path, accelerator: Any) -> MetricSinks:
-    """metrics.jsonl and the configured trackers (opened when the run starts)."""
-    return MetricSinks(config, output_dir, accelerator)
+def build_sinks(
+    config: Config, output_dir: Path, accelerator: Any, progress: RewardProgress | None = None
+) -> MetricSinks:
+    """metrics.jsonl and the configured trackers (opened when the run starts); each row also moves `progress`
+    (the reward functions' trainer_state) to its step."""
+    return MetricSinks(config, output_dir, accelerator, progress)
 
 
-def build_user_rewards(config: Config) -> list[UserReward]:
-    """grpo.reward_funcs loaded and weighted by grpo.reward_weights."""
-    return load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights)
+def build_user_rewards(config: Config, progress: RewardProgress | None = None) -> list[UserReward]:
+    """grpo.reward_funcs loaded and weighted by grpo.reward_weights; `progress` is what they get as trainer_state
+    (the sinks keep it current)."""
+    return load_reward_functions(config.grpo.reward_funcs, config.grpo.reward_weights, progress)
 
 
 def build_curriculum(config: Config, tasks: list[Task]) -> Curriculum | None:

@@ -16,6 +16,12 @@ so no text is re-encoded. Two sources (`teacher.logprob_source`):
   `build_teacher_scorer` refuses a served teacher unless grpo.temperature is 1: a teacher identical to the
   student would otherwise have a non-zero advantage on every token, paid for the temperature alone.
   `transformers serve` has no prompt log-probs: the CPU stand-in is the local source.
+  Each request re-prefills its whole sequence, the group's shared prompt included, G times per group: vLLM
+  (0.33.0, `SamplingParams.__post_init__`) sets `skip_reading_prefix_cache` on every request that asks for prompt
+  log-probs (cached positions would have no logits to report), and its OpenAI completion request has no field to
+  turn that off; one request per group cannot stand in, since each sample's completion is its own continuation
+  of the prompt. What the served path pays extra is the prompt's G - 1 repeats (APPS prompts: median ~745
+  tokens) on the 32B teacher; the local source reads each group's prompt once (`shared_prompt`).
 - `local`: a model (+ optional LoRA adapter) in this process, one no-grad teacher-forced forward per row
   chunk (`training.batching.chunked_completion_logprobs` at the student's rollout temperature, the one its
   own log-probs are taken at, so a teacher identical to the student has advantage 0; with `shared_prompt`,

@@ -49,8 +49,11 @@ SYSTEM_PROMPT_UNIFIED = (
     "Python code block in markdown."
 )
 
+# The format in words, with no code block of its own: a fenced placeholder (`# your code`) in the prompt is
+# copied after the answer by small students, and a block a student can copy is a block the grader may read.
 FORMAT_EXAMPLE = (
-    f"{THINK_OPEN}\nyour step-by-step reasoning...\n{THINK_CLOSE}\n\n{PYTHON_FENCE}\n# your code\n{CODE_FENCE}"
+    f"first your step-by-step reasoning between {THINK_OPEN} and {THINK_CLOSE}, then the complete solution in one "
+    f"markdown code block that opens with {PYTHON_FENCE} and closes with {CODE_FENCE}, and nothing after it."
 )
 
 _INSTRUCTION = (

@@ -22,17 +22,19 @@ so `utils.prompts` and `utils.dataset_loader` can both use it.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from utils.output_rule import tokens_match
+
 # a line that announces an example's input or output: "Input", "Sample Input 2", "-----Input-----",
 # "Input:", "Example Output:" (what follows a colon on the same line is the block's first line)
 _HEADER = re.compile(
-    r"^\s*[-=*#\s]*(?:(?:sample|example)s?\s*)?(?:test\s*)?(?:case\s*)?(input|output)s?"
+    r"^\s*[-=*#\s]*(?:expected\s*)?(?:(?:sample|example)s?\s*)?(?:test\s*)?(?:case\s*)?(input|output)s?"
     r"(?:\s*(?:sample|example)s?)?\s*(?:#?\s*\d+)?\s*[-=*#]*\s*(?::(.*))?$",
     re.IGNORECASE,
 )
@@ -42,7 +44,6 @@ _SECTION = re.compile(r"^\s*(?:-{3,}|={3,}|#+\s|(?:examples?|notes?|explanation|
 _LITERAL = re.compile(
     r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[A-Za-z_]\w*|[\[\]{}()]'
 )
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _WORDS = {"true": "true", "false": "false", "null": "null", "none": "null"}
 
 
@@ -55,10 +56,23 @@ def _squeeze(text: str) -> str:
     return " ".join(text.split())
 
 
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
+_PRE = re.compile(r"</?(?:pre|code)\b[^>]*>", re.IGNORECASE)
+
+
+def _layout_free_lines(problem: str) -> list[str]:
+    """The statement's lines without the layout around examples: code fences and `<pre>`/`<code>` tags
+    (an example's block is the same text with or without them)."""
+    text = _PRE.sub("\n", problem.replace("\r\n", "\n").replace("\r", "\n"))
+    return [line for line in text.split("\n") if not _FENCE.match(line)]
+
+
 def example_blocks(problem: str) -> list[tuple[str, str]]:
-    """(input block, output text) per example of a statement: the lines after an input header up to
-    the next output header, and the lines after that up to the next header or section."""
-    lines = problem.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """(input block, output text) per example of a statement: the lines after an input header ("Input",
+    "Sample Input 2", "Example input:", "-----Input-----") up to the next output header ("Output",
+    "Expected output:"), and the lines after that up to the next header or section; code fences and
+    `<pre>` tags around them are layout, not text."""
+    lines = _layout_free_lines(problem)
     headers = [(_HEADER.match(line), line) for line in lines]
     out: list[tuple[str, str]] = []
     i = 0
@@ -124,7 +138,8 @@ def _call_examples(problem: str, fn_name: str | None) -> list[tuple[list[str], l
     """(argument tokens, output tokens) of each call example of a statement."""
     examples = [(_literal_tokens(block), _literal_tokens(output)) for block, output in example_blocks(problem)]
     if fn_name:
-        for line in problem.split("\n"):
+        lines = _layout_free_lines(problem)
+        for number, line in enumerate(lines):
             start = line.find(fn_name + "(")
             if start < 0:
                 continue
@@ -133,32 +148,44 @@ def _call_examples(problem: str, fn_name: str | None) -> list[tuple[list[str], l
                 depth += {"(": 1, ")": -1}.get(line[k], 0)
                 if depth == 0:
                     break
-            examples.append((_literal_tokens(line[start + len(fn_name) + 1 : k]), _literal_tokens(line[k + 1 :])))
+            result = _literal_tokens(line[k + 1 :])
+            if not result:  # Codewars' layout: the call on its line, its result on the next non-empty one
+                after = [x for x in lines[number + 1 :] if x.strip()]
+                if after and fn_name + "(" not in after[0]:
+                    result = _literal_tokens(after[0])
+            examples.append((_literal_tokens(line[start + len(fn_name) + 1 : k]), result))
     return examples
+
+
+def _assert_key(source: str) -> str:
+    """An assert by its structure: the same key however it is spaced or parenthesized, with or without a
+    message, with the sides of `==` or `!=` in either order; the text itself when it does not parse."""
+    try:
+        tree = ast.parse(source.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _squeeze(source)
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return ast.dump(tree)
+    test = tree.body[0].test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+        sides = sorted((ast.dump(test.left), ast.dump(test.comparators[0])))
+        return f"{type(test.ops[0]).__name__}:{sides[0]}:{sides[1]}"
+    return ast.dump(test)
 
 
 def _test_key(test: Any, test_type: str) -> Any:
     """A test's normalized form: equal keys are the same test."""
     if test_type == "assert":
-        return _squeeze(test) if isinstance(test, str) else repr(test)
+        return _assert_key(test) if isinstance(test, str) else repr(test)
     if test_type == "stdin":
         return (tuple(str(test["input"]).split()), tuple(str(test["output"]).split()))
     return (tuple(_args_tokens(test["input"])), tuple(_value_tokens(test["output"])))
 
 
-def _same_token(a: str, b: str) -> bool:
-    """Equal, or two decimal numbers the stdout rule of the judge counts as equal (rel 1e-5, abs 1e-8):
-    an example printed as `1.000000000` shows the test whose output is `1.0000000000000002`."""
-    if a == b:
-        return True
-    if not (_DECIMAL.fullmatch(a) and _DECIMAL.fullmatch(b)) or "." not in a + b:
-        return False
-    x, y = float(a), float(b)
-    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-8)
-
-
 def _same_tokens(got: list[str], want: list[str]) -> bool:
-    return len(got) == len(want) and all(_same_token(a, b) for a, b in zip(got, want, strict=True))
+    """A printed example's output tokens against a test's expected ones, by the judge's own rule
+    (`utils.output_rule`): an example printed as `0.000000` shows the test whose output is `0.0000001234`."""
+    return tokens_match(got, want)
 
 
 def _starts_with(tokens: list[str], prefix: list[str]) -> bool:
@@ -170,10 +197,7 @@ def _printed(task: Any, test: Any, num_visible_tests: int, examples: list) -> bo
         return False  # decided by position in `shown_test_indices`: the prompt prints those asserts
     if task.test_type == "stdin":
         want_in, want_out = str(test["input"]).split(), str(test["output"]).split()
-        return any(
-            _same_tokens(block.split(), want_in) and _starts_with(output.split(), want_out)
-            for block, output in examples
-        )
+        return any(block.split() == want_in and _starts_with(output.split(), want_out) for block, output in examples)
     args = _args_tokens(test["input"])
     result = test["output"]
     outputs = [_value_tokens(result)]
@@ -233,3 +257,32 @@ def no_hidden_test_ids(tasks: Sequence[Any], num_visible_tests: int) -> list[str
     """Tasks whose prompt shows every test: no correctness signal in training,
     and a pass@k on them is no evidence of solving (phases 1 and 4 list them)."""
     return [t.task_id for t in tasks if len(shown_test_indices(t, num_visible_tests)) == len(t.tests)]
+
+
+def substring_only_counts(tasks: Sequence[Any], num_visible_tests: int) -> dict[str, dict[str, int]]:
+    """Per source: the tests, those the example rule shows, and those a looser rule would also take for
+    shown — the statement holds each of their texts (a stdin test's input and output, a call test's argument
+    and result literals, as substrings) — but the example rule does not: the examples written in a form
+    the rule does not read (prose, tables), the gap to look at. Assert tests have no such gap (the prompt
+    prints them)."""
+    out: dict[str, dict[str, int]] = {}
+    for task in tasks:
+        shown = shown_test_indices(task, num_visible_tests)
+        row = out.setdefault(task.source, {"tests": 0, "example_rule": 0, "substring_only": 0})
+        row["tests"] += len(task.tests)
+        row["example_rule"] += len(shown)
+        if task.test_type == "assert":
+            continue
+        text = " " + _squeeze(" ".join(_layout_free_lines(task.problem))) + " "
+        literals = " " + " ".join(_literal_tokens(task.problem)) + " "
+        for i, test in enumerate(task.tests):
+            if i in shown:
+                continue
+            if task.test_type == "stdin":
+                parts = [_squeeze(str(test["input"])), _squeeze(str(test["output"]))]
+                found = all(part and part in text for part in parts)
+            else:
+                parts = [" ".join(_args_tokens(test["input"])), " ".join(_value_tokens(test["output"]))]
+                found = all(part and part in literals for part in parts)
+            row["substring_only"] += found
+    return out

@@ -18,20 +18,25 @@ Rules, decided once (tests/unit/utils/test_thinking_extraction.py covers each):
 - An unclosed ``<think>`` (the model was cut off while thinking) yields **no answer and no
   code**: whatever code it drafted while thinking is not graded. A ``<think>`` that reopens after
   the last ``</think>`` ends the answer at that point.
-- Code is chosen from the answer only, by `utils.code_parser.select_code` (last python block,
-  else last untagged block, else the answer itself if it is a program). Nothing here compiles it:
+- Code is chosen from the answer only, by `utils.code_parser.select_code`: a block holding a program
+  (a copied `# your code` placeholder is none); for a task with an entry point (`entry_point=`, the task's
+  `fn_name`) the last block that defines it, with the definitions it uses from the other blocks; else the
+  last python block, else the last untagged block, else the answer itself if it is a program. Rewards and
+  strict verdicts pass the same entry point, so they grade the same program. Nothing here compiles it:
   whether it compiles is the sandbox's verdict (`ExecutionResult.compiles`).
 
 `lenient_code` is the one exception, for reporting only (phase 4's lenient pass@k, never a reward): the
 code of a response whose thinking never closed, chosen by the same rule from the unclosed thinking. It
 tells a format failure (a program written, its block left open) from a failure to write one.
+`sanitized_code` is the other reporting-only grade (phase 4's sanitized pass@k): the answer's program the way
+EvalPlus sanitizes it (`utils.code_parser.sanitize_program`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from utils.code_parser import normalize_newlines, select_code
+from utils.code_parser import normalize_newlines, sanitize_program, select_code
 from utils.prompts import THINK_CLOSE, THINK_OPEN
 
 
@@ -98,10 +103,12 @@ def split_thinking(response: str | None, reasoning: str | None = None) -> Thinki
     )
 
 
-def extract_thinking_and_code_unified(response: str | None, reasoning: str | None = None) -> ParsedResponse:
-    """Parse one model response (see the module docstring for the rules)."""
+def extract_thinking_and_code_unified(
+    response: str | None, reasoning: str | None = None, entry_point: str | None = None
+) -> ParsedResponse:
+    """Parse one model response (see the module docstring for the rules); `entry_point` is the task's `fn_name`."""
     split = split_thinking(response, reasoning)
-    code, code_source, num_blocks = select_code(split.answer) if split.answer else (None, None, 0)
+    code, code_source, num_blocks = select_code(split.answer, entry_point) if split.answer else (None, None, 0)
     return ParsedResponse(
         **vars(split),
         code=code,
@@ -112,18 +119,27 @@ def extract_thinking_and_code_unified(response: str | None, reasoning: str | Non
     )
 
 
-def lenient_code(response: str | None, reasoning: str | None = None) -> str | None:
+def lenient_code(response: str | None, reasoning: str | None = None, entry_point: str | None = None) -> str | None:
     """The strict parser's code; for a response with no code whose thinking never closed, the program found
     inside that unclosed thinking (same selection rule); None when there is neither."""
-    parsed = extract_thinking_and_code_unified(response, reasoning)
+    parsed = extract_thinking_and_code_unified(response, reasoning, entry_point)
     if parsed.code is not None or parsed.think_closed or not parsed.thinking:
         return parsed.code
-    return select_code(parsed.thinking)[0]
+    return select_code(parsed.thinking, entry_point)[0]
 
 
-def extract_function_from_code(response: str | None, reasoning: str | None = None) -> str | None:
+def sanitized_code(response: str | None, reasoning: str | None = None, entry_point: str | None = None) -> str | None:
+    """The answer's program graded EvalPlus-style (`utils.code_parser.sanitize_program`): the entry point and the
+    definitions it reaches from every block, top-level calls, asserts and prints dropped; None without an answer."""
+    answer = split_thinking(response, reasoning).answer
+    return sanitize_program(answer, entry_point) if answer else None
+
+
+def extract_function_from_code(
+    response: str | None, reasoning: str | None = None, entry_point: str | None = None
+) -> str | None:
     """Clean code from a full response: thinking and fences removed (the unified extraction).
 
     Returns None when the response has no code outside its thinking.
     """
-    return extract_thinking_and_code_unified(response, reasoning).code
+    return extract_thinking_and_code_unified(response, reasoning, entry_point).code

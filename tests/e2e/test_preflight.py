@@ -214,3 +214,40 @@ def test_ctrl_c_during_the_teacher_check_is_one_line_and_exit_130(tmp_path, monk
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == ["interrupted: the teacher check stopped; nothing was changed, rerun to check again."], err
+
+
+def test_quiet_preflight_prints_one_timed_line_per_check_section_as_it_finishes(tmp_path, capsys):
+    log = tmp_path / "preflight.log"
+    args = ["--preset", "cpu", "--skip_model", "--teacher", "skip", "--quiet", str(log)]
+    assert test_all.cli(args) == 0
+    out = capsys.readouterr().out
+    sections = [line for line in log.read_text().splitlines() if line.startswith("== ")]
+    finished = [line for line in out.splitlines() if line.startswith("✓ ") and line.rstrip().endswith(" s)")]
+    assert len(finished) == len(sections) >= 4, out
+    assert any(line.startswith("✓ Unified prompt: ") and " passed (" in line for line in finished), out
+    assert out.index(finished[-1]) < out.index("Preflight summary:")
+
+
+def test_preflight_log_starts_with_the_checks_not_every_config_key(tmp_path):
+    log = tmp_path / "preflight.log"
+    assert test_all.cli(["--preset", "cpu", "--skip_model", "--teacher", "skip", "--quiet", str(log)]) == 0
+    lines = log.read_text().splitlines()
+    first_check = next(i for i, line in enumerate(lines) if line.startswith(("✓ PASS", "⚠ WARN", "✗ FAIL")))
+    assert first_check < 10, lines[:12]
+    assert sum(" = " in line for line in lines[:first_check]) == 0  # no `key = value` dump before the checks
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_the_no_thinking_hint_fits_the_config_it_checks(capsys, thinking):
+    from tests.fake_openai_server import FakeTeacher, RunningServer
+
+    config = build_config("cpu", overrides=[f"teacher.enable_thinking={str(thinking).lower()}", "teacher.model_name=t"])
+    report = test_all.Report()
+    with RunningServer(FakeTeacher(model="t", shape="no_thinking")) as server:
+        test_all.check_teacher_endpoint(report, config, server.url)
+    out = capsys.readouterr().out
+    [hint] = [line for line in out.splitlines() if "hint:" in line and "think" in line]
+    if thinking:
+        assert "already true" in hint and "set teacher.enable_thinking=true" not in hint
+    else:
+        assert "set teacher.enable_thinking=true" in hint

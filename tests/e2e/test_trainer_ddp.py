@@ -90,6 +90,13 @@ def test_processes_with_different_output_folders_are_named_before_any_model_load
         assert "process 0" not in line.split(", which")[0]  # the main process reads its own token
         assert "shared by every machine at the same path" in line
     assert found[0]["separate"] == found[1]["separate"]
+    for rank in found:  # node-local data: the same digests pass, different training tasks are named in one line
+        assert rank["same_data"] == ""
+        assert (
+            rank["other_data"].startswith("process 1 on ")
+            and "read other training tasks than process 0" in (rank["other_data"])
+        )
+        assert "paths.data_dir" in rank["other_data"] and "teacher traces" not in rank["other_data"]
 
 
 def test_the_process_group_waits_as_long_as_the_config_says(tmp_path):

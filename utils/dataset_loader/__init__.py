@@ -64,6 +64,7 @@ from utils.dataset_loader.splits import (
     EMBEDDED_APPS,
     EMBEDDED_DIR,
     EMBEDDED_MBPP,
+    dataset_name_note,
     seeded_sample,
     split_tasks,
     task_sort_key,
@@ -81,6 +82,7 @@ from utils.dataset_loader.task import (
 from utils.jsonl import DataFormatError
 
 __all__ = [
+    "dataset_name_note",
     "APPS_DIFFICULTIES",
     "APPS_HUB_ID",
     "DataFormatError",

@@ -51,8 +51,8 @@ def humaneval_tests(test_source: str, entry_point: str, where: str) -> tuple[str
     entry point and the debugging messages dropped (constant asserts such as `assert True` and
     statements without effect are not tests and are dropped too). A check() that also loops, assigns or
     imports (6 of the 164) becomes one test: the whole function, renamed and returning True, then
-    `assert`ed on the entry point; such a test runs inside the sandbox child as a unit (`plan_assert`
-    falls back to running it whole).
+    `assert`ed on the entry point; the sandbox judges it program-free, calling the program only for its
+    results (`sandbox.judge.plan_check`: recorded on the reference solution, replayed on the program's).
     """
     try:
         module = ast.parse(test_source)

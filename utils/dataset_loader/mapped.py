@@ -46,6 +46,29 @@ def parse_field_map(pairs: Iterable[str]) -> dict[str, str]:
     return mapping
 
 
+def apps_io_tests(value: Any, where: str) -> tuple[list, str | None] | None:
+    """APPS's `input_output` form ({"inputs": [...], "outputs": [...], "fn_name"?}, as an object or its JSON
+    string) -> (tests as {input, output} records, fn_name or None); None when `value` is not that form. Without
+    fn_name the tests are stdin tests (a list of lines is joined, as phase 1 does for APPS itself)."""
+    from utils.dataset_loader.apps import _join_lines
+
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise DataFormatError(f"{where}: tests looks like a JSON object but does not parse.") from None
+    if not isinstance(value, dict) or not {"inputs", "outputs"} <= set(value):
+        return None
+    inputs, outputs, fn_name = value["inputs"], value["outputs"], value.get("fn_name") or None
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        raise DataFormatError(
+            f"{where}: tests is APPS's input_output form, but its inputs and outputs are not lists of one length."
+        )
+    if fn_name:
+        return [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)], fn_name
+    return [{"input": _join_lines(i), "output": _join_lines(o)} for i, o in zip(inputs, outputs, strict=True)], None
+
+
 def _as_list(value: Any, name: str, where: str) -> list:
     if isinstance(value, str) and name in ("tests", "test_imports", "reference_solutions"):
         text = value.strip()
@@ -59,7 +82,11 @@ def _as_list(value: Any, name: str, where: str) -> list:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)):
-        raise DataFormatError(f"{where}: {name} must be a list (or a JSON string of one), got {type(value).__name__}.")
+        shape = "a JSON string that is not a list" if isinstance(value, str) else type(value).__name__
+        raise DataFormatError(
+            f"{where}: {name} must be a list (or a JSON string of one), or for tests APPS's input_output object "
+            f'({{"inputs": [...], "outputs": [...]}}); got {shape}.'
+        )
     return list(value)
 
 
@@ -88,6 +115,14 @@ def mapped_row_to_task(
                 f"--field_map {needed}=COLUMN (the row has: {', '.join(sorted(row))})."
             )
     ident = values.pop("task_id", row_number)
+    io_tests = apps_io_tests(values["tests"], where)
+    if io_tests is not None:  # APPS's input_output: stdin tests, or call tests when it names the function
+        values["tests"], io_fn = io_tests
+        if io_fn:
+            values.setdefault("fn_name", io_fn)
+            values["test_type"] = "call"
+        elif "test_type" not in values:
+            values["test_type"] = "stdin"
     for name in ("tests", "test_imports", "reference_solutions"):
         if name in values:
             values[name] = tuple(_as_list(values[name], name, where))
@@ -103,6 +138,22 @@ def mapped_row_to_task(
     )
 
 
+def is_saved_dataset(folder: Path) -> bool:
+    """A folder written by `Dataset.save_to_disk` (state.json) or `DatasetDict.save_to_disk` (dataset_dict.json)."""
+    return folder.is_dir() and ((folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file())
+
+
+def _saved_split(folder: Path, split: str) -> Any:
+    from datasets import DatasetDict, load_from_disk  # lazy: only this path needs it
+
+    saved = load_from_disk(str(folder))
+    if isinstance(saved, DatasetDict):
+        if split not in saved:
+            raise DataFormatError(f"{folder}: no split {split!r}; it has {', '.join(saved)} (--dataset_split).")
+        return saved[split]
+    return saved  # one Dataset: it is the split
+
+
 def load_mapped_dataset(
     name: str, config_name: str = "", split: str = "train", field_map: Iterable[str] = (), test_type: str = "assert"
 ) -> tuple[list[Task], LoadReport]:
@@ -111,8 +162,11 @@ def load_mapped_dataset(
 
     mapping = parse_field_map(field_map)
     source = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name.rstrip("/")).name).strip("-") or "dataset"
+    local = Path(name).exists()
     try:
-        if Path(name).is_file():  # a single local file: the packaged builder for its type
+        if is_saved_dataset(Path(name)):  # written by Dataset(Dict).save_to_disk: load_dataset refuses those
+            rows = _saved_split(Path(name), split)
+        elif Path(name).is_file():  # a single local file: the packaged builder for its type
             builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(Path(name).suffix)
             if builder is None:
                 raise DataFormatError(f"{name}: unsupported file type; use .jsonl, .json, .parquet or .csv.")
@@ -122,10 +176,17 @@ def load_mapped_dataset(
     except DataFormatError:
         raise
     except Exception as exc:  # noqa: BLE001 - hub unreachable, unknown name, bad split: many unrelated types
+        if local:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise DataFormatError(
+                f"could not read the local {'folder' if Path(name).is_dir() else 'file'} {name} as a dataset "
+                f"(split {split}; {type(exc).__name__}: {first}). It takes .jsonl, .json, .parquet or .csv files (a "
+                "folder of them), or a folder written by save_to_disk."
+            ) from None
         raise hub_error(
             f"dataset {name!r} (config {config_name or 'default'}, split {split})",
             exc,
-            "a local folder or file as --dataset_name",
+            "--dataset_name (a local folder or file)",
         ) from None
     report = LoadReport(source, f"{name} [{split}]", rows=len(rows))
     tasks: dict[str, Task] = {}

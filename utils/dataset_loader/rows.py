@@ -98,8 +98,7 @@ def hub_error(what: str, exc: Exception, local_flag: str) -> DataFormatError:
     first = (str(exc).strip().splitlines() or [""])[0][:200]
     return DataFormatError(
         f"could not load {what} from the Hugging Face hub ({type(exc).__name__}: {first}).{offline} "
-        f"Check the network, pass a local file with {local_flag}, or use --offline for the "
-        "embedded fixtures."
+        f"Check the network, pass a local copy with {local_flag}, or use --offline for the embedded fixtures."
     )
 
 

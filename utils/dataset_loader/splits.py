@@ -55,3 +55,37 @@ def split_tasks(tasks: list[Task], val_ratio: float, seed: int) -> tuple[list[Ta
         val += group[: quota[difficulty]]
         train += group[quota[difficulty] :]
     return sorted(train, key=task_sort_key), sorted(val, key=task_sort_key)
+
+
+PHASE1_CONFIG = "phase1_config.json"  # the config phase 1 saves beside the task files it writes
+
+
+def dataset_name_note(dataset_name: str, task_file: Path) -> tuple[str, bool]:
+    """What a later phase says when the config names a dataset (data.dataset_name, a TRL / open-r1 habit: there
+    the dataset is the training set): phase 1 reads that key, every later phase reads task files. Returns
+    (message, refuse): refuse when phase 1's saved config beside `task_file` shows the file was made from
+    another source; a note when nothing beside it says; ("", False) when the file was made from that dataset."""
+    import json
+
+    if not dataset_name:
+        return "", False
+    saved = task_file.parent / PHASE1_CONFIG
+    try:
+        made_from = json.loads(saved.read_text(encoding="utf-8")).get("data", {}).get("dataset_name")
+    except (OSError, ValueError, AttributeError):
+        made_from = None
+    if made_from == dataset_name:
+        return "", False
+    if made_from is None:
+        return (
+            f"note: data.dataset_name {dataset_name!r} is read by phase 1 only; this phase reads {task_file} "
+            "(nothing beside it says what it was made from).",
+            False,
+        )
+    origin = f"dataset {made_from!r}" if made_from else "MBPP/APPS"
+    return (
+        f"data.dataset_name is {dataset_name!r}, but {task_file} was made by phase 1 from {origin} ({saved}); "
+        "phases 2-4 read task files, not datasets. Run phase1_prepare_data.py with the same --config (or "
+        f"--dataset_name {dataset_name}) first, or leave dataset_name out.",
+        True,
+    )

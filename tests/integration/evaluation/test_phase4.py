@@ -39,6 +39,7 @@ RESULT_KEYS = {
     "samples",
     "pass_at_k_ci95",
     "pass_at_k_lenient",
+    "pass_at_k_sanitized",
     "delta_ci95",
     "multi_turn",
     "untrusted_tasks",
@@ -109,6 +110,42 @@ def test_the_lenient_verdict_grades_code_left_inside_an_unclosed_think(tmp_path,
     summary = summarize(rows, [1])
     assert summary["pass_at_k"]["1"] == pytest.approx(0.25) and summary["pass_at_k_lenient"]["1"] == pytest.approx(0.5)
     assert summary["format"]["no_code"] == pytest.approx(0.5)  # the two unclosed thinks
+
+
+def test_the_sanitized_verdict_grades_the_definitions_the_strict_one_misses(tmp_path, pool):
+    tasks = small_tasks(2)
+    good = tasks[0].reference_solutions[0]
+    texts = {
+        # the function whose name the task gives is in a block of its own; the helper it calls is in another
+        # (strict grades the defining block with that helper, so both pass)
+        tasks[0].task_id: [
+            f"```python\n{good}\n```\nExample:\n```python\nprint({tasks[0].fn_name}(1, 2))\n```",
+            # a definition, then an example call the budget cut: strict is a syntax error, sanitized passes
+            f"```python\n{good}\n\nprint({tasks[0].fn_name}(1, [",
+        ],
+        # an answer that defines no entry point fails both ways
+        tasks[1].task_id: [f"```python\n{WRONG_CODE}\n```", "```python\nprint(1)\n```"],
+    }
+
+    def generate(prompts, n, _tasks):
+        out = []
+        for prompt in prompts:
+            task = next(t for t in tasks if t.problem.strip() in prompt)
+            out.append([RolloutCompletion(x, (0,) * 5, (), "length") for x in texts[task.task_id][:n]])
+        return out
+
+    cache = generate_cached(tasks, generate, 2, cache_path=tmp_path / "c.jsonl", progress=False)
+    rows = execute_samples(tasks, cache, 2, pool)
+    assert [(r.passed, r.sanitized_passed) for r in rows] == [
+        (True, True),
+        (False, True),
+        (False, False),
+        (False, False),
+    ]
+    summary = summarize(rows, [1])
+    assert summary["pass_at_k"]["1"] == pytest.approx(0.25)
+    assert summary["pass_at_k_sanitized"]["1"] == pytest.approx(0.5)
+    assert summary["format"]["truncated"] == 1.0  # every answer here ended at the token budget
 
 
 def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
@@ -481,3 +518,26 @@ def test_solve_samples_with_the_presets_fast_sampler_and_says_what_it_loads(monk
     assert backends == ["kv"]  # the cpu preset's sampler, not transformers generate
     out = capsys.readouterr().out
     assert "loading embedded:tiny-random (no adapter: the base model); sampling with the kv sampler" in out
+
+
+def test_solve_says_it_is_generating_while_it_generates(capsys, monkeypatch):
+    import time
+
+    from evaluation import solve
+    from rollouts import groups
+
+    real = groups.sample_groups
+
+    def slow(*args, **kwargs):  # a machine where generating takes a while
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(groups, "sample_groups", slow)
+    monkeypatch.setattr(solve, "HEARTBEAT_S", 0.1)
+    argv = ["Write add(a, b).", "--assert", "assert add(1, 2) == 3", "--model_path", "embedded:tiny-random"]
+    assert solve.cli([*argv, "--preset", "cpu", "--max_new_tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    first_answer = out.index("===== answer 1/1")
+    assert 0 <= out.index("generating 1 answer, up to 8 tokens each...") < first_answer
+    assert 0 <= out.index("... still generating (") < first_answer
+    assert 0 <= out.index("judging 1 answer in the sandbox") < first_answer

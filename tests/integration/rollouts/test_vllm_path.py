@@ -440,6 +440,47 @@ def test_vllm_samples_are_reweighted_by_the_trainer_to_sampler_ratio(tmp_path):
     assert "rollout/logp_abs_diff" not in logged[0]  # hf samples carry no sampler log-probs
 
 
+@pytest.mark.parametrize("broken", ["nan", "far"])
+def test_the_trainer_stops_before_the_update_on_a_sampler_that_does_not_sample_the_policy(tmp_path, broken):
+    """Sampler log-probs that are NaN (a vLLM engine with uninitialised weights) or far from the trainer's (garbage
+    weights: 3 nats per token here, > grpo.max_logp_abs_diff) stop the step with one line before the optimizer
+    steps: the adapter stays as it was (finite), never trained on those samples."""
+    from tests.trainer_helpers import ScriptedRollout
+    from training.batching import completion_logprobs, pad_rollout_batch
+    from training.grpo_trainer import GRPOTrainer
+    from training.sampler_guard import SamplerMismatchError
+    from training.setup import build_run
+
+    overrides = {"grpo.kl_coef": 0.0, "dual_source.teacher_sft_weight": 0.0, "grpo.max_logp_abs_diff": 1.0}
+    config = tiny_config(tmp_path, **overrides)  # the preset's bound (tiny_config turns it off for the fakes)
+    model, tokenizer = tiny_policy(config)
+    tasks = small_tasks(4)
+    torch.manual_seed(3)
+    rollout = ScriptedRollout(tokenizer, {t.problem: t for t in tasks})
+    parts = build_run(
+        config, tasks=tasks, teacher_examples=[], output_dir=tmp_path, model=model, tokenizer=tokenizer, rollout=rollout
+    )
+    trainer = GRPOTrainer(parts)
+    plain, rollout_metrics = trainer.collect_rollouts()
+
+    def with_sampler_logprobs(sample, index):
+        with torch.no_grad():
+            batch = pad_rollout_batch([sample.completion], tokenizer.pad_token_id)
+            logp = completion_logprobs(model, batch, config.grpo.temperature)[0].tolist()
+        if broken == "nan":
+            logp[0] = float("nan") if index == 0 else logp[0]
+        else:
+            logp = [value - 3.0 for value in logp]
+        return dataclasses.replace(sample, completion=dataclasses.replace(sample.completion, logprobs=tuple(logp)))
+
+    groups = [[with_sampler_logprobs(s, i + 10 * k) for i, s in enumerate(g)] for k, g in enumerate(plain)]
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    with pytest.raises(SamplerMismatchError, match="non-finite" if broken == "nan" else "max_logp_abs_diff"):
+        trainer.train_on_rollouts(groups, dict(rollout_metrics))
+    after = dict(model.named_parameters())
+    assert all(torch.equal(after[n], value) for n, value in before.items())  # no optimizer step on those samples
+
+
 def test_vllm_rollouts_return_the_samplers_log_probs(tmp_path, vllm):
     config = vllm_config(tmp_path)
     model, tokenizer = tiny_policy(config)
@@ -554,14 +595,70 @@ def test_merged_weights_are_the_adapter_merged_in_and_leave_the_policy_as_it_was
         assert not torch.allclose(weight, before["base_model.model." + name.replace(".weight", ".base_layer.weight")])
 
 
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("gate_proj",)])
+def test_merged_weights_complete_every_fused_layer_a_partial_lora_touches(tmp_path, targets):
+    """A LoRA on part of a fused layer (peft's default for Qwen3 is q_proj,v_proj): vLLM fuses q/k/v and gate/up
+    and rebuilds a fused layer that received only some shards from uninitialised memory, so the merged sync sends
+    every sibling of an adapted projection, unadapted ones with their base weights exactly."""
+    from rollouts.vllm_colocated import merged_lora_weights
+    from tests.fake_vllm import partial_fused_groups
+
+    config = tiny_config(tmp_path, **{"lora.target_modules": ",".join(targets)})
+    model, _ = tiny_policy(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.05)
+    merged = list(merged_lora_weights(model))
+    names = [name for name, _ in merged]
+    assert not partial_fused_groups(names), partial_fused_groups(names)
+    layers = {n.split(".")[2] for n in names}
+    assert len(layers) == model.config.num_hidden_layers  # every decoder layer
+    sibling = "k_proj" if "q_proj" in targets else "up_proj"
+    params = dict(model.named_parameters())
+    for name, weight in merged:
+        adapted = any(f".{target}." in name for target in targets)
+        own = name.replace(".weight", ".base_layer.weight") if adapted else name
+        assert torch.equal(weight, params["base_model.model." + own]) is not adapted, name  # only adapted ones moved
+    assert any(f".{sibling}." in n for n in names)
+
+
+def test_the_fake_engine_refuses_part_of_a_fused_layer_as_vllm_would_fill_the_rest_with_garbage():
+    from tests.fake_vllm import partial_fused_groups
+
+    full = [f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"]
+    assert partial_fused_groups(full) == []
+    assert partial_fused_groups([full[0], full[2]]) == ["model.layers.0.self_attn.qkv_proj.weight"]
+    assert partial_fused_groups(["model.layers.3.mlp.gate_proj.weight"]) == ["model.layers.3.mlp.gate_up_proj.weight"]
+
+
+def test_the_help_says_where_each_sync_runs_its_engine_and_whether_it_has_lora(tmp_path, vllm):
+    """grpo.vllm_weight_sync's and grpo.rollout_backend's help against the engines phase 3 builds with one process:
+    merged, in this process without LoRA; adapter, in vLLM's own process with LoRA."""
+    from config import GRPOConfig
+
+    fields = {f.name: f.metadata["help"] for f in dataclasses.fields(GRPOConfig)}
+    sync_help, backend_help = fields["vllm_weight_sync"], fields["rollout_backend"]
+    for sync in ("merged", "adapter"):
+        config = tiny_config(tmp_path / sync, **{"grpo.rollout_backend": "vllm", "grpo.vllm_weight_sync": sync})
+        _, tokenizer = tiny_policy(config)
+        build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path / sync)
+        kwargs = fake_vllm.ENGINES[-1].kwargs
+        in_process = kwargs.get("distributed_executor_backend") == "external_launcher"
+        assert in_process == (sync == "merged") and kwargs.get("enable_lora", False) == (sync == "adapter")
+    assert "no LoRA and runs in the training process" in sync_help
+    assert "with one process the engine runs in vLLM's own process" in sync_help
+    assert "either way" not in sync_help and "with LoRA enabled" not in backend_help
+
+
 def test_the_merged_sync_loads_the_policy_into_an_engine_without_lora(tmp_path, vllm):
-    """grpo.vllm_weight_sync=merged (the default): the engine is built without LoRA and in this process (the external
-    launcher, a world of one); every due sync loads the current policy's merged weights and clears the prefix
-    cache; samples are drawn with no LoRA request, and no adapter folder is written."""
+    """grpo.vllm_weight_sync=merged (what 'auto' picks for a float32 student): the engine is built without LoRA and
+    in this process (the external launcher, a world of one); every due sync loads the current policy's merged
+    weights and clears the prefix cache; samples are drawn with no LoRA request, and no adapter folder is written."""
     from rollouts.vllm_colocated import merged_lora_weights
 
     config = tiny_config(tmp_path, **{"grpo.rollout_backend": "vllm", "grpo.gen_update_steps": 2})
-    assert config.grpo.vllm_weight_sync == "merged"
+    assert config.grpo.vllm_weight_sync == "auto" and config.vllm_weight_sync == "merged"  # float32
     model, tokenizer = tiny_policy(config)
     rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
     engine = fake_vllm.ENGINES[-1]

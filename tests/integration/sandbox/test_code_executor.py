@@ -333,3 +333,27 @@ def test_phase_one_computes_each_expected_side_once_and_names_those_that_fail(po
     good = assert_task("t/good", "f", "assert f(1) == math.factorial(3)", test_imports=("import math",))
     failures = expected_side_failures([bad, good], pool)
     assert list(failures) == ["t/bad"] and "expected side of test 0" in failures["t/bad"]
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "assert f(1) == int('x')",  # evaluated in the judging process, not in a program-free one
+        "assert f(1) == 1 / 0",
+        "assert f(1) == [1, 2][5]",
+        "assert f(1) in {1: 2}['k']",
+        "assert (f(1), 1) == (1, sorted([1, 'a'])[0])",
+    ],
+)
+def test_an_expected_side_that_fails_in_the_judge_itself_is_unjudgeable(pool, test):
+    result = execute_program("def f(x):\n    return x", assert_task("t/bad-here", "f", test), pool=pool, limits=LIMITS)
+    assert result.status == "sandbox_error" and result.unjudgeable, (result.status, result.error)
+
+
+def test_a_program_side_that_fails_in_the_judge_is_the_programs(pool):
+    task = assert_task("t/prog-fails", "f", "assert f(1) + 1 == 3", "assert f(1)[5] == 1")
+    result = execute_program("def f(x):\n    return 'a'", task, pool=pool, limits=LIMITS)
+    assert result.status in ("wrong_answer", "runtime_error") and result.tests_passed == 0, (
+        result.status,
+        result.error,
+    )

@@ -12,12 +12,21 @@ from sandbox.executor import execute_program
 from sandbox.protocol import decode_value, encode_value
 from tests.task_factory import assert_task
 
-IMPORTS = ("import math", "import numpy as np", "from decimal import Decimal", "from fractions import Fraction")
+IMPORTS = (
+    "import math",
+    "import numpy as np",
+    "from decimal import Decimal",
+    "from fractions import Fraction",
+    "import datetime",
+    "from collections import deque, OrderedDict, Counter",
+    "from array import array",
+    "from types import SimpleNamespace",
+)
 
 
 def verdict(pool, body: str, test: str) -> bool:
     task = assert_task("t/eq", "f", test, test_imports=IMPORTS)
-    program = "import math\nimport numpy as np\nfrom decimal import Decimal\nfrom fractions import Fraction\n"
+    program = "\n".join(IMPORTS) + "\n"
     result = execute_program(program + f"def f():\n    return {body}\n", task, pool=pool)
     assert result.status in ("passed", "wrong_answer"), (result.status, result.error)
     return result.passed
@@ -37,6 +46,32 @@ def verdict(pool, body: str, test: str) -> bool:
         ("np.float32(0.1)", "assert f() == np.float32(0.1)"),
         ("[math.nan]", "assert f() == [math.nan]"),
         ("np.int64(7)", "assert f() in {7, 8}"),
+        # numpy 2's weak scalars: a Python number takes the numpy scalar's precision
+        ("np.float32(0.1)", "assert f() == 0.1"),
+        ("np.float16(0.1)", "assert f() == 0.1"),
+        ("[np.float32(0.1)]", "assert f() == [0.1]"),
+        ("np.array([0.1, 0.2], dtype=np.float32)", "assert f()[0] == 0.1"),
+        ("datetime.date(2020, 1, 2)", "assert f() == datetime.date(2020, 1, 2)"),
+        ("datetime.datetime(2020, 1, 2, 3, 4, 5, 6)", "assert f() == datetime.datetime(2020, 1, 2, 3, 4, 5, 6)"),
+        ("datetime.timedelta(hours=25)", "assert f() == datetime.timedelta(days=1, hours=1)"),
+        ("datetime.time(3, 4)", "assert f() == datetime.time(3, 4)"),
+        ("deque([1, 2])", "assert f() == deque([1, 2])"),
+        ("array('i', [1, 2])", "assert f() == array('i', [1, 2])"),
+        ("array('d', [0.5])", "assert f() == array('f', [0.5])"),
+        ("SimpleNamespace(a=1, b=[2])", "assert f() == SimpleNamespace(a=1, b=[2])"),
+        ("np.datetime64('2020-01-01')", "assert f() == np.datetime64('2020-01-01T00:00')"),
+        ("np.datetime64('2020-01-01')", "assert f() == datetime.date(2020, 1, 1)"),
+        ("np.timedelta64(1, 'D')", "assert f() == np.timedelta64(24, 'h')"),
+        ("np.array(['2020-01-01'], dtype='datetime64[D]')", "assert f() == np.datetime64('2020-01-01')"),
+        ("OrderedDict([('a', 1), ('b', 2)])", "assert f() == OrderedDict([('a', 1), ('b', 2)])"),
+        ("OrderedDict([('a', 1), ('b', 2)])", "assert f() == {'b': 2, 'a': 1}"),
+        ("Counter(a=1, b=0)", "assert f() == Counter(a=1)"),  # a Counter's own equality: zero counts are absent
+        ("np.zeros(1_100_000, dtype=np.int8)", "assert f() is not None"),  # bounded by bytes, not items
+        ("np.array([[1, 2], [3, 4]], dtype=np.int16)", "assert f()[1][0] == 3"),
+        (
+            "np.array([(1, 2.5)], dtype=[('a', 'i4'), ('b', 'f8')])",
+            "assert f() == np.array([(1, 2.5)], dtype=[('a', 'i4'), ('b', 'f8')])",
+        ),
     ],
 )
 def test_correct_answers_of_standard_types_pass(pool, body, test):
@@ -50,8 +85,19 @@ def test_correct_answers_of_standard_types_pass(pool, body, test):
         ("np.bool_(True)", "assert f() is True"),
         ("{1: 'a'}.values()", "assert f() == ['a']"),
         ("{1: 'a'}.keys()", "assert f() == [1]"),
-        ("np.float32(0.1)", "assert f() == 0.1"),
+        ("np.float32(0.1)", "assert f() == np.float16(0.1)"),  # two numpy scalars: the wider type, exact
+        ("np.array([0.1], dtype=np.float32)", "assert f() == [0.1]"),  # a list is a float64 array: not weak
         ("Decimal('0.1')", "assert f() == 0.1"),
+        ("OrderedDict([('a', 1), ('b', 2)])", "assert f() == OrderedDict([('b', 2), ('a', 1)])"),
+        ("deque([1, 2])", "assert f() == [1, 2]"),
+        ("array('i', [1, 2])", "assert f() == [1, 2]"),
+        ("datetime.date(2020, 1, 1)", "assert f() == datetime.datetime(2020, 1, 1)"),
+        ("datetime.date(2020, 1, 1)", "assert f() == datetime.date(2020, 1, 2)"),
+        ("np.datetime64('NaT')", "assert f() == np.datetime64('NaT')"),
+        ("np.datetime64('2020-01-02')", "assert f() == np.datetime64('2020-01-01')"),
+        ("SimpleNamespace(a=1)", "assert f() == {'a': 1}"),
+        ("Counter(a=2)", "assert f() == Counter(a=1)"),
+        ("np.zeros(3, dtype=np.int8)", "assert f() == np.zeros(4, dtype=np.int8)"),  # shapes do not broadcast
     ],
 )
 def test_answers_python_rejects_fail(pool, body, test):

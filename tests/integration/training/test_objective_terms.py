@@ -131,7 +131,8 @@ def test_a_step_whose_only_signal_is_the_format_bonus_is_not_taken(tmp_path, poo
 
 
 def test_a_skipped_step_still_reports_the_sampler_trainer_gap(tmp_path, pool):
-    trainer = scripted_trainer(tmp_path / "out", pool, **QUIET, **{"grpo.kl_coef": 0.0})
+    # the planted log-probs (-1 per token) are ~6 nats from the tiny model's: the guard's bound is off here
+    trainer = scripted_trainer(tmp_path / "out", pool, **QUIET, **{"grpo.kl_coef": 0.0, "grpo.max_logp_abs_diff": 0})
     groups = format_only(trainer.collect_rollouts()[0])
     groups = [  # as a vLLM or kv sampler returns them: with the sampler's own log-prob of every token
         [
@@ -431,3 +432,23 @@ def test_a_single_term_arms_weight_is_inert_under_adamw(tmp_path, pool):
         deltas[weight] = math.sqrt(sum(float(((after[k] - before[k]) ** 2).sum()) for k in before))
     assert deltas[1.0] > 0
     assert deltas[1.0] / deltas[0.3] == pytest.approx(1.0, abs=0.05)  # not 1 / 0.3 = 3.3
+
+
+def test_the_reward_grades_the_function_not_a_trailing_example_block(tmp_path, pool):
+    # one rule for reward and evaluation: the block that defines the task's entry point is what is paid for
+    from evaluation.evaluate import execute_samples, generate_cached
+
+    config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}"])
+    task = small_tasks(1)[0]
+    good = task.reference_solutions[0]
+    texts = [
+        f"```python\n{good}\n```\nExample usage:\n```python\nprint({task.fn_name}(undefined_value))\n```",
+        f"```python\n{good}\n```\n\n```python\n# your code\n```",
+    ]
+    generations = [[RolloutCompletion(text, (1, 2), (3,), "stop") for text in texts]]
+    groups, _ = score_rollouts([task], ["prompt"], generations, pool, **scoring_sections(config))
+    assert [s.reward.correctness for s in groups[0]] == [1.0, 1.0]
+    cache = generate_cached(
+        [task], lambda prompts, n, _t: [generations[0][:n]], 2, cache_path=tmp_path / "c.jsonl", progress=False
+    )
+    assert [s.passed for s in execute_samples([task], cache, 2, pool)] == [True, True]

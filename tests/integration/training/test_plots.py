@@ -101,3 +101,22 @@ def test_training_curves_name_model_and_steps_and_warn_of_nothing(tmp_path: Path
         plot_metrics(tmp_path / "metrics.jsonl", title="my-run")
     [(title, *_), _kw] = titles[0]
     assert "my-run" in title and "embedded:tiny-random" in title and "2 steps (0 updates)" in title
+
+
+def test_training_curves_tick_whole_steps_and_keep_coinciding_series_visible(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    figures = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: figures.append(fig))
+    zero = {"frac_reward_zero_std": 0.0, "frac_format_only_spread": 0.0, "frac_unscorable": 0.0}
+    rows = [{"step": s, "reward/mean": 0.2 + 0.1 * s, **zero, "format/closed_think": 0.0} for s in (1, 2)]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot_metrics(metrics)
+    [fig] = figures
+    fig.canvas.draw()
+    for ax in fig.axes:
+        assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()
+    signal = next(ax for ax in fig.axes if ax.get_title() == "signal")
+    styles = [(line.get_marker(), line.get_linestyle(), line.get_markersize()) for line in signal.get_lines()]
+    assert len(styles) == 4 and len(set(styles)) == 4  # four series at 0, each drawn its own way

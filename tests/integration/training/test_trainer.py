@@ -349,6 +349,21 @@ def test_teacher_examples_are_filtered(tmp_path):
     assert load_teacher_examples(tmp_path / "missing.jsonl", {"a/1"}, True) == []
 
 
+def test_teacher_traces_of_training_tasks_outside_the_rollout_file_are_kept(tmp_path):
+    # GRPO's rollout tasks may be a subset (a pass-rate band) of the training split; the teacher's references of
+    # the other training tasks are what teacher-SFT is for. Only the evaluation split's traces stay out.
+    rows = [
+        {"task_id": "a/1", "prompt": "p", "thinking": "", "code": "x = 1", "passed": True},
+        {"task_id": "a/2", "prompt": "p", "thinking": "", "code": "x = 2", "passed": True},
+        {"task_id": "val/1", "prompt": "p", "thinking": "", "code": "x = 3", "passed": True},
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({**r, "sample_idx": 0}) + "\n" for r in rows))
+    kept = load_teacher_examples(path, {"a/1"}, True, held_out={"val/1"})
+    assert [e.task_id for e in kept] == ["a/1", "a/2"]
+    assert [e.task_id for e in load_teacher_examples(path, {"a/1"}, True)] == ["a/1"]  # no split known: as before
+
+
 def tiny_phase3_argv(tmp_path) -> list[str]:
     """Phase 1 into tmp_path/data, and phase 3's flags for 2 steps of the tiny model into tmp_path/out."""
     import phase1_prepare_data as phase1
@@ -380,8 +395,10 @@ def test_phase3_command_line_on_the_tiny_model(tmp_path):
         "metrics.jsonl",
         "config.json",
         "training_curves.png",
+        "teacher_data.json",
     ):
         assert (out / name).is_file(), name
+    assert json.loads((out / "teacher_data.json").read_text())["usable_traces"] == 0  # what teacher-SFT trained on
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     needed = {

@@ -230,6 +230,7 @@ def test_choice_lists_equal_the_library_constants():
     from rollouts.kv_sampler import SAMPLER_DTYPES
     from rollouts.vllm_colocated import WEIGHT_SYNCS
     from synthesis.reference_traces import TEACHER_SOURCES, THINKING_MODES
+    from training.batching import AUTOCAST_DTYPES
     from training.losses import AGGREGATIONS, IMPORTANCE_LEVELS
     from training.rewards import CORRECTNESS_REWARDS
     from training.schedules import SCHEDULES
@@ -247,10 +248,11 @@ def test_choice_lists_equal_the_library_constants():
         ("training", "lr_scheduler"): SCHEDULES,
         ("multi_turn", "mode"): MODES,
         ("grpo", "sampler_dtype"): tuple(SAMPLER_DTYPES),
+        ("training", "autocast"): ("off", *AUTOCAST_DTYPES),
         ("teacher", "logprob_source"): LOGPROB_SOURCES,
         ("teacher", "source"): TEACHER_SOURCES,
         ("teacher", "reference_thinking"): THINKING_MODES,
-        ("grpo", "vllm_weight_sync"): WEIGHT_SYNCS,
+        ("grpo", "vllm_weight_sync"): ("auto", *WEIGHT_SYNCS),
     }
     config = cfg.Config()
     declared = {

@@ -39,38 +39,3 @@ def test_identical_models_need_no_problems_and_bad_input_is_refused():
 def test_pass_counts_follow_the_task_order():
     pairs = [("b", True), ("a", False), ("b", True), ("a", True), ("z", True)]
     assert pass_counts(pairs, ["a", "b", "c"]) == [1, 2, 0]
-
-
-def test_the_sizing_script_reads_a_phase4_baseline_file(tmp_path):
-    import sys
-
-    from evaluation.evaluate import EvalSample, write_samples
-    from tests.conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import power_from_samples
-
-    def row(model, task, idx, passed):
-        return EvalSample(
-            task, "mbpp", "basic", idx, "", 1, "stop", "", None, False, False, False, passed, "x", 0, 1, 0.0, None,
-            model=model,
-        )  # fmt: skip
-
-    passes = {("trained", "a"): 2, ("trained", "b"): 0, ("trained", "c"): 4, ("baseline", "c"): 2}
-    rows = [
-        row(model, task, i, i < passes.get((model, task), 0))
-        for model in ("trained", "baseline")
-        for task in ("a", "b", "c")
-        for i in range(4)
-    ]
-    path = tmp_path / "eval_samples.jsonl"
-    write_samples(path, rows)
-    design = power_from_samples.main([str(path), "--output", str(tmp_path / "power.json")])
-    assert design == paired_design([2, 0, 4], [0, 0, 2], 4, 0.03) | {
-        "a_pass_rate": 0.5,
-        "b_pass_rate": 2 / 12,
-        "files": [str(path)],
-    }
-    write_samples(tmp_path / "short.jsonl", rows[:3])
-    with pytest.raises(SystemExit, match="trained and baseline"):
-        power_from_samples.main([str(tmp_path / "short.jsonl")])

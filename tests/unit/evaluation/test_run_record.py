@@ -192,7 +192,14 @@ def _summary(pass_1: float | None, lenient_1: float | None) -> dict:
         "pass_at_k": {"1": pass_1, "4": None},
         "pass_at_k_ci95": {"1": [0.25, 0.75], "4": None},
         "pass_at_k_lenient": {"1": lenient_1, "4": None},
-        "format": {"closed_thinking": 0.5, "extractable_code": 0.75, "no_code": 0.25, "valid_python": 0.625},
+        "pass_at_k_sanitized": {"1": None if pass_1 is None else pass_1 + 0.125, "4": None},
+        "format": {
+            "closed_thinking": 0.5,
+            "extractable_code": 0.75,
+            "no_code": 0.25,
+            "valid_python": 0.625,
+            "truncated": 0.375,
+        },
         "mean_completion_tokens": 99.6,
         "multi_turn": None,
     }
@@ -225,8 +232,11 @@ def test_the_report_of_a_trained_model_with_its_baseline():
         "Delta (trained - baseline), paired bootstrap over tasks:",
         "  pass@  1: +0.2500  95% CI [-0.1250, +0.5000]",
         "  pass@  4: n/a",
-        "format: closed thinking 50.0%, code 75.0% (no code 25.0%), valid Python 62.5%; mean completion tokens 100",
+        "format: closed thinking 50.0%, code 75.0% (no code 25.0%), valid Python 62.5%; mean completion tokens 100; "
+        "ended by the token budget 37.5%",
         "pass@1 strict 0.5000, lenient 0.6250 (code inside an unclosed <think> counted)",
+        "pass@1 strict 0.5000, sanitized 0.6250 (EvalPlus-style: the entry point and the definitions it uses, "
+        "top-level calls, asserts and prints dropped)",
         "1 tasks have a test judged inside the program's process (untrusted_tasks)",
         "2 tasks show every test in the prompt (no_hidden_test_tasks): a pass there is no evidence of solving",
     ]

@@ -162,6 +162,37 @@ def test_the_merged_weight_sync_calls_exist_with_the_arguments_we_pass():
     assert "model_executor" in inspect.getsource(LLMEngine.__init__)
 
 
+def test_the_reload_warnings_we_quiet_come_from_the_loggers_we_name_and_qwen3_fuses_what_the_fake_says():
+    """`quiet_reload_logs` raises the level of two loggers: they must be the in-place reload's modules (vLLM's
+    `init_logger(__name__)`), the ones that print "Failed to load weights" and the list of weights not loaded. Qwen3's
+    fused layers are the groups the fake engine refuses in part (`fake_vllm.FUSED_SHARDS`), and a layer that did not
+    receive all of its elements is rebuilt from `torch.empty_strided` (why the merged sync sends every sibling)."""
+    import importlib
+
+    from rollouts.vllm_colocated import RELOAD_LOGGERS
+
+    sources = {name: inspect.getsource(importlib.import_module(name)) for name in RELOAD_LOGGERS}
+    assert all("logger = init_logger(__name__)" in text for text in sources.values())
+    assert '"%s: Failed to load weights"' in sources[RELOAD_LOGGERS[0]]
+    assert "Following weights were not loaded" in sources[RELOAD_LOGGERS[1]]
+    meta = inspect.getsource(importlib.import_module("vllm.model_executor.model_loader.reload.meta"))
+    assert "torch.empty_strided" in meta
+    from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
+
+    mapping = {k: tuple(v) for k, v in Qwen3ForCausalLM.packed_modules_mapping.items()}
+    assert mapping == fake_vllm.FUSED_SHARDS
+
+
+def test_prompt_logprob_requests_skip_the_prefix_cache_and_the_server_cannot_say_otherwise():
+    """Why OPD's served teacher prefills each group's prompt G times (training/teacher_logprobs.py): vLLM turns the
+    prefix cache off for a request with prompt log-probs, and the OpenAI completion request has no field for it."""
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    assert SamplingParams(prompt_logprobs=0).skip_reading_prefix_cache is True
+    assert SamplingParams().skip_reading_prefix_cache is False
+    assert "skip_reading_prefix_cache" not in CompletionRequest.model_fields
+
+
 def test_the_thinking_budget_is_a_chat_request_field_and_a_sampling_parameter():
     """Phase 2 sends thinking_token_budget in its chat requests (with a reasoning parser on the server)."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest

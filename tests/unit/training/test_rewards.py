@@ -6,7 +6,12 @@ from utils.thinking_extraction import extract_thinking_and_code_unified as extra
 
 
 def result(passed, total, status=None):
-    return ExecutionResult(passed == total, passed, total, status or ("passed" if passed == total else "wrong_answer"))
+    return ExecutionResult(
+        passed=passed == total,
+        tests_passed=passed,
+        tests_total=total,
+        status=status or ("passed" if passed == total else "wrong_answer"),
+    )
 
 
 PARSED_GOOD = extract("<think>t</think>\n\n```python\nx = 1\n```")  # well formed

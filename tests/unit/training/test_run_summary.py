@@ -103,3 +103,33 @@ def test_the_progress_bar_says_skipped_not_nan_on_a_step_without_an_update() -> 
 
     assert progress_loss({"update/skipped": 1.0}) == "skipped"
     assert progress_loss({"update/skipped": 0.0, "loss/total": 0.25}) == "0.250"
+
+
+def _no_code_everywhere(out: Path, adapter_code: float, base_code: float) -> None:
+    results = json.loads((out / "evaluation_results.json").read_text())
+    results["pass_at_k"] = {"1": 0.0}
+    results["format"] = {"extractable_code": adapter_code, "closed_thinking": 0.0}
+    results["baseline"] = {"pass_at_k": {"1": 0.0}, "format": {"extractable_code": base_code}}
+    (out / "evaluation_results.json").write_text(json.dumps(results))
+
+
+def test_an_evaluation_that_found_no_code_does_not_end_healthy(tmp_path: Path, capsys) -> None:
+    data, out = write_run(tmp_path, asked=12, failed=0, usable=9)
+    _no_code_everywhere(out, adapter_code=0.0, base_code=0.0)
+    assert main(["--data_dir", str(data), "--output_dir", str(out)]) == DEGRADED_EXIT
+    text = capsys.readouterr().out
+    assert "run healthy" not in text
+    [warning] = [line for line in text.splitlines() if line.startswith("WARNING:") and "code" in line]
+    assert "adapter 0%" in warning and "base 0%" in warning and "format" in warning
+    _no_code_everywhere(out, adapter_code=0.5, base_code=0.25)  # code in some samples: the numbers measure
+    assert summarize_run(data, out).healthy
+
+
+def test_the_reference_teacher_is_named_as_such(tmp_path: Path) -> None:
+    data, out = write_run(tmp_path, asked=12, failed=0, usable=9)
+    stats = json.loads((data / "teacher_traces.stats.json").read_text())
+    stats.update({"teacher_model": "references", "passed": 11, "total": 12, "candidates": 12})
+    (data / "teacher_traces.stats.json").write_text(json.dumps(stats))
+    text = summarize_run(data, out).text()
+    assert "the teacher answered" not in text
+    assert "12 reference solutions run, 11 passed" in text

@@ -51,3 +51,27 @@ def test_the_run_parts_are_keyword_only_and_frozen():
     assert all(f.kw_only for f in fields) and RunParts.__dataclass_params__.frozen
     with pytest.raises(TypeError):
         RunParts(*[None] * len(fields))
+
+
+def test_the_data_digests_name_the_processes_that_read_other_training_files(tmp_path):
+    """Several machines read paths.data_dir each: a process whose tasks or traces differ from process 0's is
+    named in one line with the fix; equal digests pass."""
+    from training.launch import data_digests, differing_data
+    from utils.dataset_loader import Task
+
+    tasks = [
+        Task.from_dict(
+            {"task_id": "mbpp/1", "source": "mbpp", "problem": "p", "test_type": "assert", "tests": ["assert f() == 1"]}
+        )
+    ]
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text('{"a": 1}\n')
+    mine = data_digests(tasks, traces)
+    assert mine == data_digests(list(tasks), traces) and mine["teacher traces"] != "missing"
+    assert data_digests(tasks, tmp_path / "none.jsonl")["teacher traces"] == "missing"
+    other_tasks = data_digests([Task.from_dict({**tasks[0].to_dict(), "problem": "q"})], traces)
+    assert other_tasks["training tasks"] != mine["training tasks"]
+    assert differing_data([(0, "node1", mine), (1, "node1", dict(mine))]) == ""
+    line = differing_data([(0, "node1", mine), (8, "node2", other_tasks), (9, "node2", mine)])
+    assert line.startswith("process 8 on node2 read other training tasks than process 0 on node1")
+    assert "process 9" not in line and "paths.data_dir" in line and "\n" not in line

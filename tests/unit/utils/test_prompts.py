@@ -44,9 +44,8 @@ def test_prompt_shows_the_answer_format_with_the_shared_constants():
     prompt = get_unified_prompt(MBPP)
     fmt = prompt[prompt.index("Format:") :]
     assert fmt.index(THINK_OPEN) < fmt.index(THINK_CLOSE) < fmt.index(PYTHON_FENCE) < fmt.rindex(CODE_FENCE)
-    # the example in the prompt is itself parsed as well-formed by the project's own parser
-    example = fmt[len("Format:\n") :]
-    assert extract_thinking_and_code_unified(example).well_formed
+    # described in words: the project's own parser finds no program in it
+    assert extract_thinking_and_code_unified(fmt[len("Format:\n") :]).code is None
 
 
 def test_stdin_and_call_prompts():
@@ -130,3 +129,14 @@ def test_the_one_shot_tool_example_parses_like_a_real_answer():
     # the program sits inside the thinking, where no graded code is ever taken from
     assert PROGRAM_OPEN in parsed.thinking and RESULT_CLOSE in parsed.thinking
     assert TOOL_EXAMPLE.count(PROGRAM_OPEN) == TOOL_EXAMPLE.count(PROGRAM_CLOSE) == 1
+
+
+def test_the_format_example_has_no_code_block_a_student_can_copy():
+    # a fenced placeholder in the prompt is copied after the answer by small students and then graded
+    from utils.code_parser import find_code_blocks
+
+    for task in (MBPP, "Add two numbers."):
+        prompt = get_unified_prompt(task)
+        fmt = prompt[prompt.index("Format:") :]
+        assert find_code_blocks(fmt) == []
+        assert THINK_OPEN in fmt and THINK_CLOSE in fmt and PYTHON_FENCE in fmt

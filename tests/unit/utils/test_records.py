@@ -65,7 +65,7 @@ def golden_records() -> list[TeacherTrace]:
         0,
         "p",
         TeacherResponse(text, "why", "stop", usage, 0.51234),
-        ExecutionResult(False, 2, 3, "wrong_answer", "assert failed"),
+        ExecutionResult(passed=False, tests_passed=2, tests_total=3, status="wrong_answer", error="assert failed"),
         parsed,
         "teacher-x",
         ["HTTP 500", "timeout"],
@@ -82,7 +82,7 @@ def golden_records() -> list[TeacherTrace]:
         2,
         "p",
         TeacherResponse(text, "why", "length", usage, 2.0),
-        ExecutionResult(True, 3, 3, "passed"),
+        ExecutionResult(passed=True, tests_passed=3, tests_total=3, status="passed"),
         parsed,
         "teacher-x",
     )

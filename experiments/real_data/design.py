@@ -1,0 +1,82 @@
+"""The teacher-guidance arms on real data: does the teacher's content add to GRPO on MBPP and HumanEval? The
+design, fixed before any outcome. (A GPU job: on 2 CPU cores it takes days; see `ESTIMATE`.)
+
+Data. MBPP (`--mbpp_path`, default ../shared/data/mbpp.jsonl; else the hub) by its published ids: training
+601–974 (374 tasks), validation 511–600 (90) for the pre-pass budget rule and the pool gates, test 11–510 (500).
+This is not phase 1's `standard` split, which trains on 1–10 and 511–974 (MBPP's prompt and validation ids
+included): the runner writes its own task files by id. HumanEval (164, the pinned wheel) is evaluated, never trained.
+
+Budget. `BUDGETS` tried in order on the base's validation pre-pass (90 × 8): the first at which at most
+`MAX_AT_BUDGET` of its answers end at the budget, for every rollout and evaluation.
+
+Teacher data. The verified reference solutions of every training task, code-only targets (phase 3 keeps every
+trace outside the evaluation split; the evidence records phase 3's usable-trace count, expected 374 less the
+references that fail their own tests).
+
+Arms, as the fixture rerun's (experiments/teacher_guidance/design.py) with real sizes: S = `SFT_STEPS` × 8 traces
+(one epoch of 374), N = `GRPO_STEPS`. base; E teacher-SFT S steps; A GRPO S + N steps on the base's pool (training
+tasks with 1..7 of 8 base passes; at the base's ~1–3% pass rate expect 20–30 tasks); B E merged, then GRPO N steps
+on a pool re-selected on the SFT'd model; F B with deranged references (same calling style: all are functions);
+G guided rollouts, declared. A GRPO stage with a pool under `MIN_POOL` tasks is stopped (recorded, no score).
+
+Evaluation. MBPP test 500 × `SAMPLES` and HumanEval 164 × `SAMPLES`, T 0.7, top-p 1, sampled; strict and
+sanitized grades (docs/output-format.md), the share ended by the budget.
+
+Contrasts (paired t over seeds, 95%; per benchmark, strict and sanitized): B − A, B − F, E − base, A − base, G − A,
+G − B. Seeds 1..3, extended to 5 for a contrast whose interval straddles 0.
+"""
+
+from __future__ import annotations
+
+from experiments.frame import RESULTS_DIR
+
+# everything else is the fixture rerun's (experiments/teacher_guidance/design.py), at the sizes below
+from experiments.teacher_guidance.design import (
+    BASE,
+    CONTRASTS,
+    GRPO_ONLY,
+    MAX_FLAT_SHARE,
+    PASS_RATE_BAND,
+    RECIPE,
+    RECIPE_FLAGS,
+    STRATA,
+    arms,
+    derange,
+    duplicated_heldout,
+    evidence_path,
+)
+
+NAME = "real_data"
+EVIDENCE_DIR = RESULTS_DIR / NAME
+TRAIN_IDS, VALIDATION_IDS, TEST_IDS = range(601, 975), range(511, 601), range(11, 511)
+EVAL_SETS = ("mbpp_test", "humaneval")
+SAMPLES = 4
+DEFAULT_SEEDS = (1, 2, 3)
+BUDGETS = (256, 384, 512)
+MAX_AT_BUDGET = 0.05
+SFT_STEPS, SFT_BATCH = 47, 8
+GRPO_STEPS = 32
+MIN_POOL = 2
+PREPASS_SEED = 42
+# Phase 4's cost per sample on these sets (kv sampler, and vLLM's CPU engine with VLLM=1) is measured by
+# experiments/real_data/throughput.sh in CPU seconds per sample, so a shared machine still gives the figure.
+THROUGHPUT_SCRIPT = "experiments/real_data/throughput.sh"
+
+EVIDENCE_LABEL = "real data"
+DATA_SEED, VAL_RATIO = 42, 0.5  # unused: the split is MBPP's own ids
+DUPLICATES_FILE = None
+REVIEWED_DUPLICATES: dict[str, str] = {}
+ARMS = arms(SFT_STEPS, GRPO_STEPS)
+DEFAULT_ARMS = tuple(ARMS)
+SFT_ONLY = {
+    "dual_source.grpo_weight": 0.0,
+    "dual_source.self_sft_weight": 0.0,
+    "dual_source.teacher_sft_weight": 1.0,
+    "dual_source.teacher_sft_batch_size": SFT_BATCH,
+    "grpo.max_new_tokens": 8,
+    "grpo.num_samples_per_prompt": 2,
+}
+__all__ = [
+    "BASE", "CONTRASTS", "GRPO_ONLY", "MAX_FLAT_SHARE", "PASS_RATE_BAND", "RECIPE", "RECIPE_FLAGS", "STRATA",
+    "derange", "duplicated_heldout", "evidence_path",
+]  # fmt: skip

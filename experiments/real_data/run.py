@@ -1,0 +1,147 @@
+"""The real-data experiment's runner (design: experiments/real_data/design.py): the fixture rerun's runner
+(experiments/teacher_guidance/run.py) over MBPP's published ids, evaluated on MBPP test and HumanEval.
+
+    python -m experiments.real_data.run --mbpp_path ../shared/data/mbpp.jsonl [--seeds 1 2 3] [--commit_evidence]
+    python -m experiments.real_data.run --report_only
+
+Resumable like every experiment here: each finished (arm, seed) run's evidence lands in --evidence_dir
+(experiments/results/real_data/runs/), with one block per evaluation set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from experiments import frame
+from experiments.real_data import design as real
+from experiments.teacher_guidance import design as tg
+from experiments.teacher_guidance import run as tg_run
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    def add_flags(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--mbpp_path", default="../shared/data/mbpp.jsonl", help="Local MBPP file (empty: the hub)."
+        )
+
+    defaults = {
+        "samples": real.SAMPLES,
+        "seeds": list(real.DEFAULT_SEEDS),
+        "output_dir": "outputs/real_data",
+        "evidence_dir": str(real.EVIDENCE_DIR),
+    }
+    return tg_run.parse_args(argv, {"description": __doc__, "add_flags": add_flags, "defaults": defaults})
+
+
+class Runner(tg_run.Runner):
+    """The fixture rerun's runner with MBPP's ids as the population, two evaluation sets and real sizes."""
+
+    design = real
+    prepass_seed = real.PREPASS_SEED
+
+    def split(self) -> tuple[list[str], list[str]]:
+        from utils.dataset_loader import load_mbpp, write_tasks
+
+        self.data.mkdir(parents=True, exist_ok=True)
+        tasks, _ = load_mbpp(self.args.mbpp_path or None)
+        by_id = {t.metadata.get("original_id"): t for t in tasks}
+        n = self.args.max_tasks or None
+        train = [by_id[i] for i in real.TRAIN_IDS if i in by_id][:n]
+        val = [by_id[i] for i in real.VALIDATION_IDS if i in by_id][:n]
+        for name, rows in (("train.jsonl", train), ("val.jsonl", val), ("population.jsonl", [*train, *val])):
+            write_tasks(self.data / name, rows)
+        return [t.task_id for t in train], [t.task_id for t in val]
+
+    def duplicates(self) -> dict[str, str]:
+        return {}  # MBPP's own splits; HumanEval is a different source
+
+    def evaluate(self, name: str, folder: Path, model_path: str, seed: int) -> float:
+        """Phase 4 on each evaluation set of the design (cached completions make a rerun continue)."""
+        wall = 0.0
+        for eval_set in real.EVAL_SETS:
+            out = folder / eval_set
+            if (out / "result.json").is_file():
+                continue
+            flags = ["--eval_set", eval_set, *(["--mbpp_path", self.args.mbpp_path] if self.args.mbpp_path else [])]
+            if self.args.max_tasks:
+                flags += ["--max_tasks", str(self.args.max_tasks)]
+            wall += self.run(
+                f"{name}.eval.{eval_set}",
+                self.python(
+                    "phase4_evaluate.py",
+                    *self.eval_flags,
+                    *flags,
+                    "--set",
+                    f"training.seed={seed}",
+                    "--model_path",
+                    model_path,
+                    "--output_dir",
+                    str(out),
+                    "--output",
+                    str(out / "result.json"),
+                    "--samples_output",
+                    str(out / "samples.jsonl"),
+                ),
+            )
+        return wall
+
+    def write_evidence(self, path: Path, folder: Path, header: dict) -> None:
+        evals = {}
+        for eval_set in real.EVAL_SETS:
+            result = json.loads((folder / eval_set / "result.json").read_text())
+            rows = frame.read_jsonl(folder / eval_set / "samples.jsonl")
+            evals[eval_set] = {
+                "pass_at_k": result["pass_at_k"],
+                "pass_at_k_sanitized": result.get("pass_at_k_sanitized"),
+                "at_budget": sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1),
+                "samples": frame.sample_rows(rows),
+            }
+        first = evals[real.EVAL_SETS[0]]
+        frame.write_evidence_json(
+            path,
+            {
+                **header,
+                "pass_at_k": first["pass_at_k"],
+                "pass_at_k_sanitized": first["pass_at_k_sanitized"],
+                "at_budget": first["at_budget"],
+                "sample_columns": list(frame.SAMPLE_COLUMNS),
+                "evals": evals,
+                "metrics": frame.metric_rows(folder),
+            },
+        )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    command = "python -m experiments.real_data.run " + shlex.join(argv if argv is not None else sys.argv[1:])
+    evidence = Path(args.evidence_dir).resolve()
+    if not args.report_only:
+        frame.lower_priority(args.niceness)
+        frame.check_evidence_recipe(
+            evidence,
+            {
+                **tg_run.recipe_of(args),
+                "data": {"train": "601-974", "validation": "511-600", "eval_sets": list(real.EVAL_SETS)},
+                "sizes": {"sft": [real.SFT_STEPS, real.SFT_BATCH], "grpo": real.GRPO_STEPS},
+            },
+        )
+        work = frame.claim_work_folder(args, tg.RECIPE_FLAGS)
+        runner = Runner(args, work, evidence, command)
+        runner.prepass()
+        runner.references()
+        for i, (seed, arm) in enumerate(tg_run.plan_runs(args.seeds, args.arms), start=1):
+            runner.one_run(arm, seed, f"[{i}]")
+    from experiments.real_data.report import build_report, write_report
+
+    report = build_report(evidence, command)
+    paths = write_report(report, Path(args.results_dir))
+    print("results: " + ", ".join(str(p) for p in paths))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""The teacher-guidance rerun's report, built from its evidence alone (experiments/results/teacher_guidance/):
+teacher_guidance.json, .md and .png under --results_dir. Any subset of runs gives a report; `complete` says whether
+every planned run is in. Per arm × seed: strict and sanitized pass@1, the share ended by the budget, what phase 3
+trained on, the stages' times; per contrast, stratum and grade: the paired t over seeds (evaluation/seed_contrasts.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from experiments.frame import SAMPLE_COLUMNS, ks_for, write_report_files
+from experiments.teacher_guidance.design import ARMS, BASE, CONTRASTS, DEFAULT_ARMS, DEFAULT_SEEDS, NAME, STRATA
+
+RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
+GRADES = {"strict": SAMPLE_COLUMNS.index("passed"), "sanitized": SAMPLE_COLUMNS.index("sanitized_passed")}
+
+
+def load_runs(evidence: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((evidence / "runs").glob("*.json"))]
+
+
+def counts_per_task(run: dict, task_ids: list[str], column: int) -> np.ndarray:
+    """Passes per held-out task by one grade's column, in `task_ids` order; shape (T,)."""
+    passes: Counter[str] = Counter()
+    for row in run.get("samples", []):
+        passes[row[0]] += row[column] if len(row) > column else row[2]
+    return np.array([passes[t] for t in task_ids], dtype=np.int64)
+
+
+def strata_of(task_ids: list[str]) -> dict[str, list[int]]:
+    out = {"all": list(range(len(task_ids)))}
+    out.update({name: [i for i, t in enumerate(task_ids) if t.startswith(prefix)] for name, prefix in STRATA.items()})
+    return out
+
+
+def analyse_runs(all_runs: list[dict], task_ids: list[str], samples: int) -> dict:
+    """Per stratum and grade, the arms and the pre-registered contrasts (pass@1, paired t over seeds)."""
+    from evaluation.pass_at_k import estimate_pass_at_k
+    from evaluation.seed_contrasts import analyse
+
+    runs = {(r["arm"], r["seed"]): r for r in all_runs if not r.get("stopped")}
+    arms = [a for a in [BASE, *ARMS] if any(arm == a for arm, _ in runs)]
+    trained = [a for a in arms if a != BASE]
+    contrasts = [c for c in CONTRASTS if c[0] in arms and c[1] in arms]
+    analysis: dict = {}
+    for grade, column in GRADES.items():
+        counts = {a: {s: counts_per_task(r, task_ids, column) for (x, s), r in runs.items() if x == a} for a in arms}
+        for stratum, idx in strata_of(task_ids).items():
+            if not idx:
+                continue
+            scores = {
+                a: {s: estimate_pass_at_k(samples, c[idx].tolist(), 1) for s, c in by_seed.items()}
+                for a, by_seed in counts.items()
+            }
+            block = analysis.setdefault(stratum, {"tasks": len(idx)})
+            block[f"{grade}_pass@1"] = analyse(scores, contrasts, trained, RESAMPLES, BOOTSTRAP_SEED) if scores else {}
+    return analysis
+
+
+def run_rows(all_runs: list[dict]) -> dict:
+    """One summary row per run: scores, the share at the budget, the signal check, what phase 3 used, times."""
+    return {
+        f"{r['arm']}-s{r['seed']}": {
+            "arm": r["arm"],
+            "seed": r["seed"],
+            "stopped": r.get("stopped"),
+            "pass@1": (r.get("pass_at_k") or {}).get("1"),
+            "sanitized_pass@1": (r.get("pass_at_k_sanitized") or {}).get("1"),
+            "at_budget": r.get("at_budget"),
+            "signal": r.get("signal"),
+            "teacher_traces_used": {
+                stage: (s.get("teacher_data_used") or {}).get("usable_traces")
+                for stage, s in (r.get("stages") or {}).items()
+                if isinstance(s, dict) and "train_s" in s
+            },
+            "pool": len((r.get("stages") or {}).get("pool", {}).get("pool", [])) or None,
+            "train_s": r.get("train_s"),
+            "eval_s": r.get("eval_s"),
+            "wall_s": r.get("wall_s"),
+            "load_start": r["load"]["start"][0],
+        }
+        for r in sorted(all_runs, key=lambda r: (r["seed"], r["arm"]))
+    }
+
+
+def build_report(evidence: Path, command: str) -> dict:
+    prepass_path = evidence / "prepass.json"
+    if not prepass_path.is_file():
+        return {"complete": False, "command": command, "note": "no pre-pass yet: nothing to report"}
+    prepass = json.loads(prepass_path.read_text())
+    samples, task_ids = prepass["samples"], prepass["heldout_set"]
+    all_runs = load_runs(evidence)
+    arms = [a for a in [BASE, *ARMS] if any(r["arm"] == a and not r.get("stopped") for r in all_runs)]
+    planned = [
+        (a, s) for s in DEFAULT_SEEDS for a in [BASE, *DEFAULT_ARMS] if not ARMS.get(a) or not ARMS[a].needs_section
+    ]
+    done = {(r["arm"], r["seed"]) for r in all_runs}
+    return {
+        "complete": all(p in done for p in planned),
+        "seeds": sorted({s for _, s in done}),
+        "command": command,
+        "run_commands": sorted({r["command"] for r in all_runs if r.get("command")}),
+        "commits": sorted({(r.get("git") or {}).get("commit") or "unknown" for r in all_runs}),
+        "load_at_report": list(os.getloadavg()),
+        "design": "experiments/teacher_guidance/design.py",
+        "population": {
+            "split": {k: len(v) for k, v in prepass["split"].items()},
+            "duplicates_dropped": prepass.get("duplicates_dropped"),
+            "training_pool": prepass["training_pool"],
+            "heldout_set": task_ids,
+            "strata": {name: len(idx) for name, idx in strata_of(task_ids).items()},
+            "max_new_tokens": prepass["max_new_tokens"],
+            "budgets_tried": prepass.get("budgets_tried"),
+        },
+        "arms": {a: {"letter": ARMS[a].letter, "label": ARMS[a].label} for a in arms if a != BASE}
+        | ({BASE: {"letter": "base", "label": "no training"}} if BASE in arms else {}),
+        "k_values": ks_for(samples),
+        "runs": run_rows(all_runs),
+        "flagged_runs": sorted(
+            f"{r['arm']}-s{r['seed']}" for r in all_runs if r.get("signal") and not r["signal"]["ok"]
+        ),
+        "analysis": analyse_runs(all_runs, task_ids, samples),
+    }
+
+
+def _ci(interval) -> str:
+    return f"[{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval else "n/a"
+
+
+def _name(report: dict, arm: str) -> str:
+    return f"{report['arms'][arm]['letter']} {arm}" if arm in report["arms"] else arm
+
+
+def markdown(report: dict) -> str:
+    if "analysis" not in report:
+        return f"# Teacher guidance (rerun)\n\n{report['note']}\n"
+    pop = report["population"]
+    lines = [
+        f"# Teacher guidance, rerun: the teacher's content against a format control "
+        f"({'complete' if report['complete'] else 'partial'})",
+        "",
+        f"Design (fixed before any outcome): `{report['design']}`. Report: `{report['command']}`; commits "
+        + ", ".join(report["commits"])
+        + "; load at report time "
+        + ", ".join(f"{x:.1f}" for x in report["load_at_report"])
+        + ".",
+        "",
+        f"Held-out set: {len(pop['heldout_set'])} tasks after dropping {len(pop['duplicates_dropped'] or [])} "
+        f"near-duplicates of training tasks and the base's 8-of-8 tasks; strata "
+        + ", ".join(f"{k} {v}" for k, v in pop["strata"].items())
+        + f". Budget {pop['max_new_tokens']} tokens (tried: "
+        + ", ".join(
+            f"{b['budget']}: {b['at_budget']:.1%} of the base's answers at the budget"
+            for b in pop["budgets_tried"] or []
+        )
+        + ").",
+        "",
+        "## Arms (mean over seeds)",
+        "",
+        "| arm | seeds | strict pass@1 | sanitized pass@1 | ended by the budget |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in report["arms"]:
+        rows = [r for r in report["runs"].values() if r["arm"] == arm and not r["stopped"]]
+        if not rows:
+            continue
+        budget = [r["at_budget"] for r in rows if r["at_budget"] is not None]
+        lines.append(
+            f"| {_name(report, arm)} ({report['arms'][arm]['label']}) | {len(rows)} | "
+            f"{np.mean([r['pass@1'] for r in rows]):.3f} | {np.mean([r['sanitized_pass@1'] or 0 for r in rows]):.3f} | "
+            f"{np.mean(budget) if budget else float('nan'):.1%} |"
+        )
+    lines += [
+        "",
+        "## Pre-registered contrasts (Delta: mean over seeds of the paired per-seed difference; 95% CI: paired t)",
+        "",
+        "| contrast | stratum | grade | Delta | seeds | paired t 95% CI | seed + task 95% CI |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for stratum, block in report["analysis"].items():
+        for grade in GRADES:
+            for name, c in (block.get(f"{grade}_pass@1") or {}).get("contrasts", {}).items():
+                a, b = name.split(" - ")
+                tt = c.get("task_term")
+                lines.append(
+                    f"| {_name(report, a)} − {_name(report, b)} | {stratum} ({block['tasks']}) | {grade} | "
+                    f"{c['delta']:+.3f} | {len(c['seeds'])} | {_ci(c['ci95'])} | {_ci(tt['ci95']) if tt else 'n/a'} |"
+                )
+    lines += [
+        "",
+        f"Runs flagged by the signal check (design.MAX_FLAT_SHARE, PASS_RATE_BAND): "
+        f"{', '.join(report['flagged_runs']) or 'none'}.",
+        "",
+        "## Runs",
+        "",
+        "| run | strict | sanitized | at budget | teacher traces used | GRPO pool | train s | eval s | run s | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in report["runs"].items():
+        if r["stopped"]:
+            lines.append(f"| {key} | stopped: {r['stopped']} | | | | | {r['train_s']:.0f} | | {r['wall_s']:.0f} | |")
+            continue
+        used = ", ".join(f"{k} {v}" for k, v in r["teacher_traces_used"].items() if v is not None) or "-"
+        lines.append(
+            f"| {key} | {r['pass@1']:.3f} | {r['sanitized_pass@1'] or 0:.3f} | {r['at_budget']:.1%} | {used} | "
+            f"{r['pool'] or '-'} | {r['train_s']:.0f} | {r['eval_s']:.0f} | {r['wall_s']:.0f} | {r['load_start']:.1f} |"
+        )
+    lines += [
+        "",
+        "Every interval is conditional on these held-out fixture tasks, the 135M student and this recipe. An interval "
+        "straddling 0 is 'not shown', not 'no effect'. B − F is the teacher's content at the same format and compute.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    arms = list(report["arms"])
+    for x, arm in enumerate(arms):
+        for offset, key, color in ((-0.15, "pass@1", "black"), (0.15, "sanitized_pass@1", "#fd8d3c")):
+            values = [r[key] for r in report["runs"].values() if r["arm"] == arm and r[key] is not None]
+            ax.scatter([x + offset] * len(values), values, color=color, s=12, label=key if x == 0 else None)
+    ax.set_xticks(range(len(arms)), [_name(report, a) for a in arms], rotation=20, fontsize=8)
+    ax.set_ylabel("held-out pass@1 (dots: seeds)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(report: dict, results_dir: Path) -> list[Path]:
+    return write_report_files(report, results_dir, NAME, markdown, plot, plotted=bool(report.get("runs")))

@@ -1,0 +1,250 @@
+"""The teacher-guidance rerun (experiments/teacher_guidance) without training: what each arm's phase 3 trains on,
+the re-selected pools, the deranged references, stops and flags, whole training times across resumes, the evidence
+of each stage, and a report with strict and sanitized contrasts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.teacher_guidance import design
+from experiments.teacher_guidance import report as report_mod
+from experiments.teacher_guidance import run as harness
+from tests.task_factory import assert_task, stdin_task
+from utils.dataset_loader import write_tasks
+
+TRAIN = ["mbpp/1", "mbpp/2", "mbpp/3", "apps/4", "apps/5"]
+HELDOUT = ["mbpp/9005", "mbpp/7", "apps/8"]  # mbpp/9005 is a reviewed duplicate of a training task
+
+
+def flags_of(command: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for i, word in enumerate(command[:-1]):
+        if word.startswith("--"):
+            out.setdefault(word, []).append(command[i + 1])
+    return out
+
+
+def make_runner(tmp_path: Path, argv: list[str] | None = None) -> harness.Runner:
+    args = harness.parse_args(
+        ["--output_dir", str(tmp_path / "work"), "--evidence_dir", str(tmp_path / "ev"), *(argv or [])]
+    )
+    runner = harness.Runner(args, tmp_path / "work", tmp_path / "ev", "cmd")
+    data = runner.data
+    data.mkdir(parents=True)
+    tasks = [
+        assert_task(t, "f", "assert f(1) == 1", reference_solutions=("def f(x):\n    return x",))
+        if t.startswith("mbpp")
+        else stdin_task(t, ("1\n", "1\n"), reference_solutions=("print(input())",))
+        for t in TRAIN + HELDOUT
+    ]
+    write_tasks(data / "train.jsonl", tasks[: len(TRAIN)])
+    write_tasks(data / "val.jsonl", tasks[len(TRAIN) :])
+    return runner
+
+
+def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None, fail_train: set | None = None):
+    """Stand-in for the phase processes: records each command and writes the files the real one would. `passes`:
+    task id -> passes of the samples a phase 4 run gives; `fail_train`: names whose first training process dies
+    after a checkpoint (a resumed run)."""
+    passes = passes or {}
+    died: set = set()
+
+    def run(name, command, watch=None, total_steps=0):
+        calls.append((name, command))
+        flag = {k: v[-1] for k, v in flags_of(command).items()}
+        if name.endswith(".train"):
+            out = Path(flag["--output_dir"])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "metrics.jsonl").write_text(
+                json.dumps({"step": 1, "pass_rate": 0.3, "frac_reward_zero_std": 0.8, "loss/teacher_sft": 1.5}) + "\n"
+            )
+            traces = [json.loads(x) for x in Path(flag["--teacher_traces"]).read_text().splitlines() if x.strip()]
+            (out / "teacher_data.json").write_text(json.dumps({"usable_traces": len(traces)}))
+            if name in (fail_train or set()) and name not in died:
+                died.add(name)
+                (out / "checkpoint-1").mkdir()
+                return 100.0
+            (out / "final_model").mkdir(exist_ok=True)
+            (out / "final_model" / "adapter_config.json").write_text("{}")
+            return 50.0
+        if name.endswith(".merge"):
+            Path(flag["--output_dir"]).mkdir(parents=True)
+            (Path(flag["--output_dir"]) / "config.json").write_text("{}")
+            return 1.0
+        if name == "references":
+            from utils.dataset_loader import read_tasks
+
+            rows = [
+                {
+                    "task_id": t.task_id,
+                    "sample_idx": 0,
+                    "prompt": f"p {t.task_id}",
+                    "code": f"# {t.task_id}",
+                    "response": f"```python\n# {t.task_id}\n```",
+                    "passed": True,
+                }
+                for t in read_tasks(flag["--input"])
+            ]
+            Path(flag["--output"]).write_text("".join(json.dumps(r) + "\n" for r in rows))
+            Path(flag["--output"]).with_suffix(".stats.json").write_text("{}")
+            return 1.0
+        from utils.dataset_loader import read_tasks
+
+        rows = [
+            {
+                "task_id": t.task_id,
+                "sample_idx": i,
+                "passed": i < passes.get(t.task_id, 1),
+                "status": "wrong_answer",
+                "finish_reason": "stop",
+                "num_tokens": 9,
+                "sanitized_passed": True,
+            }
+            for t in read_tasks(flag["--eval_file"])
+            for i in range(runner.args.samples)
+        ]
+        Path(flag["--samples_output"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(flag["--samples_output"]).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        n = max(len(rows), 1)
+        Path(flag["--output"]).write_text(
+            json.dumps(
+                {
+                    "pass_at_k": {"1": sum(r["passed"] for r in rows) / n},
+                    "pass_at_k_sanitized": {"1": 1.0},
+                    "decoding": "d",
+                }
+            )
+        )
+        return 2.0
+
+    runner.run = run  # type: ignore[method-assign]
+    runner.duplicates = lambda: design.duplicated_heldout([])  # type: ignore[method-assign]
+
+
+def prepared(tmp_path, calls, **kw) -> harness.Runner:
+    runner = make_runner(tmp_path)
+    fake_phases(runner, calls, **kw)
+    runner.split()
+    runner.prepass()
+    runner.references()
+    return runner
+
+
+def test_teacher_arms_train_on_the_references_of_every_training_task(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls)
+    runner.one_run("tsft", 1, "[1/1]")
+    [(_, command)] = [c for c in calls if c[0].endswith(".train")]
+    flags = flags_of(command)
+    assert flags["--train_file"] == [str(runner.all_train_file)]  # not the GRPO pool's task file
+    assert flags["--teacher_traces"] == [str(runner.refs)]
+    assert f"paths.data_dir={runner.data}" in flags["--set"]  # phase 3 filters traces against this split's val
+    run = json.loads(design.evidence_path(runner.evidence, "tsft", 1).read_text())
+    assert run["stages"]["sft"]["teacher_data_used"]["usable_traces"] == len(TRAIN)
+
+
+def test_the_held_out_set_leaves_out_duplicates_and_the_budget_is_recorded(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={"mbpp/1": 1, "apps/8": 0})
+    prepass = json.loads((runner.evidence / "prepass.json").read_text())
+    assert "mbpp/9005" not in prepass["heldout_set"] and prepass["duplicates_dropped"] == ["mbpp/9005"]
+    assert prepass["max_new_tokens"] == design.BUDGETS[0] and prepass["budgets_tried"][0]["at_budget"] == 0.0
+    assert flags_of(calls[-2][1]).get("--max_new_tokens") == [str(design.BUDGETS[0])]
+
+
+def test_b_trains_grpo_on_a_pool_reselected_on_its_sft_model_and_keeps_its_sft_stage(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
+    runner.one_run("sft_grpo", 1, "[1/1]")
+    names = [n for n, _ in calls]
+    assert names[-5:] == [
+        "sft_references-s1.train",
+        "sft_references-s1.merge",
+        "sft_grpo-s1.prepass",
+        "sft_grpo-s1.train",
+        "sft_grpo-s1.eval",
+    ]
+    grpo = flags_of(dict(calls)["sft_grpo-s1.train"])
+    assert grpo["--train_file"] == [str(runner.work / "runs" / "sft_grpo-s1" / "pool.jsonl")]
+    assert any(s.startswith("student.model_name=") and s.endswith(".merged") for s in grpo["--set"])
+    assert f"grpo.max_new_tokens={design.BUDGETS[0]}" in grpo["--set"]
+    run = json.loads(design.evidence_path(runner.evidence, "sft_grpo", 1).read_text())
+    assert run["stages"]["sft"]["metrics"][0]["loss/teacher_sft"] == 1.5  # B's SFT-stage metrics are kept
+    assert run["stages"]["pool"]["pool"] == TRAIN
+    assert run["signal"]["ok"] is False  # flat groups 0.8 > the design's 0.5: flagged
+    assert run["train_s"] == 100.0  # both stages
+    # E is B's first stage: no second SFT training
+    runner.one_run("tsft", 1, "[2/2]")
+    assert sum(n == "sft_references-s1.train" for n, _ in calls) == 1
+
+
+def test_a_grpo_stage_whose_pool_is_too_small_is_stopped_not_run(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 0 for t in TRAIN})  # the SFT'd model passes nothing
+    runner.one_run("sft_grpo", 1, "[1/1]")
+    assert "sft_grpo-s1.train" not in [n for n, _ in calls]
+    run = json.loads(design.evidence_path(runner.evidence, "sft_grpo", 1).read_text())
+    assert run["stopped"].startswith("the GRPO pool holds 0 tasks")
+
+
+def test_the_format_control_trains_on_deranged_references_of_the_same_style(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
+    rows = [json.loads(x) for x in runner.deranged_refs.read_text().splitlines()]
+    assert {r["task_id"]: r["deranged_from"] for r in rows} == {
+        "apps/4": "apps/5",
+        "apps/5": "apps/4",
+        "mbpp/1": "mbpp/2",
+        "mbpp/2": "mbpp/3",
+        "mbpp/3": "mbpp/1",
+    }
+    assert all(r["code"] == f"# {r['deranged_from']}" and r["prompt"] == f"p {r['task_id']}" for r in rows)
+    runner.one_run("format", 1, "[1/1]")
+    sft = flags_of(dict(calls)["sft_deranged-s1.train"])
+    assert sft["--teacher_traces"] == [str(runner.deranged_refs)]
+
+
+def test_resumed_run_records_its_whole_training_time(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, fail_train={"grpo-s1.train"})
+    folder = runner.work / "runs" / "grpo-s1"
+    first = runner.train("grpo-s1", folder, {}, 4)
+    assert first == (100.0, False) and not (folder / "final_model").exists()
+    second = runner.train("grpo-s1", folder, {}, 4)  # resumed from checkpoint-1
+    assert second == (150.0, True)
+    assert "--resume_from_checkpoint" in calls[-1][1]
+    assert runner.train("grpo-s1", folder, {}, 4) == (150.0, True)  # finished: the stored total, not 0
+
+
+def test_the_guided_arm_is_declared_and_runs_once_its_config_section_exists(tmp_path, monkeypatch):
+    calls: list = []
+    runner = prepared(tmp_path, calls)
+    monkeypatch.setattr(harness.frame, "has_config_section", lambda name: False)
+    runner.one_run("guided", 1, "[1/1]")
+    assert not design.evidence_path(runner.evidence, "guided", 1).exists()
+    monkeypatch.setattr(harness.frame, "has_config_section", lambda name: True)
+    runner.one_run("guided", 1, "[1/1]")
+    grpo = flags_of(dict(calls)["guided-s1.train"])
+    assert grpo["--train_file"] == [str(runner.all_train_file)] and "guidance.enabled=true" in grpo["--set"]
+    assert (
+        "--max_steps" in dict(calls)["guided-s1.train"]
+        and str(design.SFT_STEPS + design.GRPO_STEPS) in grpo["--max_steps"]
+    )
+
+
+def test_the_report_gives_strict_and_sanitized_contrasts_per_stratum(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
+    for seed in (1, 2):
+        for arm in ("base", "tsft", "grpo", "sft_grpo", "format"):
+            runner.one_run(arm, seed, "[x]")
+    report = report_mod.build_report(runner.evidence, "cmd")
+    contrasts = report["analysis"]["all"]["sanitized_pass@1"]["contrasts"]
+    assert set(contrasts) == {"sft_grpo - grpo", "sft_grpo - format", "tsft - base", "grpo - base"}
+    assert contrasts["sft_grpo - format"]["seeds"] == [1, 2]
+    assert "strict_pass@1" in report["analysis"]["mbpp_format"]
+    assert report["runs"]["sft_grpo-s1"]["teacher_traces_used"] == {"sft": len(TRAIN), "grpo": len(TRAIN)}
+    assert "sft_grpo-s1" in report["flagged_runs"]
+    text = report_mod.markdown(report)
+    assert "B sft_grpo − F format" in text and "sanitized" in text
