@@ -41,11 +41,12 @@ import numpy as np
 import torch
 
 from config import Config
-from rollouts.groups import sample_from_synced, sample_groups
+from rollouts.groups import continue_prefixes, sample_from_prefixes, sample_from_synced, sample_groups
 from training import checkpointing
 from training.async_rollouts import ProducerError, RolloutProducer
 from training.checkpointing import TrainerState, resolve_checkpoint, save_config
 from training.curriculum import zero_spread_share
+from training.guidance import unguided_correctness
 from training.launch import check_accelerator
 from training.losses import group_has_spread, lr_factor, scheduled_weight
 from training.metric_sinks import progress_loss, reduce_over_processes
@@ -89,6 +90,7 @@ class GRPOTrainer:
         self.sinks = parts.sinks
         self.user_rewards = parts.user_rewards
         self.curriculum = parts.curriculum  # the difficulty filter (training.curriculum); None when off
+        self.guide = parts.guide  # teacher-guided rollouts on all-fail groups (training.guidance); None when off
         self.group_size = config.grpo.num_samples_per_prompt
         training = config.training
         self.micro_batches = training.gradient_accumulation_steps  # micro-batch slots per optimizer step
@@ -294,21 +296,51 @@ class GRPOTrainer:
                 **metrics,
             }
             shares.append((groups, metrics))
+        if self.guide is not None:  # all-fail groups: part of each drawn again from a teacher prefix
+            shares = [
+                self._guide_share(groups, metrics, share_tasks, share_prompts, produced)
+                for (groups, metrics), share_tasks, share_prompts in zip(shares, tasks, prompts, strict=True)
+            ]
         if self.curriculum is not None:
             observed = self._observe_curriculum(chosen, [groups for groups, _ in shares], gather=not produced)
             for (_, metrics), curriculum_metrics in zip(shares, observed, strict=True):
                 metrics.update(curriculum_metrics)
         return shares
 
+    def _guide_share(
+        self, groups: list[list[ScoredSample]], metrics: dict, tasks: list, prompts: list[str], produced: bool
+    ) -> Share:
+        """One share's all-fail groups guided (`training.guidance`): the guided samples are drawn from the policy
+        being trained (the producer's: from the adapter its server loaded) and scored like every sample."""
+        assert self.guide is not None and self.rollout is not None
+        start = time.monotonic()
+        prompt_of = {t.task_id: p for t, p in zip(tasks, prompts, strict=True)}
+
+        def sample(prompt_ids: list[list[int]], prefixes: list[list[int]], k: int) -> list:
+            if produced:
+                return continue_prefixes(self.rollout, prompt_ids, prefixes, k)
+            with torch.no_grad():
+                policy = self.accelerator.unwrap_model(self.model)
+                return sample_from_prefixes(self.rollout, policy, prompt_ids, prefixes, k, step=self.state.global_step)
+
+        def score(guided_tasks: list, drawn: list) -> list[list[ScoredSample]]:
+            guided_prompts = [prompt_of[t.task_id] for t in guided_tasks]
+            return score_rollouts(guided_tasks, guided_prompts, drawn, self.config, self.pool, self.user_rewards)[0]
+
+        groups, guided_metrics = self.guide.apply(groups, sample, score)
+        return groups, {**metrics, **guided_metrics, "time/guidance_s": time.monotonic() - start}
+
     @property
     def forwards_while_scoring(self) -> bool:
         """Whether a rollout batch's reference/old log-probs are computed while the sandbox scores it: when some
         no-grad forward is needed and the batch is trained as sampled (dynamic filtering or dynamic sampling choose
-        the groups from their rewards, so the micro-batches are known only after scoring)."""
+        the groups from their rewards, so the micro-batches are known only after scoring; guidance replaces samples
+        after scoring)."""
         grpo = self.config.grpo
         needed = self.passes.rollout_terms and (grpo.kl_coef > 0 or grpo.num_iterations > 1)
         filtered = grpo.dynamic_filtering and not self.opd  # with OPD every group keeps its per-token signal
-        return needed and not filtered and not grpo.dynamic_sampling and not self.async_mode
+        later = grpo.dynamic_sampling or self.async_mode or self.guide is not None
+        return needed and not filtered and not later
 
     @property
     def async_mode(self) -> bool:
@@ -431,7 +463,8 @@ class GRPOTrainer:
         the shares are every process's already (the producer's). Returns each share's filter metrics, with its
         zero-spread share."""
         assert self.curriculum is not None
-        rewards = [correctness_rewards(share) for share in groups]  # (P, G) per share, NaN = unscorable
+        # (P, G) per share, NaN = unscorable or guided (a guided sample says nothing of the task's own pass rate)
+        rewards = [unguided_correctness(share) for share in groups]
         indices = [torch.tensor(share, dtype=torch.float64).reshape(-1, 1) for share in chosen]  # (P, 1) per share
         rows = torch.cat([torch.cat([i, r.to(torch.float64)], dim=1) for i, r in zip(indices, rewards, strict=True)])
         if gather and self.accelerator.num_processes > 1:  # every process draws the same number of prompts
@@ -655,6 +688,7 @@ class GRPOTrainer:
                 "teacher": self.teacher_rng.getstate(),
                 "self_sft_buffer": self.buffer.state(),
                 **({"curriculum": self._curriculum_state()} if self.curriculum is not None else {}),
+                **({"guidance": self.guide.state.state()} if self.guide is not None else {}),
             },
         )
 
@@ -681,6 +715,8 @@ class GRPOTrainer:
             if "curriculum" not in rank_state:
                 raise ValueError(f"{path} was saved without curriculum.enabled; resume it with the filter off")
             self.curriculum.load(rank_state["curriculum"])
+        if self.guide is not None and "guidance" in rank_state:  # a run saved without guidance starts it fresh
+            self.guide.state.load(rank_state["guidance"])
 
 
 Share = tuple[list[list[ScoredSample]], dict]  # one process's part of a rollout batch: its scored groups, metrics

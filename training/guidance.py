@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from config import GuidanceConfig
 from rollouts.completion import RolloutCompletion, stop_ids
 from training.rewards import ScoredSample
@@ -258,3 +260,64 @@ def guide_groups(
 def unguided(group: Sequence[ScoredSample]) -> list[ScoredSample]:
     """The samples of a group the policy drew without a teacher prefix (what the curriculum's estimate counts)."""
     return [s for s in group if not s.completion.teacher_prefix_tokens]
+
+
+class Guide:
+    """A run's guidance: the tasks' teacher answers, the state, and the call the batch maker makes per share."""
+
+    def __init__(self, config: GuidanceConfig, answers: dict[str, list[int]], budget: int) -> None:
+        self.config, self.answers, self.budget = config, answers, budget
+        self.state = GuidanceState()
+
+    def apply(
+        self, groups: list[list[ScoredSample]], sample: SampleFn, score: ScoreFn
+    ) -> tuple[list[list[ScoredSample]], dict[str, float]]:
+        """`guide_groups` with this run's answers and state; the metrics carry the run's totals so far."""
+        out, metrics = guide_groups(
+            groups, self.answers, self.state, self.config, budget=self.budget, sample=sample, score=score
+        )
+        return out, {**metrics, **self.state.summary()}
+
+
+def build_guide(
+    config: GuidanceConfig,
+    traces: Sequence[TeacherTrace],
+    tokenizer: Any,
+    *,
+    task_ids: Sequence[str],
+    include_thinking: bool,
+    budget: int,
+    source: str,
+    say: Callable[[str], Any] = print,
+) -> Guide | None:
+    """The run's `Guide` (None when guidance is off). Refuses in one line when no training task has a passed
+    teacher trace in `source`; says in one line (`say`) how many tasks cannot be guided."""
+    if not config.enabled:
+        return None
+    answers = teacher_answers(traces, tokenizer, include_thinking)
+    answers = {t: ids for t, ids in answers.items() if t in set(task_ids)}
+    if not answers:
+        raise ValueError(
+            f"guidance.enabled needs a passed teacher trace for the training tasks it guides: none of the "
+            f"{len(task_ids)} training tasks has one in {source}; run phase 2 (or the reference teacher) first, "
+            "or set guidance.enabled=false"
+        )
+    line = missing_traces_line(task_ids, answers, source)
+    if line:
+        say(line)
+    return Guide(config, answers, budget)
+
+
+def unguided_correctness(groups: Sequence[Sequence[ScoredSample]]) -> torch.Tensor:
+    """(P, G) correctness rewards with NaN where a sample is unscorable or guided: what a task's own pass-rate
+    estimate (the curriculum's) may count."""
+    return torch.tensor(
+        [
+            [
+                float("nan") if s.reward.correctness is None or s.completion.teacher_prefix_tokens else s.reward.correctness
+                for s in group
+            ]
+            for group in groups
+        ],
+        dtype=torch.float32,
+    ).reshape(len(groups), -1)

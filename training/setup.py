@@ -2,8 +2,8 @@
 
 `build_run` takes the config apart and calls the builders in the order a run needs them: the accelerator, the
 teacher-SFT set, the on-policy-distillation teacher, the sandbox pool, the episodes on it, the metric sinks, the
-user reward functions and the curriculum. `GRPOTrainer(config, parts)` receives the `RunParts` and builds only
-what is its own (optimizer, schedule, passes, state). Phase 3 loads the student (`build_student`) and its sampler
+user reward functions, the curriculum and teacher guidance. `GRPOTrainer(config, parts)` receives the `RunParts`
+and builds only what is its own (optimizer, schedule, passes, state). Phase 3 loads the student (`build_student`) and its sampler
 before calling `build_run`; a test passes a fake for any part by keyword, or swaps one afterwards with
 `dataclasses.replace`.
 
@@ -22,8 +22,9 @@ from rollouts.from_config import budget_name, episodes_for, prompt_lengths, samp
 from rollouts.groups import Episodes
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
-from training import curriculum, sft_sources, teacher_logprobs
+from training import curriculum, guidance, sft_sources, teacher_logprobs
 from training.curriculum import Curriculum
+from training.guidance import Guide
 from training.launch import local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
 from training.rewards import UserReward, load_reward_functions
@@ -53,6 +54,7 @@ class RunParts:
     sinks: MetricSinks
     user_rewards: list[UserReward]
     curriculum: Curriculum | None  # None when curriculum.enabled is off
+    guide: Guide | None = None  # teacher-guided rollouts (training.guidance); None when guidance.enabled is off
 
 
 def build_run(
@@ -67,9 +69,11 @@ def build_run(
     rollout: Sampler | None = None,
     pool: SandboxPool | None = None,
     teacher_scorer: TeacherScorer | None = None,
+    teacher_traces: str | Path = "the teacher traces",
 ) -> RunParts:
     """The parts of a phase 3 run. `accelerator`, `pool` and `teacher_scorer` are built from the config when
-    not given; `model`, `tokenizer` and `rollout` are phase 3's (`build_student`, `rollouts.from_config`)."""
+    not given; `model`, `tokenizer` and `rollout` are phase 3's (`build_student`, `rollouts.from_config`).
+    `teacher_traces` names where `teacher_examples` came from (guidance's messages say it)."""
     output_dir = Path(output_dir)
     accelerator = accelerator if accelerator is not None else build_accelerator(config, output_dir)
     teacher_sft, teacher_sft_stats = build_teacher_sft(config, teacher_examples, tokenizer, accelerator)
@@ -94,6 +98,7 @@ def build_run(
         sinks=build_sinks(config, output_dir, accelerator),
         user_rewards=build_user_rewards(config),
         curriculum=build_curriculum(config, tasks),
+        guide=build_guidance(config, teacher_examples, tokenizer, tasks, accelerator, str(teacher_traces)),
     )
 
 
@@ -195,6 +200,23 @@ def build_curriculum(config: Config, tasks: list[Task]) -> Curriculum | None:
     """The difficulty filter over `tasks`; None when curriculum.enabled is off."""
     return curriculum.build_curriculum(
         config.curriculum, config.grpo.num_samples_per_prompt, [t.task_id for t in tasks], config.training.seed
+    )
+
+
+def build_guidance(
+    config: Config, teacher_examples: list[TeacherTrace], tokenizer: Any, tasks: list[Task], accelerator: Any, source: str
+) -> Guide | None:
+    """Teacher-guided rollouts over the passed traces of `tasks` (None when guidance.enabled is off); the main
+    process says in one line which tasks cannot be guided."""
+    return guidance.build_guide(
+        config.guidance,
+        teacher_examples,
+        tokenizer,
+        task_ids=[t.task_id for t in tasks],
+        include_thinking=config.dual_source.include_thinking,
+        budget=config.grpo.max_new_tokens,
+        source=source,
+        say=lambda line: print(line, flush=True) if accelerator.is_main_process else None,
     )
 
 

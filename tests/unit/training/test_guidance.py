@@ -27,6 +27,7 @@ from training.guidance import (
 )
 from training.losses import grpo_loss, truncated_importance_weights
 from training.rewards import ScoredSample
+from training.sft_sources import best_passing_sample
 
 RULE = GuidanceConfig(
     enabled=True, initial_fraction=0.5, min_fraction=0.05, max_fraction=0.9, target_pass_rate=0.5, adapt_rate=0.4
@@ -241,3 +242,11 @@ def test_a_guided_sample_trains_its_own_tokens_in_the_guided_context_and_never_i
 def test_a_prefix_that_leaves_no_budget_is_refused():
     with pytest.raises(ValueError, match="no room"):
         continue_prefixes(OneContinuation(), [[0]], [list(range(8))], 1)
+
+
+def test_a_guided_success_is_not_imitated_by_self_sft():
+    """Self-SFT imitates the student's own answers; a guided one began from the teacher's prefix."""
+    guided = _sample("a", True, prefix=2)
+    own = _sample("a", True)
+    assert best_passing_sample([_sample("a", False), guided]) is None
+    assert best_passing_sample([guided, own]) is own
