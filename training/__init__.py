@@ -8,7 +8,7 @@ The modules, from the loop down:
   It collects rollouts, plans the update, applies it, logs and checkpoints.
   It runs unchanged under `accelerate launch`; each process rolls out its own prompts.
 - `setup`: the composition root. `build_run` makes a run's `RunParts` (accelerator, teacher-SFT set, OPD teacher,
-  sandbox pool, episodes, sinks, rewards, curriculum), one named builder per part; `GRPOTrainer(config, parts)`
+  sandbox pool, episodes, sinks, rewards, curriculum, guidance), one named builder per part; `GRPOTrainer(config, parts)`
   receives them and builds only its optimizer, schedule, passes and state.
 - `scoring`: one rollout batch scored (parse, sandbox with one retry of a harness failure, rewards, the batch's
   metrics) into groups of `rewards.ScoredSample`.
@@ -24,6 +24,7 @@ The modules, from the loop down:
 - `sft_sources`: the teacher traces and the self-SFT `SuccessBuffer`.
 - `batching`: rollout samples as padded tensors, chunked completion log-probs, `dropout_disabled`.
 - `curriculum`: the difficulty filter.
+- `guidance`: teacher-guided rollouts (all-fail groups partly drawn again from a teacher's answer prefix).
 - `losses`: the pure math. `rewards`: verdicts to rewards.
 - `checkpointing`, `metric_sinks`, `launch`, `memory_model`, `plot`, `export`, `run_summary`: the run around the loop.
 Imports go one way: `grpo_trainer` → those modules → `losses`.
@@ -33,6 +34,8 @@ The loop (`grpo_trainer`):
   The plan's no-grad reference/old forwards (`update_plan.rollout_forwards`) run in a thread beside the scoring
   when the micro-batches do not depend on the rewards.
   With `grpo.dynamic_sampling` it samples more rounds until the batch is full of groups with correctness spread.
+  With `guidance.enabled` each share's all-fail groups are then partly sampled again from a teacher prefix
+  (`guidance.Guide.apply`) before anything else reads the groups.
   It samples nothing when no loss term uses rollouts.
   With `grpo.async_rollouts` (server backend) a producer thread collects instead, ahead of the trainer (the same
   batch: multi-turn episodes, dynamic sampling's rounds, the curriculum's draw); the trainer publishes the adapter

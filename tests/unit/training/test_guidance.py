@@ -250,3 +250,27 @@ def test_a_guided_success_is_not_imitated_by_self_sft():
     own = _sample("a", True)
     assert best_passing_sample([_sample("a", False), guided]) is None
     assert best_passing_sample([guided, own]) is own
+
+
+def test_the_run_summary_says_how_much_guidance_the_run_used():
+    from training.run_summary import guidance_line
+
+    assert guidance_line([{"step": 1, "pass_rate": 0.0}]) is None  # guidance off
+    rows = [
+        {"step": 1, "guidance/transfer_pass_rate": 0.0, **GuidanceState().summary()},
+        {"step": 2, "guidance/transfer_pass_rate": 0.5},
+        {
+            "step": 3,
+            "guidance/total_guided_groups": 6.0,
+            "guidance/total_group_share": 0.25,
+            "guidance/total_tasks_guided": 4.0,
+            "guidance/total_prefix_tokens_mean": 31.6,
+            "guidance/total_prefix_fraction_mean": 0.42,
+            "guidance/total_pass_rate_guided": 0.375,
+        },
+    ]
+    assert guidance_line(rows) == (
+        "phase 3 guidance: 6 guided groups (25% of groups, 4 tasks), mean prefix 32 tokens (42% of the teacher's "
+        "answer), guided pass rate 0.38; unguided pass rate on tasks guided earlier 0.25 (mean of 2 steps)"
+    )
+    assert guidance_line(rows[:1]) == "phase 3 guidance: no all-fail group of a task with a teacher trace, nothing guided"
