@@ -18,6 +18,9 @@
 `rollouts.groups.sample_groups` is the one caller: sync, then one turn (`sample`) or whole episodes
 (`rollouts.episodes.run_episodes` over `continue_sequences`), then release. A sampler is built by
 `rollouts.from_config.build_sampler`.
+
+A sampler that also loads adapters published by another thread is an `AdapterPublisher` (the server backend):
+asynchronous rollouts need one.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rollouts.completion import RolloutCompletion
 from rollouts.sampling import FULL_SOFTMAX, SamplingSettings
@@ -70,6 +73,19 @@ class Sampler(Protocol):
     def policy_for(self, adapter: Path | None, *, model: Any = None, name: str = "adapter") -> Any: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AdapterPublisher(Protocol):
+    """A sampler that samples adapters the trainer publishes while it keeps training."""
+
+    def publish_adapter(self, model: Any, step: int) -> None:
+        """On the trainer's thread, which owns the weights: write the adapter of optimizer step `step`."""
+        ...
+
+    def load_adapter(self, step: int) -> None:
+        """On the sampling thread: sample from the adapter published at `step` from now on."""
+        ...
 
 
 class SamplerBase:

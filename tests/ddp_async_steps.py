@@ -92,10 +92,12 @@ def fail_second_request(trainer, rollout) -> None:
 
 def interrupt_second_take(trainer, rollout) -> None:
     """Ctrl-C reaches the main process while its training thread waits for the producer's second batch."""
-    real_start = trainer._start_producer
+    source = trainer.rollouts
+    real_start = source.start
 
-    def start():
-        producer = real_start()
+    def start(policy, state):
+        real_start(policy, state)
+        producer = source.producer
         real_take, takes = producer.take, []
 
         def take(step):
@@ -105,9 +107,8 @@ def interrupt_second_take(trainer, rollout) -> None:
             return real_take(step)
 
         producer.take = take
-        return producer
 
-    trainer._start_producer = start
+    source.start = start
 
 
 def main(out_dir: str, url: str) -> None:

@@ -98,7 +98,7 @@ def main(out_dir: str, uneven: bool = False) -> None:
     rank = accelerator.process_index
     result = {
         "lora": lora_state(accelerator.unwrap_model(trainer.model)),
-        "prompts": trainer._prompt_indices(0),
+        "prompts": trainer.rollouts.maker.batch_indices(0)[accelerator.process_index],
         "world": accelerator.num_processes,
         **first,
     }

@@ -5,11 +5,16 @@ It does not know how a sampler works inside (it calls `rollouts/`), and it never
 
 The modules, from the loop down:
 - `grpo_trainer`: the loop, read as named steps.
-  It collects rollouts, plans the update, applies it, logs and checkpoints.
-  It runs unchanged under `accelerate launch`; each process rolls out its own prompts.
+  It takes a batch from its source, plans the update, applies it, logs and checkpoints.
+  It runs unchanged under `accelerate launch`; each process trains on its own prompts.
 - `setup`: the composition root. `build_run` makes a run's `RunParts` (accelerator, teacher-SFT set, OPD teacher,
-  sandbox pool, episodes, sinks, rewards, curriculum, guidance), one named builder per part; `GRPOTrainer(config, parts)`
-  receives them and builds only its optimizer, schedule, passes and state.
+  sandbox pool, episodes, sinks, rewards, curriculum, rollout source), one named builder per part;
+  `GRPOTrainer(config, parts)` receives them and builds only its optimizer, schedule, passes and state.
+- `rollout_sources`: where the loop's batches come from, chosen once by `setup`.
+  `SyncRollouts` makes this rank's share now; `AsyncRollouts` takes it from the producer and scatters the shares.
+- `rollout_batches`: what a batch is (`BatchMaker`): the data order, the curriculum's draw and observation,
+  dynamic sampling's rounds, one round sampled and scored, and the revision step after scoring.
+  It makes the shares of the ranks it is asked for; what crosses to the loop is a `RolloutShare`.
 - `scoring`: one rollout batch scored (parse, sandbox with one retry of a harness failure, rewards, the batch's
   metrics) into groups of `rewards.ScoredSample`.
 - `passes`: the backward passes of one optimizer step (`PassRunner`), in the order they run.
@@ -17,31 +22,33 @@ The modules, from the loop down:
   micro-batches, reference and old log-probs).
   `plan_step` once per optimizer step (teacher-SFT slots, the step-wide normalizers, whether the step has signal).
   `step_loss_metrics` names the step's loss metrics.
-- `async_rollouts`: the producer thread of `grpo.async_rollouts` (the next batches sampled and scored while the
-  trainer updates, at most `grpo.max_staleness` steps old).
+- `async_rollouts`: the producer thread of `grpo.async_rollouts` (the next batches made while the trainer updates,
+  at most `grpo.max_staleness` steps old); it imports nothing from the project.
 - `teacher_logprobs`: on-policy distillation's teacher scores.
 - `shared_prompt`: each group's prompt forwarded once for all its completions.
 - `sft_sources`: the teacher traces and the self-SFT `SuccessBuffer`.
 - `batching`: rollout samples as padded tensors, chunked completion log-probs, `dropout_disabled`.
 - `curriculum`: the difficulty filter.
-- `guidance`: teacher-guided rollouts (all-fail groups partly drawn again from a teacher's answer prefix).
+- `guidance`: teacher-guided rollouts (all-fail groups partly drawn again from a teacher's answer prefix), the
+  batch maker's revision step (`Guide.revise`).
 - `losses`: the pure math. `rewards`: verdicts to rewards.
 - `checkpointing`, `metric_sinks`, `launch`, `memory_model`, `plot`, `export`, `run_summary`: the run around the loop.
-Imports go one way: `grpo_trainer` → those modules → `losses`.
+Imports go one way: `grpo_trainer` → `setup` → `rollout_sources` → `rollout_batches` → `scoring` → … → `losses`.
 
 The loop (`grpo_trainer`):
-- Collect: sample, then `scoring.score_rollouts`.
+- Collect: `collect_rollouts` takes this rank's `RolloutShare` from the source.
+  The maker samples, then `scoring.score_rollouts` scores.
   The plan's no-grad reference/old forwards (`update_plan.rollout_forwards`) run in a thread beside the scoring
   when the micro-batches do not depend on the rewards.
-  With `grpo.dynamic_sampling` it samples more rounds until the batch is full of groups with correctness spread.
-  With `guidance.enabled` each share's all-fail groups are then partly sampled again from a teacher prefix
-  (`guidance.Guide.apply`) before anything else reads the groups.
-  It samples nothing when no loss term uses rollouts.
-  With `grpo.async_rollouts` (server backend) a producer thread collects instead, ahead of the trainer (the same
-  batch: multi-turn episodes, dynamic sampling's rounds, the curriculum's draw); the trainer publishes the adapter
-  after each batch and takes the next batch from the producer's queue.
-  Under several processes the producer runs on the main process only and samples every process's share (each
-  chosen as that rank would choose it); the training thread scatters the shares each step.
+  With `grpo.dynamic_sampling` the maker samples more rounds until the batch is full of groups with spread.
+  No source is built when no loss term uses rollouts: nothing is sampled.
+  With `grpo.async_rollouts` (server backend) a producer thread makes the batches ahead of the trainer, with the
+  same maker; the source publishes the adapter after each batch and takes the next batch from the queue.
+  Under several processes the producer runs on the main process only and makes every rank's share (each as that
+  rank would make it); the training thread scatters the shares each step.
+- Teacher-guided rollouts (`guidance.enabled`) are the maker's revision step (`BatchMaker.revise_round`, the
+  `guidance.Guide` reviser): after a round is scored, part of each all-fail group is drawn again from a teacher's
+  answer prefix and rescored with `BatchMaker.score`, before the curriculum and dynamic sampling read the rewards.
 - Plan: `update_plan.plan_update`.
 - Apply: μ optimizer steps.
   Each step is a list of passes: the rollout terms (GRPO, KL, OPD: those with a nonzero weight) per row chunk,
@@ -103,7 +110,7 @@ Rewards (`rewards`):
 - `shaping_reward` owns the multi-turn tool-use bonus (capped at `tool_reward_cap`) and the per-extra-turn cost.
   It enters `compute_rewards(shaping=)` as `Reward.shaping`, which the advantage centres but does not scale.
 
-Multi-turn rollouts: `GRPOTrainer.collect_rollouts` builds prompts with `get_unified_prompt(task, n, mode=)`.
+Multi-turn rollouts: `rollout_batches.BatchMaker` builds prompts with `get_unified_prompt(task, n, mode=)`.
 The final answer (`text`) is scored by the unchanged reward functions on all tests.
 The record's `action_mask` reaches the batch as its `completion_mask` unchanged.
 Metrics add `multi_turn/*` (`scoring.multi_turn_metrics`), and `tokens_per_s` counts policy tokens only.
@@ -131,10 +138,10 @@ The curriculum (`curriculum`, `curriculum.enabled`, off by default):
   It skips a task whose kept rewards are all equal, until that task has been skipped `revisit_after` times.
 - Every process's groups are gathered, so every rank holds the same state and draws the same batch.
 - Its state rides in each `rank-N.pt`.
-- It is pure Python apart from the trainer's two hooks in `_prompt_indices` and `_sample_round`.
+- It is pure Python; the maker draws from it (`batch_indices`) and feeds it (`observe_curriculum`).
 - With asynchronous rollouts the producer thread draws and observes (the main process's, under several
-  processes); the checkpoint saves the state it had after the last trained batch (`GRPOTrainer._produce_batch`),
-  sent to every rank.
+  processes); the checkpoint saves the state it had after the last trained batch
+  (`rollout_sources.AsyncRollouts.curriculum_state`), sent to every rank.
 
 The run around the loop:
 - `launch` decides what a launch may be before anything loads.

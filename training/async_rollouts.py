@@ -15,11 +15,10 @@ drops one that is older (counted in `async/dropped_groups`, every process's grou
 it: a re-sample would stall the trainer for a whole sampling round, while the producer's next batch is already
 newer.
 
-What one batch is stays the trainer's business (`produce`): multi-turn episodes, dynamic sampling's refill
-rounds (a batch then spans several data-order positions, `index` to `last_index`, and the next batch starts
-after the last), the curriculum's draw, and under several processes every process's share of it (one
-`(groups, metrics)` share per rank, in rank order: one producer, on the main process, samples for all; the
-trainer hands each rank its share). The producer only orders, stamps and bounds the batches.
+What one batch is stays the caller's business (`produce`, `training.rollout_sources.AsyncRollouts`): multi-turn
+episodes, dynamic sampling's refill rounds (a batch then spans several data-order positions, `index` to
+`last_index`, and the next batch starts after the last), the curriculum's draw, and every process's share of it
+(one share per rank, in rank order). The producer only orders, stamps and bounds the batches.
 
 A thread, not a process: the producer's work is HTTP to the server and waiting for sandbox subprocesses, both
 outside the GIL, and it shares the tasks, the tokenizer, the sandbox pool and the sampler's connections with
@@ -34,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 class ProducerError(RuntimeError):
@@ -47,7 +47,7 @@ class RolloutBatch:
     index: int  # its position in the data order (the rollout batch counter)
     last_index: int  # the position of its last sampling round (dynamic sampling's refills follow `index`)
     version: int  # optimizer step of the adapter it was sampled with
-    shares: list[tuple[list, dict]]  # per process, rank order: its scored groups (`ScoredSample` lists), metrics
+    shares: list[Any]  # per process, rank order: its share (a `RolloutShare`: `groups`, `metrics`)
     sampler_wait_s: float  # how long the producer waited for the trainer before sampling it
 
 
@@ -58,15 +58,14 @@ class RolloutProducer:
     """The producer thread and its bounded queue (see the module docstring).
 
     produce(index) -> (shares, last_index): sample and score the rollout batch at data-order position `index`
-    (with dynamic sampling's refill rounds at the positions after it, up to `last_index`), one (groups, metrics)
-    share per process;
+    (with dynamic sampling's refill rounds at the positions after it, up to `last_index`), one share per process;
     load(version): have the sampler sample from the adapter published at `version` (called on the producer's
     thread, only when it changed); `first_index`/`first_step`: where the data order and the optimizer steps stand
     when the producer starts; `steps_per_batch`: optimizer steps trained on one batch (mu)."""
 
     def __init__(
         self,
-        produce: Callable[[int], tuple[list[tuple[list, dict]], int]],
+        produce: Callable[[int], tuple[list[Any], int]],
         load: Callable[[int], None],
         *,
         max_staleness: int,
@@ -112,7 +111,7 @@ class RolloutProducer:
             batch: RolloutBatch = item
             if step - batch.version <= self.max_staleness:
                 break
-            dropped_groups += sum(len(groups) for groups, _ in batch.shares)
+            dropped_groups += sum(len(share.groups) for share in batch.shares)
         staleness = step - batch.version
         return batch, {
             "async/staleness_mean": float(staleness),

@@ -33,6 +33,7 @@ saved in each checkpoint. Pure functions and the state are tested against hand-c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,12 +42,14 @@ import torch
 
 from config import GuidanceConfig
 from rollouts.completion import RolloutCompletion, stop_ids
+from rollouts.groups import continue_prefixes, sample_from_prefixes
 from training.rewards import ScoredSample
 from utils.dataset_loader import Task
 from utils.sft_data import build_sft_target, encode_response
 
-if TYPE_CHECKING:  # the record only: phase 3 reads the trace file through synthesis.generate_traces
+if TYPE_CHECKING:  # records only: phase 3 reads the trace file; the batch maker calls `Guide.revise`
     from synthesis.generate_traces import TeacherTrace
+    from training.rollout_batches import BatchMaker, RoundShare
 
 # correctness at or below this is a failure (rewards are float sums; a fraction reward of 0 is exactly 0.0)
 FAILED = 1e-6
@@ -263,11 +266,36 @@ def unguided(group: Sequence[ScoredSample]) -> list[ScoredSample]:
 
 
 class Guide:
-    """A run's guidance: the tasks' teacher answers, the state, and the call the batch maker makes per share."""
+    """A run's guidance: the tasks' teacher answers and the state; the batch maker's revision step (`revise`, a
+    `training.rollout_batches.GroupReviser`)."""
 
     def __init__(self, config: GuidanceConfig, answers: dict[str, list[int]], budget: int) -> None:
         self.config, self.answers, self.budget = config, answers, budget
         self.state = GuidanceState()
+
+    def revise(self, maker: BatchMaker, shares: list[RoundShare], policy: Any, step: int) -> list[RoundShare]:
+        """Guide each share of a scored round in place: its guided samples are drawn from `policy` at `step` (the
+        model being trained), or with no policy from what the sampler loaded (the asynchronous producer's adapter),
+        and scored by the maker like every sample."""
+        sampler = maker.sampler
+        assert sampler is not None, "guidance samples: the run needs a sampler"
+        for share in shares:
+            start = time.monotonic()
+            prompt_of = {t.task_id: p for t, p in zip(share.tasks, share.prompts, strict=True)}
+
+            def sample(prompt_ids: list[list[int]], prefixes: list[list[int]], k: int) -> list[list[RolloutCompletion]]:
+                if policy is None:
+                    return continue_prefixes(sampler, prompt_ids, prefixes, k)
+                with torch.no_grad():
+                    return sample_from_prefixes(sampler, policy, prompt_ids, prefixes, k, step=step)
+
+            def score(tasks: list[Task], drawn: list[list[RolloutCompletion]]) -> list[list[ScoredSample]]:
+                return maker.score(tasks, [prompt_of[t.task_id] for t in tasks], drawn)[0]
+
+            share.groups, metrics = self.apply(share.groups, sample, score)
+            share.metrics.update(metrics)
+            share.metrics["time/guidance_s"] = time.monotonic() - start
+        return shares
 
     def apply(
         self, groups: list[list[ScoredSample]], sample: SampleFn, score: ScoreFn

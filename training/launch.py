@@ -103,3 +103,57 @@ def unshared_output_dir(accelerator: Any, output_dir: str | Path) -> str:
         "folder shared by every machine at the same path (a network file system mounted alike on each; "
         "docs/gpu.md, 'Several machines')"
     )
+
+
+class Peers:
+    """The processes of a launch, seen from one of them, and the collectives over them (each runs on the training
+    thread of every process together; with one process none communicates)."""
+
+    def __init__(self, accelerator: Any) -> None:
+        self.accelerator = accelerator
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def sums(self, values: list[float]) -> list[float]:
+        """`values` summed over every process (one all-reduce)."""
+        if self.world == 1:
+            return list(values)
+        import torch
+
+        reduced = self.accelerator.reduce(
+            torch.tensor(values, dtype=torch.float64, device=self.accelerator.device), reduction="sum"
+        )
+        return [float(v) for v in reduced.cpu()]
+
+    def gather(self, rows: Any) -> Any:
+        """Every process's `rows` (a CPU tensor, the same shape on each), concatenated in rank order."""
+        if self.world == 1:
+            return rows
+        return self.accelerator.gather(rows.to(self.accelerator.device)).cpu()
+
+    def scatter(self, items: list | None) -> Any:
+        """The main process's `items[rank]` on every process (`items`: one per rank on the main process, None
+        elsewhere): one scatter of Python objects."""
+        import torch.distributed as dist
+
+        received: list[Any] = [None]
+        dist.scatter_object_list(received, items if self.is_main else None, src=0)
+        return received[0]
+
+    def broadcast(self, item: Any) -> Any:
+        """The main process's `item` on every process."""
+        if self.world == 1:
+            return item
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([item], from_process=0)[0]

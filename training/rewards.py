@@ -191,7 +191,7 @@ class Reward:
 @dataclass(frozen=True)
 class ScoredSample:
     """One rollout sample after the sandbox and the rewards: what the trainer's update plan, batching and
-    self-SFT read. Built once per sample by `GRPOTrainer.collect_rollouts`, never changed afterwards."""
+    self-SFT read. Built once per sample by `training.scoring.score_rollouts`, never changed afterwards."""
 
     task: Task
     completion: RolloutCompletion

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from config import Config
+from config import GRPOConfig, MultiTurnConfig, PromptConfig, SandboxConfig
 from rollouts.completion import RolloutCompletion
 from sandbox.executor import SandboxPool, execute_many
 from training.rewards import ScoredSample, UserReward, compute_rewards, reward_columns, shaping_reward
@@ -30,11 +30,16 @@ def score_rollouts(
     tasks: Sequence[Task],
     prompts: Sequence[str],
     generations: Sequence[Sequence[RolloutCompletion]],
-    config: Config,
     pool: SandboxPool,
+    *,
+    grpo: GRPOConfig,
+    sandbox: SandboxConfig,
+    prompt: PromptConfig,
+    multi_turn: MultiTurnConfig,
     user_rewards: Sequence[UserReward] = (),
 ) -> tuple[list[list[ScoredSample]], dict[str, float]]:
     """(groups, metrics) for one rollout batch: `generations[i]` are task i's samples, prompted by `prompts[i]`.
+    The sections give the reward (`grpo`), the tests run (`sandbox`, `prompt`) and the multi-turn terms.
 
     Each program runs on its task's hidden tests only (`utils.shown_tests`: the tests the prompt does not
     show); a task with none runs on all its tests for the metrics, and its samples get no correctness signal.
@@ -45,9 +50,9 @@ def score_rollouts(
     optional multi-turn terms (`training.rewards.shaping_reward`) enter the reward's shaping part.
     """
     start = time.monotonic()
-    include_challenge = config.sandbox.include_challenge_tests
-    stop_early = config.grpo.correctness_reward == "binary"
-    hidden = [hidden_tests_task(task, config.prompt.num_visible_tests) for task in tasks]
+    include_challenge = sandbox.include_challenge_tests
+    stop_early = grpo.correctness_reward == "binary"
+    hidden = [hidden_tests_task(task, prompt.num_visible_tests) for task in tasks]
     graded = [h or task for h, task in zip(hidden, tasks, strict=True)]  # G samples share one Task (one plan)
     flat = [(task, sample) for task, group in zip(tasks, generations, strict=True) for sample in group]
     group_of = [k for k, group in enumerate(generations) for _ in group]
@@ -63,13 +68,13 @@ def score_rollouts(
             results[i] = result
     # a task whose expected side cannot be computed is no program's failure: it stays unscored (None)
     confirmed = {i for i in retry if results[i].status == "sandbox_error" and not results[i].unjudgeable}
-    m = config.multi_turn
+    m = multi_turn
     shaping = [shaping_reward(s, m.tool_call_reward, m.tool_reward_cap, m.turn_cost) for _, s in flat]
     rewards = compute_rewards(
         results,
         parsed,
-        correctness=config.grpo.correctness_reward,
-        format_weight=config.grpo.format_reward_weight,
+        correctness=grpo.correctness_reward,
+        format_weight=grpo.format_reward_weight,
         user_rewards=user_rewards,
         prompts=[prompts[k] for k in group_of],
         completions=[s.text for _, s in flat],
@@ -110,7 +115,7 @@ def score_rollouts(
         # E[-log p(token)] under the sampling distribution is its per-token entropy: a Monte Carlo estimate of how
         # diverse the policy's samples are (a collapsing entropy is what takes pass@k down with it)
         metrics["entropy/token_mean"] = -sum(sampled) / len(sampled)
-    if config.multi_turn.mode != "single":
+    if multi_turn.mode != "single":
         metrics.update(multi_turn_metrics([s for _, s in flat], [r.passed for r in results], shaping))
     return groups, metrics
 

@@ -2,8 +2,10 @@
 
 `build_run` takes the config apart and calls the builders in the order a run needs them: the accelerator, the
 teacher-SFT set, the on-policy-distillation teacher, the sandbox pool, the episodes on it, the metric sinks, the
-user reward functions, the curriculum and teacher guidance. `GRPOTrainer(config, parts)` receives the `RunParts`
-and builds only what is its own (optimizer, schedule, passes, state). Phase 3 loads the student (`build_student`) and its sampler
+user reward functions, the curriculum, teacher guidance and the rollout source. `GRPOTrainer(config, parts)` receives the
+`RunParts` and builds only what is its own (optimizer, schedule, passes, state).
+The rollout source is chosen here, once: synchronous, asynchronous (`grpo.async_rollouts`), or none when no term
+of the objective reads rollouts. Phase 3 loads the student (`build_student`) and its sampler
 before calling `build_run`; a test passes a fake for any part by keyword, or swaps one afterwards with
 `dataclasses.replace`.
 
@@ -20,14 +22,17 @@ from typing import TYPE_CHECKING, Any
 from config import Config
 from rollouts.from_config import budget_name, episodes_for, prompt_lengths, sample_budget
 from rollouts.groups import Episodes
-from rollouts.protocol import Sampler
+from rollouts.protocol import AdapterPublisher, Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
 from training import curriculum, guidance, sft_sources, teacher_logprobs
 from training.curriculum import Curriculum
 from training.guidance import Guide
-from training.launch import local_world_size, sandbox_workers
+from training.launch import Peers, local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
 from training.rewards import UserReward, load_reward_functions
+from training.rollout_batches import BatchMaker
+from training.rollout_sources import AsyncRollouts, RolloutSource, SyncRollouts
+from training.sft_sources import max_scheduled_weight
 from training.teacher_logprobs import ServedTeacherScorer, TeacherScorer
 from utils.dataset_loader import Task
 
@@ -54,7 +59,8 @@ class RunParts:
     sinks: MetricSinks
     user_rewards: list[UserReward]
     curriculum: Curriculum | None  # None when curriculum.enabled is off
-    guide: Guide | None = None  # teacher-guided rollouts (training.guidance); None when guidance.enabled is off
+    rollouts: RolloutSource | None  # where the loop's batches come from; None when no term reads rollouts
+    guide: Guide | None = None  # teacher-guided rollouts, the batch maker's reviser; None when guidance.enabled is off
 
 
 def build_run(
@@ -82,6 +88,11 @@ def build_run(
     check_teacher_context(config, teacher_scorer, tokenizer, tasks)
     owns_pool = pool is None
     pool = pool if pool is not None else build_pool(config, accelerator)
+    episodes = build_episodes(config, pool)
+    user_rewards = build_user_rewards(config)
+    difficulty = build_curriculum(config, tasks)
+    guide = build_guidance(config, teacher_examples, tokenizer, tasks, accelerator, str(teacher_traces))
+    maker = build_batch_maker(config, accelerator, rollout, tasks, pool, episodes, user_rewards, difficulty, guide)
     return RunParts(
         accelerator=accelerator,
         model=model,
@@ -94,11 +105,12 @@ def build_run(
         pool=pool,
         owns_pool=owns_pool,
         teacher_scorer=teacher_scorer,
-        episodes=build_episodes(config, pool),
+        episodes=episodes,
         sinks=build_sinks(config, output_dir, accelerator),
-        user_rewards=build_user_rewards(config),
-        curriculum=build_curriculum(config, tasks),
-        guide=build_guidance(config, teacher_examples, tokenizer, tasks, accelerator, str(teacher_traces)),
+        user_rewards=user_rewards,
+        curriculum=difficulty,
+        rollouts=build_rollouts(config, maker),
+        guide=guide,
     )
 
 
@@ -218,6 +230,58 @@ def build_guidance(
         source=source,
         say=lambda line: print(line, flush=True) if accelerator.is_main_process else None,
     )
+
+
+def build_batch_maker(
+    config: Config,
+    accelerator: Any,
+    rollout: Sampler | None,
+    tasks: list[Task],
+    pool: SandboxPool,
+    episodes: Episodes | None,
+    user_rewards: list[UserReward],
+    difficulty: Curriculum | None,
+    guide: Guide | None = None,
+) -> BatchMaker:
+    """How the run's rollout batches are made (`training.rollout_batches`), from the parts built before it;
+    teacher guidance is its revision step."""
+    training = config.training
+    return BatchMaker(
+        sampler=rollout,
+        tasks=tasks,
+        pool=pool,
+        episodes=episodes,
+        curriculum=difficulty,
+        user_rewards=user_rewards,
+        reviser=guide,
+        peers=Peers(accelerator),
+        prompts_per_rank=training.per_device_train_batch_size * training.gradient_accumulation_steps,
+        seed=training.seed,
+        **scoring_sections(config),
+    )
+
+
+def scoring_sections(config: Config) -> dict[str, Any]:
+    """The sections `training.scoring.score_rollouts` reads, by keyword."""
+    return {"grpo": config.grpo, "sandbox": config.sandbox, "prompt": config.prompt, "multi_turn": config.multi_turn}
+
+
+def build_rollouts(config: Config, maker: BatchMaker) -> RolloutSource | None:
+    """The run's rollout source: None when no term trains on rollouts and the curriculum is off (a term that is off
+    costs nothing), asynchronous with `grpo.async_rollouts` and max_staleness > 0 (its sampler must load published
+    adapters), synchronous otherwise."""
+    grpo, dual = config.grpo, config.dual_source
+    reads_rollouts = dual.grpo_weight > 0 or grpo.kl_coef > 0 or dual.opd_weight > 0
+    if not (reads_rollouts or max_scheduled_weight(dual, "self_sft") > 0 or maker.curriculum is not None):
+        return None
+    if not (grpo.async_rollouts and grpo.max_staleness > 0):
+        return SyncRollouts(maker)
+    if not isinstance(maker.sampler, AdapterPublisher):
+        raise ValueError(
+            f"grpo.async_rollouts needs a sampler that loads published adapters (vllm_server); "
+            f"{type(maker.sampler).__name__} does not"
+        )
+    return AsyncRollouts(maker, maker.sampler, max_staleness=grpo.max_staleness, steps_per_batch=grpo.num_iterations)
 
 
 def _has_cuda() -> bool:

@@ -311,6 +311,7 @@ def test_an_unjudgeable_task_gives_no_signal_even_after_the_retry(tmp_path, pool
     from config import build_config
     from rollouts.completion import RolloutCompletion
     from training.scoring import score_rollouts
+    from training.setup import scoring_sections
 
     task = assert_task(
         "t/bad-expected2",
@@ -321,7 +322,7 @@ def test_an_unjudgeable_task_gives_no_signal_even_after_the_retry(tmp_path, pool
     )
     config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=binary"])
     answer = RolloutCompletion("<think>x</think>\n```python\ndef f(x):\n    return x\n```", (1,), (2,), "stop")
-    groups, metrics = score_rollouts([task], ["p"], [[answer]], config, pool)
+    groups, metrics = score_rollouts([task], ["p"], [[answer]], pool, **scoring_sections(config))
     assert groups[0][0].reward.correctness is None and metrics["sandbox/error_confirmed"] == 0.0
 
 

@@ -25,6 +25,7 @@ from rollouts.scripted import ScriptedBackend
 from sandbox.executor import SandboxLimits, execute_program
 from tests.task_factory import assert_task, call_task, stdin_task
 from training.scoring import score_rollouts
+from training.setup import scoring_sections
 from utils.dataset_loader import Task, TaskSchemaError
 from utils.prompts import get_unified_prompt
 from utils.sft_data import encode_prompt
@@ -125,7 +126,7 @@ KTH = call_task(
 def _rewards(pool, tmp_path, task: Task, codes: list[str], reward: str) -> list[float | None]:
     config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", f"grpo.correctness_reward={reward}"])
     answers = [RolloutCompletion(f"<think>x</think>\n```python\n{c}\n```", (1,), (2,), "stop") for c in codes]
-    groups, _ = score_rollouts([task], ["p"], [answers], config, pool)
+    groups, _ = score_rollouts([task], ["p"], [answers], pool, **scoring_sections(config))
     return [s.reward.correctness for s in groups[0]]
 
 

@@ -128,7 +128,7 @@ def test_a_producer_failure_ends_the_run_with_one_error_and_no_thread(tmp_path, 
     trainer = scripted_trainer(
         tmp_path, pool, rollout_class=VersionedRollout, **SERVER, **{"grpo.async_rollouts": "true"}
     )
-    trainer.rollout.fail_at_call = 3
+    trainer.parts.rollout.fail_at_call = 3
     with pytest.raises(ProducerError, match="went away"):
         trainer.train()
     assert no_producer_thread()
@@ -357,7 +357,7 @@ def two_process_trainer(tmp_path, pool, monkeypatch, **overrides):
     rank = {"index": 0}
     monkeypatch.setattr(type(trainer.accelerator), "num_processes", property(lambda self: 2))
     monkeypatch.setattr(type(trainer.accelerator), "process_index", property(lambda self: rank["index"]))
-    trainer.rollout.load_adapter(0)
+    trainer.parts.rollout.load_adapter(0)
 
     def as_rank(r):
         rank["index"] = r
@@ -369,24 +369,26 @@ def test_the_producer_samples_every_rank_s_share_in_one_burst_and_each_share_is_
     tmp_path, pool, monkeypatch
 ):
     trainer, as_rank = two_process_trainer(tmp_path, pool, monkeypatch)
-    shares, last_index = trainer._fill_batch(1, produced=True)
-    assert last_index == 1 and len(shares) == 2
+    maker = trainer.rollouts.maker
+    shares = maker.make(1, range(2))  # the producer's batch: every rank's share
+    assert [s.last_position for s in shares] == [1, 1]
     # one request burst for both ranks' prompts (the server batches them), rank 0's first
-    [asked] = trainer.rollout.asked
+    [asked] = trainer.parts.rollout.asked
     per_rank = trainer.prompts_per_rollout
     # the plain order at data-order position 1 over 6 tasks, 8 prompts a batch: positions 8..15 of the seeded
     # epoch permutations (epoch 1 from offset 2, then epoch 2's first 4)
     order = [np.random.default_rng([trainer.config.training.seed, e]).permutation(6) for e in (1, 2)]
     expected = [trainer.tasks[i].task_id for i in [*order[0][2:6], *order[1][0:4]]]
     assert asked == expected
-    for rank, (groups, metrics) in enumerate(shares):
+    for rank, share in enumerate(shares):
         as_rank(rank)
-        synchronous = [trainer.tasks[i].task_id for i in trainer._prompt_indices(1)]
+        synchronous = [trainer.tasks[i].task_id for i in maker.batch_indices(1)[maker.peers.rank]]
+        groups = share.groups
         assert [g[0].task.task_id for g in groups] == synchronous == expected[rank * per_rank : (rank + 1) * per_rank]
         assert all(s.completion.prompt_ids for g in groups for s in g)
-        assert metrics["pass_rate"] == pytest.approx(0.5)  # each share's metrics are its own groups'
+        assert share.metrics["pass_rate"] == pytest.approx(0.5)  # each share's metrics are its own groups'
     # the groups are every rank's own: scored against their own tasks
-    assert shares[0][0][0][0].task.task_id != shares[1][0][0][0].task.task_id
+    assert shares[0].groups[0][0].task.task_id != shares[1].groups[0][0].task.task_id
 
 
 def test_dynamic_sampling_fills_each_rank_s_share_as_that_rank_would_and_stops_when_every_share_is_full(
@@ -396,19 +398,20 @@ def test_dynamic_sampling_fills_each_rank_s_share_as_that_rank_would_and_stops_w
         tmp_path, pool, monkeypatch, **{"grpo.dynamic_sampling": "true", "grpo.dynamic_sampling_max_rounds": 4}
     )
     per_rank = trainer.prompts_per_rollout
-    trainer.rollout.flat = {1: range(per_rank, 2 * per_rank)}  # the first round: rank 1's groups have no spread
-    shares, last_index = trainer._fill_batch(0, produced=True)
-    asked = trainer.rollout.asked
-    assert last_index == 1 and len(asked) == 2  # a second round, for both ranks (as the all-reduce decides)
-    rank0, rank1 = ([g[0].task.task_id for g in groups] for groups, _ in shares)
+    trainer.parts.rollout.flat = {1: range(per_rank, 2 * per_rank)}  # the first round: rank 1's groups have no spread
+    shares = trainer.rollouts.maker.make(0, range(2))
+    asked = trainer.parts.rollout.asked
+    assert [s.last_position for s in shares] == [1, 1] and len(asked) == 2  # a second round, for both ranks
+    rank0, rank1 = ([g[0].task.task_id for g in share.groups] for share in shares)
     assert rank0 == asked[0][:per_rank]  # full after its first round: the second adds nothing
     assert rank1 == asked[1][per_rank:]  # its own prompts of the second round
-    for _, metrics in shares:
+    for metrics in (share.metrics for share in shares):
         assert metrics["sampling/rounds"] == 2.0
         assert metrics["sampling/groups_sampled"] == 2.0 * per_rank
         assert metrics["sampling/groups_kept"] == float(per_rank)
     # the round-weighted pass rate: rank 1 sampled one round all wrong, rank 0 none
-    assert shares[0][1]["pass_rate"] == pytest.approx(0.5) and shares[1][1]["pass_rate"] == pytest.approx(0.25)
+    assert shares[0].metrics["pass_rate"] == pytest.approx(0.5)
+    assert shares[1].metrics["pass_rate"] == pytest.approx(0.25)
 
 
 def test_the_producer_observes_every_rank_s_groups_in_rank_order_for_the_curriculum(tmp_path, pool, monkeypatch):
@@ -419,11 +422,11 @@ def test_the_producer_observes_every_rank_s_groups_in_rank_order_for_the_curricu
         **{"curriculum.enabled": "true", "curriculum.window": 64, "curriculum.min_samples": 64},
     )
     per_rank = trainer.prompts_per_rollout
-    trainer.rollout.flat = {1: range(per_rank, 2 * per_rank)}
-    shares, _ = trainer._fill_batch(0, produced=True)
-    [asked] = trainer.rollout.asked
+    trainer.parts.rollout.flat = {1: range(per_rank, 2 * per_rank)}
+    shares = trainer.rollouts.maker.make(0, range(2))
+    [asked] = trainer.parts.rollout.asked
     observed = sum(map(len, trainer.curriculum.history))
     assert observed == 2 * per_rank * trainer.group_size  # both ranks' rewards, as the gather gives every rank
-    assert [g[0].task.task_id for g in shares[1][0]] == asked[per_rank:]
-    assert shares[0][1]["curriculum/zero_spread_share"] == 0.0  # each share's own groups
-    assert shares[1][1]["curriculum/zero_spread_share"] == 1.0
+    assert [g[0].task.task_id for g in shares[1].groups] == asked[per_rank:]
+    assert shares[0].metrics["curriculum/zero_spread_share"] == 0.0  # each share's own groups
+    assert shares[1].metrics["curriculum/zero_spread_share"] == 1.0

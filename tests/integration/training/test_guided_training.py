@@ -69,7 +69,7 @@ def test_all_fail_groups_are_guided_and_give_the_update_a_signal(tmp_path, pool,
     trainer, rollout = guided_trainer(tmp_path / "out", pool, **{"training.save_steps": 1})
     assert "guidance: 1 of 6 training tasks have no passed teacher trace in traces.jsonl" in capsys.readouterr().out
     traced = {t.task_id for t in trainer.tasks[:5]}
-    batch = [trainer.tasks[i].task_id for i in trainer._batch_indices(0)[0]]
+    batch = [trainer.tasks[i].task_id for i in trainer.rollouts.maker.batch_indices(0)[0]]
     trainer.train()
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     first = rows[0]
@@ -82,7 +82,7 @@ def test_all_fail_groups_are_guided_and_give_the_update_a_signal(tmp_path, pool,
     # every guided row is prompt + prefix, its budget what the prefix leaves of the 64 tokens
     assert rollout.asked and all(budget < 64 for _, budget in rollout.asked)
     # a task guided once, whose 2 guided samples both passed: its share moved from 0.5 to 0.5 + 0.4 x (0.5 - 1)
-    once = [t for t in batch if t in traced and t not in [trainer.tasks[i].task_id for i in trainer._batch_indices(1)[0]]]
+    once = [t for t in batch if t in traced and t not in [trainer.tasks[i].task_id for i in trainer.rollouts.maker.batch_indices(1)[0]]]
     assert all(trainer.guide.state.fractions[t] == pytest.approx(0.3) for t in once)
     last = rows[-1]
     assert last["guidance/total_guided_groups"] == trainer.guide.state.guided_groups >= first["guidance/groups"]

@@ -19,7 +19,9 @@ from rollouts.completion import RolloutCompletion
 from tests.trainer_helpers import ScriptedRollout, lora_state, plan_one_slot, scripted_trainer, small_tasks
 from training.losses import k3_kl, masked_sft_nll, opd_token_advantages
 from training.rewards import Reward
+from training.rollout_batches import RoundShare
 from training.scoring import score_rollouts
+from training.setup import scoring_sections
 from utils.sft_data import build_sft_example, collate_sft
 
 QUIET = {"dual_source.teacher_sft_weight": 0.0, "dual_source.self_sft_weight": 0.0, "training.max_grad_norm": 0.0}
@@ -194,7 +196,7 @@ def test_fraction_rewards_score_the_tests_the_prompt_does_not_show(tmp_path, poo
     cheat = f"def {task.fn_name}(*args, **kwargs):\n    return {expected}\n"
     honest = task.reference_solutions[0]
     generations = [[RolloutCompletion(f"```python\n{code}```", (1, 2), (3,), "stop") for code in (cheat, honest)]]
-    groups, _ = score_rollouts([task], ["prompt"], generations, config, pool)
+    groups, _ = score_rollouts([task], ["prompt"], generations, pool, **scoring_sections(config))
     cheat_reward, honest_reward = (s.reward.correctness for s in groups[0])
     assert cheat_reward == 0.0  # passing only the shown assert earns nothing
     assert honest_reward == 1.0
@@ -302,7 +304,9 @@ def test_the_curriculum_judges_spread_with_the_reward_in_use(tmp_path, pool):
         ]
         for g in groups
     ]
-    [metrics] = trainer._observe_curriculum([list(range(len(partial)))], [partial], gather=True)
+    maker = trainer.rollouts.maker
+    share = RoundShare(list(range(len(partial))), [], [], partial, {})
+    [metrics] = maker.observe_curriculum([share], [maker.peers.rank])
     assert all(trainer.curriculum.settled(i) is None for i in range(len(partial)))
     assert metrics["curriculum/zero_spread_share"] == 0.0
 

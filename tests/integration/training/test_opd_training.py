@@ -140,7 +140,7 @@ def test_groups_without_reward_spread_still_learn_from_the_teacher(tmp_path, poo
         **OPD_ONLY,
         **{"grpo.dynamic_filtering": True},
     )
-    trainer.rollout.always_wrong = True
+    trainer.parts.rollout.always_wrong = True
     grads, metrics = gradient_of_one_step(trainer, *trainer.collect_rollouts())
     assert metrics["frac_reward_zero_std"] == 1.0
     assert metrics["loss/opd"] == pytest.approx(-0.2, abs=1e-4)

@@ -82,7 +82,7 @@ def test_the_trainer_builds_no_part_and_leaves_a_passed_pool_open(tmp_path, no_r
     parts = run_parts(config, pool=pool)
     assert parts.pool is pool and not parts.owns_pool
     trainer = GRPOTrainer(config, parts)
-    assert trainer.pool is pool and trainer.rollout is parts.rollout and trainer.sinks is parts.sinks
+    assert trainer.pool is pool and trainer.rollouts is parts.rollouts and trainer.sinks is parts.sinks
     trainer.train()
     assert not pool.closed  # the caller made it: the caller closes it
 

@@ -34,7 +34,7 @@ from training.losses import group_advantages, grpo_loss
 from training.rewards import ScoredSample
 from training.setup import build_run
 from training.sft_sources import best_passing_sample
-from utils.sft_data import encode_prompt
+from utils.sft_data import encode_prompt, end_of_turn_id
 from utils.student_model import attach_lora, load_student
 
 
@@ -241,7 +241,7 @@ def test_forward_chunking_leaves_the_gradient_unchanged(tmp_path, pool, aggregat
 
 def test_a_step_whose_groups_are_all_filtered_still_learns_from_teacher_sft(tmp_path, pool):
     trainer = make_trainer(tmp_path, pool, **{"grpo.dynamic_filtering": True, "training.max_steps": 2})
-    trainer.rollout.always_wrong = True  # every group all wrong: zero variance, all dropped, no self-SFT
+    trainer.parts.rollout.always_wrong = True  # every group all wrong: zero variance, all dropped, no self-SFT
     lora_before = lora_state(trainer.model)
     trainer.train()
     lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
@@ -518,7 +518,7 @@ def test_teacher_traces_that_do_not_fit_are_dropped_and_counted(tmp_path, pool):
     assert trainer.teacher_stats["teacher_sft/dropped_too_long"] == pytest.approx(1 - kept / len(lengths))
     batch = trainer._teacher_batch()
     for row, mask in zip(batch["input_ids"], batch["attention_mask"], strict=True):
-        assert row[int(mask.sum()) - 1] == trainer.eot  # whole targets only: each ends its turn
+        assert row[int(mask.sum()) - 1] == end_of_turn_id(trainer.tokenizer)  # whole targets only: each ends its turn
     metrics = trainer.train_on_rollouts(*trainer.collect_rollouts())[0]
     assert metrics["teacher_sft/dropped_too_long"] == trainer.teacher_stats["teacher_sft/dropped_too_long"]
     assert "teacher_sft/over_rollout_budget" in metrics
@@ -697,7 +697,7 @@ def test_the_reference_forward_runs_while_the_sandbox_scores(tmp_path, pool, mon
     they are, and they equal what the plan computes after scoring."""
     import threading
 
-    import training.grpo_trainer as trainer_module
+    import training.rollout_batches as trainer_module  # where a rollout batch is scored
     from training.update_plan import plan_update
 
     trainer = make_trainer(tmp_path, pool)  # kl_coef 0.05: a reference forward per micro-batch

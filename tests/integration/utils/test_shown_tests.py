@@ -8,6 +8,7 @@ from environments.code_env import visible_tests
 from rollouts.completion import RolloutCompletion
 from tests.task_factory import assert_task, call_task, stdin_task
 from training.scoring import score_rollouts
+from training.setup import scoring_sections
 from utils.prompts import get_unified_prompt
 from utils.shown_tests import example_blocks, hidden_tests_task, no_hidden_test_ids, shown_test_indices
 
@@ -72,7 +73,9 @@ def test_a_program_that_prints_the_examples_earns_nothing(tmp_path, pool):
     config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=fraction"])
     examples = "import sys\nprint({'3 4': 7, '1 1': 2}.get(' '.join(sys.stdin.read().split()), 0))"
     honest = "print(sum(map(int, input().split())))"
-    groups, _ = score_rollouts([SUM], ["prompt"], [[_answer(examples), _answer(honest)]], config, pool)
+    groups, _ = score_rollouts(
+        [SUM], ["prompt"], [[_answer(examples), _answer(honest)]], pool, **scoring_sections(config)
+    )
     assert [s.reward.correctness for s in groups[0]] == [0.0, 1.0]
 
 
@@ -81,7 +84,7 @@ def test_a_task_whose_prompt_shows_every_test_gives_no_correctness_signal(tmp_pa
     assert no_hidden_test_ids([every, SUM], 1) == ["t/all"]
     config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=binary"])
     examples = "import sys\nprint({'3 4': 7, '1 1': 2}.get(' '.join(sys.stdin.read().split()), 0))"
-    groups, _ = score_rollouts([every], ["prompt"], [[_answer(examples)]], config, pool)
+    groups, _ = score_rollouts([every], ["prompt"], [[_answer(examples)]], pool, **scoring_sections(config))
     assert groups[0][0].reward.correctness is None and groups[0][0].reward.total is None
 
 
@@ -91,5 +94,5 @@ def test_self_sft_never_imitates_a_sample_of_a_task_without_hidden_tests(tmp_pat
     every = stdin_task("t/all2", ("3 4\n", "7\n"), ("1 1\n", "2\n"), problem=STATEMENT)
     config = build_config("cpu", overrides=[f"paths.output_dir={tmp_path}", "grpo.correctness_reward=binary"])
     examples = "import sys\nprint({'3 4': 7, '1 1': 2}.get(' '.join(sys.stdin.read().split()), 0))"
-    groups, _ = score_rollouts([every], ["prompt"], [[_answer(examples)]], config, pool)
+    groups, _ = score_rollouts([every], ["prompt"], [[_answer(examples)]], pool, **scoring_sections(config))
     assert groups[0][0].result.passed and best_passing_sample(groups[0]) is None

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from training.async_rollouts import ProducerError, RolloutProducer
+from training.rollout_batches import RolloutShare
 
 
 class ScriptedSampler:
@@ -28,7 +29,8 @@ class ScriptedSampler:
         time.sleep(self.delay)
         assert self.loaded is not None
         self.sampled[index] = self.loaded
-        return [([[index]] * 2, {"pass_rate": 0.5})], index + self.rounds - 1  # one process's share
+        last = index + self.rounds - 1
+        return [RolloutShare([[index]] * 2, {"pass_rate": 0.5}, last)], last  # one process's share
 
 
 def run_trainer(producer: RolloutProducer, steps: int, delay: float = 0.0) -> list[dict]:
@@ -143,7 +145,7 @@ def test_max_staleness_zero_is_not_a_producer():
 
 
 def test_a_batch_splits_into_equal_consecutive_shares_rank_0_first():
-    from training.grpo_trainer import split_by_rank
+    from training.rollout_batches import split_by_rank
 
     assert split_by_rank([10, 11, 12, 13, 14, 15], 2) == [[10, 11, 12], [13, 14, 15]]
     assert split_by_rank(["a", "b", "c"], 3) == [["a"], ["b"], ["c"]]
