@@ -113,3 +113,27 @@ def test_guidance_without_any_passed_trace_is_refused_in_one_line():
             GuidanceConfig(enabled=True), [], None, task_ids=["a", "b"], include_thinking=True, budget=8,
             source="data/t.jsonl",
         )
+
+
+@pytest.mark.slow
+def test_guidance_with_dynamic_sampling_and_the_curriculum(tmp_path, pool):
+    """Guidance runs in every round before dynamic sampling keeps the groups with spread (a guided group counts
+    toward the batch), and the curriculum's estimate of a guided task holds its unguided samples only."""
+    trainer, _ = guided_trainer(
+        tmp_path / "out",
+        pool,
+        **{
+            "grpo.dynamic_sampling": "true",
+            "grpo.dynamic_sampling_max_rounds": 3,
+            "curriculum.enabled": "true",
+            "curriculum.window": 8,
+            "training.max_steps": 1,
+        },
+    )
+    groups, metrics = trainer.collect_rollouts()
+    assert metrics["sampling/groups_kept"] == 4 == len(groups)  # every kept group has spread: guided ones
+    assert all(any(s.completion.teacher_prefix_tokens for s in g) for g in groups)
+    guided = {trainer.tasks.index(g[0].task) for g in groups}
+    history = trainer.curriculum.history
+    assert all(len(history[i]) % 2 == 0 and set(history[i]) == {0.0} for i in guided)  # 2 unguided zeros per group
+    assert metrics["guidance/groups"] > 0

@@ -3,6 +3,7 @@ many samples, how long a prefix, how a task's prefix share adapts, and what one 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -237,6 +238,15 @@ def test_a_guided_sample_trains_its_own_tokens_in_the_guided_context_and_never_i
     assert grad[0].tolist() == [0.0, 0.0, 0.0, 0.0]
     assert grad[1].tolist() == pytest.approx([0.1, 0.1, -0.3, 0.1])
     assert grad[2].tolist() == pytest.approx([1 / 12, 1 / 12, 1 / 12, -0.25])
+
+    # the check can fail: the same ids without the prefix's mask train the prefix token (dL/dW[0] = -(onehot(1) -
+    # 1/4) / 3 under a token-mean over 3 tokens)
+    unmasked = dataclasses.replace(record, action_mask=None, teacher_prefix_tokens=0)
+    model.w.grad = None
+    batch = pad_rollout_batch([unmasked], pad_id=0)
+    logp = completion_logprobs(model, batch)
+    grpo_loss(logp, logp.detach(), torch.tensor([1.0]), batch["completion_mask"])[0].backward()
+    assert model.w.grad[0].tolist() == pytest.approx([1 / 12, -0.25, 1 / 12, 1 / 12])
 
 
 def test_a_prefix_that_leaves_no_budget_is_refused():
