@@ -85,3 +85,34 @@ def test_kv_continues_prompt_and_prefix_with_the_trainers_log_probs_in_the_guide
     mask = batch["completion_mask"].bool()
     assert int(mask.sum()) == sum(s.num_tokens - PREFIX for s in samples)
     assert (trainer - batch["sampling_logps"])[mask].abs().max() < 2e-4
+
+
+def test_the_colocated_vllm_sampler_sends_prompt_and_prefix_as_token_ids(tmp_path, monkeypatch):
+    """The fake engine (tests/fake_vllm.py) sees each guided request as prompt + prefix ids with what the prefix
+    leaves of the budget; the real engine's answer to them: tests/vllm_cpu/test_guided_engine.py."""
+    from rollouts.from_config import build_sampler
+    from tests import fake_vllm
+    from tests.trainer_helpers import tiny_config
+
+    fake_vllm.ENGINES.clear()
+    fake_vllm.install(monkeypatch)
+    seen: list[list[int]] = []
+
+    def responder(ids, index, rng):
+        seen.append(list(ids))
+        return "abc", [101, 102, 103]
+
+    monkeypatch.setattr(fake_vllm.FakeLLM, "responder", staticmethod(responder))
+    config = tiny_config(tmp_path, **{"grpo.rollout_backend": "vllm", "grpo.vllm_weight_sync": "adapter"})
+    model, tokenizer = load_student(config.student.model_name, "float32", device="cpu")
+    model = attach_lora(model, config.lora.r, config.lora.lora_alpha, 0.0, config.lora.target_modules)
+    rollout = build_sampler(config, purpose="train", tokenizer=tokenizer, output_dir=tmp_path)
+    prompts, prefixes = prompts_and_prefixes(tokenizer)
+    groups = sample_from_prefixes(rollout, model, prompts, prefixes, 2)
+    assert seen == [p + x for p, x in zip(prompts, prefixes, strict=True) for _ in range(2)]
+    [engine] = fake_vllm.ENGINES
+    assert [params.max_tokens for params in engine.call_params[-1]] == [64 - PREFIX] * 4
+    for group, prefix in zip(groups, prefixes, strict=True):
+        for record in group:
+            assert record.token_ids[:PREFIX] == tuple(prefix) and record.token_ids[PREFIX:PREFIX + 3] == (101, 102, 103)
+            assert record.logprobs[:PREFIX] == (0.0,) * PREFIX and record.teacher_prefix_tokens == PREFIX
