@@ -27,6 +27,7 @@ Under `accelerate launch` each process trains on its own share of the prompts.
 Groups never straddle processes, so advantages need no communication; DDP averages the gradients.
 The loop does not know whether its source is synchronous or asynchronous.
 """
+
 from __future__ import annotations
 
 import contextlib

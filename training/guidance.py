@@ -100,9 +100,7 @@ def answer_ids(tokenizer: Any, trace: TeacherTrace, include_thinking: bool) -> l
     return ids
 
 
-def teacher_answers(
-    traces: Sequence[TeacherTrace], tokenizer: Any, include_thinking: bool
-) -> dict[str, list[int]]:
+def teacher_answers(traces: Sequence[TeacherTrace], tokenizer: Any, include_thinking: bool) -> dict[str, list[int]]:
     """One answer per task that has a passed trace with code: the shortest (most of it fits the budget)."""
     out: dict[str, list[int]] = {}
     for trace in traces:
@@ -289,7 +287,9 @@ class Guide:
                 with torch.no_grad():
                     return sample_from_prefixes(sampler, policy, prompt_ids, prefixes, k, step=step)
 
-            def score(tasks: list[Task], drawn: list[list[RolloutCompletion]]) -> list[list[ScoredSample]]:
+            def score(
+                tasks: list[Task], drawn: list[list[RolloutCompletion]], prompt_of: dict[str, str] = prompt_of
+            ) -> list[list[ScoredSample]]:
                 return maker.score(tasks, [prompt_of[t.task_id] for t in tasks], drawn)[0]
 
             share.groups, metrics = self.apply(share.groups, sample, score)
@@ -342,7 +342,9 @@ def unguided_correctness(groups: Sequence[Sequence[ScoredSample]]) -> torch.Tens
     return torch.tensor(
         [
             [
-                float("nan") if s.reward.correctness is None or s.completion.teacher_prefix_tokens else s.reward.correctness
+                float("nan")
+                if s.reward.correctness is None or s.completion.teacher_prefix_tokens
+                else s.reward.correctness
                 for s in group
             ]
             for group in groups

@@ -155,7 +155,8 @@ def guidance_line(rows: list[dict[str, Any]]) -> str | None:
     )
     transfer = [r["guidance/transfer_pass_rate"] for r in rows if "guidance/transfer_pass_rate" in r]
     if transfer:
-        line += f"; unguided pass rate on tasks guided earlier {sum(transfer) / len(transfer):.2f} (mean of {len(transfer)} steps)"
+        mean = sum(transfer) / len(transfer)
+        line += f"; unguided pass rate on tasks guided earlier {mean:.2f} (mean of {len(transfer)} steps)"
     return line
 
 

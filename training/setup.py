@@ -2,8 +2,8 @@
 
 `build_run` takes the config apart and calls the builders in the order a run needs them: the accelerator, the
 teacher-SFT set, the on-policy-distillation teacher, the sandbox pool, the episodes on it, the metric sinks, the
-user reward functions, the curriculum, teacher guidance and the rollout source. `GRPOTrainer(config, parts)` receives the
-`RunParts` and builds only what is its own (optimizer, schedule, passes, state).
+user reward functions, the curriculum, teacher guidance and the rollout source. `GRPOTrainer(config, parts)`
+receives the `RunParts` and builds only what is its own (optimizer, schedule, passes, state).
 The rollout source is chosen here, once: synchronous, asynchronous (`grpo.async_rollouts`), or none when no term
 of the objective reads rollouts. Phase 3 loads the student (`build_student`) and its sampler
 before calling `build_run`; a test passes a fake for any part by keyword, or swaps one afterwards with
@@ -216,7 +216,12 @@ def build_curriculum(config: Config, tasks: list[Task]) -> Curriculum | None:
 
 
 def build_guidance(
-    config: Config, teacher_examples: list[TeacherTrace], tokenizer: Any, tasks: list[Task], accelerator: Any, source: str
+    config: Config,
+    teacher_examples: list[TeacherTrace],
+    tokenizer: Any,
+    tasks: list[Task],
+    accelerator: Any,
+    source: str,
 ) -> Guide | None:
     """Teacher-guided rollouts over the passed traces of `tasks` (None when guidance.enabled is off); the main
     process says in one line which tasks cannot be guided."""

@@ -114,5 +114,9 @@ def test_the_colocated_vllm_sampler_sends_prompt_and_prefix_as_token_ids(tmp_pat
     assert [params.max_tokens for params in engine.call_params[-1]] == [64 - PREFIX] * 4
     for group, prefix in zip(groups, prefixes, strict=True):
         for record in group:
-            assert record.token_ids[:PREFIX] == tuple(prefix) and record.token_ids[PREFIX:PREFIX + 3] == (101, 102, 103)
+            assert record.token_ids[:PREFIX] == tuple(prefix) and record.token_ids[PREFIX : PREFIX + 3] == (
+                101,
+                102,
+                103,
+            )
             assert record.logprobs[:PREFIX] == (0.0,) * PREFIX and record.teacher_prefix_tokens == PREFIX

@@ -82,7 +82,11 @@ def test_all_fail_groups_are_guided_and_give_the_update_a_signal(tmp_path, pool,
     # every guided row is prompt + prefix, its budget what the prefix leaves of the 64 tokens
     assert rollout.asked and all(budget < 64 for _, budget in rollout.asked)
     # a task guided once, whose 2 guided samples both passed: its share moved from 0.5 to 0.5 + 0.4 x (0.5 - 1)
-    once = [t for t in batch if t in traced and t not in [trainer.tasks[i].task_id for i in trainer.rollouts.maker.batch_indices(1)[0]]]
+    once = [
+        t
+        for t in batch
+        if t in traced and t not in [trainer.tasks[i].task_id for i in trainer.rollouts.maker.batch_indices(1)[0]]
+    ]
     assert all(trainer.guide.state.fractions[t] == pytest.approx(0.3) for t in once)
     last = rows[-1]
     assert last["guidance/total_guided_groups"] == trainer.guide.state.guided_groups >= first["guidance/groups"]
@@ -105,12 +109,17 @@ def test_guidance_refuses_multi_turn_in_one_line(tmp_path):
 
 
 def test_guidance_without_any_passed_trace_is_refused_in_one_line():
-    from training.guidance import build_guide
     from config import GuidanceConfig
+    from training.guidance import build_guide
 
     with pytest.raises(ValueError, match="none of the 2 training tasks has one in data/t.jsonl"):
         build_guide(
-            GuidanceConfig(enabled=True), [], None, task_ids=["a", "b"], include_thinking=True, budget=8,
+            GuidanceConfig(enabled=True),
+            [],
+            None,
+            task_ids=["a", "b"],
+            include_thinking=True,
+            budget=8,
             source="data/t.jsonl",
         )
 

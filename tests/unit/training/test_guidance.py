@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -90,13 +91,11 @@ def _sample(task_id: str, passed: bool, prefix: int = 0, prompt=(1, 2)) -> Score
         action_mask=(0,) * prefix + (1,) * 3 if prefix else None,
         teacher_prefix_tokens=prefix,
     )
-    return ScoredSample(
-        SimpleNamespace(task_id=task_id),
-        completion,
-        None,
-        SimpleNamespace(passed=passed),
-        SimpleNamespace(correctness=float(passed)),
-    )
+    task: Any = SimpleNamespace(task_id=task_id)  # stand-ins with the attributes guidance reads
+    verdict: Any = SimpleNamespace(passed=passed)
+    reward: Any = SimpleNamespace(correctness=float(passed))
+    parsed: Any = None
+    return ScoredSample(task, completion, parsed, verdict, reward)
 
 
 def test_one_batch_replaces_the_last_k_samples_of_each_all_fail_group_and_adapts_its_task():
@@ -283,4 +282,6 @@ def test_the_run_summary_says_how_much_guidance_the_run_used():
         "phase 3 guidance: 6 guided groups (25% of groups, 4 tasks), mean prefix 32 tokens (42% of the teacher's "
         "answer), guided pass rate 0.38; unguided pass rate on tasks guided earlier 0.25 (mean of 2 steps)"
     )
-    assert guidance_line(rows[:1]) == "phase 3 guidance: no all-fail group of a task with a teacher trace, nothing guided"
+    assert (
+        guidance_line(rows[:1]) == "phase 3 guidance: no all-fail group of a task with a teacher trace, nothing guided"
+    )
