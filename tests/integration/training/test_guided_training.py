@@ -146,3 +146,11 @@ def test_guidance_with_dynamic_sampling_and_the_curriculum(tmp_path, pool):
     history = trainer.curriculum.history
     assert all(len(history[i]) % 2 == 0 and set(history[i]) == {0.0} for i in guided)  # 2 unguided zeros per group
     assert metrics["guidance/groups"] > 0
+
+
+def test_phase3_refuses_guidance_without_a_traces_file_in_one_line(tmp_path):
+    import phase3_train_grpo as phase3
+
+    config = tiny_config(tmp_path, **{"guidance.enabled": "true", "dual_source.teacher_sft_weight": 0})
+    with pytest.raises(phase3.RunSetupError, match="guidance.enabled needs teacher traces and there are none at"):
+        phase3.check_run_setup(config, None, tmp_path / "none.jsonl", False)
