@@ -150,6 +150,11 @@ def check_run_setup(config: Config, resume_from: str | None, traces: Path, overw
             f"no teacher traces at {traces}: run phase 2 first, pass --teacher_traces FILE, or train "
             "without teacher-SFT: --set dual_source.teacher_sft_weight=0."
         )
+    if config.guidance.enabled and not traces.is_file():
+        raise RunSetupError(
+            f"guidance.enabled needs teacher traces and there are none at {traces}: run phase 2 first, pass "
+            "--teacher_traces FILE, or set guidance.enabled=false."
+        )
     adapter = config.teacher.local_adapter
     if ds.opd_weight > 0 and config.teacher.logprob_source == "local" and adapter:
         if not (Path(adapter) / "adapter_config.json").is_file():
@@ -301,6 +306,12 @@ def _train(
                 else " (teacher-SFT term off: none of them passed or has code)"
             )
         )
+    if config.guidance.enabled and not any(t.passed and t.code for t in teacher_examples):
+        raise RunSetupError(
+            f"guidance.enabled needs a passed teacher trace for the tasks it guides: none of the {len(tasks)} "
+            f"training tasks has one in {traces}; run phase 2 (or the reference teacher) first, or set "
+            "guidance.enabled=false."
+        )
     model, tokenizer = build_student(config, accelerator)
     if teacher_examples and config.dual_source.teacher_sft_weight > 0:
         try:  # a second think block in teacher-SFT targets (Qwen3 template, enable_thinking=false)
@@ -331,6 +342,7 @@ def _train(
         tokenizer=tokenizer,
         accelerator=accelerator,
         rollout=rollout,
+        teacher_traces=traces,
     )
     trainer = GRPOTrainer(parts)
     try:

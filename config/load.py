@@ -170,6 +170,30 @@ def validate(config: Config) -> None:
     )
     for backend in config.training.logging_backends:
         need(backend in ("tensorboard", "wandb"), "training.logging_backends", "may contain only tensorboard, wandb")
+    check_guidance(config)
+
+
+def check_guidance(config: Config) -> None:
+    """The teacher-guided rollouts' rules across keys: the prefix shares in order, at most a whole group guided,
+    single-turn only (a prefix of the first turn has no place in an episode's turns yet)."""
+    g, group = config.guidance, config.grpo.num_samples_per_prompt
+    if not g.enabled:
+        return
+    if not g.min_fraction <= g.initial_fraction <= g.max_fraction:
+        raise ConfigError(
+            f"guidance.initial_fraction={g.initial_fraction} must lie between guidance.min_fraction="
+            f"{g.min_fraction} and guidance.max_fraction={g.max_fraction}."
+        )
+    if g.guided_samples > group:
+        raise ConfigError(
+            f"guidance.guided_samples={g.guided_samples} is more than a group holds "
+            f"(grpo.num_samples_per_prompt={group}); use at most {group}, or 0 for half the group."
+        )
+    if config.multi_turn.mode != "single":
+        raise ConfigError(
+            f"guidance.enabled cannot be combined with multi_turn.mode={config.multi_turn.mode}: guided samples "
+            "continue a teacher prefix in one turn; set multi_turn.mode=single or guidance.enabled=false."
+        )
 
 
 def build_config(

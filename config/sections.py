@@ -1020,6 +1020,52 @@ class CurriculumConfig:
 
 
 @dataclass(frozen=True)
+class GuidanceConfig:
+    enabled: bool = option(
+        False,
+        "Teacher-guided rollouts: where every sample of a group fails (correctness 0), guided_samples of its "
+        "samples are drawn again, continuing from a prefix of a verified teacher trace of the task (its answer as "
+        "teacher-SFT renders it, in the student's template). The prefix tokens are context, never trained on; "
+        "the group's advantages are computed over guided and unguided samples together. Needs the teacher "
+        "traces file (phase 2); a task without a passed trace is never guided.",
+    )
+    guided_samples: int = option(
+        0,
+        "Samples of an all-fail group that are drawn again from a teacher prefix (the others stay, failed).",
+        ge=0,
+        note="0: half the group, at least 1",
+    )
+    initial_fraction: float = option(
+        0.5,
+        "Share of the trace's answer tokens that a task's first guided samples start from; each task then "
+        "adapts its own share (target_pass_rate).",
+        ge=0,
+        le=1,
+    )
+    min_fraction: float = option(0.05, "The smallest prefix share a task's rule may reach.", ge=0, le=1)
+    max_fraction: float = option(
+        0.9,
+        "The largest prefix share (below 1: the student writes at least the trace's last answer token).",
+        ge=0,
+        lt=1,
+    )
+    target_pass_rate: float = option(
+        0.5,
+        "The guided samples' pass rate each task's prefix share is steered to: after a guided group the share "
+        "moves by adapt_rate x (target - guided pass rate), longer when they failed, shorter when they passed. "
+        "0.5 is where a binary group's reward variance, the GRPO signal, is largest.",
+        gt=0,
+        lt=1,
+    )
+    adapt_rate: float = option(
+        0.4,
+        "Step of the per-task rule (share += adapt_rate x (target_pass_rate - guided pass rate)).",
+        gt=0,
+        le=1,
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     preset: str = option("gpu", "Which preset the values started from (informational).")
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -1035,6 +1081,7 @@ class Config:
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    guidance: GuidanceConfig = field(default_factory=GuidanceConfig)
 
     @property
     def rollout_backend(self) -> str:

@@ -45,6 +45,10 @@ The record (`completion.RolloutCompletion`):
   when the model stopped), `prompt_ids`, `finish_reason`.
 - Where a backend has them: `logprobs` (the sampler's, one per token id), `action_mask` (multi-turn: 0 = inserted
   by the environment; None = all policy tokens), `stop_string` (the kv sampler's `continue_ids`) and `multi_turn`.
+- A guided sample (`groups.sample_from_prefixes`: phase 3's teacher-guided rollouts) starts its `token_ids` with a
+  teacher's answer prefix, marked 0 in `action_mask` (log-prob 0.0 there), and counts it in `teacher_prefix_tokens`.
+  Every backend makes one the same way: `continue_sequences` on prompt + prefix, with what the prefix leaves of the
+  budget.
 - `num_tokens`, `num_policy_tokens` and `num_turns` are derived.
 - The multi-turn fields are one nested `MultiTurnInfo` (mode, turns, answers, transcript, truncated, tool_calls,
   tool_successes), None for a single-turn completion.

@@ -61,6 +61,8 @@ class RolloutCompletion:
     action_mask: tuple[int, ...] | None = None  # per token id: 1 = sampled by the policy, 0 = inserted; None: all 1
     stop_string: str | None = None  # the kv sampler's `continue_ids`: the stop string it stopped at
     multi_turn: MultiTurnInfo | None = None
+    # a guided sample: its first token ids are a teacher trace's answer prefix (marked 0 in `action_mask`); 0: none
+    teacher_prefix_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("logprobs", "action_mask"):
@@ -69,6 +71,9 @@ class RolloutCompletion:
                 raise ValueError(
                     f"a rollout completion's {name} has {len(values)} entries for {len(self.token_ids)} tokens"
                 )
+        prefix = self.teacher_prefix_tokens
+        if prefix and (self.action_mask is None or any(self.action_mask[:prefix]) or prefix > len(self.token_ids)):
+            raise ValueError(f"a guided completion's {prefix} teacher prefix tokens must be marked 0 in action_mask")
 
     @property
     def num_tokens(self) -> int:

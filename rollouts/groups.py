@@ -81,3 +81,57 @@ def sample_from_synced(
         chat_template_kwargs=episodes.chat_template_kwargs,
     )
     return [records[k * num_samples : (k + 1) * num_samples] for k in range(len(prompts))]
+
+
+def sample_from_prefixes(
+    sampler: Sampler,
+    policy: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    prefixes: Sequence[Sequence[int]],
+    num_samples: int,
+    *,
+    step: int = 0,
+) -> list[list[RolloutCompletion]]:
+    """Guided samples: `num_samples` continuations of each templated prompt's answer begun with `prefixes[i]`
+    (a teacher trace's first answer tokens), from `policy` at optimizer `step`; see `continue_prefixes`."""
+    sampler.sync(policy, step)
+    try:
+        return continue_prefixes(sampler, prompt_ids, prefixes, num_samples)
+    finally:
+        sampler.release()
+
+
+def continue_prefixes(
+    sampler: Sampler, prompt_ids: Sequence[Sequence[int]], prefixes: Sequence[Sequence[int]], num_samples: int
+) -> list[list[RolloutCompletion]]:
+    """`sample_from_prefixes` from whatever the sampler samples now (the asynchronous producer's call).
+
+    Each sample is one `continue_sequences` row, prompt + prefix, whose budget is what the prefix leaves of the
+    sampler's `max_new_tokens`: a guided completion, prefix included, is never longer than an unguided one (the
+    engines' context and the update's memory are sized for that). Its record holds the prefix as its first token
+    ids, marked 0 in `action_mask` (context the policy reads, never trained on), with log-prob 0.0 there where the
+    sampler reports log-probs, and `teacher_prefix_tokens`; `text` (what the reward scores) decodes prefix and
+    continuation together."""
+    budget = sampler.max_new_tokens
+    for prefix in prefixes:
+        if not 0 < len(prefix) < budget:
+            raise ValueError(f"a teacher prefix of {len(prefix)} tokens leaves no room in a {budget}-token budget")
+    rows = [(k, list(prompt_ids[k]), list(prefixes[k])) for k in range(len(prefixes)) for _ in range(num_samples)]
+    continued = sampler.continue_sequences(
+        [prompt + prefix for _, prompt, prefix in rows], [budget - len(prefix) for _, _, prefix in rows], ()
+    )
+    out: list[list[RolloutCompletion]] = [[] for _ in prefixes]
+    for (k, prompt, prefix), cont in zip(rows, continued, strict=True):
+        ids = prefix + list(cont.token_ids)
+        out[k].append(
+            RolloutCompletion(
+                text=sampler.tokenizer.decode(ids, skip_special_tokens=True),
+                token_ids=tuple(ids),
+                prompt_ids=tuple(prompt),
+                finish_reason="stop" if cont.finish_reason != "length" else "length",
+                logprobs=None if cont.logprobs is None else (0.0,) * len(prefix) + tuple(cont.logprobs),
+                action_mask=(0,) * len(prefix) + (1,) * len(cont.token_ids),
+                teacher_prefix_tokens=len(prefix),
+            )
+        )
+    return out

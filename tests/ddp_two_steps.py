@@ -96,6 +96,7 @@ def main(out_dir: str, uneven: bool = False) -> None:
     trainer.collect_rollouts, trainer.optimizer.step = collect, step  # type: ignore[method-assign]
     trainer.train()
     rank = accelerator.process_index
+    assert trainer.rollouts is not None
     result = {
         "lora": lora_state(accelerator.unwrap_model(trainer.model)),
         "prompts": trainer.rollouts.maker.batch_indices(0)[accelerator.process_index],

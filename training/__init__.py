@@ -32,6 +32,8 @@ The modules, from the loop down:
 - `curriculum`: the difficulty filter.
 - `sampler_guard`: the run stops, before the optimizer step, on sampler log-probs that are not finite or are far
   from the trainer's (`grpo.max_logp_abs_diff`).
+- `guidance`: teacher-guided rollouts (all-fail groups partly drawn again from a teacher's answer prefix), the
+  batch maker's revision step (`Guide.revise`).
 - `losses`: the pure math. `schedules`: the learning rate and the SFT weights by step. `rewards`: verdicts to rewards.
 - `checkpointing`, `metric_sinks`, `launch`, `memory_model`, `plot`, `export`, `run_summary`: the run around the loop.
 Imports go one way: `grpo_trainer` → `setup` → `rollout_sources` → `rollout_batches` → `scoring` → … → `losses`.
@@ -47,8 +49,9 @@ The loop (`grpo_trainer`):
   same maker; the source publishes the adapter after each batch and takes the next batch from the queue.
   Under several processes the producer runs on the main process only and makes every rank's share (each as that
   rank would make it); the training thread scatters the shares each step.
-- Teacher-guided rollouts belong in the maker's revision step (`BatchMaker.revise_round`, a `GroupReviser`).
-  It runs after a round is scored: re-sample chosen groups from prefixes, rescore them with `BatchMaker.score`.
+- Teacher-guided rollouts (`guidance.enabled`) are the maker's revision step (`BatchMaker.revise_round`, the
+  `guidance.Guide` reviser): after a round is scored, part of each all-fail group is drawn again from a teacher's
+  answer prefix and rescored with `BatchMaker.score`, before the curriculum and dynamic sampling read the rewards.
 - Plan: `update_plan.plan_update`.
 - Apply: μ optimizer steps.
   Each step is a list of passes: the rollout terms (GRPO, KL, OPD: those with a nonzero weight) per row chunk,

@@ -80,6 +80,7 @@ class GRPOTrainer:
         self.teacher_scorer = parts.teacher_scorer
         self.sinks = parts.sinks
         self.curriculum = parts.curriculum  # the difficulty filter (training.curriculum); None when off
+        self.guide = parts.guide  # teacher-guided rollouts (training.guidance), the maker's reviser; None when off
         self.group_size = grpo.num_samples_per_prompt
         self.micro_batches = training.gradient_accumulation_steps  # micro-batch slots per optimizer step
         self.prompts_per_rollout = training.per_device_train_batch_size * self.micro_batches  # per process
@@ -372,6 +373,7 @@ class GRPOTrainer:
                 "teacher": self.teacher_rng.getstate(),
                 "self_sft_buffer": self.buffer.state(),
                 **({"curriculum": self._curriculum_state()} if self.curriculum is not None else {}),
+                **({"guidance": self.guide.state.state()} if self.guide is not None else {}),
             },
         )
 
@@ -390,6 +392,8 @@ class GRPOTrainer:
             if "curriculum" not in rank_state:
                 raise ValueError(f"{path} was saved without curriculum.enabled; resume it with the filter off")
             self.curriculum.load(rank_state["curriculum"])
+        if self.guide is not None and "guidance" in rank_state:  # a run saved without guidance starts it fresh
+            self.guide.state.load(rank_state["guidance"])
 
 
 def step_metric_keys(grpo: bool, kl: bool, opd: bool) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from rollouts.groups import Episodes, sample_from_synced, sample_groups
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool
 from training.curriculum import Curriculum, zero_spread_share
+from training.guidance import unguided_correctness
 from training.launch import Peers
 from training.losses import group_has_spread
 from training.rewards import ScoredSample, UserReward
@@ -250,7 +251,8 @@ class BatchMaker:
         When this maker serves one rank of several the other ranks' rows are gathered, so every rank holds the
         same estimates. Returns each share's filter metrics."""
         assert self.curriculum is not None
-        rewards = [correctness_rewards(share.groups) for share in shares]  # (P, G) per share, NaN = unscorable
+        # (P, G) per share, NaN = unscorable or guided (a teacher-guided sample says nothing of the task's own rate)
+        rewards = [unguided_correctness(share.groups) for share in shares]
         indices = [torch.tensor(s.indices, dtype=torch.float64).reshape(-1, 1) for s in shares]  # (P, 1) per share
         rows = torch.cat([torch.cat([i, r.to(torch.float64)], dim=1) for i, r in zip(indices, rewards, strict=True)])
         if len(ranks) < self.peers.world:

@@ -3,7 +3,7 @@
     python -m training.run_summary [--data_dir data] [--output_dir outputs]
 
 Prints how phase 2's teacher did (answered N of M, usable traces), how many steps phase 3 ran and where their
-time went (rollout, scoring, update), and pass@k of
+time went (rollout, scoring, update), how much teacher guidance it used (when on), and pass@k of
 the adapter against the base model with their 95% intervals (also drawn: evaluation_pass_at_k.png beside
 the results); then either `run healthy` or one WARNING line per degraded phase (phase 3 with no update at all is
 one: its adapter is the initial one; so is each `--warn`), and exits 3 in that case (0 when healthy), so a
@@ -140,6 +140,32 @@ def _phase3(summary: RunSummary, output_dir: Path) -> None:
             f"phase 3 made no update in {len(rows)} steps ({no_update_reason(rows)}): "
             f"the adapter in {output_dir / 'final_model'} is the initial one"
         )
+    guidance = guidance_line(rows)
+    if guidance:
+        summary.lines.append(guidance)
+
+
+def guidance_line(rows: list[dict[str, Any]]) -> str | None:
+    """How much teacher guidance phase 3 used (`training.guidance`'s running totals on its last logged step; under
+    several processes each process's, averaged), and whether the tasks it guided pass without it later; None when
+    guidance was off."""
+    last = next((r for r in reversed(rows) if "guidance/total_guided_groups" in r), None)
+    if last is None:
+        return None
+    groups = last["guidance/total_guided_groups"]
+    if not groups:
+        return "phase 3 guidance: no all-fail group of a task with a teacher trace, nothing guided"
+    line = (
+        f"phase 3 guidance: {groups:.0f} guided groups ({last['guidance/total_group_share']:.0%} of groups, "
+        f"{last['guidance/total_tasks_guided']:.0f} tasks), mean prefix {last['guidance/total_prefix_tokens_mean']:.0f}"
+        f" tokens ({last['guidance/total_prefix_fraction_mean']:.0%} of the teacher's answer), guided pass rate "
+        f"{last['guidance/total_pass_rate_guided']:.2f}"
+    )
+    transfer = [r["guidance/transfer_pass_rate"] for r in rows if "guidance/transfer_pass_rate" in r]
+    if transfer:
+        mean = sum(transfer) / len(transfer)
+        line += f"; unguided pass rate on tasks guided earlier {mean:.2f} (mean of {len(transfer)} steps)"
+    return line
 
 
 def no_update_reason(rows: list[dict[str, Any]]) -> str:

@@ -2,7 +2,7 @@
 
 `build_run` takes the config apart and calls the builders in the order a run needs them: the accelerator, the
 teacher-SFT set, the on-policy-distillation teacher, the sandbox pool, the episodes on it, the metric sinks, the
-user reward functions, the curriculum and the rollout source. `GRPOTrainer(parts)` receives the
+user reward functions, the curriculum, teacher guidance and the rollout source. `GRPOTrainer(parts)` receives the
 `RunParts` and builds only what is its own (optimizer, schedule, passes, state).
 The rollout source is chosen here, once: synchronous, asynchronous (`grpo.async_rollouts`), or none when no term
 of the objective reads rollouts. Phase 3 loads the student (`build_student`) and its sampler
@@ -24,10 +24,11 @@ from rollouts.from_config import budget_name, episodes_for, prompt_lengths, samp
 from rollouts.groups import Episodes
 from rollouts.protocol import AdapterPublisher, Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
-from training import curriculum, sft_sources, teacher_logprobs
+from training import curriculum, guidance, sft_sources, teacher_logprobs
 from training.batching import autocast_forward
 from training.checkpointing import RunFiles
 from training.curriculum import Curriculum
+from training.guidance import Guide
 from training.launch import Peers, local_world_size, sandbox_workers
 from training.metric_sinks import MetricSinks, make_accelerator
 from training.rewards import RewardProgress, UserReward, load_reward_functions
@@ -66,6 +67,7 @@ class RunParts:
     grpo: GRPOConfig
     training: TrainingConfig
     dual_source: DualSourceConfig
+    guide: Guide | None = None  # teacher-guided rollouts, the batch maker's reviser; None when guidance.enabled is off
 
 
 def build_run(
@@ -80,9 +82,11 @@ def build_run(
     rollout: Sampler | None = None,
     pool: SandboxPool | None = None,
     teacher_scorer: TeacherScorer | None = None,
+    teacher_traces: str | Path = "the teacher traces",
 ) -> RunParts:
     """The parts of a phase 3 run. `accelerator`, `pool` and `teacher_scorer` are built from the config when
-    not given; `model`, `tokenizer` and `rollout` are phase 3's (`build_student`, `rollouts.from_config`)."""
+    not given; `model`, `tokenizer` and `rollout` are phase 3's (`build_student`, `rollouts.from_config`).
+    `teacher_traces` names where `teacher_examples` came from (guidance's messages say it)."""
     output_dir = Path(output_dir)
     accelerator = accelerator if accelerator is not None else build_accelerator(config, output_dir)
     teacher_sft, teacher_sft_stats = build_teacher_sft(config, teacher_examples, tokenizer, accelerator)
@@ -95,7 +99,8 @@ def build_run(
     episodes = build_episodes(config, pool)
     user_rewards = build_user_rewards(config, progress)
     difficulty = build_curriculum(config, tasks)
-    maker = build_batch_maker(config, accelerator, rollout, tasks, pool, episodes, user_rewards, difficulty)
+    guide = build_guidance(config, teacher_examples, tokenizer, tasks, accelerator, str(teacher_traces))
+    maker = build_batch_maker(config, accelerator, rollout, tasks, pool, episodes, user_rewards, difficulty, guide)
     return RunParts(
         accelerator=accelerator,
         model=model,
@@ -117,6 +122,7 @@ def build_run(
         grpo=config.grpo,
         training=config.training,
         dual_source=config.dual_source,
+        guide=guide,
     )
 
 
@@ -234,6 +240,28 @@ def build_curriculum(config: Config, tasks: list[Task]) -> Curriculum | None:
     )
 
 
+def build_guidance(
+    config: Config,
+    teacher_examples: list[TeacherTrace],
+    tokenizer: Any,
+    tasks: list[Task],
+    accelerator: Any,
+    source: str,
+) -> Guide | None:
+    """Teacher-guided rollouts over the passed traces of `tasks` (None when guidance.enabled is off); the main
+    process says in one line which tasks cannot be guided."""
+    return guidance.build_guide(
+        config.guidance,
+        teacher_examples,
+        tokenizer,
+        task_ids=[t.task_id for t in tasks],
+        include_thinking=config.dual_source.include_thinking,
+        budget=config.grpo.max_new_tokens,
+        source=source,
+        say=lambda line: print(line, flush=True) if accelerator.is_main_process else None,
+    )
+
+
 def build_batch_maker(
     config: Config,
     accelerator: Any,
@@ -243,8 +271,10 @@ def build_batch_maker(
     episodes: Episodes | None,
     user_rewards: list[UserReward],
     difficulty: Curriculum | None,
+    guide: Guide | None = None,
 ) -> BatchMaker:
-    """How the run's rollout batches are made (`training.rollout_batches`), from the parts built before it."""
+    """How the run's rollout batches are made (`training.rollout_batches`), from the parts built before it;
+    teacher guidance is its revision step."""
     training = config.training
     return BatchMaker(
         sampler=rollout,
@@ -253,6 +283,7 @@ def build_batch_maker(
         episodes=episodes,
         curriculum=difficulty,
         user_rewards=user_rewards,
+        reviser=guide,
         peers=Peers(accelerator),
         prompts_per_rank=training.per_device_train_batch_size * training.gradient_accumulation_steps,
         seed=training.seed,

@@ -29,11 +29,15 @@ SuccessKey = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
 def best_passing_sample(group: Sequence[ScoredSample]) -> ScoredSample | None:
     """Self-SFT pick: a sample that passed every graded test and ended its turn itself (finish_reason "stop":
     a completion cut at max_new_tokens is not a whole answer to imitate); ties go to the shortest. A sample
-    without a correctness signal (its task's prompt shows every test, or no verdict) is never imitated."""
+    without a correctness signal (its task's prompt shows every test, or no verdict) is never imitated, nor is a
+    guided one (`training.guidance`: it began from a teacher's prefix, so it is not the student's own answer)."""
     passing = [
         s
         for s in group
-        if s.result.passed and s.reward.correctness is not None and s.completion.finish_reason == "stop"
+        if s.result.passed
+        and s.reward.correctness is not None
+        and s.completion.finish_reason == "stop"
+        and not s.completion.teacher_prefix_tokens
     ]
     return min(passing, key=lambda s: s.completion.num_tokens) if passing else None
 

@@ -237,6 +237,7 @@ def test_a_rollout_completion_is_a_frozen_record_with_every_field():
         "action_mask",
         "stop_string",
         "multi_turn",
+        "teacher_prefix_tokens",
     ]
     assert [f.name for f in dataclasses.fields(MultiTurnInfo)] == [
         "mode",
