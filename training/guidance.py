@@ -334,20 +334,3 @@ def build_guide(
     if line:
         say(line)
     return Guide(config, answers, budget)
-
-
-def unguided_correctness(groups: Sequence[Sequence[ScoredSample]]) -> torch.Tensor:
-    """(P, G) correctness rewards with NaN where a sample is unscorable or guided: what a task's own pass-rate
-    estimate (the curriculum's) may count."""
-    return torch.tensor(
-        [
-            [
-                float("nan")
-                if s.reward.correctness is None or s.completion.teacher_prefix_tokens
-                else s.reward.correctness
-                for s in group
-            ]
-            for group in groups
-        ],
-        dtype=torch.float32,
-    ).reshape(len(groups), -1)

@@ -40,12 +40,11 @@ from rollouts.groups import Episodes, sample_from_synced, sample_groups
 from rollouts.protocol import Sampler
 from sandbox.executor import SandboxPool
 from training.curriculum import Curriculum, zero_spread_share
-from training.guidance import unguided_correctness
 from training.launch import Peers
 from training.losses import group_has_spread
 from training.rewards import ScoredSample, UserReward
 from training.scoring import score_rollouts
-from training.update_plan import correctness_rewards
+from training.update_plan import correctness_rewards, unguided_correctness
 from utils.dataset_loader import Task
 from utils.prompts import get_unified_prompt
 

@@ -85,6 +85,23 @@ def correctness_rewards(groups: Sequence[Sequence[ScoredSample]]) -> torch.Tenso
     ).reshape(len(groups), -1)
 
 
+def unguided_correctness(groups: Sequence[Sequence[ScoredSample]]) -> torch.Tensor:
+    """(P, G) correctness rewards with NaN where a sample is unscorable or guided: what a task's own pass-rate
+    estimate (the curriculum's) may count."""
+    return torch.tensor(
+        [
+            [
+                float("nan")
+                if s.reward.correctness is None or s.completion.teacher_prefix_tokens
+                else s.reward.correctness
+                for s in group
+            ]
+            for group in groups
+        ],
+        dtype=torch.float32,
+    ).reshape(len(groups), -1)
+
+
 def rollout_advantages(groups: list[list[ScoredSample]], scale: bool) -> tuple[torch.Tensor, dict]:
     """(P, G) advantages of scored groups: correctness normalized within the group (NaN = unscorable),
     plus the shaping part of the reward (weighted format bonus + weighted user rewards) centred, not z-scored."""
