@@ -37,9 +37,11 @@ def test_a_phase_with_a_parser_of_its_own_makes_the_preflight_fail(module, monke
 
     from utils.thinking_extraction import extract_thinking_and_code_unified as one_parser
 
-    def own_parser(response, reasoning=None):  # a phase's own rule: the first python block, thinking or not
+    # a phase's own rule: the first python block, thinking or not
+    def own_parser(response, reasoning=None, **selection):
         first_block = response.split("```python\n", 1)[1].split("```", 1)[0]
-        return one_parser(f"```python\n{first_block}```")  # the record shape, but the one parser never saw `response`
+        # the record shape, but the one parser never saw `response`
+        return one_parser(f"```python\n{first_block}```", **selection)
 
     monkeypatch.setattr(importlib.import_module(module), "extract_thinking_and_code_unified", own_parser)
     report = test_all.Report()
