@@ -90,6 +90,23 @@ class Clock:
         return statistics.median(times), peak
 
 
+def sample_fixed_length(model: Any, ids: torch.Tensor, new_tokens: int) -> None:
+    """hf `generate` of exactly `new_tokens` sampled tokens after `ids` (temperature 1, no top-p/top-k cut): a
+    decode step's cost, whatever the random weights would stop on."""
+    with torch.no_grad():
+        model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            pad_token_id=0,
+        )
+
+
 def random_ids(vocab: int, rows: int, length: int, device: torch.device, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (rows, length), generator=generator).to(device)
@@ -105,18 +122,7 @@ def decode_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.
             ids = random_ids(vocab, sequences, shape["decode_prompt"], device, seed=sequences)
 
             def generate(ids: torch.Tensor = ids) -> None:
-                with torch.no_grad():
-                    model.generate(
-                        input_ids=ids,
-                        attention_mask=torch.ones_like(ids),
-                        max_new_tokens=shape["decode"],
-                        min_new_tokens=shape["decode"],
-                        do_sample=True,
-                        temperature=1.0,
-                        top_p=1.0,
-                        top_k=0,
-                        pad_token_id=0,
-                    )
+                sample_fixed_length(model, ids, shape["decode"])
 
             seconds, peak = clock(generate)
             rows.append(

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
-from gpu_step_split import SHAPES, TINY_WIDTHS, Clock, random_ids  # noqa: E402
+from gpu_step_split import SHAPES, TINY_WIDTHS, Clock, random_ids, sample_fixed_length  # noqa: E402
 
 GRPO_ROWS = (4, 8)  # the preset's training.forward_chunk_size, and twice it
 SFT_ROWS = 2  # dual_source.teacher_sft_batch_size
@@ -207,18 +207,7 @@ def decode_leg(model: Any, shape: dict, vocab: int, device: torch.device, record
         ids = random_ids(vocab, sequences, shape["decode_prompt"], device, seed=sequences)
 
         def generate(ids: torch.Tensor = ids) -> None:
-            with torch.no_grad():
-                model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=shape["decode"],
-                    min_new_tokens=shape["decode"],
-                    do_sample=True,
-                    temperature=1.0,
-                    top_p=1.0,
-                    top_k=0,
-                    pad_token_id=0,
-                )
+            sample_fixed_length(model, ids, shape["decode"])
 
         seconds, peak = Clock(device, 1)(generate)
         found[str(sequences)] = {
