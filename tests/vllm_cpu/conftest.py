@@ -320,17 +320,18 @@ def vllm_server(student_folder):
         state = json.loads(state_file.read_text())
     url, log_path, started = state["url"], Path(state["log"]), state["started"]
     while True:
-        if not alive(state["pid"]):
-            pytest.fail(f"the vLLM server exited:\n{log_path.read_text()[-4000:]}")
-        if time.time() - started > SERVER_START_TIMEOUT_S:
-            tail = log_path.read_text()[-4000:]
-            pytest.fail(f"the vLLM server did not answer in {SERVER_START_TIMEOUT_S} s:\n{tail}")
         try:
             with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
                 if answer.status == 200:
                     break
         except OSError:
-            time.sleep(1)
+            pass
+        if not alive(state["pid"]):
+            pytest.fail(f"the vLLM server exited:\n{log_path.read_text()[-4000:]}")
+        if time.time() - started > SERVER_START_TIMEOUT_S:
+            tail = log_path.read_text()[-4000:]
+            pytest.fail(f"the vLLM server did not answer in {SERVER_START_TIMEOUT_S} s:\n{tail}")
+        time.sleep(1)
     progress(f"vLLM server ready, {time.time() - started:.0f} s after its start")
     return url, log_path
 
