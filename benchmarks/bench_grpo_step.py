@@ -1,7 +1,7 @@
 """GRPO step time and peak memory: this trainer vs TRL's GRPOTrainer, configured the same way, on CPU.
 
     pip install trl==1.16.0        # for this benchmark only (make bench does it)
-    python benchmarks/bench_grpo_step.py [--steps 4] [--max_new_tokens 64] [--group_sizes 4 8]
+    python -m benchmarks.bench_grpo_step [--steps 4] [--max_new_tokens 64] [--group_sizes 4 8]
 
 Both systems, each in a fresh subprocess per group size G (so peak RSS is its own): the embedded
 SmolLM2-135M-Instruct in float32, LoRA r=8 / alpha=16 / dropout 0 on all attention and MLP projections,
@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 SHARED: dict[str, Any] = {"r": 8, "alpha": 16, "prompts": 2, "beta": 0.05, "lr": 1e-4, "temperature": 1.0}
 RESULTS = ROOT / "benchmarks" / "results"
@@ -374,7 +373,11 @@ def report(results: dict, args: argparse.Namespace, load: dict) -> tuple[dict, s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_grpo_step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--steps", type=int, default=4, help="Optimizer steps per system (the first is a warm-up).")
     parser.add_argument("--max_new_tokens", type=int, default=64, help="Completion budget for both.")
     parser.add_argument("--group_sizes", type=int, nargs="+", default=[4, 8], help="Completions per prompt (G).")
@@ -392,8 +395,9 @@ def main() -> None:
     results: dict[int, dict] = {}
     for group_size in args.group_sizes:
         for system in systems:
-            command = [sys.executable, __file__, "--system", system, "--steps", str(args.steps)]
-            command += ["--max_new_tokens", str(args.max_new_tokens), "--group_sizes", str(group_size)]
+            command = [sys.executable, "-m", "benchmarks.bench_grpo_step", "--system", system]
+            command += ["--steps", str(args.steps), "--max_new_tokens", str(args.max_new_tokens)]
+            command += ["--group_sizes", str(group_size)]
             proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:

@@ -1,6 +1,6 @@
 """What one phase-3 update of the Qwen3-1.7B student keeps in memory, measured on CPU, and the peak it predicts.
 
-    python benchmarks/bench_memory.py [--layers 2] [--rows 2] [--prompt 32] [--completion 64]
+    python -m benchmarks.bench_memory [--layers 2] [--rows 2] [--prompt 32] [--completion 64]
 
 The student's real architecture is built from Qwen3-1.7B's published config written out below (no hub, random
 weights, bf16 like the GPU) with only `--layers` decoder layers, and the `gpu` preset's LoRA is attached through
@@ -28,18 +28,16 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from training import memory_model as mm
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-from training import memory_model as mm  # noqa: E402
 
 # Qwen/Qwen3-1.7B's config.json (the fields that shape memory; rope and norm values as published)
 QWEN3_1_7B = {
@@ -354,7 +352,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=2, help="Decoder layers of the measured model (default 2).")
     parser.add_argument("--rows", type=int, default=2, help="Sequences per pass (default 2).")
     parser.add_argument("--prompt", type=int, default=32, help="Prompt tokens per sequence (default 32).")

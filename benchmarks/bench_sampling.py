@@ -1,8 +1,8 @@
 """CPU sampling engines vs today's sampler, and vs what this machine could do at best.
 
-    python benchmarks/bench_sampling.py                                  # rollout shape: 2 prompts x 4 samples
-    python benchmarks/bench_sampling.py --prompts 8 --samples 4          # phase-4 shape: 32 rows
-    /work/venv-bench/bin/python benchmarks/bench_sampling.py             # with CTranslate2 / ONNX Runtime GenAI
+    python -m benchmarks.bench_sampling                                  # rollout shape: 2 prompts x 4 samples
+    python -m benchmarks.bench_sampling --prompts 8 --samples 4          # phase-4 shape: 32 rows
+    /work/venv-bench/bin/python -m benchmarks.bench_sampling             # with CTranslate2 / ONNX Runtime GenAI
 
 Every candidate samples the same fixture prompts (the unified prompt of the first `--prompts` MBPP and APPS
 fixtures, chat template with thinking on, as phase 3 builds them) from the embedded SmolLM2-135M-Instruct with
@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TOP_K = 0  # nothing truncated: the rollouts' distribution, the one the trainer's log-probs describe
@@ -373,7 +372,9 @@ def setup_candidates(bench: Bench, names: list[str], workdir: Path) -> tuple[dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.bench_sampling",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--prompts", type=int, default=2, help="distinct prompts (2 = the cpu preset's rollout batch)")
     parser.add_argument("--samples", type=int, default=4, help="samples per prompt (the group size G)")

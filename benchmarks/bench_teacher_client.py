@@ -1,6 +1,6 @@
 """Teacher client throughput vs the ideal, against a local server with a fixed answer delay.
 
-    python benchmarks/bench_teacher_client.py [--delay 0.5] [--concurrency 1 8 32 64] [--rounds 6]
+    python -m benchmarks.bench_teacher_client [--delay 0.5] [--concurrency 1 8 32 64] [--rounds 6]
 
 With every request answered after exactly `delay` seconds, a client keeping `c` requests in flight
 can at best complete c / delay requests per second. For each concurrency level this sends
@@ -15,12 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import sys
 import time
 import urllib.request
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clients.openai_compat import TeacherClient
 from tests.fake_openai_server import FakeTeacher, build_app, free_port
@@ -50,7 +46,11 @@ async def measure(url: str, concurrency: int, total: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_teacher_client",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--delay", type=float, default=0.5, help="Seconds the server waits before each answer.")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64], help="Levels to measure.")
     parser.add_argument("--rounds", type=int, default=6, help="Requests per level = concurrency x rounds.")

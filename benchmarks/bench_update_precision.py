@@ -1,6 +1,6 @@
 """The update in bfloat16 autocast against float32, on the cpu preset's student (`make run`'s phase 3), on CPU.
 
-    python benchmarks/bench_update_precision.py [--steps 4]
+    python -m benchmarks.bench_update_precision [--steps 4]
 
 The cpu preset's phase 3 (the embedded SmolLM2-135M-Instruct in float32, LoRA r=8 on every projection, 2 prompts
 x 4 completions, up to 128 new tokens, forward chunks of 2 rows, KL 0.05, self-SFT on; teacher-SFT off: no traces
@@ -22,15 +22,12 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.bench_grpo_step import tasks_for, timed_update
 
-from bench_grpo_step import tasks_for, timed_update  # noqa: E402  (benchmarks/ is on sys.path)
+ROOT = Path(__file__).resolve().parent.parent
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -74,7 +71,11 @@ def logprob_gap(trainer: Any, groups: list, flag: dict[str, bool]) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_update_precision",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--steps", type=int, default=4, help="Rollout batches (the first is a warm-up; default 4).")
     args = parser.parse_args(argv)
     import torch

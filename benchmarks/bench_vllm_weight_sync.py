@@ -1,6 +1,6 @@
 """Colocated vLLM: sampling through the adapter's LoRA request vs with the adapter merged into the engine's weights.
 
-    python benchmarks/bench_vllm_weight_sync.py [--lora_r 64] [--prompts 8] [--samples 4] [--max_new_tokens 96]
+    python -m benchmarks.bench_vllm_weight_sync [--lora_r 64] [--prompts 8] [--samples 4] [--max_new_tokens 96]
                                                 [--repeats 2] [--target_modules q_proj,v_proj] [--out FILE]
 
 Needs vLLM (`make test-vllm`'s .venv-vllm on CPU, with the Makefile's VLLM_CPU_ENV). A fresh LoRA on the embedded
@@ -30,8 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+ROOT = Path(__file__).resolve().parent.parent
 STUDENT = "embedded:SmolLM2-135M-Instruct"
 PROMPTS = (
     "Write a python function that returns the sum of a list of numbers.",
@@ -47,7 +46,11 @@ FP32_TOLERANCE = 1e-3  # nats per token: the float32 trainer against a float32 e
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_vllm_weight_sync",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--leg", choices=("adapter", "merged"), help="Run one leg in this process (the parent runs both)."
     )
@@ -183,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     flags = [f"--{k}={v}" for k, v in vars(args).items() if k not in ("leg", "out") and v is not None]
     for leg in ("adapter", "merged"):
         proc = subprocess.run(
-            [sys.executable, __file__, "--leg", leg, *flags], capture_output=True, text=True, env=os.environ.copy()
+            [sys.executable, "-m", "benchmarks.bench_vllm_weight_sync", "--leg", leg, *flags],
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+            cwd=ROOT,
         )
         found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode != 0 or not found:

@@ -1,9 +1,9 @@
 """The product's CUDA paths on one GPU, in one run: phase 3's measured peak memory against `training.memory_model`,
 and phase 4 sampling with the kv and hf backends.
 
-    python benchmarks/gpu_check.py --out DIR                 # the GPU check (one 80 GB GPU, a few minutes)
-    python benchmarks/gpu_check.py --out DIR --device cpu --layers 2 --max_new_tokens 32   # the same legs on CPU
-    python benchmarks/gpu_check.py --out DIR --phase3_set training.gradient_checkpointing=false   # another config
+    python -m benchmarks.gpu_check --out DIR                 # the GPU check (one 80 GB GPU, a few minutes)
+    python -m benchmarks.gpu_check --out DIR --device cpu --layers 2 --max_new_tokens 32   # the same legs on CPU
+    python -m benchmarks.gpu_check --out DIR --phase3_set training.gradient_checkpointing=false   # another config
 
 Offline: no hub, no server. Phases 2 and 3 import openai and phase 3 draws its curves with matplotlib, so the
 machine needs those pins of requirements.txt besides torch, transformers, peft and accelerate.
@@ -54,8 +54,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DEFAULT_TOKENIZER = ROOT / ".gpucheck" / "tokenizer"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
@@ -396,8 +394,9 @@ def build_student(folder: Path, tokenizer_dir: Path, layers: int, device: str, d
     seeded), made on `device` in fp32, cast to `dtype_name`, and saved with the tokenizer into `folder`; the
     config's special token ids are the tokenizer's."""
     import torch
-    from bench_memory import qwen3_config
     from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    from benchmarks.bench_memory import qwen3_config
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -581,7 +580,7 @@ def sampling_seconds(log: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="Folder for gpu_check.json, gpu_check.md and gpu_check.log.")
     parser.add_argument("--device", choices=("cuda", "cpu"), help="Default: cuda when available.")
     parser.add_argument("--layers", type=int, default=28, help="Decoder layers of the student (default 28).")
@@ -643,7 +642,8 @@ def main(argv: list[str] | None = None) -> int:
                 "--set", "training.gradient_accumulation_steps=1",
             ]  # fmt: skip
             train += [arg for item in args.phase3_set for arg in ("--set", item)]
-            check.run("phase 3", [py, __file__, PROBE, str(work / "phase3_probe.json"), "--", *train], 300)
+            probe = [py, "-m", "benchmarks.gpu_check", PROBE, str(work / "phase3_probe.json")]
+            check.run("phase 3", [*probe, "--", *train], 300)
             if (work / "phase3_probe.json").is_file():
                 check.step("phase 3 memory", lambda: summarize_phase3(check, work))
             adapter = work / "train" / "final_model"

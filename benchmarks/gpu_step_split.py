@@ -1,7 +1,7 @@
 """Where a `--preset gpu` step's time goes on one GPU: the pieces of a step, timed one by one on the student's shape.
 
-    python benchmarks/gpu_step_split.py [--out DIR]        # a GPU: Qwen3-1.7B's shape, ~5-5.5 min (estimate)
-    python benchmarks/gpu_step_split.py --tiny [--out DIR]  # CPU: a 2-layer toy with the same code (CI)
+    python -m benchmarks.gpu_step_split [--out DIR]        # a GPU: Qwen3-1.7B's shape, ~5-5.5 min (estimate)
+    python -m benchmarks.gpu_step_split --tiny [--out DIR]  # CPU: a 2-layer toy with the same code (CI)
 
 Needs only torch, transformers and peft besides the project (no vLLM, no hub, no tokenizer: random weights and
 random token ids). Qwen3-1.7B's architecture (`bench_memory.qwen3_config`) in bfloat16 with the `gpu` preset's LoRA
@@ -29,18 +29,15 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import torch
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # The full shape (a GPU) and the toy (CPU, CI): layers, vocabulary, token counts, sequences per generate call.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -56,7 +53,11 @@ SFT_ROWS = 2  # dual_source.teacher_sft_batch_size of the preset
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_step_split",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tiny", action="store_true", help="A 2-layer toy shape on the CPU (the CI check).")
     parser.add_argument(
         "--out", type=Path, help="Folder for gpu_step_split.json (default $OUT, else benchmarks/results)."
@@ -143,8 +144,7 @@ def decode_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.
 
 def update_leg(model: Any, clock: Clock, shape: dict, vocab: int, device: torch.device, config: Any) -> list[dict]:
     """Leg B: one GRPO chunk, its reference forward, one teacher-SFT pass; with the memory model's peaks."""
-    from bench_memory import rollout_batch
-
+    from benchmarks.bench_memory import rollout_batch
     from training import memory_model as mm
     from training.batching import chunked_completion_logprobs, completion_logprobs, dropout_disabled
     from training.losses import masked_sft_nll
@@ -234,8 +234,7 @@ def step_estimate(rows: list[dict], config: Any, shape: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    from bench_memory import build_student, qwen3_config
-
+    from benchmarks.bench_memory import build_student, qwen3_config
     from config import build_config
 
     shape = dict(SHAPES["tiny" if args.tiny else "full"])

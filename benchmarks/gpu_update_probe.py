@@ -1,8 +1,8 @@
 """Where the `gpu` preset's update time goes in steady state on one GPU, and the hf fallback's decode rate at 8 vs
 64 sequences: the short GPU run's probe.
 
-    python benchmarks/gpu_update_probe.py [--repeats 5] [--out DIR]   # a GPU: Qwen3-1.7B's shape (~3-4 min, estimate)
-    python benchmarks/gpu_update_probe.py --tiny [--out DIR]          # CPU: a 2-layer toy through the same code (CI)
+    python -m benchmarks.gpu_update_probe [--repeats 5] [--out DIR]   # a GPU: Qwen3-1.7B's shape (~3-4 min, estimate)
+    python -m benchmarks.gpu_update_probe --tiny [--out DIR]          # CPU: a 2-layer toy through the same code (CI)
 
 Needs only torch, transformers and peft besides the project: Qwen3-1.7B's architecture written out
 (`bench_memory.qwen3_config`), random bfloat16 weights, random token ids, the `gpu` preset's LoRA attached the
@@ -32,18 +32,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import torch
 
-import torch  # noqa: E402
-from gpu_step_split import SHAPES, TINY_WIDTHS, Clock, random_ids, sample_fixed_length  # noqa: E402
+from benchmarks.gpu_step_split import SHAPES, TINY_WIDTHS, Clock, random_ids, sample_fixed_length
+
+ROOT = Path(__file__).resolve().parent.parent
 
 GRPO_ROWS = (4, 8)  # the preset's training.forward_chunk_size, and twice it
 SFT_ROWS = 2  # dual_source.teacher_sft_batch_size
@@ -52,7 +50,11 @@ TOP_KERNELS = 15
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_update_probe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tiny", action="store_true", help="A 2-layer toy shape on the CPU (the CI check).")
     parser.add_argument("--repeats", type=int, help="Timed runs per measurement after the warm-up (default 5; tiny 1).")
     parser.add_argument(
@@ -97,8 +99,7 @@ def merged_weights_leg(model: Any, clock: Clock, dtype: torch.dtype) -> dict:
 
 def update_passes(model: Any, shape: dict, vocab: int, device: torch.device) -> dict[str, Callable[[], None]]:
     """Leg 2's callables, each one pass as phase 3 runs it."""
-    from bench_memory import rollout_batch
-
+    from benchmarks.bench_memory import rollout_batch
     from training.batching import chunked_completion_logprobs, completion_logprobs, dropout_disabled
     from training.losses import masked_sft_nll
 
@@ -245,8 +246,7 @@ def update_estimate(update: dict, decode: dict | None, config: Any) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    from bench_memory import build_student, qwen3_config
-
+    from benchmarks.bench_memory import build_student, qwen3_config
     from config import build_config
 
     shape = dict(SHAPES["tiny" if args.tiny else "full"])

@@ -326,6 +326,21 @@ def lower_priority(niceness: int = NICENESS) -> None:
     current = os.nice(0)
     if current < niceness:
         os.nice(niceness - current)
+    if autogroup_scheduling():
+        print(
+            "note: the kernel groups processes by session (autogroup scheduling) and nice orders them only inside "
+            "their group, so this run still takes an equal share of the cores from the machine's other sessions; "
+            "to let them go first: echo 19 > /proc/self/autogroup in this shell before starting it, or "
+            "sudo sysctl kernel.sched_autogroup_enabled=0"
+        )
+
+
+def autogroup_scheduling(switch: Path = Path("/proc/sys/kernel/sched_autogroup_enabled")) -> bool:
+    """Whether the kernel's autogroup scheduling is on (Linux; a nice value then counts only inside a session)."""
+    try:
+        return switch.read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def select_bands(

@@ -1,6 +1,6 @@
 """Does vLLM sample with the LoRA adapter it is handed? A deterministic check for the smoke tests.
 
-    python scripts/check_vllm_adapter.py [--model embedded:SmolLM2-135M-Instruct] [--dtype float32]
+    python -m scripts.check_vllm_adapter [--model embedded:SmolLM2-135M-Instruct] [--dtype float32]
                                          [--tolerance 1e-3] [--without_adapter] [--sleep]
 
 The silent failure this catches: vLLM sampling from the base model (or from another adapter) while the
@@ -33,8 +33,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 PROMPTS = (
     "Write a python function that returns the sum of a list of numbers.",
     "Write a python function that reverses a string.",
@@ -44,7 +42,11 @@ PROMPTS = (
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.check_vllm_adapter",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--model", default="embedded:SmolLM2-135M-Instruct", help="Base model (default: %(default)s).")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="Engine and HF dtype.")
     parser.add_argument("--tolerance", type=float, default=1e-3, help="Largest mean |logp diff| vs HF+adapter.")

@@ -92,7 +92,7 @@ else
   SLEEP=(--sleep)
 fi
 step "check_vllm_adapter: a perturbed adapter, sampled with its LoRA request (must match) and without (must not)"
-$PY scripts/check_vllm_adapter.py --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" ${SLEEP[@]+"${SLEEP[@]}"} 2>&1 \
+$PY -m scripts.check_vllm_adapter --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" ${SLEEP[@]+"${SLEEP[@]}"} 2>&1 \
     | tee "$OUT/adapter_check.log" | grep "check_vllm_adapter" >&2
 grep -q "check_vllm_adapter: OK" "$OUT/adapter_check.log" || { echo "gpu_smoke: FAIL: vLLM did not sample with the adapter" >&2; exit 1; }
 step "checks"

@@ -74,7 +74,7 @@ if curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then  # taken 
   exit 1
 fi
 # 9>&-: the teacher does not hold the run's lock
-"$PYTHON" scripts/serve_local_teacher.py --port "$PORT" > data/local_teacher.log 2>&1 9>&- &
+"$PYTHON" -m scripts.serve_local_teacher --port "$PORT" > data/local_teacher.log 2>&1 9>&- &
 teacher_pid=$!
 for _ in $(seq 1 180); do
   curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break

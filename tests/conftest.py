@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # local servers and child phases on few cores, where OpenMP's spinning waits made a 57-token generation 7x slower.
 # Set before torch loads (the OpenMP runtime reads it once); child processes inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture(scope="session")

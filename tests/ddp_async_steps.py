@@ -13,8 +13,6 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import torch
 
 from rollouts.from_config import build_sampler

@@ -8,8 +8,6 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from config import build_config
 from training.launch import unshared_output_dir
 from training.metric_sinks import make_accelerator

@@ -13,8 +13,6 @@ synchronized gradient must be that of one token-mean over the kept samples of bo
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import torch
 from accelerate import Accelerator
 

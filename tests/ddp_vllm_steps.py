@@ -10,8 +10,6 @@ import sys
 import typing
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tests import fake_vllm
 from tests.canned_responses import half_right_responder
 from utils.dataset_loader import read_tasks

@@ -1,9 +1,9 @@
 """A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/e2e/test_run_pipeline.py).
 
-Each phase script exits 0 at once and logs its name and pid; serve_local_teacher.py serves `/health` (ignoring
-SIGTERM when STUB_TEACHER_IGNORES_TERM=1; phase 2 kills it and exits 3 when STUB_PHASE2_KILLS_TEACHER=1); `-c` (the
-script's config query) prints the cpu preset's max_tokens; `-m` (the closing summary) writes its arguments to
-summary_args; test_all.py logs its --teacher mode.
+Each phase script exits 0 at once and logs its name and pid; the local teacher (`-m scripts.serve_local_teacher`)
+serves `/health` (ignoring SIGTERM when STUB_TEACHER_IGNORES_TERM=1; phase 2 kills it and exits 3 when
+STUB_PHASE2_KILLS_TEACHER=1); `-c` (the script's config query) prints the cpu preset's max_tokens; any other `-m`
+(the closing summary) writes its arguments to summary_args; test_all.py logs its --teacher mode.
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ def main() -> int:
     if sys.argv[1] == "-c":
         print(160)
         return 0
-    if sys.argv[1] == "-m":  # the closing summary: its arguments, for the tests to read
+    teacher = sys.argv[1:3] == ["-m", "scripts.serve_local_teacher"]
+    if sys.argv[1] == "-m" and not teacher:  # the closing summary: its arguments, for the tests to read
         Path(os.environ["STUB_LOG"]).with_name("summary_args").write_text(json.dumps(sys.argv[2:]))
         return 0
-    name = Path(sys.argv[1]).stem
+    name = "serve_local_teacher" if teacher else Path(sys.argv[1]).stem
     if name == "serve_local_teacher":
         log("teacher")
         if os.environ.get("STUB_TEACHER_IGNORES_TERM") == "1":

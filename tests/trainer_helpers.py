@@ -129,12 +129,12 @@ def base_state(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" not in k}
 
 
-def launch_two_processes(script: str, *args: str) -> None:
-    """`accelerate launch` tests/`script` with 2 processes. --multi_gpu selects accelerate's torchrun launcher;
-    without GPUs the processes use gloo on the CPU (`--cpu` alone would start a single process unless mpirun
-    is set up). A rank waiting for an all-reduce its peer never starts would hang: the timeout turns that
-    into a failure, with both ranks' output. The rendezvous port is a free one: launches in other test workers
-    run at the same time."""
+def launch_two_processes(module: str, *args: str) -> None:
+    """`accelerate launch -m tests.<module>` with 2 processes, from the repository root. --multi_gpu selects
+    accelerate's torchrun launcher; without GPUs the processes use gloo on the CPU (`--cpu` alone would start a
+    single process unless mpirun is set up). A rank waiting for an all-reduce its peer never starts would hang:
+    the timeout turns that into a failure, with both ranks' output. The rendezvous port is a free one: launches in
+    other test workers run at the same time."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -142,7 +142,7 @@ def launch_two_processes(script: str, *args: str) -> None:
     assert accelerate is not None, "accelerate is not installed"
     launcher = ["launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
     launcher += ["--dynamo_backend", "no", "--main_process_port", str(port)]
-    command = [accelerate, *launcher, str(ROOT / "tests" / script), *args]
+    command = [accelerate, *launcher, "-m", f"tests.{module}", *args]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
 

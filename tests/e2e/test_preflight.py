@@ -1,6 +1,7 @@
 """The preflight itself must be able to fail: run it for real, then break a check and see it fail."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -83,6 +84,7 @@ def test_full_preflight_on_the_embedded_student():
     proc = run_script("test_all.py", *cpu_argv("--teacher_url", "http://127.0.0.1:9/v1"), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "✓ PASS model loaded" in proc.stdout
+    assert "with the kv sampler" in proc.stdout  # the cpu preset's rollout and evaluation sampler
     assert "✓ PASS labels: prompt and padding masked" in proc.stdout
 
 
@@ -203,6 +205,51 @@ def test_the_preflight_measures_the_students_closed_think_rate_and_names_the_tar
         assert [r[0] for r in report.results] == [status]
     out = capsys.readouterr().out
     assert "closes <think> in 0 of 2 samples" in out and "code-only targets" in out
+
+
+@pytest.mark.parametrize("backend", ["kv", "hf"])
+def test_the_preflight_samples_the_student_with_the_runs_own_sampler(backend, tiny_model_name, monkeypatch, capsys):
+    import rollouts.hf
+    import rollouts.kv_sampler
+
+    calls = {"hf": 0, "kv": 0}
+    for module, name, which in (
+        (rollouts.hf, "generate_completions", "hf"),
+        (rollouts.kv_sampler, "sample_token_ids", "kv"),
+    ):
+        real = getattr(module, name)
+
+        def counted(*args, _real=real, _which=which, **kwargs):
+            calls[_which] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    overrides = [
+        f"student.model_name={tiny_model_name}",
+        "grpo.max_new_tokens=8",
+        f"grpo.rollout_backend={backend}",
+        "evaluation.backend=rollout",
+    ]
+    config = build_config("cpu", overrides=overrides)
+    report = test_all.Report()
+    loaded = test_all.check_student(report, config, max_new_tokens=8)
+    assert loaded is not None and report.count("FAIL") == 0, capsys.readouterr().out
+    test_all.check_target_format(report, config, *loaded, 2, 1)
+    # the smoke test (phase 4's sampler, greedy) and the closed-think rate (phase 3's rollouts) sample as the run does
+    assert calls == {"hf": 0, "kv": 2} if backend == "kv" else calls == {"hf": 2, "kv": 0}
+    name = "the kv sampler" if backend == "kv" else "transformers generate"
+    assert re.search(rf"student generated \d+ tokens with {name} ", capsys.readouterr().out)
+
+
+def test_a_student_the_kv_sampler_refuses_fails_the_preflight_and_still_generates(gelu_model_dir, capsys):
+    config = build_config("cpu", overrides=[f"student.model_name={gelu_model_dir}", "grpo.max_new_tokens=4"])
+    report = test_all.Report()
+    loaded = test_all.check_student(report, config, max_new_tokens=4)
+    out = capsys.readouterr().out
+    # phases 3 and 4 would refuse it: the preflight says so first, and its smoke test falls back to generate
+    assert loaded is not None and report.count("FAIL") == 1, out
+    assert "✗ FAIL the configured kv sampler cannot run this student" in out
+    assert "evaluation.backend=hf" in out and "tokens with transformers generate" in out
 
 
 @pytest.mark.parametrize("quiet", [True, False])

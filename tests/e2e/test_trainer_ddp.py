@@ -9,7 +9,7 @@ from tests.trainer_helpers import launch_two_processes, small_tasks
 
 
 def launch(tmp_path, scenario):
-    launch_two_processes("ddp_two_steps.py", str(tmp_path), scenario)
+    launch_two_processes("ddp_two_steps", str(tmp_path), scenario)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
 
 
@@ -80,7 +80,7 @@ def test_processes_with_different_output_folders_are_named_before_any_model_load
     """Two machines with node-local output folders: the main process's token cannot be read by the other one. The
     start-up check says so on every process, naming the unreadable path and the requirement; with one folder
     shared by both it passes, and no token is left behind."""
-    launch_two_processes("ddp_shared_folder.py", str(tmp_path))
+    launch_two_processes("ddp_shared_folder", str(tmp_path))
     found = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in found:
         assert rank["shared"] == ""
@@ -128,7 +128,7 @@ def test_async_rollouts_under_two_processes_train_each_rank_on_its_synchronous_s
     state = FakeVLLMServer(base_model="embedded:tiny-random")
     state.responder = half_right_responder(load_tokenizer("embedded:tiny-random"), small_tasks(16))
     with RunningServer(state) as server:
-        launch_two_processes("ddp_async_steps.py", str(tmp_path), server.url)
+        launch_two_processes("ddp_async_steps", str(tmp_path), server.url)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2]
     for rank in ranks:

@@ -43,7 +43,7 @@ def test_two_ranks_each_get_an_engine_on_their_own_gpu_and_share_one_adapter_fol
         "--set",
         "training.learning_rate=0.01",
     ]
-    launch_two_processes("ddp_vllm_steps.py", str(tmp_path), str(train), *phase3)
+    launch_two_processes("ddp_vllm_steps", str(tmp_path), str(train), *phase3)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["engines"] for r in ranks] == [1, 1]
     assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1"]  # each engine on its own rank's GPU

@@ -5,9 +5,6 @@ current policy. Same flags as phase3_train_grpo.py."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import phase3_train_grpo
 from rollouts.vllm_engine import AdapterSyncedSampler

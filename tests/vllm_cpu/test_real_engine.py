@@ -196,7 +196,8 @@ def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data
     url, _ = vllm_server
     done = run_product(
         "phase 3, vllm_server, PLANTED stale adapter",
-        "tests/vllm_cpu/stale_adapter_run.py",
+        "-m",
+        "tests.vllm_cpu.stale_adapter_run",
         *cpu_argv(
             "--output_dir",
             str(tmp_path / "run"),
@@ -252,7 +253,7 @@ def test_phase3_vllm_colocated_two_processes_under_accelerate(data_dir, tmp_path
 def test_the_merged_weights_sample_the_policy_in_one_process(tmp_path, targets):
     """The merged sync with one process (the engine built in the training process with a world of one): a perturbed
     adapter merged into an engine without LoRA gives samples whose log-probs are the trainer's (float32, within
-    1e-3) and far from the base model's; benchmarks/bench_vllm_weight_sync.py's merged leg, at a small size.
+    1e-3) and far from the base model's; `python -m benchmarks.bench_vllm_weight_sync --leg merged`, at a small size.
     q_proj,v_proj adapts part of vLLM's fused qkv_proj (peft's default targets for Qwen3): the sync must complete
     the group, or the reload fills the k rows with uninitialised memory. The reload's per-layer warnings stay
     quiet."""
@@ -261,12 +262,13 @@ def test_the_merged_weights_sample_the_policy_in_one_process(tmp_path, targets):
 
     from tests.vllm_cpu.conftest import ROOT
 
-    progress(f"merged weight sync, one process, LoRA on {targets} (bench_vllm_weight_sync.py --leg merged) ...")
+    progress(f"merged weight sync, one process, LoRA on {targets} (benchmarks.bench_vllm_weight_sync --leg merged) ...")
     argv = ["--leg", "merged", "--lora_r", "8", "--prompts", "2", "--samples", "2", "--max_new_tokens", "16"]
     proc = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "bench_vllm_weight_sync.py"),
+            "-m",
+            "benchmarks.bench_vllm_weight_sync",
             *argv,
             "--repeats",
             "1",

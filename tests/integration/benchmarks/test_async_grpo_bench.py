@@ -1,16 +1,11 @@
-"""benchmarks/bench_async_grpo.py without a server: the order of the modes per seed, the learning-parity summary
+"""benchmarks.bench_async_grpo without a server: the order of the modes per seed, the learning-parity summary
 (paired differences over seeds, hand-computed), and resumption from the written results."""
 
 from __future__ import annotations
 
 import json
-import sys
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bench_async_grpo as bench
+from benchmarks import bench_async_grpo as bench
 
 
 def run(seed: int, staleness: int, pass_rate: float, steps: int = 4, rollouts_per_hour: float = 400.0) -> dict:

@@ -3,20 +3,16 @@ and report what their docstrings promise)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 @pytest.mark.slow
 def test_sampling_candidates_run_and_report_their_update_cost(tmp_path):
     import argparse
 
-    import bench_sampling
+    from benchmarks import bench_sampling
 
     bench = bench_sampling.Bench(argparse.Namespace(prompts=1, samples=2, seed=0))
     runs, results = bench_sampling.setup_candidates(bench, ["generate", "kv-bf16", "ctranslate2"], tmp_path)
@@ -31,13 +27,13 @@ def test_sampling_candidates_run_and_report_their_update_cost(tmp_path):
 
 @pytest.mark.slow
 def test_the_gpu_step_split_runs_on_a_toy_shape_and_reports_every_measurement(tmp_path):
-    """benchmarks/gpu_step_split.py --tiny: the script a GPU lease runs, on a 2-layer toy on the CPU. Every
+    """python -m benchmarks.gpu_step_split --tiny: the script a GPU lease runs, on a 2-layer toy on the CPU. Every
     measurement of its three legs is there (generate at 8/32/64 sequences unmerged, 8/64 merged; the GRPO chunk,
     the reference forward and the teacher-SFT pass with the memory model's prediction; the adapter save), and the
     step estimate is built from them."""
     import json
 
-    import gpu_step_split
+    from benchmarks import gpu_step_split
 
     result = gpu_step_split.main(["--tiny", "--out", str(tmp_path)])
     assert json.loads((tmp_path / "gpu_step_split.json").read_text()) == json.loads(json.dumps(result))
@@ -56,18 +52,17 @@ def test_the_gpu_step_split_runs_on_a_toy_shape_and_reports_every_measurement(tm
 
 @pytest.mark.slow
 def test_the_gpu_update_probe_runs_on_a_toy_shape_without_the_packages_a_bare_gpu_machine_lacks(tmp_path):
-    """benchmarks/gpu_update_probe.py --tiny, in its own process as a GPU machine runs it: every leg lands in the
+    """python -m benchmarks.gpu_update_probe --tiny, in its own process as a GPU machine runs it: every leg lands in the
     JSON (written after each leg), the update estimate is built from them, and nothing beyond torch, transformers
     and peft was needed (no vLLM, openai, matplotlib or datasets imported: a bare GPU machine has none of them)."""
     import json
     import subprocess
     import sys
 
-    probe = ROOT / "benchmarks" / "gpu_update_probe.py"
     check = (
         "import runpy, sys; "
-        f"sys.argv = [{str(probe)!r}, '--tiny', '--out', {str(tmp_path)!r}]; "
-        f"runpy.run_path({str(probe)!r}, run_name='__main__'); "
+        f"sys.argv = ['gpu_update_probe', '--tiny', '--out', {str(tmp_path)!r}]; "
+        "runpy.run_module('benchmarks.gpu_update_probe', run_name='__main__', alter_sys=True); "
         "print('IMPORTED', sorted(m for m in ('vllm', 'openai', 'matplotlib', 'datasets') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=900, cwd=ROOT)

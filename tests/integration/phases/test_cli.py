@@ -133,7 +133,7 @@ def test_the_local_teacher_on_a_busy_port_fails_before_announcing_itself():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = run_script("scripts/serve_local_teacher.py", "--port", str(port), timeout=60)
+        proc = run_script("-m", "scripts.serve_local_teacher", "--port", str(port), timeout=60)
     assert proc.returncode == 1 and "serving" not in proc.stdout
     assert f"port {port} on 127.0.0.1 is already in use" in one_line_error(proc)
 

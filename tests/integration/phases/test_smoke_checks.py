@@ -5,16 +5,11 @@ test-vllm on CPU, the GPU for the sleep-mode leg)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import torch
 from safetensors.torch import save_file
 
-from tests.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import check_smoke_run
+from scripts import check_smoke_run
 
 TOLERANCE = 0.05
 

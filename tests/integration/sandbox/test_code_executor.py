@@ -215,8 +215,7 @@ def test_programs_may_import_numpy_and_write_files_in_their_workdir(pool):
 
 
 CTRL_C_SCRIPT = """
-import os, signal, sys, time
-sys.path.insert(0, sys.argv[1])
+import os, signal, time
 from sandbox.executor import execute_program
 from sandbox.pool import SandboxLimits, SandboxPool
 from tests.task_factory import call_task
@@ -241,7 +240,8 @@ def test_ctrl_c_to_the_process_group_leaves_the_workers_silent_and_serving():
     from tests.conftest import ROOT
 
     proc = subprocess.run(
-        [sys.executable, "-c", CTRL_C_SCRIPT, str(ROOT)],
+        [sys.executable, "-c", CTRL_C_SCRIPT],
+        cwd=ROOT,  # `-c` puts the working directory on sys.path
         capture_output=True,
         text=True,
         timeout=120,

@@ -186,8 +186,7 @@ print(-1)
 """
 
 FRESH_PROCESS = """
-import json, sys
-sys.path.insert(0, {root!r})
+import json
 from sandbox.executor import SandboxLimits, SandboxPool, execute_program
 from utils.dataset_loader import Task
 task = Task(
@@ -209,7 +208,7 @@ def _in_fresh_process(code: str) -> list[str]:
 
     from tests.conftest import ROOT
 
-    script = FRESH_PROCESS.format(root=str(ROOT), code=textwrap.dedent(code))
+    script = FRESH_PROCESS.format(code=textwrap.dedent(code))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

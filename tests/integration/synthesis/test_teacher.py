@@ -329,7 +329,7 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
 def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
     """`transformers serve` with the embedded model, started the way `make teacher` starts it."""
     port = free_port()
-    server = start_script("scripts/serve_local_teacher.py", "--port", str(port), start_new_session=True)
+    server = start_script("-m", "scripts.serve_local_teacher", "--port", str(port), start_new_session=True)
     try:
         import urllib.request
 

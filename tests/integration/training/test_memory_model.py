@@ -5,18 +5,14 @@ must fit the cards the docs name."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
 import torch
 
+from benchmarks import bench_memory
 from config import build_config
 from tests.conftest import ROOT
 from training import memory_model as mm
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bench_memory
 
 # A Qwen3 with small widths (every term of the formula present: GQA, q/k norms, tied embeddings)
 SMALL = {

@@ -1,30 +1,21 @@
-"""docs/configuration.md is generated from config.py (scripts/gen_config_docs.py) and must not go stale."""
+"""docs/configuration.md is generated from config.py (`python -m scripts.gen_config_docs`) and must not go stale."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import config
+from scripts import gen_config_docs as gen
 from tests.cli_helpers import run_script
 from tests.conftest import ROOT
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("gen_config_docs", ROOT / "scripts" / "gen_config_docs.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_committed_configuration_reference_is_current():
-    result = run_script("scripts/gen_config_docs.py", "--check")
-    assert result.returncode == 0, result.stderr + "\nrun: python scripts/gen_config_docs.py"
+    result = run_script("-m", "scripts.gen_config_docs", "--check")
+    assert result.returncode == 0, result.stderr + "\nrun: python -m scripts.gen_config_docs"
 
 
 def test_every_key_its_help_its_cpu_value_and_its_flags_are_in_the_reference():
-    gen = _generator()
     text = gen.render()
     cpu = config.build_config("cpu")
     for section in config.SECTION_NAMES:
@@ -41,5 +32,5 @@ def test_the_check_fails_on_a_stale_file(tmp_path):
     current = (ROOT / "docs" / "configuration.md").read_text()
     stale.write_text(current.replace("Use MBPP only.", "Use MBPP only (edited by hand)."))
     assert stale.read_text() != current
-    result = run_script("scripts/gen_config_docs.py", "--check", "--output", str(stale))
+    result = run_script("-m", "scripts.gen_config_docs", "--check", "--output", str(stale))
     assert result.returncode == 1 and "is stale" in result.stderr
