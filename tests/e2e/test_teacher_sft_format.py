@@ -7,11 +7,13 @@ import pytest
 
 
 @pytest.mark.slow
-def test_eight_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
-    """8 teacher-SFT steps on the fixture references must not cost the student its gradable answers: held-out
-    no_code at most the base's + 5 points. Thinking targets the 135M student cannot close
-    (`teacher.reference_thinking=short`, `dual_source.include_thinking=true`) fail it: no_code 0.75 against the
-    base's 0.00 after these 8 steps (0.44 against 0.02 after 16 in an earlier form of the check)."""
+def test_four_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
+    """4 teacher-SFT steps on the fixture references must not cost the student its gradable answers: held-out
+    no_code at most the base's + 5 points. The steps are taken at twice the cpu preset's learning rate: AdamW
+    moves the adapter by about the sum of the step sizes, so 4 steps at 1e-3 go about as far as 8 at the preset's
+    5e-4 (4 at 5e-4 did not go far enough for the defect below to fail the check reliably). Thinking targets the
+    135M student cannot close (`teacher.reference_thinking=short`, `dual_source.include_thinking=true`) fail it:
+    no_code 0.50 against the base's 0.04 after these 4 steps, while the cpu preset's code-only targets leave 0.00."""
     import phase1_prepare_data as phase1
     import phase2_generate_teacher_traces as phase2
     import phase3_train_grpo as phase3
@@ -33,8 +35,9 @@ def test_eight_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
             "dual_source.teacher_sft_weight=1",
             "dual_source.teacher_sft_batch_size=4",
             "grpo.kl_coef=0",
-            "training.max_steps=8",
-            "training.save_steps=8",
+            "training.max_steps=4",
+            "training.save_steps=4",
+            "training.learning_rate=1e-3",
             "evaluation.num_samples=2",
             "evaluation.k_values=[1]",
             "evaluation.temperature=0.7",
