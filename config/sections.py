@@ -253,8 +253,8 @@ class TeacherConfig:
     )
     max_tasks: int = option(
         0,
-        "Query the teacher for only the first N training tasks (0 = all). The cpu preset caps it: "
-        "the local stand-in answers one request at a time at ~20 tokens/s.",
+        "Query the teacher for only the first N training tasks (0 = all). The cpu preset caps it: the local "
+        "stand-in is the 135M model on 2 cores.",
     )
     max_concurrent_requests: int = option(
         32, "Requests in flight. vLLM batches them; past the server's batch capacity more only queue.", ge=1

@@ -4,8 +4,9 @@
 importable and the sampler implements the model). Standard library HTTP (a `ThreadingHTTPServer` on 127.0.0.1),
 one engine thread:
 
-- Requests that arrive together are generated together: the engine takes the first waiting request, collects
-  what else arrives within `batch_window` seconds (and whatever queued while it was generating), plans batches
+- Requests that arrive together are generated together: the engine takes the first waiting request, what queued
+  while it was generating and what arrives less than `batch_window` seconds (50 ms) after the request before
+  (for at most 10 windows), plans batches
   (`plan_batches`) and runs each as ONE `rollouts.kv_sampler.sample_token_ids` call. The sampler takes one set of
   sampling knobs, one token budget and one list of stop strings per call, so requests that differ in any of them
   go in separate batches, one after another (per-row temperatures are not implemented). A request with a `seed`
@@ -46,7 +47,8 @@ from typing import Any
 from rollouts.sampling import SamplingSettings
 
 ENGINE_NAME = "kv"
-DEFAULT_BATCH_WINDOW = 0.05  # seconds to wait for more requests after the first of a batch
+DEFAULT_BATCH_WINDOW = 0.05  # seconds: a request arriving sooner after the last one joins its batch
+BURST_WINDOWS = 10  # a batch waits for late arrivals at most this many windows after its first request
 DEFAULT_MAX_BATCH_ROWS = 64
 # KV-cache positions one batch may hold (rows x (longest prompt + budget)): 32,768 positions of SmolLM2-135M in
 # float32 are 1.5 GB of cache
@@ -309,7 +311,7 @@ class Engine:
         self,
         path: str,
         *,
-        dtype: str = "float32",
+        dtype: str = "bfloat16",
         batch_window: float = DEFAULT_BATCH_WINDOW,
         max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS,
         max_batch_positions: int = DEFAULT_MAX_BATCH_POSITIONS,
@@ -353,19 +355,17 @@ class Engine:
         return job.done
 
     def _collect(self) -> list[Job]:
-        """The first waiting job, what arrives within the batch window after it, and whatever else is queued."""
+        """The first waiting job and every job queued behind it, then each that arrives less than `batch_window`
+        after the one before (a burst of requests is one batch even when a busy client sends it over a few hundred
+        milliseconds), for at most `BURST_WINDOWS` windows after the first."""
         jobs = [self.jobs.get()]
-        deadline = time.monotonic() + self.batch_window
+        deadline = time.monotonic() + BURST_WINDOWS * self.batch_window
         while (left := deadline - time.monotonic()) > 0:
             try:
-                jobs.append(self.jobs.get(timeout=left))
+                jobs.append(self.jobs.get(timeout=min(left, self.batch_window)))
             except queue.Empty:
                 break
-        while True:
-            try:
-                jobs.append(self.jobs.get_nowait())
-            except queue.Empty:
-                return jobs
+        return jobs
 
     def _run(self) -> None:
         while True:
@@ -552,11 +552,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, answer)
 
 
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's listen backlog is 5: a burst of more connections than that has the rest of its SYNs dropped
+    # and resent by the client's kernel a second later, which splits one burst of requests into two batches
+    request_queue_size = 256
+
+
 def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> int:
     """Answer on host:port until SIGINT or SIGTERM; returns the exit code (0)."""
     handler = type("BoundHandler", (Handler,), {"engine": engine})
-    server = http.server.ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
+    server = Server((host, port), handler)
     stop = threading.Event()
     received: list[str] = []
 

@@ -96,9 +96,9 @@ class Teacher:
 
 @pytest.fixture(scope="module")
 def teacher() -> Iterator[Teacher]:
-    """The embedded SmolLM2-135M-Instruct on the kv engine; a 1 s batch window, so that requests sent together
+    """The embedded SmolLM2-135M-Instruct on the kv engine; a 0.5 s batch window, so that requests sent together
     share a batch however busy the machine is."""
-    server = Teacher("--engine", "kv", "--batch_window_ms", "1000")
+    server = Teacher("--engine", "kv", "--batch_window_ms", "500")
     yield server
     server.stop()
 
@@ -206,15 +206,25 @@ def test_what_it_cannot_serve_is_refused_in_the_clients_terms(teacher, served):
     assert status == 400 and "maximum context length" in body["error"]["message"]
 
 
-def test_a_seeded_request_is_reproducible_and_sigterm_stops_the_server():
-    tiny = Teacher("--model", EMBEDDED_MODELS[1], "--engine", "kv")
+def test_a_burst_is_one_batch_a_seed_repeats_and_sigterm_stops_the_server():
+    """The tiny random model: a burst of 12 requests through the client (more connections at once than a listen
+    backlog of 5 takes) is one batch; a seeded request gives the same answer twice; SIGTERM ends the server."""
+    tiny = Teacher("--model", EMBEDDED_MODELS[1], "--engine", "kv", "--batch_window_ms", "200")
+    served = resolve_model_path(EMBEDDED_MODELS[1])
     try:
-        body = {"model": resolve_model_path(EMBEDDED_MODELS[1]), "prompt": "hello", "max_tokens": 6, "seed": 11}
+
+        async def burst():
+            async with TeacherClient(tiny.url, served, max_tokens=4, max_retries=0, enable_thinking=False) as c:
+                return await asyncio.gather(*[c.complete([{"role": "user", "content": f"hi {i}"}]) for i in range(12)])
+
+        assert all(r.ok for r in asyncio.run(burst()))
+        assert [line.split(" prompt_tokens")[0] for line in tiny.batch_lines()] == ["batch 1: rows=12 requests=12"]
+        body = {"model": served, "prompt": "hello", "max_tokens": 6, "seed": 11}
         first, second = tiny.post("/completions", body)[1], tiny.post("/completions", body)[1]
         assert first["choices"][0]["text"] == second["choices"][0]["text"]
     finally:
         code = tiny.stop(signal.SIGTERM)
-    assert code == 0 and tiny.lines[-1].startswith("stopped (SIGTERM; 2 batches served")
+    assert code == 0 and tiny.lines[-1].startswith("stopped (SIGTERM; 3 batches served")
 
 
 def test_a_model_the_kv_engine_cannot_run_is_refused_by_name(gelu_model_dir):
