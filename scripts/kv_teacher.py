@@ -34,7 +34,6 @@ import json
 import math
 import queue
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -276,7 +275,11 @@ def response_body(request: ParsedRequest, served_name: str, prompt_tokens: int, 
             }
             for i, c in enumerate(choices)
         ],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        },
     }
 
 
@@ -339,6 +342,7 @@ class Engine:
         del model  # the sampling copy holds its own weights
         self.jobs: queue.Queue[Job] = queue.Queue()
         self.batches_served = 0
+        self.generating = 0  # requests in the batch being generated now
         self._noted: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="kv-engine", daemon=True)
 
@@ -379,6 +383,7 @@ class Engine:
             by_index = {b.planned.index: b for b in ready}
             for batch in plan_batches([b.planned for b in ready], self.max_batch_rows, self.max_batch_positions):
                 members = [by_index[p.index] for p in batch]
+                self.generating = len(members)
                 try:
                     self._generate(members)
                 except Exception as error:  # noqa: BLE001 - the server stays up; each request answers 500
@@ -386,6 +391,7 @@ class Engine:
                     for member in members:
                         if not member.job.done.done():
                             member.job.done.set_exception(error)
+                self.generating = 0
 
     def encode(self, request: ParsedRequest) -> list[int]:
         if request.endpoint == "chat":
@@ -491,7 +497,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     engine: Engine  # set on the subclass `serve` builds
     protocol_version = "HTTP/1.1"  # keep-alive: the client's connection pool reuses connections
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         return None  # one line per batch instead of one per request
 
     def _send(self, status: int, body: dict | None) -> None:
@@ -505,7 +511,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting
             pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         if path == "/health":
             self._send(200, {"status": "ok", "engine": ENGINE_NAME, "max_batch_rows": self.engine.max_batch_rows})
@@ -523,7 +529,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send(404, error_body(RequestError(f"no such endpoint: GET {path}", 404)))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         endpoint = {"/v1/chat/completions": "chat", "/v1/completions": "text"}.get(path)
         length = int(self.headers.get("Content-Length") or 0)
@@ -560,7 +566,9 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> int:
-    """Answer on host:port until SIGINT or SIGTERM; returns the exit code (0)."""
+    """Answer on host:port until SIGINT or SIGTERM; returns the exit code (0). The engine thread may still be
+    generating: the caller ends the process with `os._exit`, as an interpreter shutdown under a running torch
+    operation aborts ("terminate called without an active exception")."""
     handler = type("BoundHandler", (Handler,), {"engine": engine})
     server = Server((host, port), handler)
     stop = threading.Event()
@@ -579,7 +587,7 @@ def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> int:
         pass
     server.shutdown()
     server.server_close()
-    busy = "" if engine.jobs.empty() else f", {engine.jobs.qsize()} queued requests dropped"
-    engine.log(f"stopped ({received[0]}; {engine.batches_served} batches served{busy})")
-    sys.stdout.flush()
+    cut = f", a batch of {engine.generating} requests cut short" if engine.generating else ""
+    queued = f", {engine.jobs.qsize()} queued requests dropped" if not engine.jobs.empty() else ""
+    engine.log(f"stopped ({received[0]}; {engine.batches_served} batches served{cut}{queued})")
     return 0

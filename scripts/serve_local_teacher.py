@@ -119,7 +119,10 @@ def serve_with_kv(path: str, port: int, args: argparse.Namespace) -> None:
         "rows; Ctrl-C to stop)",
         flush=True,
     )
-    sys.exit(serve(engine, port))
+    code = serve(engine, port)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # not sys.exit: the engine thread may be inside a torch operation, which shutdown would abort
 
 
 def serve_with_transformers(path: str, port: int) -> None:
@@ -218,6 +221,7 @@ def main() -> None:
             sys.exit(f"error: the kv engine cannot serve {path}: {refusal}. Use --engine transformers.")
         print(f"note: the kv engine cannot serve {path} ({refusal}); falling back to `transformers serve`", flush=True)
     serve_with_transformers(path, args.port)
+
 
 if __name__ == "__main__":
     main()
