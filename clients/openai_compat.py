@@ -1,6 +1,7 @@
 """Transport to the teacher: an async OpenAI-compatible chat client. Knows nothing about tasks.
 
-Works against `vllm serve` (the GPU teacher) and the local CPU stand-in (`transformers serve`).
+Works against `vllm serve` (the GPU teacher) and the local CPU stand-ins (`scripts/serve_local_teacher.py`: its kv
+engine, or `transformers serve`).
 `post_json` (the retry loop below, for any endpoint) is also the transport of the `vllm_server`
 rollout backend (rollouts/vllm_server.py).
 
@@ -26,7 +27,7 @@ rollout backend (rollouts/vllm_server.py).
   do that with Qwen3's template: a final assistant message is rendered with an (empty) think block in
   front of it, so a message still inside its `<think>` would be re-framed. Stop strings come back
   included in the text, whichever server: vLLM leaves a matched stop string out of `text` and names
-  it in `stop_reason` (restored here); `transformers serve` keeps it in the text.
+  it in `stop_reason` (restored here), and so does the local kv engine; `transformers serve` keeps it in the text.
 """
 
 from __future__ import annotations

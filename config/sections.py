@@ -253,8 +253,8 @@ class TeacherConfig:
     )
     max_tasks: int = option(
         0,
-        "Query the teacher for only the first N training tasks (0 = all). The cpu preset caps it: "
-        "the local stand-in answers one request at a time at ~20 tokens/s.",
+        "Query the teacher for only the first N training tasks (0 = all). The cpu preset caps it: the local "
+        "stand-in is the 135M model on 2 cores.",
     )
     max_concurrent_requests: int = option(
         32, "Requests in flight. vLLM batches them; past the server's batch capacity more only queue.", ge=1
@@ -801,8 +801,11 @@ class TrainingConfig:
         "student.torch_dtype (accelerate's bf16 mixed precision, TRL's bf16 with float32 weights). The log-probs "
         "move by ~0.03 nats per token (the same for the policy and its reference). At the cpu preset's shapes "
         "(forward chunks of 2 rows; autocast casts the weights at every forward) the update took ~0.8x the CPU "
-        "time of float32 (benchmarks/bench_update_precision.py measures both).",
-        choices=("off", "bfloat16"),
+        "time of float32 (benchmarks/bench_update_precision.py measures both). auto: bfloat16 on a CPU that does "
+        "bfloat16 in hardware (avx512_bf16 or amx_bf16), off elsewhere (emulated bfloat16 is slower than float32; "
+        "a GPU student takes its precision from student.torch_dtype). A local on-policy-distillation teacher "
+        "runs under the same.",
+        choices=("off", "auto", "bfloat16"),
     )
     forward_chunk_size: int = option(
         4,

@@ -375,7 +375,12 @@ def _score_leniently(
         if sample.code is None and (code := lenient_code(record.completion, entry_point=task.fn_name)) is not None
     ]
     results = (
-        execute_many([(code, cached[n][0]) for n, code in extra], pool, include_challenge=include_challenge)
+        execute_many(
+            [(code, cached[n][0]) for n, code in extra],
+            pool,
+            include_challenge=include_challenge,
+            stop_at_first_failure=True,  # only the verdict is kept: a looping program costs one test's time
+        )
         if extra
         else []
     )
@@ -398,7 +403,12 @@ def _score_sanitized(
     ]
     runs = [(n, code) for n, code in extra if code is not None]
     results = (
-        execute_many([(code, cached[n][0]) for n, code in runs], pool, include_challenge=include_challenge)
+        execute_many(
+            [(code, cached[n][0]) for n, code in runs],
+            pool,
+            include_challenge=include_challenge,
+            stop_at_first_failure=True,  # only the verdict is kept
+        )
         if runs
         else []
     )
@@ -433,6 +443,7 @@ def _score_earlier_answers(
             [(code, by_task[samples[n].task_id]) for n, _, code in earlier],
             pool,
             include_challenge=include_challenge,
+            stop_at_first_failure=True,  # only the verdict is kept
         )
         for (n, i, _), result in zip(earlier, results, strict=True):
             verdicts[n][i] = result.passed

@@ -180,6 +180,16 @@ class DecoderWeights:
 
 def check_supported(config: Any) -> None:
     """Refuse, with the way out, an architecture whose forward this module does not reproduce."""
+    problems = unsupported_features(config)
+    if problems:
+        raise UnsupportedModelError(
+            f"the kv-cache sampler does not implement {'; '.join(problems)}; sample with the "
+            "transformers backend instead (grpo.rollout_backend=hf / evaluation backend hf)."
+        )
+
+
+def unsupported_features(config: Any) -> list[str]:
+    """What of a model config's architecture this module does not implement (empty: it can sample the model)."""
     kind = getattr(config, "model_type", "?")
     problems = []
     if kind not in SUPPORTED_MODEL_TYPES:
@@ -192,11 +202,7 @@ def check_supported(config: Any) -> None:
         problems.append(f"rope_type {rope_type!r}")
     if getattr(config, "use_sliding_window", False) or getattr(config, "sliding_window", None) and kind == "mistral":
         problems.append("sliding-window attention")
-    if problems:
-        raise UnsupportedModelError(
-            f"the kv-cache sampler does not implement {'; '.join(problems)}; sample with the "
-            "transformers backend instead (grpo.rollout_backend=hf / evaluation backend hf)."
-        )
+    return problems
 
 
 def linear_base(module: Any) -> Any:

@@ -86,11 +86,18 @@ curl -sf -m 2 "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 \
   || { echo "error: the local teacher did not answer within 180 s; see data/local_teacher.log" >&2; exit 1; }
 echo "the local teacher (pid $teacher_pid) answers at $TEACHER_URL; its log: data/local_teacher.log"
 "$PYTHON" test_all.py --preset "$PRESET" --teacher_url "$TEACHER_URL" --teacher only --quiet data/preflight_teacher.log
-# The local teacher generates one request at a time and cannot cancel one whose client gave up, so a retried
-# timeout only queues the same work again: one request in flight, no retries, and a timeout of 30 s plus 2 s per
-# token of max_tokens (0.5 tokens/s, ~40x below its idle speed, so only a stuck server times out).
+# Requests in flight: the kv engine (what serve_local_teacher picks when the kv sampler implements the model; its
+# /health says so) generates every request that waits as one batch, so all of phase 2's go at once; the fallback,
+# `transformers serve`, generates one at a time, so one. Neither can cancel a request whose client gave up, so a
+# retried timeout only queues the same work again: no retries, and a timeout of 30 s plus 2 s per token of
+# max_tokens (0.5 tokens/s, ~20x below either engine's speed, so only a stuck server times out).
 max_tokens=$("$PYTHON" -c "from config import build_config; print(build_config('$PRESET').teacher.max_tokens)")
-local_teacher=(--set teacher.max_concurrent_requests=1 --set teacher.max_retries=0
+in_flight=1
+case "$(curl -sf -m 2 "http://127.0.0.1:$PORT/health" 2>/dev/null)" in
+  *'"engine": "kv"'*) in_flight=32 ;;
+esac
+echo "the local teacher takes $in_flight request(s) at a time"
+local_teacher=(--set "teacher.max_concurrent_requests=$in_flight" --set teacher.max_retries=0
   --set "teacher.request_timeout=$((30 + 2 * max_tokens))")
 # exit code 3: some requests failed (kept as api_error rows; the next run retries them) - train on what came back
 phase2_rc=0

@@ -13,8 +13,8 @@ It does not know HTTP (`clients.openai_compat`) or training: phase 3 receives `T
   The passing ones are written as `TeacherTrace`s: `teacher_model` "references", with a one-sentence factual
   thinking block or none (`teacher.reference_thinking`).
   It resumes, and refuses to mix into a model teacher's file.
-- `scripts/serve_local_teacher.py` serves the embedded model with `transformers serve`, the CPU stand-in for
-  `vllm serve`.
+- `scripts/serve_local_teacher.py` serves the embedded model on the batched kv-cache sampler (`transformers
+  serve` for a model that sampler does not implement), the CPU stand-in for `vllm serve`.
 
 Multi-turn traces: one function per mode, both stepping the same `environments.code_env` as sampling does.
 - `feedback_exchange` speaks chat messages; the failing shown test comes back as a user turn.

@@ -1,9 +1,10 @@
 """A stand-in for the interpreter that scripts/run_pipeline.sh calls (tests/e2e/test_run_pipeline.py).
 
 Each phase script exits 0 at once and logs its name and pid; the local teacher (`-m scripts.serve_local_teacher`)
-serves `/health` (ignoring SIGTERM when STUB_TEACHER_IGNORES_TERM=1; phase 2 kills it and exits 3 when
-STUB_PHASE2_KILLS_TEACHER=1); `-c` (the script's config query) prints the cpu preset's max_tokens; any other `-m`
-(the closing summary) writes its arguments to summary_args; test_all.py logs its --teacher mode.
+serves `/health` (answering as the kv engine when STUB_TEACHER_ENGINE=kv; ignoring SIGTERM when
+STUB_TEACHER_IGNORES_TERM=1; phase 2 kills it and exits 3 when STUB_PHASE2_KILLS_TEACHER=1); `-c` (the script's
+config query) prints the cpu preset's max_tokens; any other `-m` (the closing summary) writes its arguments to
+summary_args; test_all.py logs its --teacher mode.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.send_response(200)
         self.end_headers()
-        self.wfile.write(b"{}")
+        engine = os.environ.get("STUB_TEACHER_ENGINE")  # kv: answer as the kv engine's /health does
+        self.wfile.write(json.dumps({"status": "ok", "engine": engine} if engine else {}).encode())
 
     def log_message(self, *args: object) -> None:
         pass

@@ -15,7 +15,7 @@ rows needs; chunked forwards are how the trainer keeps only one chunk's activati
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,6 +57,26 @@ def pad_rollout_batch(samples: Sequence[RolloutCompletion], pad_id: int) -> dict
 
 
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
+BF16_CPU_FEATURES = ("avx512_bf16", "amx_bf16")  # x86 instructions that do bfloat16 arithmetic in hardware
+
+
+def resolve_autocast(setting: str, device_type: str, cpu_features: Mapping[str, Any]) -> str:
+    """training.autocast with `auto` made concrete: bfloat16 on a CPU whose instructions do bfloat16 in hardware
+    (`cpu_features`: torch.cpu.get_capabilities()), off elsewhere. Elsewhere the emulated bfloat16 matmul is slower
+    than float32 on a CPU, and a CUDA student takes its precision from student.torch_dtype."""
+    if setting != "auto":
+        return setting
+    if device_type == "cpu" and any(cpu_features.get(feature) for feature in BF16_CPU_FEATURES):
+        return "bfloat16"
+    return "off"
+
+
+def cpu_features() -> dict[str, Any]:
+    """This CPU's instruction-set features as torch reports them ({} where this torch build cannot say)."""
+    try:
+        return dict(torch.cpu.get_capabilities())
+    except (AttributeError, RuntimeError):
+        return {}
 
 
 def autocast_forward(model: Any, dtype: str) -> Any:

@@ -25,7 +25,7 @@ from rollouts.groups import Episodes
 from rollouts.protocol import AdapterPublisher, Sampler
 from sandbox.executor import SandboxPool, task_secret_paths
 from training import curriculum, guidance, sft_sources, teacher_logprobs
-from training.batching import autocast_forward
+from training.batching import autocast_forward, cpu_features, resolve_autocast
 from training.checkpointing import RunFiles
 from training.curriculum import Curriculum
 from training.guidance import Guide
@@ -147,9 +147,18 @@ def build_student(config: Config, accelerator: Any) -> tuple[Any, Any]:
         device=accelerator.device,
     )
     model = attach_lora(model, lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules)
-    if config.training.autocast != "off":
-        autocast_forward(model, config.training.autocast)
+    autocast = student_autocast(config, accelerator)
+    if config.training.autocast == "auto" and accelerator.is_main_process:
+        print(f"training.autocast=auto: {autocast} on this {accelerator.device.type.upper()}", flush=True)
+    if autocast != "off":
+        autocast_forward(model, autocast)
     return model, tokenizer
+
+
+def student_autocast(config: Config, accelerator: Any) -> str:
+    """training.autocast made concrete for the accelerator's device (`auto`: bfloat16 on a CPU with hardware
+    bfloat16, else off)."""
+    return resolve_autocast(config.training.autocast, accelerator.device.type, cpu_features())
 
 
 def build_teacher_sft(
@@ -187,6 +196,7 @@ def build_teacher_scorer(config: Config, tokenizer: Any, accelerator: Any) -> Te
         chunk_size=training.forward_chunk_size,
         shared_prompt=training.shared_prompt_forward,
         temperature=config.grpo.temperature,
+        autocast=student_autocast(config, accelerator),
     )
 
 

@@ -47,7 +47,12 @@ import torch
 from clients.openai_compat import RequestFailedError, TeacherClient
 from config import TeacherConfig
 from rollouts.completion import RolloutCompletion
-from training.batching import chunked_completion_logprobs, dropout_disabled, pad_rollout_batch
+from training.batching import (
+    autocast_forward,
+    chunked_completion_logprobs,
+    dropout_disabled,
+    pad_rollout_batch,
+)
 from training.shared_prompt import shared_chunked_completion_logprobs
 
 LOGPROB_SOURCES = ("server", "local")
@@ -256,13 +261,17 @@ def build_teacher_scorer(
     chunk_size: int = 4,
     shared_prompt: bool = False,
     temperature: float = 1.0,
+    autocast: str = "off",
 ) -> TeacherScorer:
     """The scorer `teacher.logprob_source` names, after checking the teacher's tokenizer is the student's.
 
     server: the tokenizer is loaded from teacher.tokenizer (else teacher.model_name; an embedded name resolves
     to its folder); the requests go to teacher.api_url for teacher.model_name. local: teacher.model_name is
     loaded here, with teacher.local_adapter on it when set. `temperature`: the student's rollout temperature
-    (grpo.temperature); the local teacher is scored at it, a served one (temperature 1) is refused unless it is 1."""
+    (grpo.temperature); the local teacher is scored at it, a served one (temperature 1) is refused unless it is 1.
+    `autocast`: the student's training.autocast; the local teacher's forwards run under the same, so a teacher equal
+    to the student scores its tokens exactly as the student does (OPD pays for the models' difference, not for
+    rounding)."""
     from utils.student_model import load_adapter, load_student, load_tokenizer, served_model_name
 
     name = teacher.model_name
@@ -274,6 +283,8 @@ def build_teacher_scorer(
         model.eval()
         for parameter in model.parameters():
             parameter.requires_grad_(False)
+        if autocast != "off":
+            autocast_forward(model, autocast)
         return LocalTeacherScorer(model, student_tokenizer.pad_token_id, chunk_size, shared_prompt, temperature)
     if temperature != 1.0:
         raise TeacherScoringError(

@@ -83,14 +83,18 @@ def test_teacher_that_ignores_sigterm_is_killed_within_seconds(tmp_path: Path) -
     assert phase2
 
 
-def test_local_teacher_gets_one_request_at_a_time_and_no_retries(tmp_path: Path) -> None:
-    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()))
+@pytest.mark.parametrize(("engine", "in_flight"), [("transformers", 1), ("kv", 32)])
+def test_local_teacher_gets_what_its_engine_batches_and_no_retries(tmp_path: Path, engine: str, in_flight: int) -> None:
+    """`transformers serve` generates one request at a time; the kv engine (its /health says so) batches them."""
+    extra = {"STUB_TEACHER_ENGINE": "kv"} if engine == "kv" else {}
+    script, env = setup(tmp_path, TEACHER_PORT=str(free_port()), **extra)
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stdout + done.stderr
     args = (tmp_path / "phase2_args").read_text()
-    assert "teacher.max_concurrent_requests=1" in args
+    assert f"teacher.max_concurrent_requests={in_flight}" in args.split()
     assert "teacher.max_retries=0" in args
     assert "teacher.request_timeout=350" in args  # 30 s + 2 s per token of the stub's max_tokens (160)
+    assert f"the local teacher takes {in_flight} request(s) at a time" in done.stdout
 
 
 @pytest.mark.parametrize("through", ["script", "make run"])

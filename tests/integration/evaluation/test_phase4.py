@@ -148,6 +148,43 @@ def test_the_sanitized_verdict_grades_the_definitions_the_strict_one_misses(tmp_
     assert summary["format"]["truncated"] == 1.0  # every answer here ended at the token budget
 
 
+def test_the_reruns_that_keep_only_a_verdict_stop_at_the_first_failing_test(tmp_path, pool, monkeypatch):
+    """The strict run records how many tests each answer passed, so it runs them all; the lenient and sanitized
+    reruns keep only pass/fail, so a program that fails (or loops on) its first test is not run on the rest."""
+    import evaluation.evaluate as evaluate
+
+    tasks = small_tasks(1)
+    good = tasks[0].reference_solutions[0]
+    texts = [
+        f"<think>plan\n```python\n{good}\n```",  # lenient rerun: the program inside the unclosed think
+        f"```python\n{good}\n\nprint({tasks[0].fn_name}(1, [",  # sanitized rerun: the cut call dropped
+        f"```python\n{WRONG_CODE}\n\nprint(1)\n```",  # sanitized rerun: fails its first test
+    ]
+    calls: list[tuple[int, bool]] = []
+    real = evaluate.execute_many
+
+    def spy(items, *args, **kwargs):
+        items = list(items)
+        calls.append((len(items), kwargs.get("stop_at_first_failure", False)))
+        return real(items, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "execute_many", spy)
+
+    def generate(prompts, n, _tasks):
+        return [[RolloutCompletion(x, (0,) * 5, (), "stop") for x in texts[:n]] for _ in prompts]
+
+    cache = generate_cached(tasks, generate, 3, cache_path=tmp_path / "c.jsonl", progress=False)
+    rows = execute_samples(tasks, cache, 3, pool)
+    assert [(r.passed, r.lenient_passed, r.sanitized_passed) for r in rows] == [
+        (False, True, False),
+        (False, False, True),
+        (False, False, False),
+    ]
+    assert calls[0] == (3, False)  # strict: every test, for tests_passed
+    assert len(calls) >= 3 and all(stop for _, stop in calls[1:]), calls
+    assert rows[2].tests_passed == 0 and rows[2].tests_total > 1
+
+
 def test_an_interrupted_generation_resumes_without_regenerating(tmp_path):
     tasks = small_tasks(3)
     calls = []

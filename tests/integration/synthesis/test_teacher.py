@@ -326,10 +326,14 @@ def test_resume_after_kill_loses_only_in_flight_and_never_duplicates(train_file,
 
 
 @pytest.mark.slow
-def test_phase2_against_the_real_local_teacher(train_file, tmp_path):
-    """`transformers serve` with the embedded model, started the way `make teacher` starts it."""
+@pytest.mark.parametrize("engine", ["kv", "transformers"])
+def test_phase2_against_the_real_local_teacher(train_file, tmp_path, engine):
+    """The local teacher with the embedded model, started the way `make teacher` starts it: its kv engine (what
+    `--engine auto` picks without vLLM) and its fallback, `transformers serve`."""
     port = free_port()
-    server = start_script("-m", "scripts.serve_local_teacher", "--port", str(port), start_new_session=True)
+    server = start_script(
+        "-m", "scripts.serve_local_teacher", "--port", str(port), "--engine", engine, start_new_session=True
+    )
     try:
         import urllib.request
 

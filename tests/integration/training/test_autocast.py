@@ -47,7 +47,10 @@ def test_build_student_runs_every_forward_in_bfloat16_autocast(tmp_path):
 
 
 def test_autocast_off_leaves_the_forward_in_float32(tmp_path):
-    config = build_config("cpu", overrides=["student.model_name=embedded:tiny-random", f"paths.output_dir={tmp_path}"])
+    config = build_config(
+        "cpu",
+        overrides=["student.model_name=embedded:tiny-random", "training.autocast=off", f"paths.output_dir={tmp_path}"],
+    )
     model, tokenizer = build_student(config, build_accelerator(config, tmp_path))
     seen = _linear_output_dtypes(model)
     sample = RolloutCompletion("x", (5, 6), (1, 2), "stop")

@@ -257,9 +257,11 @@ def test_phase3_refuses_a_local_teacher_on_the_trainers_gpu(monkeypatch, url, fr
     phase3.check_teacher_gpu(config, torch.device("cpu"))  # no GPU, nothing to share
 
 
-def test_opd_advantage_is_zero_when_the_teacher_is_the_student_at_the_rollout_temperature(tmp_path):
-    """The student's log-probs are taken at grpo.temperature; a teacher identical to the student must be scored at
-    the same temperature, or OPD pays for the temperature alone."""
+@pytest.mark.parametrize("autocast", ["off", "bfloat16"])
+def test_opd_advantage_is_zero_when_the_teacher_is_the_student_at_the_rollout_temperature(tmp_path, autocast):
+    """The student's log-probs are taken at grpo.temperature (and under training.autocast); a teacher identical to
+    the student must be scored at the same temperature and precision, or OPD pays for the temperature or the
+    rounding alone."""
     import phase1_prepare_data as phase1
     import phase3_train_grpo as phase3
     from config import build_config
@@ -279,6 +281,7 @@ def test_opd_advantage_is_zero_when_the_teacher_is_the_student_at_the_rollout_te
             "training.max_steps=1",
             "dual_source.teacher_sft_weight=0",
             "dual_source.opd_weight=0.5",
+            f"training.autocast={autocast}",
         ],
     )
     phase3.main(config, teacher_traces=tmp_path / "none.jsonl")

@@ -248,7 +248,7 @@ def test_choice_lists_equal_the_library_constants():
         ("training", "lr_scheduler"): SCHEDULES,
         ("multi_turn", "mode"): MODES,
         ("grpo", "sampler_dtype"): tuple(SAMPLER_DTYPES),
-        ("training", "autocast"): ("off", *AUTOCAST_DTYPES),
+        ("training", "autocast"): ("off", "auto", *AUTOCAST_DTYPES),
         ("teacher", "logprob_source"): LOGPROB_SOURCES,
         ("teacher", "source"): TEACHER_SOURCES,
         ("teacher", "reference_thinking"): THINKING_MODES,
