@@ -43,7 +43,7 @@ $(STAMP): requirements.txt requirements-cpu.txt requirements-dev.txt
 	$(PY) -c "import $(WARM_IMPORTS)"
 	@touch $(STAMP)
 
-run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~17 min with the install on a quiet 2-core machine)
+run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 starts clean; ~14 min with the install on a quiet 2-core machine)
 	RUN_STARTED=$(RUN_STARTED) PYTHON=$(PY) PRESET=$(PRESET) FRESH=$(FRESH) bash scripts/run_pipeline.sh
 
 # The tests are tiered by folder (tests/unit, tests/integration, tests/e2e; tests/vllm_cpu has its own venv): `make test`
