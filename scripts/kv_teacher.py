@@ -395,16 +395,9 @@ class Engine:
 
     def encode(self, request: ParsedRequest) -> list[int]:
         if request.endpoint == "chat":
-            ids = self.tokenizer.apply_chat_template(
-                list(request.messages or ()),
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-                **request.chat_template_kwargs,
-            )
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return list(ids)
+            from utils.sft_data import chat_prompt_ids  # imports torch: loaded with the engine, not for --help
+
+            return chat_prompt_ids(self.tokenizer, list(request.messages or ()), request.chat_template_kwargs)
         return list(self.tokenizer(request.prompt)["input_ids"])
 
     def _prepare(self, index: int, job: Job) -> Batched:

@@ -90,7 +90,13 @@ def encode_prompt(
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
     """Token ids of the chat prompt up to and including the assistant generation header."""
-    messages = build_chat_messages(user_prompt, system_prompt)
+    return chat_prompt_ids(tokenizer, build_chat_messages(user_prompt, system_prompt), chat_template_kwargs)
+
+
+def chat_prompt_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], chat_template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
+    """Token ids of `messages` rendered by the chat template, up to and including the assistant generation header."""
     ids = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False, **(chat_template_kwargs or {})
     )
