@@ -1,12 +1,13 @@
 """Colocated vLLM: sampling through the adapter's LoRA request vs with the adapter merged into the engine's weights.
 
     python -m benchmarks.bench_vllm_weight_sync [--lora_r 64] [--prompts 8] [--samples 4] [--max_new_tokens 96]
-                                                [--repeats 2] [--target_modules q_proj,v_proj] [--out FILE]
+                                                [--repeats 2] [--target_modules q_proj,v_proj ...] [--out FILE]
 
 Needs vLLM (`make test-vllm`'s .venv-vllm on CPU, with the Makefile's VLLM_CPU_ENV). A fresh LoRA on the embedded
 SmolLM2-135M student (all seven projections, or --target_modules) gets lora_B ~ N(0, --scale), so the adapter
 changes the model. Each way of syncing runs in its own process (`--leg`), with the project's engine arguments and
-`VLLMRollout`, as phase 3 builds them:
+`VLLMRollout`, as phase 3 builds them. Several --target_modules sets are synced one after the other into the same
+engine (each a fresh adapter, one sync per set, as successive training steps sync), each measured on its own:
 
 - adapter: the engine has LoRA enabled; the adapter is saved as the trainer's hand-off saves it and sampled with its
   `LoRARequest` (vLLM's LoRA kernels on every projection of every decode step);
@@ -63,9 +64,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the perturbation and of the sampling.")
     parser.add_argument(
         "--target_modules",
-        default="all-linear",
-        help="The LoRA's target modules, comma-separated (default: %(default)s; q_proj,v_proj adapts part of "
-        "vLLM's fused qkv_proj, the case a merged sync must complete).",
+        nargs="+",
+        default=["all-linear"],
+        help="The LoRA's target modules, comma-separated; several sets are synced in turn into one engine "
+        "(default: all-linear; q_proj,v_proj adapts part of vLLM's fused qkv_proj, the case a merged sync must "
+        "complete: give it first, so the engine holds only the base's weights when it is loaded).",
     )
     parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
     return parser.parse_args(argv)
@@ -90,19 +93,17 @@ def perturbed_student(lora_r: int, scale: float, seed: int, targets: tuple[str, 
     return model, tokenizer
 
 
-def run_leg(args: argparse.Namespace) -> dict:
+def run_leg(args: argparse.Namespace) -> list[dict]:
+    """One way of syncing, in this process: one engine, each --target_modules set's adapter synced and measured in
+    turn; one result per set."""
     import torch
     import vllm
 
     from rollouts.sampling import SamplingSettings
     from rollouts.vllm_colocated import VLLMRollout
     from rollouts.vllm_engine import AdapterHandoff, build_engine, engine_kwargs
-    from training.batching import completion_logprobs, pad_rollout_batch
-    from utils.student_model import resolve_model_path, save_adapter
+    from utils.student_model import load_tokenizer, resolve_model_path, save_adapter
 
-    model, tokenizer = perturbed_student(
-        args.lora_r, args.scale, args.seed, tuple(t.strip() for t in args.target_modules.split(",") if t.strip())
-    )
     merged = args.leg == "merged"
     kwargs = engine_kwargs(
         resolve_model_path(STUDENT),
@@ -113,7 +114,8 @@ def run_leg(args: argparse.Namespace) -> dict:
         lora_rank=None if merged else args.lora_r,
         cpu_platform=True,
     )
-    prompts = list(PROMPTS[: args.prompts])
+    tokenizer = load_tokenizer(STUDENT)
+    results = []
     with tempfile.TemporaryDirectory(prefix="bench_vllm_weight_sync_") as tmp:
         handoff = (
             None
@@ -141,16 +143,33 @@ def run_leg(args: argparse.Namespace) -> dict:
             return real_params(**fields, min_tokens=args.max_new_tokens)
 
         rollout.vllm = type("vllm_with_min_tokens", (), {"SamplingParams": staticmethod(every_token)})
+        for step, targets in enumerate(args.target_modules):
+            model, _ = perturbed_student(
+                args.lora_r, args.scale, args.seed, tuple(t.strip() for t in targets.split(",") if t.strip())
+            )
+            result = measure_sync(args, rollout, model, tokenizer, step)
+            results.append({"leg": args.leg, "target_modules": targets, "engine_start_s": round(engine_s, 2), **result})
+    return results
+
+
+def measure_sync(args: argparse.Namespace, rollout, model, tokenizer, step: int) -> dict:
+    """Sync `model` into the rollout's engine as training step `step` would, time the sampling calls, and score
+    the samples with the trainer (HF + peft) and with the base model (the adapter disabled)."""
+    import torch
+
+    from training.batching import completion_logprobs, pad_rollout_batch
+
+    prompts = list(PROMPTS[: args.prompts])
+    start = time.monotonic()
+    rollout.sync(model, step)
+    sync_s = time.monotonic() - start  # adapter: the save (vLLM reads the folder at the first request)
+    groups = rollout.sample(prompts, args.samples)  # warm-up (adapter: loads the folder)
+    timings = []
+    for repeat in range(args.repeats):
         start = time.monotonic()
-        rollout.sync(model, 0)
-        sync_s = time.monotonic() - start  # adapter: the save (vLLM reads the folder at the first request)
-        groups = rollout.sample(prompts, args.samples)  # warm-up (adapter: loads the folder)
-        timings = []
-        for repeat in range(args.repeats):
-            start = time.monotonic()
-            groups = rollout.sample(prompts, args.samples, seed=args.seed + repeat)
-            timings.append(time.monotonic() - start)
-        rollout.release()
+        groups = rollout.sample(prompts, args.samples, seed=args.seed + repeat)
+        timings.append(time.monotonic() - start)
+    rollout.release()
     samples = [c for group in groups for c in group]
     tokens = sum(len(c.token_ids) for c in samples)
     batch = pad_rollout_batch(samples, tokenizer.pad_token_id or 0)
@@ -166,8 +185,6 @@ def run_leg(args: argparse.Namespace) -> dict:
 
     best = min(timings)
     return {
-        "leg": args.leg,
-        "engine_start_s": round(engine_s, 2),
         "sync_s": round(sync_s, 3),
         "sample_s": [round(t, 3) for t in timings],
         "tokens": tokens,
@@ -182,11 +199,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.leg:
         print("RESULT " + json.dumps(run_leg(args)), flush=True)
         return 0
-    results = {}
-    flags = [f"--{k}={v}" for k, v in vars(args).items() if k not in ("leg", "out") and v is not None]
+    results: dict = {}
+    flags = [f"--{k}={v}" for k, v in vars(args).items() if k not in ("leg", "out", "target_modules") and v is not None]
     for leg in ("adapter", "merged"):
         proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.bench_vllm_weight_sync", "--leg", leg, *flags],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.bench_vllm_weight_sync",
+                "--leg",
+                leg,
+                *flags,
+                "--target_modules",
+                *args.target_modules,
+            ],
             capture_output=True,
             text=True,
             env=os.environ.copy(),
@@ -197,21 +223,24 @@ def main(argv: list[str] | None = None) -> int:
             print(proc.stdout[-3000:] + proc.stderr[-5000:], file=sys.stderr)
             return 1
         results[leg] = json.loads(found[-1][len("RESULT ") :])
-        r = results[leg]
-        within = r["logp_abs_diff_vs_trainer"] < FP32_TOLERANCE
-        print(
-            f"{leg:8s}: {r['tokens_per_s']:8.1f} tokens/s ({r['tokens']} tokens, best of {r['sample_s']} s); sync "
-            f"{r['sync_s']} s; mean |logp_vllm - logp_trainer| {r['logp_abs_diff_vs_trainer']:.5f} "
-            f"({'within' if within else 'OUTSIDE'} {FP32_TOLERANCE}), vs the base {r['logp_abs_diff_vs_base']:.4f}",
-            flush=True,
-        )
-    ratio = results["merged"]["tokens_per_s"] / results["adapter"]["tokens_per_s"]
-    results["merged_over_adapter_tokens_per_s"] = round(ratio, 2)
+        for r in results[leg]:
+            within = r["logp_abs_diff_vs_trainer"] < FP32_TOLERANCE
+            print(
+                f"{leg:8s} {r['target_modules']}: {r['tokens_per_s']:8.1f} tokens/s ({r['tokens']} tokens, best of "
+                f"{r['sample_s']} s); sync {r['sync_s']} s; mean |logp_vllm - logp_trainer| "
+                f"{r['logp_abs_diff_vs_trainer']:.5f} ({'within' if within else 'OUTSIDE'} {FP32_TOLERANCE}), "
+                f"vs the base {r['logp_abs_diff_vs_base']:.4f}",
+                flush=True,
+            )
+    ratios = [m["tokens_per_s"] / a["tokens_per_s"] for a, m in zip(results["adapter"], results["merged"], strict=True)]
+    results["merged_over_adapter_tokens_per_s"] = [round(r, 2) for r in ratios]
     results["load"] = os.getloadavg()
-    print(f"merged / adapter tokens/s: {ratio:.2f}x (load average {results['load'][0]:.1f})")
+    print(
+        f"merged / adapter tokens/s: {', '.join(f'{r:.2f}x' for r in ratios)} (load average {results['load'][0]:.1f})"
+    )
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
-    ok = all(results[leg]["logp_abs_diff_vs_trainer"] < FP32_TOLERANCE for leg in ("adapter", "merged"))
+    ok = all(r["logp_abs_diff_vs_trainer"] < FP32_TOLERANCE for leg in ("adapter", "merged") for r in results[leg])
     return 0 if ok else 1
 
 
