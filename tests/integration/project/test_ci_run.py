@@ -58,7 +58,7 @@ def test_every_check_and_tier_runs_and_the_tiers_run_one_after_the_other(tmp_pat
     assert calls.index("end contract-venv") < calls.index("start test-contract"), calls
 
 
-@pytest.mark.parametrize("fail", ["vllm-venv", "contract-venv", "test-contract", "lint"])
+@pytest.mark.parametrize("fail", ["vllm-venv", "contract-venv", "test-contract", "lint", "check-gpu-resolve"])
 def test_a_failed_background_step_fails_the_run_and_shows_its_log(tmp_path, fail):
     done, calls = run_ci(tmp_path, fail)
     assert done.returncode != 0
