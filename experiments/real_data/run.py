@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> dict:
         )
         work = frame.claim_work_folder(args, tg.RECIPE_FLAGS)
         runner = Runner(args, work, evidence, command)
+        if args.stash_partial:
+            stashed = runner.stash_partial()
+            print(f"stashed {len(stashed)} completion caches into {evidence / tg_run.PARTIAL}")
+            return {}
+        runner.restore_partial()
         runner.prepass()
         runner.references()
         for i, (seed, arm) in enumerate(tg_run.plan_runs(args.seeds, args.arms), start=1):

@@ -26,6 +26,8 @@ from experiments import frame
 from experiments.teacher_guidance import design
 from experiments.teacher_guidance.design import ARMS, BASE, Arm
 
+PARTIAL = "partial"  # evidence/partial/<path in the work folder>: the base model's unfinished completion caches
+
 
 def parse_args(argv: list[str] | None = None, variant: dict | None = None) -> argparse.Namespace:
     """The flags; `variant` (another experiment on this runner) gives its description, its extra flags (a function
@@ -57,6 +59,13 @@ def parse_args(argv: list[str] | None = None, variant: dict | None = None) -> ar
         help="Commit each landed evidence file to the git checkout that holds --evidence_dir.",
     )
     parser.add_argument("--niceness", type=int, default=19, help="This process's nice level (default 19).")
+    parser.add_argument(
+        "--stash_partial",
+        action="store_true",
+        help="Only copy the base model's unfinished completion caches (pre-pass, base evaluations) from the work "
+        "folder into the evidence's partial/ and commit them with --commit_evidence; a run started on a new work "
+        "folder continues them. Use it before a machine goes away mid-pass.",
+    )
     if "add_flags" in variant:
         variant["add_flags"](parser)
     args = parser.parse_args(argv)
@@ -143,27 +152,8 @@ class Runner(frame.SeededRunner):
         if not path.is_file():
             tried = []
             for budget in self.design.BUDGETS:
-                self.set_budget(budget)
-                print(f"pre-pass: the base on {len(train_ids) + len(heldout_ids)} tasks at {budget} tokens", flush=True)
-                load_start = os.getloadavg()
-                folder = self.work / f"prepass-{budget}"
-                found, wall = self.pass_counts(
-                    "prepass", self.model, self.data / "population.jsonl", folder, self.prepass_seed
-                )
-                rows = frame.read_jsonl(folder / "prepass.samples.jsonl")
-                at_budget = sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1)
-                tried.append(
-                    {
-                        "budget": budget,
-                        "at_budget": at_budget,
-                        "mean_tokens": sum(r["num_tokens"] for r in rows) / max(len(rows), 1),
-                        "wall_s": round(wall, 1),
-                        "samples": len(rows),
-                        "load": {"start": list(load_start), "end": list(os.getloadavg())},
-                        "counts": {t: found.get(t, 0) for t in [*train_ids, *heldout_ids]},
-                    }
-                )
-                if at_budget <= self.design.MAX_AT_BUDGET:
+                tried.append(self.budget_try(budget, train_ids, heldout_ids))
+                if tried[-1]["at_budget"] <= self.design.MAX_AT_BUDGET:
                     break
             chosen = tried[-1]
             pool, heldout = frame.select_bands(
@@ -193,6 +183,89 @@ class Runner(frame.SeededRunner):
             raise SystemExit(f"error: the pre-pass left an empty held-out set ({path})")
         self.write_task_files(stored)
         return stored
+
+    def budget_try_path(self, budget: int) -> Path:
+        return self.evidence / "prepass" / f"budget-{budget}.json"
+
+    def budget_try(self, budget: int, train_ids: list[str], heldout_ids: list[str]) -> dict:
+        """The base on every task at `budget` tokens: its pass counts and the share of answers the budget ended.
+        Each budget's try is evidence of its own, committed as it lands, so a new work folder (another machine)
+        goes on from the next budget."""
+        from utils.jsonl import write_json_atomic
+
+        stored = self.budget_try_path(budget)
+        if stored.is_file():
+            print(f"pre-pass at {budget} tokens: evidence exists, not redone", flush=True)
+            return json.loads(stored.read_text())
+        self.set_budget(budget)
+        print(f"pre-pass: the base on {len(train_ids) + len(heldout_ids)} tasks at {budget} tokens", flush=True)
+        load_start = os.getloadavg()
+        folder = self.work / f"prepass-{budget}"
+        found, wall = self.pass_counts("prepass", self.model, self.data / "population.jsonl", folder, self.prepass_seed)
+        rows = frame.read_jsonl(folder / "prepass.samples.jsonl")
+        at_budget = sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1)
+        record = {
+            "budget": budget,
+            "at_budget": at_budget,
+            "mean_tokens": sum(r["num_tokens"] for r in rows) / max(len(rows), 1),
+            "wall_s": round(wall, 1),
+            "samples": len(rows),
+            "load": {"start": list(load_start), "end": list(os.getloadavg())},
+            "git": frame.git_commit(),
+            "counts": {t: found.get(t, 0) for t in [*train_ids, *heldout_ids]},
+        }
+        write_json_atomic(stored, record)
+        self.commit([stored], f"the pre-pass at {budget} tokens ({at_budget:.1%} of the answers ended by the budget)")
+        return record
+
+    # ---- the base model's unfinished sample caches, kept across work folders
+    def base_model_caches(self) -> list[Path]:
+        """The completion caches of the untrained base's passes that have no evidence yet (the pre-pass at each
+        budget, the base's evaluation per seed). They depend on no training, so another work folder (another
+        machine) can continue them; a trained arm's cache would belong to weights a new folder trains again."""
+        out: list[Path] = []
+        for budget in self.design.BUDGETS:
+            if not self.budget_try_path(budget).is_file():
+                out += sorted((self.work / f"prepass-{budget}" / "eval_cache").glob("*.jsonl"))
+        for folder in sorted((self.work / "runs").glob(f"{BASE}-s*")):
+            seed = int(folder.name.rsplit("-s", 1)[1])
+            if not self.design.evidence_path(self.evidence, BASE, seed).is_file():
+                out += sorted(folder.rglob("eval_cache/*.jsonl"))  # real data: one folder per evaluation set
+        return out
+
+    def stash_partial(self) -> list[Path]:
+        """Copy the base model's unfinished completion caches into the evidence (`partial/`, replacing an earlier
+        stash) and commit them: what a machine that ends mid-pass would otherwise lose."""
+        from utils.jsonl import write_json_atomic
+
+        target = self.evidence / PARTIAL
+        shutil.rmtree(target, ignore_errors=True)
+        stashed = []
+        for cache in self.base_model_caches():
+            dest = target / cache.relative_to(self.work)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cache, dest)
+            stashed.append(dest)
+        listing = target / "stash.json"
+        rows = {str(p.relative_to(target)): len(p.read_text().splitlines()) for p in stashed}
+        write_json_atomic(listing, {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "caches": rows})
+        self.commit([listing], f"{sum(rows.values())} completions of the base model's unfinished passes stashed")
+        return stashed
+
+    def restore_partial(self) -> list[Path]:
+        """Put the stashed caches back into this work folder where it has fewer completions of them."""
+        source = self.evidence / PARTIAL
+        restored = []
+        for cache in sorted(source.rglob("*.jsonl")):
+            dest = self.work / cache.relative_to(source)
+            if dest.is_file() and len(dest.read_text().splitlines()) >= len(cache.read_text().splitlines()):
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cache, dest)
+            restored.append(dest)
+        if restored:
+            print(f"restored {len(restored)} stashed completion caches of the base model from {source}", flush=True)
+        return restored
 
     def set_budget(self, budget: int) -> None:
         self.budget = budget
@@ -440,6 +513,11 @@ def main(argv: list[str] | None = None) -> dict:
         frame.check_evidence_recipe(evidence, recipe_of(args))
         work = frame.claim_work_folder(args, design.RECIPE_FLAGS)
         runner = Runner(args, work, evidence, command)
+        if args.stash_partial:
+            stashed = runner.stash_partial()
+            print(f"stashed {len(stashed)} completion caches into {evidence / PARTIAL}")
+            return {}
+        runner.restore_partial()
         runner.split()
         runner.prepass()
         runner.references()

@@ -153,6 +153,87 @@ def test_the_held_out_set_leaves_out_duplicates_and_the_budget_is_recorded(tmp_p
     assert flags_of(calls[-2][1]).get("--max_new_tokens") == [str(design.BUDGETS[0])]
 
 
+def cut_at_first_budget(runner: harness.Runner, calls: list, stop_at: int | None = None) -> None:
+    """The fake phases, with every pre-pass answer at the first budget ended by it (so the next budget is tried);
+    `stop_at`: the budget whose pre-pass never finishes (the machine goes away)."""
+    fake = runner.run
+
+    def run(name, command, watch=None, total_steps=0):
+        budget = int(flags_of(command).get("--max_new_tokens", ["0"])[-1])
+        if name == "prepass" and budget == stop_at:
+            raise SystemExit("the machine went away")
+        wall = fake(name, command, watch, total_steps)
+        if name == "prepass" and budget == design.BUDGETS[0]:
+            out = Path(flags_of(command)["--samples_output"][-1])
+            rows = [{**json.loads(x), "finish_reason": "length"} for x in out.read_text().splitlines()]
+            out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return wall
+
+    runner.run = run  # type: ignore[method-assign]
+
+
+def test_each_budget_tried_is_evidence_and_a_new_work_folder_goes_on_from_the_next(tmp_path):
+    first_calls: list = []
+    first = make_runner(tmp_path / "first")
+    fake_phases(first, first_calls)
+    cut_at_first_budget(first, first_calls, stop_at=design.BUDGETS[1])
+    first.split()
+    try:
+        first.prepass()
+    except SystemExit:
+        pass
+    stored = json.loads(first.budget_try_path(design.BUDGETS[0]).read_text())
+    assert stored["at_budget"] == 1.0 and not (first.evidence / "prepass.json").exists()
+
+    calls: list = []
+    second = make_runner(tmp_path / "second")
+    second.evidence = first.evidence  # the committed evidence, on a new machine
+    fake_phases(second, calls)
+    cut_at_first_budget(second, calls)
+    second.split()
+    second.prepass()
+    budgets = [flags_of(c)["--max_new_tokens"][-1] for n, c in calls if n == "prepass"]
+    assert budgets == [str(design.BUDGETS[1])]  # the first budget's try is not redone
+    prepass = json.loads((second.evidence / "prepass.json").read_text())
+    assert [t["budget"] for t in prepass["budgets_tried"]] == list(design.BUDGETS[:2])
+    assert prepass["max_new_tokens"] == design.BUDGETS[1] and second.budget == design.BUDGETS[1]
+
+
+def test_a_stash_keeps_the_base_models_unfinished_caches_for_a_new_work_folder(tmp_path):
+    runner = make_runner(tmp_path / "old")
+    work = runner.work
+    caches = {
+        f"prepass-{design.BUDGETS[0]}/eval_cache/a.jsonl": "done\n",  # its try is evidence: not stashed
+        f"prepass-{design.BUDGETS[1]}/eval_cache/b.jsonl": "1\n2\n",
+        "runs/base-s1/eval_cache/c.jsonl": "1\n",
+        "runs/base-s2/eval_cache/d.jsonl": "1\n",  # its run is evidence: not stashed
+        "runs/grpo-s1/eval_cache/e.jsonl": "1\n",  # a trained model's: a new folder trains it again
+    }
+    for rel, text in caches.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    runner.budget_try_path(design.BUDGETS[0]).parent.mkdir(parents=True, exist_ok=True)
+    runner.budget_try_path(design.BUDGETS[0]).write_text("{}")
+    design.evidence_path(runner.evidence, "base", 2).parent.mkdir(parents=True, exist_ok=True)
+    design.evidence_path(runner.evidence, "base", 2).write_text("{}")
+    stashed = runner.stash_partial()
+    partial = runner.evidence / harness.PARTIAL
+    assert sorted(str(p.relative_to(partial)) for p in stashed) == [
+        f"prepass-{design.BUDGETS[1]}/eval_cache/b.jsonl",
+        "runs/base-s1/eval_cache/c.jsonl",
+    ]
+    assert json.loads((partial / "stash.json").read_text())["caches"]["runs/base-s1/eval_cache/c.jsonl"] == 1
+
+    fresh = make_runner(tmp_path / "new")
+    fresh.evidence = runner.evidence
+    (fresh.work / "runs/base-s1/eval_cache").mkdir(parents=True)
+    (fresh.work / "runs/base-s1/eval_cache/c.jsonl").write_text("1\n2\n")  # already further: kept
+    restored = fresh.restore_partial()
+    assert [str(p.relative_to(fresh.work)) for p in restored] == [f"prepass-{design.BUDGETS[1]}/eval_cache/b.jsonl"]
+    assert (fresh.work / f"prepass-{design.BUDGETS[1]}/eval_cache/b.jsonl").read_text() == "1\n2\n"
+    assert (fresh.work / "runs/base-s1/eval_cache/c.jsonl").read_text() == "1\n2\n"
+
+
 def test_b_trains_grpo_on_a_pool_reselected_on_its_sft_model_and_keeps_its_sft_stage(tmp_path):
     calls: list = []
     runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
