@@ -5,9 +5,14 @@ any outcome, is `experiments/teacher_guidance/design.py`; the report, built from
 
     python -m experiments.teacher_guidance.run [--seeds 1 2 3 4 5 6] [--arms tsft grpo sft_grpo format guided]
     python -m experiments.teacher_guidance.run --report_only
+    python -m experiments.teacher_guidance.run --stash_partial --commit_evidence   # before the machine goes away
 
 Order: the split, the duplicate map, the pre-pass (the budget chosen there), the references and the deranged
 references; then seed-major, base first. The script lowers its own priority (--niceness, default 19).
+
+What survives a lost work folder (another machine): the evidence (every finished run, the duplicate map, each
+pre-pass budget's try) and, once stashed, the base model's unfinished completion caches (`partial/`), which a new
+work folder gets back at its start. A trained arm's unfinished training is not kept: a new folder trains it again.
 """
 
 from __future__ import annotations
