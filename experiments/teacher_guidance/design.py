@@ -14,6 +14,14 @@ Token budget. `BUDGETS`, tried in order in the pre-pass (the base on all 71 task
 the first at which at most `MAX_AT_BUDGET` of the base's answers end at the budget is the experiment's, for every
 rollout and evaluation; the pre-pass stores the share at each budget tried.
 
+Sampler. The pre-pass at 256 tokens sampled with the product's kv decoder; from the 384-token pre-pass on, every
+pass, rollout and evaluation samples with vLLM's engine (`SAMPLER`; its CPU build in float32; GRPO's rollouts on the
+colocated engine, weights merged from the adapter each step, a float32 trainer): the same distribution (its
+log-probs equal the trainer's within 1e-3, tests/vllm_cpu) at about a third of the CPU per sample (docs/log.md), so
+that the arms fit the machine. Decided before any arm ran. The 224 kv samples of the 384-token pre-pass taken
+before the switch (the evidence's `partial/` at commit 18d8d1d) are set against vLLM's on the same tasks, task by
+task: the two samplers' parity on this population.
+
 Teacher data. The verified reference solutions of **every** training task (36), code-only targets; phase 3 keeps
 the traces of every task outside the evaluation split, and each run's evidence records what it trained on
 (`teacher_data_used`: its usable-trace count and tasks).
@@ -166,7 +174,8 @@ CONTRASTS = (
     ("guided", "grpo"),
     ("guided", "sft_grpo"),
 )
-RECIPE_FLAGS = "samples group temperature max_tasks model"
+RECIPE_FLAGS = "samples group temperature max_tasks model sampler"
+SAMPLER = "vllm"  # the pre-passes from 384 tokens on, the rollouts and every evaluation (see "Sampler" above)
 
 
 def derange(references: list[dict], style_of: dict[str, str]) -> list[dict]:

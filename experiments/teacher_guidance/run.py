@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None, variant: dict | None = None) -> ar
         report_name=design.NAME,
         max_new_tokens=design.BUDGETS[0],
         samples=defaults.get("samples", 8),
+        sampler=defaults.get("sampler", design.SAMPLER),
     )
     parser.add_argument(
         "--commit_evidence",
@@ -93,6 +94,7 @@ def recipe_of(args: argparse.Namespace) -> dict:
         },
         "reviewed_duplicates": design.REVIEWED_DUPLICATES,
         "split": {"val_ratio": design.VAL_RATIO, "data_seed": design.DATA_SEED, "prepass_seed": design.PREPASS_SEED},
+        "vllm_rollouts": frame.VLLM_ROLLOUTS if args.sampler == "vllm" else None,
     }
 
 
@@ -214,6 +216,7 @@ class Runner(frame.SeededRunner):
             "at_budget": at_budget,
             "mean_tokens": sum(r["num_tokens"] for r in rows) / max(len(rows), 1),
             "wall_s": round(wall, 1),
+            "sampler": self.sampler,
             "samples": len(rows),
             "load": {"start": list(load_start), "end": list(os.getloadavg())},
             "git": frame.git_commit(),
@@ -368,6 +371,7 @@ class Runner(frame.SeededRunner):
             "grpo.num_samples_per_prompt": self.args.group,
             "grpo.max_new_tokens": self.budget,
             "training.seed": seed,
+            **self.rollout_overrides(),
             **arm.overrides,
         }
 

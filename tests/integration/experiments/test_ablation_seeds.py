@@ -165,7 +165,7 @@ def test_a_report_before_the_pre_pass_is_empty_but_written(tmp_path):
 def fake_phases(runner, calls: list):
     """Stand-in for the phase processes: records each command and writes the files the real phase would."""
 
-    def run(name, command, watch=None, total_steps=0):
+    def run(name, command, watch=None, total_steps=0, env=None):
         calls.append((name, command))
         flag = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
         if name.endswith(".train"):

@@ -24,7 +24,7 @@ def mbpp_file(tmp_path: Path) -> Path:
 
 
 def fake_phases(runner, calls):
-    def run(name, command, watch=None, total_steps=0):
+    def run(name, command, watch=None, total_steps=0, env=None):
         calls.append((name, command))
         flag = {k: v[-1] for k, v in flags_of(command).items()}
         if name.endswith(".train"):
@@ -73,6 +73,8 @@ def test_the_population_is_mbpps_published_ids_and_each_run_is_evaluated_on_both
             str(tmp_path / "w"),
             "--evidence_dir",
             str(tmp_path / "ev"),
+            "--sampler",
+            "kv",
         ]
     )
     assert args.samples == real.SAMPLES and args.seeds == list(real.DEFAULT_SEEDS)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from experiments.teacher_guidance import design
 from experiments.teacher_guidance import report as report_mod
 from experiments.teacher_guidance import run as harness
@@ -26,8 +28,10 @@ def flags_of(command: list[str]) -> dict[str, list[str]]:
 
 
 def make_runner(tmp_path: Path, argv: list[str] | None = None) -> harness.Runner:
+    argv = argv or []
+    sampler = [] if "--sampler" in argv else ["--sampler", "kv"]  # the vLLM sampler has its own test
     args = harness.parse_args(
-        ["--output_dir", str(tmp_path / "work"), "--evidence_dir", str(tmp_path / "ev"), *(argv or [])]
+        ["--output_dir", str(tmp_path / "work"), "--evidence_dir", str(tmp_path / "ev"), *sampler, *argv]
     )
     runner = harness.Runner(args, tmp_path / "work", tmp_path / "ev", "cmd")
     data = runner.data
@@ -50,8 +54,9 @@ def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None,
     passes = passes or {}
     died: set = set()
 
-    def run(name, command, watch=None, total_steps=0):
+    def run(name, command, watch=None, total_steps=0, env=None):
         calls.append((name, command))
+        runner.envs_seen[name] = env or {}
         flag = {k: v[-1] for k, v in flags_of(command).items()}
         if name.endswith(".train"):
             out = Path(flag["--output_dir"])
@@ -118,12 +123,13 @@ def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None,
         )
         return 2.0
 
+    runner.envs_seen = {}  # type: ignore[attr-defined]
     runner.run = run  # type: ignore[method-assign]
     runner.duplicates = lambda: design.duplicated_heldout([])  # type: ignore[method-assign]
 
 
-def prepared(tmp_path, calls, **kw) -> harness.Runner:
-    runner = make_runner(tmp_path)
+def prepared(tmp_path, calls, argv: list[str] | None = None, **kw) -> harness.Runner:
+    runner = make_runner(tmp_path, argv)
     fake_phases(runner, calls, **kw)
     runner.split()
     runner.prepass()
@@ -158,7 +164,7 @@ def cut_at_first_budget(runner: harness.Runner, calls: list, stop_at: int | None
     `stop_at`: the budget whose pre-pass never finishes (the machine goes away)."""
     fake = runner.run
 
-    def run(name, command, watch=None, total_steps=0):
+    def run(name, command, watch=None, total_steps=0, env=None):
         budget = int(flags_of(command).get("--max_new_tokens", ["0"])[-1])
         if name == "prepass" and budget == stop_at:
             raise SystemExit("the machine went away")
@@ -312,6 +318,59 @@ def test_the_guided_arm_is_declared_and_runs_once_its_config_section_exists(tmp_
         "--max_steps" in dict(calls)["guided-s1.train"]
         and str(design.SFT_STEPS + design.GRPO_STEPS) in grpo["--max_steps"]
     )
+
+
+def test_the_vllm_sampler_samples_every_pass_and_rollout_in_vllms_interpreter(tmp_path, monkeypatch):
+    """--sampler vllm: every phase 4 (pre-pass, re-selected pool, evaluation) and every GRPO stage run in the
+    interpreter that has vLLM, with its engine's CPU settings; phase 4 on vLLM, GRPO's rollouts on the colocated
+    engine with merged weights and a float32 trainer; what samples nothing (references, SFT, merge) stays here."""
+    import importlib.util
+    import sys
+
+    fake_python = tmp_path / "venv-vllm" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.write_text("")
+    monkeypatch.setattr(harness.frame, "VLLM_CPU_PYTHON", fake_python)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    calls: list = []
+    runner = prepared(tmp_path, calls, ["--sampler", "vllm"], passes={t: 1 for t in TRAIN})
+    runner.one_run(design.BASE, 1, "[1/3]")
+    runner.one_run("sft_grpo", 1, "[2/3]")
+    commands = dict(calls)
+    sampling = [n for n in commands if n.startswith("prepass") or n.endswith((".eval", ".prepass", "grpo-s1.train"))]
+    assert {"prepass", "base-s1.eval", "sft_grpo-s1.prepass", "sft_grpo-s1.train", "sft_grpo-s1.eval"} <= set(sampling)
+    for name in sampling:
+        assert commands[name][0] == str(fake_python), name
+        assert runner.envs_seen[name]["VLLM_CPU_KVCACHE_SPACE"] == "1", name
+    for name in ("prepass", "base-s1.eval", "sft_grpo-s1.eval"):
+        assert "evaluation.backend=vllm" in flags_of(commands[name])["--set"], name
+    grpo_sets = flags_of(commands["sft_grpo-s1.train"])["--set"]
+    assert {f"{k}={str(v).lower()}" for k, v in harness.frame.VLLM_ROLLOUTS.items()} <= set(grpo_sets)
+    for name in ("references", "sft_references-s1.train", "sft_references-s1.merge"):
+        assert commands[name][0] == sys.executable and not runner.envs_seen[name], name
+    assert "grpo.rollout_backend=vllm" not in flags_of(commands["sft_references-s1.train"])["--set"]
+    run = json.loads(design.evidence_path(runner.evidence, "sft_grpo", 1).read_text())
+    assert run["overrides"]["grpo.rollout_backend"] == "vllm"
+    assert json.loads(runner.budget_try_path(design.BUDGETS[0]).read_text())["sampler"] == "vllm"
+
+
+def test_the_sampler_is_part_of_the_recipe_and_vllm_without_vllm_says_how_to_install_it(tmp_path, monkeypatch):
+    import importlib.util
+
+    kv = harness.parse_args(["--sampler", "kv", "--output_dir", str(tmp_path / "w")])
+    vllm = harness.parse_args(["--sampler", "vllm", "--output_dir", str(tmp_path / "w")])
+    assert harness.parse_args([]).sampler == design.SAMPLER
+    harness.frame.claim_work_folder(kv, design.RECIPE_FLAGS)
+    with pytest.raises(SystemExit, match="another recipe"):
+        harness.frame.claim_work_folder(vllm, design.RECIPE_FLAGS)
+    assert harness.recipe_of(kv) != harness.recipe_of(vllm)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    monkeypatch.setattr(harness.frame, "VLLM_CPU_PYTHON", tmp_path / "missing" / "python")
+    runner = make_runner(tmp_path, ["--sampler", "vllm"])
+    with pytest.raises(SystemExit, match="make vllm-venv"):
+        runner.sampling("phase4_evaluate.py")
 
 
 def test_the_report_gives_strict_and_sanitized_contrasts_per_stratum(tmp_path):
