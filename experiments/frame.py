@@ -484,6 +484,26 @@ class SeededRunner:
         python, env = vllm_python()
         return [python, *self.python(script, *flags)[1:]], env
 
+    def phase4(self, model_path: str, seed: int, folder: Path, output: Path, *flags: str) -> tuple[list[str], dict]:
+        """Phase 4 of `model_path` with the experiment's decoding, seeded with `seed`, into `folder` (its completion
+        cache), `output` and its samples beside it (`<output stem>.samples.jsonl`); `flags` name what it
+        evaluates."""
+        return self.sampling(
+            "phase4_evaluate.py",
+            *self.eval_flags,
+            *flags,
+            "--set",
+            f"training.seed={seed}",
+            "--model_path",
+            model_path,
+            "--output_dir",
+            str(folder),
+            "--output",
+            str(output),
+            "--samples_output",
+            str(output.with_suffix(".samples.jsonl")),
+        )
+
     def rollout_overrides(self) -> dict:
         """Phase 3's settings for the sampler's rollouts (kv: the preset's own)."""
         return dict(VLLM_ROLLOUTS) if self.sampler == "vllm" else {}
@@ -531,22 +551,7 @@ class SeededRunner:
 
     def pass_counts(self, name: str, model_path: str, task_file: Path, folder: Path, seed: int) -> tuple[dict, float]:
         """Passes per task of `model_path` on `task_file` (`--samples` samples, the experiment's decoding)."""
-        command, env = self.sampling(
-            "phase4_evaluate.py",
-            *self.eval_flags,
-            "--set",
-            f"training.seed={seed}",
-            "--model_path",
-            model_path,
-            "--eval_file",
-            str(task_file),
-            "--output_dir",
-            str(folder),
-            "--output",
-            str(folder / f"{name}.json"),
-            "--samples_output",
-            str(folder / f"{name}.samples.jsonl"),
-        )
+        command, env = self.phase4(model_path, seed, folder, folder / f"{name}.json", "--eval_file", str(task_file))
         wall = self.run(name, command, env=env)
         counts: dict[str, int] = {}
         for row in read_jsonl(folder / f"{name}.samples.jsonl"):
@@ -650,21 +655,8 @@ class SeededRunner:
         """Phase 4 on the held-out set, seeded with `seed` (cached completions make a rerun continue)."""
         if (folder / "heldout.json").is_file() and (folder / "heldout.samples.jsonl").is_file():
             return 0.0
-        command, env = self.sampling(
-            "phase4_evaluate.py",
-            *self.eval_flags,
-            "--set",
-            f"training.seed={seed}",
-            "--model_path",
-            model_path,
-            "--eval_file",
-            str(self.heldout_file),
-            "--output_dir",
-            str(folder),
-            "--output",
-            str(folder / "heldout.json"),
-            "--samples_output",
-            str(folder / "heldout.samples.jsonl"),
+        command, env = self.phase4(
+            model_path, seed, folder, folder / "heldout.json", "--eval_file", str(self.heldout_file)
         )
         return self.run(f"{name}.eval", command, env=env)
 

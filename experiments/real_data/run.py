@@ -69,21 +69,7 @@ class Runner(tg_run.Runner):
             flags = ["--eval_set", eval_set, *(["--mbpp_path", self.args.mbpp_path] if self.args.mbpp_path else [])]
             if self.args.max_tasks:
                 flags += ["--max_tasks", str(self.args.max_tasks)]
-            command, env = self.sampling(
-                "phase4_evaluate.py",
-                *self.eval_flags,
-                *flags,
-                "--set",
-                f"training.seed={seed}",
-                "--model_path",
-                model_path,
-                "--output_dir",
-                str(out),
-                "--output",
-                str(out / "result.json"),
-                "--samples_output",
-                str(out / "samples.jsonl"),
-            )
+            command, env = self.phase4(model_path, seed, out, out / "result.json", *flags)
             wall += self.run(f"{name}.eval.{eval_set}", command, env=env)
         return wall
 
@@ -91,7 +77,7 @@ class Runner(tg_run.Runner):
         evals = {}
         for eval_set in real.EVAL_SETS:
             result = json.loads((folder / eval_set / "result.json").read_text())
-            rows = frame.read_jsonl(folder / eval_set / "samples.jsonl")
+            rows = frame.read_jsonl(folder / eval_set / "result.samples.jsonl")
             evals[eval_set] = {
                 "pass_at_k": result["pass_at_k"],
                 "pass_at_k_sanitized": result.get("pass_at_k_sanitized"),
