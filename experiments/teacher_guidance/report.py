@@ -100,6 +100,11 @@ def build_report(evidence: Path, command: str) -> dict:
         (a, s) for s in DEFAULT_SEEDS for a in [BASE, *DEFAULT_ARMS] if not ARMS.get(a) or not ARMS[a].needs_section
     ]
     done = {(r["arm"], r["seed"]) for r in all_runs}
+    recipe = json.loads((evidence / "recipe.json").read_text()) if (evidence / "recipe.json").is_file() else {}
+    parity = {
+        path.stem.rsplit("-", 1)[1]: json.loads(path.read_text())
+        for path in sorted((evidence / "prepass").glob("sampler-parity-*.json"))
+    }
     return {
         "complete": all(p in done for p in planned),
         "seeds": sorted({s for _, s in done}),
@@ -116,6 +121,12 @@ def build_report(evidence: Path, command: str) -> dict:
             "strata": {name: len(idx) for name, idx in strata_of(task_ids).items()},
             "max_new_tokens": prepass["max_new_tokens"],
             "budgets_tried": prepass.get("budgets_tried"),
+        },
+        # who sampled: the recipe's sampler for the arms, each pre-pass budget's own (kv before the flag existed)
+        "sampler": (recipe.get("flags") or {}).get("sampler", "kv"),
+        "sampler_parity": {
+            budget: {k: p[k] for k in ("first_name", "second_name", "tasks", "first", "second", "difference")}
+            for budget, p in parity.items()
         },
         "arms": {a: {"letter": ARMS[a].letter, "label": ARMS[a].label} for a in arms if a != BASE}
         | ({BASE: {"letter": "base", "label": "no training"}} if BASE in arms else {}),
@@ -155,10 +166,17 @@ def markdown(report: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in pop["strata"].items())
         + f". Budget {pop['max_new_tokens']} tokens (tried: "
         + ", ".join(
-            f"{b['budget']}: {b['at_budget']:.1%} of the base's answers at the budget"
+            f"{b['budget']}: {b['at_budget']:.1%} of the base's answers at the budget ({b.get('sampler', 'kv')})"
             for b in pop["budgets_tried"] or []
         )
-        + ").",
+        + f"). Arms sampled by {report.get('sampler', 'kv')}"
+        + "".join(
+            f"; samplers' parity at {budget} tokens, {p['tasks']} tasks: pass rate {p['first_name']} "
+            f"{p['first']['pass_rate']:.3f}, {p['second_name']} {p['second']['pass_rate']:.3f}, difference "
+            f"{p['difference']['mean']:+.3f} {_ci(p['difference']['ci95'])}"
+            for budget, p in (report.get("sampler_parity") or {}).items()
+        )
+        + ".",
         "",
         "## Arms (mean over seeds)",
         "",

@@ -388,3 +388,18 @@ def test_the_report_gives_strict_and_sanitized_contrasts_per_stratum(tmp_path):
     assert "sft_grpo-s1" in report["flagged_runs"]
     text = report_mod.markdown(report)
     assert "B sft_grpo − F format" in text and "sanitized" in text
+
+
+def test_the_report_says_who_sampled_each_pass_and_the_samplers_parity(tmp_path):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
+    harness.frame.check_evidence_recipe(runner.evidence, harness.recipe_of(runner.args))  # kv, as the runner starts
+    runner.one_run("base", 1, "[x]")
+    parity = {"first_name": "kv", "second_name": "vllm", "tasks": 3, "difference": {"mean": -0.05, "ci95": [-0.2, 0.1]}}
+    parity |= {"first": {"pass_rate": 0.25}, "second": {"pass_rate": 0.2}}
+    (runner.evidence / "prepass" / "sampler-parity-384.json").write_text(json.dumps(parity))
+    report = report_mod.build_report(runner.evidence, "cmd")
+    assert report["sampler"] == "kv" and report["sampler_parity"]["384"]["difference"]["mean"] == -0.05
+    text = report_mod.markdown(report)
+    assert f"{design.BUDGETS[0]}: " in text and "(kv)" in text and "Arms sampled by kv" in text
+    assert "parity at 384 tokens, 3 tasks: pass rate kv 0.250, vllm 0.200, difference -0.050 [-0.200, +0.100]" in text
