@@ -448,7 +448,7 @@ class SeededRunner:
         log.parent.mkdir(parents=True, exist_ok=True)
         start, seen = time.monotonic(), 0
         with log.open("a") as handle:
-            handle.write(f"\n$ {' '.join(f'{k}={v}' for k, v in (env or {}).items())} {shlex.join(command)}\n")
+            handle.write(f"\n$ {shlex.join([*(f'{k}={v}' for k, v in (env or {}).items()), *command])}\n")
             handle.flush()
             process = subprocess.Popen(
                 command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
@@ -473,8 +473,8 @@ class SeededRunner:
             raise SystemExit(f"error: {name} failed (exit {code}); log {log}:\n{tail}")
         return time.monotonic() - start
 
-    def python(self, script: str, *flags: str) -> list[str]:
-        return [sys.executable, str(ROOT / script), *self.common, *flags]
+    def python(self, script: str, *flags: str, interpreter: str = sys.executable) -> list[str]:
+        return [interpreter, str(ROOT / script), *self.common, *flags]
 
     def sampling(self, script: str, *flags: str) -> tuple[list[str], dict[str, str]]:
         """A phase that samples (phase 4; phase 3 with rollouts): its command in the sampler's interpreter, and the
@@ -482,7 +482,7 @@ class SeededRunner:
         if self.sampler != "vllm":
             return self.python(script, *flags), {}
         python, env = vllm_python()
-        return [python, *self.python(script, *flags)[1:]], env
+        return self.python(script, *flags, interpreter=python), env
 
     def phase4(self, model_path: str, seed: int, folder: Path, output: Path, *flags: str) -> tuple[list[str], dict]:
         """Phase 4 of `model_path` with the experiment's decoding, seeded with `seed`, into `folder` (its completion
