@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -76,6 +77,7 @@ SAMPLE_COLUMNS = (
     "num_tokens",
     "lenient_passed",
     "sanitized_passed",
+    "reads_stdin",
 )
 METRIC_COLUMNS = (
     "step",
@@ -99,6 +101,23 @@ METRIC_COLUMNS = (
     "time/reward_s",
     "time/update_s",
     "opd/teacher_s",
+    # guided rollouts (training/guidance.py): this step's, then the run's totals so far
+    "guidance/groups",
+    "guidance/group_share",
+    "guidance/prefix_tokens_mean",
+    "guidance/prefix_fraction_mean",
+    "guidance/pass_rate_guided",
+    "guidance/pass_rate_unguided",
+    "guidance/transfer_pass_rate",
+    "guidance/transfer_groups",
+    "guidance/total_guided_groups",
+    "guidance/total_group_share",
+    "guidance/total_guided_samples",
+    "guidance/total_tasks_guided",
+    "guidance/total_prefix_tokens_mean",
+    "guidance/total_prefix_fraction_mean",
+    "guidance/total_pass_rate_guided",
+    "time/guidance_s",
 )
 
 
@@ -334,6 +353,38 @@ def metric_rows(folder: Path) -> list[dict]:
     return [{k: m[k] for k in METRIC_COLUMNS if k in m} for m in read_jsonl(folder / "metrics.jsonl")]
 
 
+_STDIN_TEXT = re.compile(r"\binput\s*\(|\bsys\s*\.\s*stdin\b|\bopen\s*\(\s*0\s*[,)]|\bfileinput\b")
+
+
+def reads_stdin(code: str) -> bool:
+    """Whether a graded program reads standard input: a call of `input`, any use of `sys.stdin`, `open(0)`,
+    `fileinput` or `from sys import stdin` in its syntax tree (a comment or string naming them does not count); a
+    program that does not parse is read as text. The shape of an answer a score alone hides: an APPS-format task
+    is solved only by a program that reads stdin, an MBPP-format one by a function."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return bool(_STDIN_TEXT.search(code))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "input":
+                return True
+            first = node.args[0] if node.args else None
+            if node.func.id == "open" and isinstance(first, ast.Constant) and first.value == 0:
+                return True
+        if isinstance(node, ast.Attribute) and node.attr == "stdin":
+            return True
+        if isinstance(node, ast.Import) and any(a.name == "fileinput" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (
+            node.module == "fileinput" or (node.module == "sys" and any(a.name == "stdin" for a in node.names))
+        ):
+            return True
+    return False
+
+
 def sample_rows(rows: list[dict]) -> list[list]:
     """Phase 4's sample rows as evidence rows (SAMPLE_COLUMNS)."""
     return [
@@ -346,6 +397,7 @@ def sample_rows(rows: list[dict]) -> list[list]:
             r["num_tokens"],
             int(bool(r.get("lenient_passed", r["passed"]))),
             int(bool(r.get("sanitized_passed", r["passed"]))),
+            int(reads_stdin(r.get("code") or "")),
         ]
         for r in rows
     ]

@@ -18,6 +18,7 @@ from experiments.teacher_guidance.design import ARMS, BASE, CONTRASTS, DEFAULT_A
 
 RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
 GRADES = {"strict": SAMPLE_COLUMNS.index("passed"), "sanitized": SAMPLE_COLUMNS.index("sanitized_passed")}
+STATUS, FINISH, READS_STDIN = (SAMPLE_COLUMNS.index(c) for c in ("status", "finish_reason", "reads_stdin"))
 
 
 def load_runs(evidence: Path) -> list[dict]:
@@ -88,6 +89,59 @@ def run_rows(all_runs: list[dict]) -> dict:
     }
 
 
+def answer_shapes(all_runs: list[dict], task_ids: list[str]) -> dict:
+    """Per arm and stratum, what its held-out answers look like, pooled over seeds: the share with no gradable
+    code, the share ended by the budget, and the share whose graded program reads stdin (over the runs whose
+    evidence has that column). An APPS-format task is solved only by a stdin program: a GRPO arm that never
+    writes one there has not been taught the format, whatever its score."""
+    strata = {name: {task_ids[i] for i in idx} for name, idx in strata_of(task_ids).items()}
+    shapes: dict = {}
+    for arm in dict.fromkeys(r["arm"] for r in all_runs if not r.get("stopped")):
+        rows = [row for r in all_runs if r["arm"] == arm and not r.get("stopped") for row in r.get("samples", [])]
+        for stratum, tasks in strata.items():
+            picked = [row for row in rows if row[0] in tasks]
+            if not picked:
+                continue
+            known = [row[READS_STDIN] for row in picked if len(row) > READS_STDIN]
+            shapes.setdefault(arm, {})[stratum] = {
+                "samples": len(picked),
+                "no_code": sum(row[STATUS] == "no_code" for row in picked) / len(picked),
+                "at_budget": sum(row[FINISH] == "length" for row in picked) / len(picked),
+                "reads_stdin": sum(known) / len(known) if known else None,
+                "reads_stdin_samples": len(known),
+            }
+    return shapes
+
+
+def guidance_rows(all_runs: list[dict]) -> dict:
+    """How much guidance each guided run used, from its GRPO stage's metrics: the run's totals (guided groups,
+    their share, tasks, mean prefix as a fraction of the teacher's answer, the guided samples' pass rate), the
+    policy's own pass rate as first drawn, and the transfer: the unguided pass rate, at each later step, on tasks
+    guided earlier (mean over the steps that measured it)."""
+    out = {}
+    for r in sorted(all_runs, key=lambda r: (r["seed"], r["arm"])):
+        metrics = ((r.get("stages") or {}).get("grpo") or {}).get("metrics") or []
+        totals = [m for m in metrics if "guidance/total_guided_groups" in m]
+        if not totals:
+            continue
+        last = totals[-1]
+        unguided = [m["guidance/pass_rate_unguided"] for m in metrics if "guidance/pass_rate_unguided" in m]
+        transfer = [m["guidance/transfer_pass_rate"] for m in metrics if "guidance/transfer_pass_rate" in m]
+        out[f"{r['arm']}-s{r['seed']}"] = {
+            "steps": len(metrics),
+            "guided_groups": last["guidance/total_guided_groups"],
+            "group_share": last.get("guidance/total_group_share"),
+            "tasks_guided": last.get("guidance/total_tasks_guided"),
+            "prefix_fraction_mean": last.get("guidance/total_prefix_fraction_mean"),
+            "prefix_tokens_mean": last.get("guidance/total_prefix_tokens_mean"),
+            "pass_rate_guided": last.get("guidance/total_pass_rate_guided"),
+            "pass_rate_unguided_mean": float(np.mean(unguided)) if unguided else None,
+            "transfer_pass_rate_mean": float(np.mean(transfer)) if transfer else None,
+            "transfer_steps": len(transfer),
+        }
+    return out
+
+
 def build_report(evidence: Path, command: str) -> dict:
     prepass_path = evidence / "prepass.json"
     if not prepass_path.is_file():
@@ -136,11 +190,21 @@ def build_report(evidence: Path, command: str) -> dict:
             f"{r['arm']}-s{r['seed']}" for r in all_runs if r.get("signal") and not r["signal"]["ok"]
         ),
         "analysis": analyse_runs(all_runs, task_ids, samples),
+        "answer_shapes": answer_shapes(all_runs, task_ids),
+        "guidance": guidance_rows(all_runs),
     }
 
 
 def _ci(interval) -> str:
     return f"[{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval else "n/a"
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
 
 
 def _name(report: dict, arm: str) -> str:
@@ -228,6 +292,41 @@ def markdown(report: dict) -> str:
             f"| {key} | {r['pass@1']:.3f} | {r['sanitized_pass@1'] or 0:.3f} | {r['at_budget']:.1%} | {used} | "
             f"{r['pool'] or '-'} | {r['train_s']:.0f} | {r['eval_s']:.0f} | {r['wall_s']:.0f} | {r['load_start']:.1f} |"
         )
+    lines += ["", "## What the answers look like (pooled over seeds)", ""]
+    lines += [
+        "| arm | stratum | samples | no gradable code | ended by the budget | program reads stdin |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, by_stratum in (report.get("answer_shapes") or {}).items():
+        for stratum, shape in by_stratum.items():
+            stdin = shape["reads_stdin"]
+            stdin_cell = "n/a" if stdin is None else f"{stdin:.1%} (of {shape['reads_stdin_samples']})"
+            lines.append(
+                f"| {_name(report, arm)} | {stratum} | {shape['samples']} | {shape['no_code']:.1%} | "
+                f"{shape['at_budget']:.1%} | {stdin_cell} |"
+            )
+    if report.get("guidance"):
+        lines += [
+            "",
+            "## Guidance used (guided runs' GRPO stage)",
+            "",
+            "| run | steps | guided groups (share) | tasks guided | prefix (of the answer, tokens) | pass rate guided "
+            "| pass rate unguided | transfer (steps) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for key, g in report["guidance"].items():
+            lines.append(
+                f"| {key} | {g['steps']} | {g['guided_groups']:.0f} ({_pct(g['group_share'])}) | "
+                f"{_num(g['tasks_guided'])} | {_pct(g['prefix_fraction_mean'])}, {_num(g['prefix_tokens_mean'])} | "
+                f"{_pct(g['pass_rate_guided'])} | {_pct(g['pass_rate_unguided_mean'])} | "
+                f"{_pct(g['transfer_pass_rate_mean'])} ({g['transfer_steps']}) |"
+            )
+        lines += [
+            "",
+            "Transfer: the unguided pass rate on training tasks guided at an earlier step (mean over the steps "
+            "that measured it). A guided pass rate that climbs while the transfer stays at 0 is a student copying "
+            "the prefix, not learning the task.",
+        ]
     lines += [
         "",
         "Every interval is conditional on these held-out fixture tasks, the 135M student and this recipe. An interval "

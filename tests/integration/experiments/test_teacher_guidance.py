@@ -47,6 +47,21 @@ def make_runner(tmp_path: Path, argv: list[str] | None = None) -> harness.Runner
     return runner
 
 
+# two guided steps as phase 3 logs them (training/guidance.py): the second measures the transfer
+GUIDED_METRICS = [
+    {"step": 1, "pass_rate": 0.0, "frac_reward_zero_std": 1.0, "guidance/groups": 2.0,
+     "guidance/pass_rate_guided": 0.25, "guidance/pass_rate_unguided": 0.0, "guidance/total_guided_groups": 2.0,
+     "guidance/total_group_share": 1.0,
+     "guidance/total_tasks_guided": 2.0, "guidance/total_prefix_fraction_mean": 0.5,
+     "guidance/total_prefix_tokens_mean": 20.0, "guidance/total_pass_rate_guided": 0.25},
+    {"step": 2, "pass_rate": 0.125, "frac_reward_zero_std": 0.5, "guidance/groups": 1.0,
+     "guidance/pass_rate_unguided": 0.125, "guidance/transfer_pass_rate": 0.25, "guidance/transfer_groups": 1.0,
+     "guidance/total_guided_groups": 3.0, "guidance/total_group_share": 0.75, "guidance/total_tasks_guided": 2.0,
+     "guidance/total_prefix_fraction_mean": 0.5, "guidance/total_prefix_tokens_mean": 18.0,
+     "guidance/total_pass_rate_guided": 0.5},
+]  # fmt: skip
+
+
 def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None, fail_train: set | None = None):
     """Stand-in for the phase processes: records each command and writes the files the real one would. `passes`:
     task id -> passes of the samples a phase 4 run gives; `fail_train`: names whose first training process dies
@@ -61,9 +76,10 @@ def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None,
         if name.endswith(".train"):
             out = Path(flag["--output_dir"])
             out.mkdir(parents=True, exist_ok=True)
-            (out / "metrics.jsonl").write_text(
-                json.dumps({"step": 1, "pass_rate": 0.3, "frac_reward_zero_std": 0.8, "loss/teacher_sft": 1.5}) + "\n"
-            )
+            rows = [{"step": 1, "pass_rate": 0.3, "frac_reward_zero_std": 0.8, "loss/teacher_sft": 1.5}]
+            if "guidance.enabled=true" in flags_of(command).get("--set", []):
+                rows = GUIDED_METRICS
+            (out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
             traces = [json.loads(x) for x in Path(flag["--teacher_traces"]).read_text().splitlines() if x.strip()]
             (out / "teacher_data.json").write_text(json.dumps({"usable_traces": len(traces)}))
             if name in (fail_train or set()) and name not in died:
@@ -105,6 +121,7 @@ def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None,
                 "finish_reason": "stop",
                 "num_tokens": 9,
                 "sanitized_passed": True,
+                "code": "print(input())" if t.task_id.startswith("apps") else "def f(x):\n    return x",
             }
             for t in read_tasks(flag["--eval_file"])
             for i in range(runner.args.samples)
@@ -403,3 +420,32 @@ def test_the_report_says_who_sampled_each_pass_and_the_samplers_parity(tmp_path)
     text = report_mod.markdown(report)
     assert f"{design.BUDGETS[0]}: " in text and "(kv)" in text and "Arms sampled by kv" in text
     assert "parity at 384 tokens, 3 tasks: pass rate kv 0.250, vllm 0.200, difference -0.050 [-0.200, +0.100]" in text
+
+
+def test_a_guided_runs_evidence_keeps_its_guidance_and_the_report_reads_what_the_answers_are(tmp_path, monkeypatch):
+    """The guided arm's evidence keeps phase 3's guidance metrics (the run's totals and the transfer), and the
+    report gives how much guidance each guided run used and, per arm and stratum, the share of answers whose
+    program reads stdin, with no gradable code and ended by the budget."""
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
+    monkeypatch.setattr(harness.frame, "has_config_section", lambda name: True)
+    runner.one_run("base", 1, "[1/2]")
+    runner.one_run("guided", 1, "[2/2]")
+    run = json.loads(design.evidence_path(runner.evidence, "guided", 1).read_text())
+    metrics = run["stages"]["grpo"]["metrics"]
+    assert metrics[-1]["guidance/total_guided_groups"] == 3.0 and metrics[-1]["guidance/transfer_pass_rate"] == 0.25
+    report = report_mod.build_report(runner.evidence, "cmd")
+    used = report["guidance"]["guided-s1"]
+    assert (used["guided_groups"], used["group_share"], used["tasks_guided"]) == (3.0, 0.75, 2.0)
+    assert used["pass_rate_guided"] == 0.5 and used["pass_rate_unguided_mean"] == pytest.approx(0.0625)
+    assert (used["transfer_pass_rate_mean"], used["transfer_steps"]) == (0.25, 1)
+    assert "base-s1" not in report["guidance"]
+    shapes = report["answer_shapes"]
+    assert shapes["guided"]["apps_format"]["reads_stdin"] == 1.0 and shapes["guided"]["mbpp_format"]["reads_stdin"] == 0
+    assert shapes["base"]["all"]["samples"] == 2 * runner.args.samples and shapes["base"]["all"]["no_code"] == 0
+    text = report_mod.markdown(report)
+    assert (
+        "## Guidance used" in text
+        and "| guided-s1 | 2 | 3 (75.0%) | 2 | 50.0%, 18 | 50.0% | 6.2% | 25.0% (1) |" in text
+    )
+    assert "| G guided | apps_format | " in text and "100.0% (of " in text
