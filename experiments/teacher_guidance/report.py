@@ -297,8 +297,9 @@ def markdown(report: dict) -> str:
         "| arm | stratum | samples | no gradable code | ended by the budget | program reads stdin |",
         "|---|---|---|---|---|---|",
     ]
-    for arm, by_stratum in (report.get("answer_shapes") or {}).items():
-        for stratum, shape in by_stratum.items():
+    shapes = report.get("answer_shapes") or {}
+    for arm in [a for a in report["arms"] if a in shapes]:
+        for stratum, shape in shapes[arm].items():
             stdin = shape["reads_stdin"]
             stdin_cell = "n/a" if stdin is None else f"{stdin:.1%} (of {shape['reads_stdin_samples']})"
             lines.append(
