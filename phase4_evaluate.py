@@ -167,10 +167,21 @@ def evaluation_roles(
         trained=sampler.policy_for(adapter, model=model, name=f"eval-{adapter_key}"),
         base=sampler.policy_for(None, model=model),
         adapter_off=model.disable_adapter if model is not None and adapter is not None else nullcontext,
-        batching=eval_batching(config.evaluation_backend, config.multi_turn.mode, ev.num_samples),
+        batching=eval_batching(
+            config.evaluation_backend, config.multi_turn.mode, ev.num_samples, cpu_engine=vllm_cpu_engine(config)
+        ),
         episodes=episodes_for(config, pool, visible_tests=visible_tests, max_new_tokens=ev.max_new_tokens),
         seed=config.training.seed,
     )
+
+
+def vllm_cpu_engine(config: Config) -> bool:
+    """Whether phase 4 samples with vLLM's CPU build (asked only once the engine is loaded: no vLLM import else)."""
+    if config.evaluation_backend != "vllm":
+        return False
+    from rollouts.vllm_engine import is_cpu_platform
+
+    return is_cpu_platform()
 
 
 def roles_to_run(adapter: Path | None, baseline: bool) -> list[Role]:

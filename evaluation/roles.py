@@ -24,6 +24,10 @@ from utils.dataset_loader import Task
 Role = Literal["trained", "model", "baseline"]
 
 VLLM_EVAL_BATCH = 4096  # sequences per vLLM call in phase 4
+# on vLLM's CPU platform, one call is what its engine runs at once (its default max_num_seqs for the LLM class):
+# a 4,096-sequence call there showed no progress for ~20 minutes and a crash would have lost all of it, while
+# refilling the running batch between calls costs only each call's tail of long answers
+VLLM_CPU_EVAL_BATCH = 256
 # sequences per kv-sampler call: its decode reads the weights once per step for every row, so wider is
 # faster (bench_sampling.py, kv-bf16, 2 cores: 203 tokens/s at 16 rows, 251 at 32)
 KV_EVAL_BATCH = 32
@@ -37,11 +41,12 @@ class EvalBatching:
     batch_samples: int = DEFAULT_BATCH_SAMPLES  # sequences per sampler call
 
 
-def eval_batching(backend: str, mode: str, num_samples: int) -> EvalBatching:
-    """vLLM batches internally: whole tasks, thousands of sequences per call (a crash loses one call at most). The
-    kv sampler, single-turn, decodes wider batches faster; the rest keep `generate_cached`'s defaults."""
+def eval_batching(backend: str, mode: str, num_samples: int, *, cpu_engine: bool = False) -> EvalBatching:
+    """vLLM batches internally: whole tasks, thousands of sequences per call (a crash loses one call at most), and
+    on its CPU platform (`cpu_engine`) one running batch per call, so that progress shows and is kept. The kv
+    sampler, single-turn, decodes wider batches faster; the rest keep `generate_cached`'s defaults."""
     if backend == "vllm":
-        return EvalBatching(chunk=num_samples, batch_samples=VLLM_EVAL_BATCH)
+        return EvalBatching(chunk=num_samples, batch_samples=VLLM_CPU_EVAL_BATCH if cpu_engine else VLLM_EVAL_BATCH)
     if backend == "kv" and mode == "single":
         return EvalBatching(batch_samples=KV_EVAL_BATCH)
     return EvalBatching()

@@ -9,7 +9,14 @@ from contextlib import contextmanager
 import pytest
 
 from evaluation.evaluate import DEFAULT_BATCH_SAMPLES, DEFAULT_CHUNK
-from evaluation.roles import KV_EVAL_BATCH, VLLM_EVAL_BATCH, EvalBatching, EvalRoles, eval_batching
+from evaluation.roles import (
+    KV_EVAL_BATCH,
+    VLLM_CPU_EVAL_BATCH,
+    VLLM_EVAL_BATCH,
+    EvalBatching,
+    EvalRoles,
+    eval_batching,
+)
 from rollouts.completion import RolloutCompletion
 from rollouts.protocol import SamplerBase
 
@@ -107,3 +114,11 @@ def test_each_backend_gets_its_batching(backend, mode, expected):
     batching = eval_batching(backend, mode, num_samples=5)
     assert (batching.chunk, batching.batch_samples) == expected
     assert (VLLM_EVAL_BATCH, KV_EVAL_BATCH, DEFAULT_CHUNK, DEFAULT_BATCH_SAMPLES) == (4096, 32, 8, 16)
+
+
+def test_vllms_cpu_engine_gets_one_running_batch_per_call():
+    """On vLLM's CPU platform a phase-4 call is one engine batch (256, its default max_num_seqs), whole tasks: 568
+    samples are three calls with progress between them, not one silent call; GPU engines keep thousands."""
+    batching = eval_batching("vllm", "single", num_samples=8, cpu_engine=True)
+    assert (batching.chunk, batching.batch_samples) == (8, VLLM_CPU_EVAL_BATCH) and VLLM_CPU_EVAL_BATCH == 256
+    assert eval_batching("kv", "single", num_samples=8, cpu_engine=True).batch_samples == KV_EVAL_BATCH
