@@ -301,8 +301,11 @@ def check_config_keys(keys) -> None:
         raise SystemExit(f"error: the config has no key {', '.join(missing)}: the recipe needs updating")
 
 
-def has_config_section(name: str) -> bool:
-    """Whether the config has a section `name` (an arm that needs one is declared, and runs once it exists)."""
+def has_config_section(name: str | None) -> bool:
+    """Whether the config has a section `name` (an arm that needs one is declared, and runs once it exists); an
+    arm that needs none (None) always runs."""
+    if name is None:
+        return True
     from config import build_config
 
     return hasattr(build_config("cpu"), name)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.frame import SAMPLE_COLUMNS, ks_for, write_report_files
+from experiments.frame import SAMPLE_COLUMNS, has_config_section, ks_for, write_report_files
 from experiments.teacher_guidance.design import ARMS, BASE, CONTRASTS, DEFAULT_ARMS, DEFAULT_SEEDS, NAME, STRATA
 
 RESAMPLES, BOOTSTRAP_SEED = 10_000, 0
@@ -150,9 +150,8 @@ def build_report(evidence: Path, command: str) -> dict:
     samples, task_ids = prepass["samples"], prepass["heldout_set"]
     all_runs = load_runs(evidence)
     arms = [a for a in [BASE, *ARMS] if any(r["arm"] == a and not r.get("stopped") for r in all_runs)]
-    planned = [
-        (a, s) for s in DEFAULT_SEEDS for a in [BASE, *DEFAULT_ARMS] if not ARMS.get(a) or not ARMS[a].needs_section
-    ]
+    runnable = [a for a in [BASE, *DEFAULT_ARMS] if a == BASE or has_config_section(ARMS[a].needs_section)]
+    planned = [(a, s) for s in DEFAULT_SEEDS for a in runnable]
     done = {(r["arm"], r["seed"]) for r in all_runs}
     recipe = json.loads((evidence / "recipe.json").read_text()) if (evidence / "recipe.json").is_file() else {}
     parity = {

@@ -449,3 +449,18 @@ def test_a_guided_runs_evidence_keeps_its_guidance_and_the_report_reads_what_the
         and "| guided-s1 | 2 | 3 (75.0%) | 2 | 50.0%, 18 | 50.0% | 6.2% | 25.0% (1) |" in text
     )
     assert "| G guided | apps_format | " in text and "100.0% (of " in text
+
+
+def test_the_report_is_complete_only_with_the_guided_arm_once_it_can_run(tmp_path, monkeypatch):
+    calls: list = []
+    runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
+    monkeypatch.setattr(report_mod, "DEFAULT_SEEDS", (1,))
+    monkeypatch.setattr(harness.frame, "has_config_section", lambda name: True)
+    for arm in ("base", "tsft", "grpo", "sft_grpo", "format"):
+        runner.one_run(arm, 1, "[x]")
+    assert not report_mod.build_report(runner.evidence, "cmd")["complete"]  # G can run: it is planned
+    monkeypatch.setattr(report_mod, "has_config_section", lambda name: name is None)
+    assert report_mod.build_report(runner.evidence, "cmd")["complete"]  # a config without the section: G is not
+    monkeypatch.setattr(report_mod, "has_config_section", lambda name: True)
+    runner.one_run("guided", 1, "[x]")
+    assert report_mod.build_report(runner.evidence, "cmd")["complete"]
