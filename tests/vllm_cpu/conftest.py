@@ -31,8 +31,7 @@ from tests.cli_helpers import run_script
 from tests.conftest import ROOT
 
 # vLLM's CPU platform as the project runs it (rollouts/vllm_cpu.py says why each setting)
-CPU_ENV = CPU_PLATFORM_ENV
-for _key, _value in CPU_ENV.items():
+for _key, _value in CPU_PLATFORM_ENV.items():
     os.environ.setdefault(_key, _value)
 
 try:
