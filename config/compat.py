@@ -292,6 +292,7 @@ FLAT_KEYS: dict[str, tuple[str, Any]] = {
     # TRL writes its server's root (http://host:8000); an OpenAI-compatible `vllm serve` answers under /v1
     "vllm_server_base_url": ("grpo.vllm_server_url", lambda v: _with_v1(v) if isinstance(v, str) else v),
     "reward_funcs": ("grpo.reward_funcs", None),
+    "log_completions": ("training.log_completions", None),
     "reward_weights": ("grpo.reward_weights", None),
     "dataset_name": ("data.dataset_name", None),
     "dataset_config": ("data.dataset_config", None),
@@ -312,7 +313,6 @@ TRL_IGNORED: dict[str, str] = {
         "per_device_eval_batch_size",
         "gradient_checkpointing_kwargs",
         "hub_strategy",
-        "log_completions",
         "log_level",
         "logging_first_step",
         "logging_steps",

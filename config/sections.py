@@ -837,6 +837,13 @@ class TrainingConfig:
         "", "wandb entity (the team or user the run is logged under; TRL's wandb_entity); empty: wandb's default."
     )
     run_name: str = option("", "Run name for the logging backends; empty: the output folder's name.")
+    log_completions: bool = option(
+        True,
+        "Write every rollout sample phase 3 trains on to outputs/completions.jsonl (one line each: step, task, "
+        "text, finish reason, reward, correctness, a guided sample's teacher prefix; training.completion_log), so "
+        "what the policy writes can be read, not only its pass rate. About 1 KB per sample; under accelerate "
+        "launch process k writes completions.rank<k>.jsonl (TRL's log_completions).",
+    )
     logging_backends: tuple[str, ...] = option(
         (),
         "Extra metric sinks besides outputs/metrics.jsonl: 'tensorboard', 'wandb'. Each needs its package "

@@ -81,6 +81,7 @@ class GRPOTrainer:
         self.sinks = parts.sinks
         self.curriculum = parts.curriculum  # the difficulty filter (training.curriculum); None when off
         self.guide = parts.guide  # teacher-guided rollouts (training.guidance), the maker's reviser; None when off
+        self.completion_log = parts.completion_log  # every rollout sample's text (training.completion_log); or None
         self.group_size = grpo.num_samples_per_prompt
         self.micro_batches = training.gradient_accumulation_steps  # micro-batch slots per optimizer step
         self.prompts_per_rollout = training.per_device_train_batch_size * self.micro_batches  # per process
@@ -306,6 +307,8 @@ class GRPOTrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             self.parts.files.write_config()
             self.sinks.open(self.state.global_step)
+        if self.completion_log is not None:  # each process its own file
+            self.completion_log.open(self.state.global_step)
         # closed before an error or Ctrl-C propagates, so its message is not written into the bar
         with tqdm(
             total=self.total_steps,
@@ -337,6 +340,8 @@ class GRPOTrainer:
         last: dict = {}
         while self.state.global_step < self.total_steps:
             groups, rollout_metrics = self.collect_rollouts()
+            if self.completion_log is not None and groups:
+                self.completion_log.write(groups, self.state.global_step + 1)
             for metrics in self.train_on_rollouts(groups, rollout_metrics):
                 last = metrics = reduce_over_processes(metrics, self.accelerator)
                 if main:

@@ -27,6 +27,7 @@ from sandbox.executor import SandboxPool, task_secret_paths
 from training import curriculum, guidance, sft_sources, teacher_logprobs
 from training.batching import autocast_forward, cpu_features, resolve_autocast
 from training.checkpointing import RunFiles
+from training.completion_log import CompletionLog
 from training.curriculum import Curriculum
 from training.guidance import Guide
 from training.launch import Peers, local_world_size, sandbox_workers
@@ -68,6 +69,7 @@ class RunParts:
     training: TrainingConfig
     dual_source: DualSourceConfig
     guide: Guide | None = None  # teacher-guided rollouts, the batch maker's reviser; None when guidance.enabled is off
+    completion_log: CompletionLog | None = None  # completions.jsonl; None when training.log_completions is off
 
 
 def build_run(
@@ -123,6 +125,7 @@ def build_run(
         training=config.training,
         dual_source=config.dual_source,
         guide=guide,
+        completion_log=build_completion_log(config, output_dir, accelerator, tokenizer),
     )
 
 
@@ -235,6 +238,15 @@ def build_sinks(
     """metrics.jsonl and the configured trackers (opened when the run starts); each row also moves `progress`
     (the reward functions' trainer_state) to its step."""
     return MetricSinks(config, output_dir, accelerator, progress)
+
+
+def build_completion_log(config: Config, output_dir: Path, accelerator: Any, tokenizer: Any) -> CompletionLog | None:
+    """This process's completions.jsonl (opened when the run starts); None when training.log_completions is off."""
+    if not config.training.log_completions:
+        return None
+    return CompletionLog(
+        output_dir, accelerator.process_index, lambda ids: tokenizer.decode(list(ids), skip_special_tokens=True)
+    )
 
 
 def build_user_rewards(config: Config, progress: RewardProgress | None = None) -> list[UserReward]:

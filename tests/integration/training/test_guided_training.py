@@ -81,6 +81,13 @@ def test_all_fail_groups_are_guided_and_give_the_update_a_signal(tmp_path, pool,
     assert 0 < first["guidance/prefix_fraction_mean"] <= 0.5 + 1e-9
     # every guided row is prompt + prefix, its budget what the prefix leaves of the 64 tokens
     assert rollout.asked and all(budget < 64 for _, budget in rollout.asked)
+    # completions.jsonl: every sample trained on, a guided one with the teacher prefix its text starts with
+    logged = [json.loads(line) for line in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1] * 16 + [2] * 16  # 4 prompts x G 4, each step
+    guided = [r for r in logged if r["step"] == 1 and r["teacher_prefix_tokens"]]
+    assert len(guided) == 2 * first["guidance/groups"]
+    assert all(r["text"].startswith(r["teacher_prefix"]) and r["correctness"] == 1.0 for r in guided)
+    assert {r["task_id"] for r in guided} <= traced
     # a task guided once, whose 2 guided samples both passed: its share moved from 0.5 to 0.5 + 0.4 x (0.5 - 1)
     once = [
         t
