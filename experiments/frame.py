@@ -383,6 +383,80 @@ def reads_stdin(code: str) -> bool:
     return False
 
 
+# one evidence row per GRPO rollout sample (phase 3's completions.jsonl): prefix_tokens > 0 is a guided sample;
+# passed: full correctness; reads_stdin: its graded program; echoes_prefix: a guided sample repeating its prefix
+ROLLOUT_COLUMNS = ("step", "task_id", "prefix_tokens", "passed", "finish_reason", "reads_stdin", "echoes_prefix")
+ECHO_MIN_CHARS = 20  # a prefix line this long (non-blank characters) written again counts as an echo
+EXAMPLE_CHARS = 2000  # an example's text is cut to this many characters
+
+
+def echoes_prefix(prefix: str, continuation: str, min_chars: int = ECHO_MIN_CHARS) -> bool:
+    """Whether a guided sample repeats its teacher prefix instead of going on from it: a line of the prefix with at
+    least `min_chars` non-blank characters appears again, stripped, among the lines the policy wrote after it."""
+    written = {line.strip() for line in continuation.splitlines()}
+    return any(len("".join(line.split())) >= min_chars and line.strip() in written for line in prefix.splitlines())
+
+
+def _graded_program(text: str) -> str:
+    from utils.thinking_extraction import extract_thinking_and_code_unified
+
+    return extract_thinking_and_code_unified(text).code or ""
+
+
+def rollout_rows(folder: Path) -> list[list]:
+    """A run folder's GRPO rollout samples (phase 3's completions.jsonl) as evidence rows (ROLLOUT_COLUMNS)."""
+    out = []
+    for r in read_jsonl(folder / "completions.jsonl"):
+        prefix = r.get("teacher_prefix") or ""
+        text = r["text"]
+        out.append(
+            [
+                r["step"],
+                r["task_id"],
+                r.get("teacher_prefix_tokens", 0),
+                int((r.get("correctness") or 0.0) >= 1.0 - 1e-9),
+                r["finish_reason"],
+                int(reads_stdin(_graded_program(text))),
+                int(bool(prefix) and echoes_prefix(prefix, text[len(prefix) :] if text.startswith(prefix) else text)),
+            ]
+        )
+    return out
+
+
+def rollout_examples(folder: Path, strata: dict[str, str], per_kind: int = 1) -> list[dict]:
+    """A few GRPO rollout samples to read, per stratum (task-id prefix): the first `per_kind` guided samples that
+    passed and that failed, and unguided ones on a task guided at an earlier step; texts cut to EXAMPLE_CHARS."""
+    rows = read_jsonl(folder / "completions.jsonl")
+    first_guided: dict[str, int] = {}
+    for r in rows:
+        if r.get("teacher_prefix_tokens"):
+            first_guided.setdefault(r["task_id"], r["step"])
+    kinds = {
+        "guided, passed": lambda r: r.get("teacher_prefix_tokens") and r.get("correctness") == 1.0,
+        "guided, failed": lambda r: r.get("teacher_prefix_tokens") and r.get("correctness") != 1.0,
+        "unguided, on a task guided earlier": lambda r: (
+            not r.get("teacher_prefix_tokens") and r["step"] > first_guided.get(r["task_id"], r["step"])
+        ),
+    }
+    out = []
+    for stratum, prefix in strata.items():
+        for kind, wanted in kinds.items():
+            for r in [r for r in rows if r["task_id"].startswith(prefix) and wanted(r)][:per_kind]:
+                out.append(
+                    {
+                        "stratum": stratum,
+                        "kind": kind,
+                        "step": r["step"],
+                        "task_id": r["task_id"],
+                        "correctness": r.get("correctness"),
+                        "finish_reason": r["finish_reason"],
+                        "teacher_prefix": (r.get("teacher_prefix") or "")[:EXAMPLE_CHARS],
+                        "text": r["text"][:EXAMPLE_CHARS],
+                    }
+                )
+    return out
+
+
 def sample_rows(rows: list[dict]) -> list[list]:
     """Phase 4's sample rows as evidence rows (SAMPLE_COLUMNS)."""
     return [

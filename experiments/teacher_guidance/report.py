@@ -1,7 +1,8 @@
 """The teacher-guidance rerun's report, built from its evidence alone (experiments/results/teacher_guidance/):
 teacher_guidance.json, .md and .png under --results_dir. Any subset of runs gives a report; `complete` says whether
 every planned run is in. Per arm × seed: strict and sanitized pass@1, the share ended by the budget, what phase 3
-trained on, the stages' times; per contrast, stratum and grade: the paired t over seeds (evaluation/seed_contrasts.py).
+trained on, the stages' times; per contrast, stratum and grade: the paired t over seeds (evaluation/seed_contrasts.py);
+what the held-out answers and the GRPO rollouts look like (stdin programs, cut answers, guided samples' prefixes).
 """
 
 from __future__ import annotations
@@ -113,6 +114,48 @@ def answer_shapes(all_runs: list[dict], task_ids: list[str]) -> dict:
     return shapes
 
 
+ROLLOUT_KINDS = ("unguided", "guided", "unguided, on a task guided earlier")
+
+
+def rollout_shapes(all_runs: list[dict]) -> dict:
+    """Per arm, kind and stratum, what its GRPO stage's rollout samples were, pooled over seeds (the runs whose
+    evidence keeps them): samples, pass rate, the share ended by the budget, the share whose graded program reads
+    stdin, and for guided samples the share that repeats its teacher prefix (`frame.echoes_prefix`). Kinds: every
+    unguided sample, every guided one, and the unguided samples on a task the run guided at an earlier step (what
+    guidance carried over to the prompt alone)."""
+    out: dict = {}
+    for r in all_runs:
+        stage = (r.get("stages") or {}).get("grpo") or {}
+        if not stage.get("rollouts") or r.get("stopped"):
+            continue
+        col = {c: i for i, c in enumerate(stage["rollout_columns"])}
+        rows = stage["rollouts"]
+        first_guided: dict[str, int] = {}
+        for row in rows:
+            if row[col["prefix_tokens"]]:
+                first_guided.setdefault(row[col["task_id"]], row[col["step"]])
+        for row in rows:
+            task, step, guided = row[col["task_id"]], row[col["step"]], bool(row[col["prefix_tokens"]])
+            kinds = ["guided"] if guided else ["unguided"]
+            if not guided and step > first_guided.get(task, step):
+                kinds.append("unguided, on a task guided earlier")
+            for stratum in [name for name, prefix in STRATA.items() if task.startswith(prefix)]:
+                for kind in kinds:
+                    cell = (
+                        out.setdefault(r["arm"], {})
+                        .setdefault(kind, {})
+                        .setdefault(
+                            stratum, {"samples": 0, "passed": 0, "at_budget": 0, "reads_stdin": 0, "echoes_prefix": 0}
+                        )
+                    )
+                    cell["samples"] += 1
+                    cell["passed"] += row[col["passed"]]
+                    cell["at_budget"] += row[col["finish_reason"]] == "length"
+                    cell["reads_stdin"] += row[col["reads_stdin"]]
+                    cell["echoes_prefix"] += row[col["echoes_prefix"]]
+    return out
+
+
 def guidance_rows(all_runs: list[dict]) -> dict:
     """How much guidance each guided run used, from its GRPO stage's metrics: the run's totals (guided groups,
     their share, tasks, mean prefix as a fraction of the teacher's answer, the guided samples' pass rate), the
@@ -191,6 +234,7 @@ def build_report(evidence: Path, command: str) -> dict:
         "analysis": analyse_runs(all_runs, task_ids, samples),
         "answer_shapes": answer_shapes(all_runs, task_ids),
         "guidance": guidance_rows(all_runs),
+        "rollout_shapes": rollout_shapes(all_runs),
     }
 
 
@@ -326,6 +370,29 @@ def markdown(report: dict) -> str:
             "Transfer: the unguided pass rate on training tasks guided at an earlier step (mean over the steps "
             "that measured it). A guided pass rate that climbs while the transfer stays at 0 is a student copying "
             "the prefix, not learning the task.",
+        ]
+    rollouts = report.get("rollout_shapes") or {}
+    if rollouts:
+        lines += [
+            "",
+            "## What the GRPO rollouts look like (training samples, pooled over the seeds that kept them)",
+            "",
+            "| arm | samples | stratum | n | passed | ended by the budget | program reads stdin | repeats its prefix |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for arm in [a for a in report["arms"] if a in rollouts]:
+            for kind in [k for k in ROLLOUT_KINDS if k in rollouts[arm]]:
+                for stratum, c in rollouts[arm][kind].items():
+                    n = c["samples"]
+                    echo = f"{c['echoes_prefix'] / n:.1%}" if kind == "guided" else "-"
+                    lines.append(
+                        f"| {_name(report, arm)} | {kind} | {stratum} | {n} | {c['passed'] / n:.1%} | "
+                        f"{c['at_budget'] / n:.1%} | {c['reads_stdin'] / n:.1%} | {echo} |"
+                    )
+        lines += [
+            "",
+            "A guided sample's program includes its teacher prefix; 'repeats its prefix': a prefix line of at least "
+            "20 non-blank characters written again after it. Runs before phase 3 wrote completions.jsonl keep none.",
         ]
     lines += [
         "",

@@ -472,6 +472,9 @@ class Runner(frame.SeededRunner):
             else [],
             "teacher_data_used": json.loads(used.read_text()) if used.is_file() else None,
             "metrics": frame.metric_rows(folder),
+            "rollout_columns": list(frame.ROLLOUT_COLUMNS),
+            "rollouts": frame.rollout_rows(folder),
+            "rollout_examples": frame.rollout_examples(folder, self.design.STRATA),
         }
 
     def commit(self, paths: list[Path], what: str) -> None:

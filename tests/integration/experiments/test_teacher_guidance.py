@@ -60,6 +60,21 @@ GUIDED_METRICS = [
      "guidance/total_prefix_fraction_mean": 0.5, "guidance/total_prefix_tokens_mean": 18.0,
      "guidance/total_pass_rate_guided": 0.5},
 ]  # fmt: skip
+# their samples as phase 3 logs them (training/completion_log.py): on apps/4 two guided samples at step 1 (one goes
+# on from the prefix and passes, one writes the prefix's line again) and the unguided ones before and after
+PREFIX = "```python\nvalue = input().strip()  # the first line\n"
+GUIDED_COMPLETIONS = [
+    {"step": 1, "task_id": "apps/4", "text": "```python\ndef f(x):\n    return x\n```", "finish_reason": "stop",
+     "correctness": 0.0, "teacher_prefix_tokens": 0, "teacher_prefix": ""},
+    {"step": 1, "task_id": "apps/4", "text": PREFIX + "print(value)\n```", "finish_reason": "stop",
+     "correctness": 1.0, "teacher_prefix_tokens": 12, "teacher_prefix": PREFIX},
+    {"step": 1, "task_id": "apps/4", "text": PREFIX + "value = input().strip()  # the first line\n",
+     "finish_reason": "length", "correctness": 0.0, "teacher_prefix_tokens": 12, "teacher_prefix": PREFIX},
+    {"step": 2, "task_id": "apps/4", "text": "```python\nprint(input())\n```", "finish_reason": "stop",
+     "correctness": 1.0, "teacher_prefix_tokens": 0, "teacher_prefix": ""},
+    {"step": 2, "task_id": "mbpp/1", "text": "```python\ndef f(x):\n    return x\n```", "finish_reason": "stop",
+     "correctness": 1.0, "teacher_prefix_tokens": 0, "teacher_prefix": ""},
+]  # fmt: skip
 
 
 def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None, fail_train: set | None = None):
@@ -79,6 +94,8 @@ def fake_phases(runner: harness.Runner, calls: list, passes: dict | None = None,
             rows = [{"step": 1, "pass_rate": 0.3, "frac_reward_zero_std": 0.8, "loss/teacher_sft": 1.5}]
             if "guidance.enabled=true" in flags_of(command).get("--set", []):
                 rows = GUIDED_METRICS
+                completions = "".join(json.dumps(row) + "\n" for row in GUIDED_COMPLETIONS)
+                (out / "completions.jsonl").write_text(completions)
             (out / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
             traces = [json.loads(x) for x in Path(flag["--teacher_traces"]).read_text().splitlines() if x.strip()]
             (out / "teacher_data.json").write_text(json.dumps({"usable_traces": len(traces)}))
@@ -449,6 +466,22 @@ def test_a_guided_runs_evidence_keeps_its_guidance_and_the_report_reads_what_the
         and "| guided-s1 | 2 | 3 (75.0%) | 2 | 50.0%, 18 | 50.0% | 6.2% | 25.0% (1) |" in text
     )
     assert "| G guided | apps_format | " in text and "100.0% (of " in text
+    # what the rollouts were: guided samples that read stdin (one repeating its prefix), and on the guided task the
+    # unguided sample after guidance reads stdin where the one before did not
+    rollouts = report["rollout_shapes"]["guided"]
+    assert rollouts["guided"]["apps_format"] == {
+        "samples": 2, "passed": 1, "at_budget": 1, "reads_stdin": 2, "echoes_prefix": 1
+    }  # fmt: skip
+    assert rollouts["unguided"]["apps_format"] == {
+        "samples": 2, "passed": 1, "at_budget": 0, "reads_stdin": 1, "echoes_prefix": 0
+    }  # fmt: skip
+    assert rollouts["unguided, on a task guided earlier"] == {
+        "apps_format": {"samples": 1, "passed": 1, "at_budget": 0, "reads_stdin": 1, "echoes_prefix": 0}
+    }
+    assert rollouts["unguided"]["mbpp_format"]["samples"] == 1 and "base" not in report["rollout_shapes"]
+    assert "| G guided | guided | apps_format | 2 | 50.0% | 50.0% | 100.0% | 50.0% |" in text
+    examples = run["stages"]["grpo"]["rollout_examples"]
+    assert [e["kind"] for e in examples] == ["guided, passed", "guided, failed", "unguided, on a task guided earlier"]
 
 
 def test_the_report_is_complete_only_with_the_guided_arm_once_it_can_run(tmp_path, monkeypatch):

@@ -51,3 +51,45 @@ def test_each_evidence_row_carries_the_programs_shape() -> None:
     column = frame.SAMPLE_COLUMNS.index("reads_stdin")
     assert [row[column] for row in evidence] == [1, 0]
     assert all(len(row) == len(frame.SAMPLE_COLUMNS) for row in evidence)
+
+
+PREFIX = "```python\nvalue = input().strip()  # the first line\n"
+
+
+@pytest.mark.parametrize(
+    ("continuation", "echoes"),
+    [
+        ("print(value)\n```", False),  # goes on from the prefix
+        ("value = input().strip()  # the first line\nprint(value)\n```", True),  # writes the prefix's line again
+        ("    value = input().strip()  # the first line\n```", True),  # indented the same line is the same line
+        ("```python\nprint(value)\n```", False),  # a short line (the fence) written again is not an echo
+    ],
+)
+def test_a_guided_sample_that_writes_its_prefix_again_is_an_echo(continuation: str, echoes: bool) -> None:
+    assert frame.echoes_prefix(PREFIX, continuation) is echoes
+
+
+def test_each_rollout_row_carries_its_guidance_and_the_programs_shape(tmp_path) -> None:
+    import json
+
+    logged = [
+        {"step": 1, "task_id": "apps/4", "text": PREFIX + "print(value)\n```", "finish_reason": "stop",
+         "correctness": 1.0, "teacher_prefix_tokens": 12, "teacher_prefix": PREFIX},
+        {"step": 1, "task_id": "apps/4", "text": PREFIX + "value = input().strip()  # the first line\n",
+         "finish_reason": "length", "correctness": 0.0, "teacher_prefix_tokens": 12, "teacher_prefix": PREFIX},
+        {"step": 2, "task_id": "mbpp/1", "text": "<think>use input()</think>\n```python\ndef f(x):\n    return x\n```",
+         "finish_reason": "stop", "correctness": None, "teacher_prefix_tokens": 0, "teacher_prefix": ""},
+    ]  # fmt: skip
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged))
+    assert frame.rollout_rows(tmp_path) == [
+        [1, "apps/4", 12, 1, "stop", 1, 0],
+        [1, "apps/4", 12, 0, "length", 1, 1],
+        [2, "mbpp/1", 0, 0, "stop", 0, 0],  # the thinking's "input()" is not the program
+    ]
+    examples = frame.rollout_examples(tmp_path, {"apps_format": "apps/", "mbpp_format": "mbpp/"})
+    assert [(e["stratum"], e["kind"], e["step"]) for e in examples] == [
+        ("apps_format", "guided, passed", 1),
+        ("apps_format", "guided, failed", 1),
+    ]
+    assert examples[0]["teacher_prefix"] == PREFIX and examples[0]["text"].startswith(PREFIX)
+    assert frame.rollout_rows(tmp_path / "none") == []  # a run folder without the log (older phase 3)
