@@ -99,6 +99,18 @@ class Runner(tg_run.Runner):
         )
 
 
+def remaining_line(evidence: Path, seeds: list[int], arms: list[str]) -> str:
+    """How much of the plan has landed in `evidence` and the idle 2-core hours the rest takes (design.RATES)."""
+    done = {(r["arm"], r["seed"]) for r in map(json.loads, map(Path.read_text, (evidence / "runs").glob("*.json")))}
+    plan = tg_run.plan_runs(seeds, arms)
+    hours = real.remaining_hours(done, plan, prepass_done=(evidence / "prepass.json").is_file())
+    landed = sum((arm, seed) in done for seed, arm in plan)
+    return (
+        f"real data: {landed} of {len(plan)} runs landed; ~{hours:.0f} h left on 2 CPU cores at the fixture rerun's "
+        "rates (experiments/real_data/design.py RATES; a GPU takes minutes a run)"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     command = "python -m experiments.real_data.run " + shlex.join(argv if argv is not None else sys.argv[1:])
@@ -113,6 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "sizes": {"sft": [real.SFT_STEPS, real.SFT_BATCH], "grpo": real.GRPO_STEPS},
             },
         )
+        print(remaining_line(evidence, args.seeds, args.arms), flush=True)
         work = frame.claim_work_folder(args, tg.RECIPE_FLAGS)
         runner = Runner(args, work, evidence, command)
         if args.stash_partial:

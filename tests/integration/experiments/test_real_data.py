@@ -83,6 +83,9 @@ def test_the_population_is_mbpps_published_ids_and_each_run_is_evaluated_on_both
     fake_phases(runner, calls)
     train, val = runner.split()
     assert train == ["mbpp/601", "mbpp/602", "mbpp/700", "mbpp/974"] and val == ["mbpp/520", "mbpp/530"]
+    arms = ["grpo", "sft_grpo", "format"]
+    # the plan's remainder (experiments/real_data/design.py's rates): all of it, then less what landed
+    assert harness.remaining_line(tmp_path / "ev", [1, 2, 3], arms).startswith("real data: 0 of 12 runs landed; ~38 h")
     runner.prepass()
     runner.references()
     runner.one_run("base", 1, "[1]")
@@ -103,3 +106,5 @@ def test_the_population_is_mbpps_published_ids_and_each_run_is_evaluated_on_both
     assert report["eval_sets"]["humaneval"]["tasks"] == 1
     assert "sft_grpo - grpo" not in report["eval_sets"]["mbpp_test"]["analysis"]["all"]["strict_pass@1"]["contrasts"]
     assert "## mbpp_test (2 problems)" in report_mod.markdown(report)
+    left = real.remaining_hours({("base", 1), ("sft_grpo", 1)}, harness.tg_run.plan_runs([1, 2, 3], arms), True)
+    assert f"2 of 12 runs landed; ~{left:.0f} h left" in harness.remaining_line(tmp_path / "ev", [1, 2, 3], arms)
