@@ -224,8 +224,8 @@ def build_report(evidence: Path, command: str) -> dict:
             budget: {k: p[k] for k in ("first_name", "second_name", "tasks", "first", "second", "difference")}
             for budget, p in parity.items()
         },
-        "arms": {a: {"letter": ARMS[a].letter, "label": ARMS[a].label} for a in arms if a != BASE}
-        | ({BASE: {"letter": "base", "label": "no training"}} if BASE in arms else {}),
+        "arms": ({BASE: {"letter": "base", "label": "no training"}} if BASE in arms else {})
+        | {a: {"letter": ARMS[a].letter, "label": ARMS[a].label} for a in arms if a != BASE},
         "k_values": ks_for(samples),
         "runs": run_rows(all_runs),
         "flagged_runs": sorted(
@@ -251,7 +251,8 @@ def _num(value) -> str:
 
 
 def _name(report: dict, arm: str) -> str:
-    return f"{report['arms'][arm]['letter']} {arm}" if arm in report["arms"] else arm
+    letter = (report["arms"].get(arm) or {}).get("letter")
+    return f"{letter} {arm}" if letter and letter != arm else arm
 
 
 def markdown(report: dict) -> str:
