@@ -21,7 +21,7 @@ WARM_IMPORTS := phase1_prepare_data, phase2_generate_teacher_traces, phase3_trai
 
 .DEFAULT_GOAL := help
 TEACHER_PORT ?= 8129
-.PHONY: help install run test test-unit test-all test-contract test-vllm contract-venv vllm-venv check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds teacher-guidance learning-heldout lint docs clean
+.PHONY: help install run test test-unit test-all test-contract test-vllm contract-venv vllm-venv check-gpu-resolve preflight teacher bench eval-humaneval ablation ablation-seeds teacher-guidance real-data learning-heldout lint docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -168,6 +168,10 @@ TG_ARGS ?=
 teacher-guidance: install $(VLLM_STAMP) ## Teacher content vs format control vs GRPO, seeded, two strata, sampled by vLLM (resumable, niced; TG_ARGS)
 	$(PY) -m experiments.teacher_guidance.run $(TG_ARGS)
 	@echo "Results: experiments/results/teacher_guidance.json, .md, .png (evidence: experiments/results/teacher_guidance/)"
+
+real-data: install $(VLLM_STAMP) ## The teacher-guidance arms on MBPP test and HumanEval (a GPU job; on 2 CPU cores ~38-52 h; resumable, niced; RD_ARGS)
+	$(PY) -m experiments.real_data.run $(RD_ARGS)
+	@echo "Results: experiments/results/real_data.json, .md (evidence: experiments/results/real_data/)"
 
 # The held-out experiment: the five variants trained on real MBPP's standard training split, sampled
 # pass@k on MBPP test and HumanEval greedy (resumable; niced).

@@ -299,3 +299,30 @@ def test_the_gpu_quick_start_marks_one_and_several_gpus_as_alternatives():
             if line.startswith("accelerate launch --multi_gpu") and "phase3_train_grpo.py" in line:
                 before = "\n".join(lines[max(0, i - 8) : i + 1])
                 assert "or:" in line and re.search(r"ONE of|one of", before), f"{page.name}:{i + 1}: {line}"
+
+
+MAKE_COMMAND = re.compile(r"`make ([a-z][a-z0-9-]*)")
+
+
+def missing_make_targets(page: Path, makefile: str) -> list[str]:
+    """The `make <target>` commands a page names that the Makefile does not define."""
+    defined = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, flags=re.M))
+    return sorted({t for t in MAKE_COMMAND.findall(page.read_text()) if t not in defined})
+
+
+def test_every_make_command_a_page_names_exists():
+    makefile = (ROOT / "Makefile").read_text()
+    pages = [
+        ROOT / "README.md",
+        ROOT / "ARCHITECTURE.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "experiments").rglob("*.md")),
+    ]
+    missing = {str(p.relative_to(ROOT)): missing_make_targets(p, makefile) for p in pages}
+    assert {page: targets for page, targets in missing.items() if targets} == {}
+
+
+def test_a_make_command_without_its_target_is_found(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("Run `make run`, then `make real-data` and `make test-all`.")
+    assert missing_make_targets(page, "run: install\ntest-all:\n") == ["real-data"]
