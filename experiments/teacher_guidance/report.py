@@ -90,12 +90,25 @@ def run_rows(all_runs: list[dict]) -> dict:
     }
 
 
-def answer_shapes(all_runs: list[dict], task_ids: list[str]) -> dict:
-    """Per arm and stratum, what its held-out answers look like, pooled over seeds: the share with no gradable
-    code, the share ended by the budget, and the share whose graded program reads stdin (over the runs whose
-    evidence has that column). An APPS-format task is solved only by a stdin program: a GRPO arm that never
-    writes one there has not been taught the format, whatever its score."""
-    strata = {name: {task_ids[i] for i in idx} for name, idx in strata_of(task_ids).items()}
+STDIN_GROUP = "apps_stdin"  # descriptive, not a stratum of the design: the APPS tasks judged on stdin
+
+
+def shape_groups(task_ids: list[str], types: dict[str, str]) -> dict[str, set[str]]:
+    """The strata's task sets and, where the evidence has the test types, the APPS tasks judged on stdin (the
+    fixtures' APPS tasks are stdin or call-based; only a stdin program can solve the former)."""
+    groups = {name: {task_ids[i] for i in idx} for name, idx in strata_of(task_ids).items()}
+    stdin = {t for t in task_ids if t.startswith(STRATA["apps_format"]) and types.get(t) == "stdin"}
+    if stdin:
+        groups[STDIN_GROUP] = stdin
+    return groups
+
+
+def answer_shapes(all_runs: list[dict], task_ids: list[str], types: dict[str, str] | None = None) -> dict:
+    """Per arm and stratum (and the APPS stdin tasks, with `types`), what its held-out answers look like, pooled
+    over seeds: the share passed (strict), with no gradable code, ended by the budget, and whose graded program
+    reads stdin (over the runs whose evidence has that column). A stdin task is solved only by a stdin program:
+    an arm that never writes one there has not been taught the format, whatever its score."""
+    strata = shape_groups(task_ids, types or {})
     shapes: dict = {}
     for arm in dict.fromkeys(r["arm"] for r in all_runs if not r.get("stopped")):
         rows = [row for r in all_runs if r["arm"] == arm and not r.get("stopped") for row in r.get("samples", [])]
@@ -106,6 +119,7 @@ def answer_shapes(all_runs: list[dict], task_ids: list[str]) -> dict:
             known = [row[READS_STDIN] for row in picked if len(row) > READS_STDIN]
             shapes.setdefault(arm, {})[stratum] = {
                 "samples": len(picked),
+                "passed": sum(row[GRADES["strict"]] for row in picked) / len(picked),
                 "no_code": sum(row[STATUS] == "no_code" for row in picked) / len(picked),
                 "at_budget": sum(row[FINISH] == "length" for row in picked) / len(picked),
                 "reads_stdin": sum(known) / len(known) if known else None,
@@ -117,7 +131,7 @@ def answer_shapes(all_runs: list[dict], task_ids: list[str]) -> dict:
 ROLLOUT_KINDS = ("unguided", "guided", "unguided, on a task guided earlier")
 
 
-def rollout_shapes(all_runs: list[dict]) -> dict:
+def rollout_shapes(all_runs: list[dict], types: dict[str, str] | None = None) -> dict:
     """Per arm, kind and stratum, what its GRPO stage's rollout samples were, pooled over seeds (the runs whose
     evidence keeps them): samples, pass rate, the share ended by the budget, the share whose graded program reads
     stdin, and for guided samples the share that repeats its teacher prefix (`frame.echoes_prefix`). Kinds: every
@@ -139,7 +153,10 @@ def rollout_shapes(all_runs: list[dict]) -> dict:
             kinds = ["guided"] if guided else ["unguided"]
             if not guided and step > first_guided.get(task, step):
                 kinds.append("unguided, on a task guided earlier")
-            for stratum in [name for name, prefix in STRATA.items() if task.startswith(prefix)]:
+            groups = [name for name, prefix in STRATA.items() if task.startswith(prefix)]
+            if task.startswith(STRATA["apps_format"]) and (types or {}).get(task) == "stdin":
+                groups.append(STDIN_GROUP)
+            for stratum in groups:
                 for kind in kinds:
                     cell = (
                         out.setdefault(r["arm"], {})
@@ -197,6 +214,8 @@ def build_report(evidence: Path, command: str) -> dict:
     planned = [(a, s) for s in DEFAULT_SEEDS for a in runnable]
     done = {(r["arm"], r["seed"]) for r in all_runs}
     recipe = json.loads((evidence / "recipe.json").read_text()) if (evidence / "recipe.json").is_file() else {}
+    types_path = evidence / "task_types.json"
+    types = json.loads(types_path.read_text()) if types_path.is_file() else {}
     parity = {
         path.stem.rsplit("-", 1)[1]: json.loads(path.read_text())
         for path in sorted((evidence / "prepass").glob("sampler-parity-*.json"))
@@ -232,9 +251,9 @@ def build_report(evidence: Path, command: str) -> dict:
             f"{r['arm']}-s{r['seed']}" for r in all_runs if r.get("signal") and not r["signal"]["ok"]
         ),
         "analysis": analyse_runs(all_runs, task_ids, samples),
-        "answer_shapes": answer_shapes(all_runs, task_ids),
+        "answer_shapes": answer_shapes(all_runs, task_ids, types),
         "guidance": guidance_rows(all_runs),
-        "rollout_shapes": rollout_shapes(all_runs),
+        "rollout_shapes": rollout_shapes(all_runs, types),
     }
 
 
@@ -338,8 +357,8 @@ def markdown(report: dict) -> str:
         )
     lines += ["", "## What the answers look like (pooled over seeds)", ""]
     lines += [
-        "| arm | stratum | samples | no gradable code | ended by the budget | program reads stdin |",
-        "|---|---|---|---|---|---|",
+        "| arm | stratum | samples | passed | no gradable code | ended by the budget | program reads stdin |",
+        "|---|---|---|---|---|---|---|",
     ]
     shapes = report.get("answer_shapes") or {}
     for arm in [a for a in report["arms"] if a in shapes]:
@@ -347,9 +366,16 @@ def markdown(report: dict) -> str:
             stdin = shape["reads_stdin"]
             stdin_cell = "n/a" if stdin is None else f"{stdin:.1%} (of {shape['reads_stdin_samples']})"
             lines.append(
-                f"| {_name(report, arm)} | {stratum} | {shape['samples']} | {shape['no_code']:.1%} | "
+                f"| {_name(report, arm)} | {stratum} | {shape['samples']} | {_pct(shape.get('passed'))} | "
+                f"{shape['no_code']:.1%} | "
                 f"{shape['at_budget']:.1%} | {stdin_cell} |"
             )
+    if any(STDIN_GROUP in by_stratum for by_stratum in shapes.values()):
+        lines += [
+            "",
+            f"{STDIN_GROUP}: the APPS-format tasks judged on stdin (the others are call-based), a descriptive split "
+            "of the apps_format stratum, not a stratum of the design.",
+        ]
     if report.get("guidance"):
         lines += [
             "",

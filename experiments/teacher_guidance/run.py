@@ -32,6 +32,7 @@ from experiments.teacher_guidance import design
 from experiments.teacher_guidance.design import ARMS, BASE, Arm
 
 PARTIAL = "partial"  # evidence/partial/<path in the work folder>: the base model's unfinished completion caches
+TASK_TYPES = "task_types.json"  # evidence/task_types.json: the population's test types (Runner.task_types)
 
 
 def parse_args(argv: list[str] | None = None, variant: dict | None = None) -> argparse.Namespace:
@@ -287,6 +288,19 @@ class Runner(frame.SeededRunner):
         tasks = {t.task_id: t for t in read_tasks(self.data / "population.jsonl")}
         write_tasks(self.all_train_file, [tasks[t] for t in prepass["split"]["train"]])
 
+    def task_types(self) -> None:
+        """evidence/task_types.json: each population task's test type (assert, call, stdin), once, so the report
+        can tell the APPS tasks judged on stdin from the call-based ones (a descriptive split, not a stratum of the
+        design)."""
+        from utils.dataset_loader import read_tasks
+        from utils.jsonl import write_json_atomic
+
+        path = self.evidence / TASK_TYPES
+        if path.is_file():
+            return
+        write_json_atomic(path, {t.task_id: t.test_type for t in read_tasks(self.data / "population.jsonl")})
+        self.commit([path], "the population's test types")
+
     def references(self) -> None:
         """Phase 2's reference teacher on every training task, code-only; and their derangement (format control)."""
         from utils.dataset_loader import read_tasks
@@ -532,6 +546,7 @@ def main(argv: list[str] | None = None) -> dict:
         runner.restore_partial()
         runner.split()
         runner.prepass()
+        runner.task_types()
         runner.references()
         plan = plan_runs(args.seeds, args.arms)
         print(f"teacher guidance: {len(plan)} runs ({len(args.seeds)} seeds), budget {runner.budget}, work {work}")

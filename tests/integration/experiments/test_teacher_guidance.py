@@ -446,6 +446,9 @@ def test_a_guided_runs_evidence_keeps_its_guidance_and_the_report_reads_what_the
     calls: list = []
     runner = prepared(tmp_path, calls, passes={t: 1 for t in TRAIN})
     monkeypatch.setattr(harness.frame, "has_config_section", lambda name: True)
+    runner.task_types()
+    types = json.loads((runner.evidence / "task_types.json").read_text())
+    assert types["apps/4"] == "stdin" and types["mbpp/1"] == "assert" and set(types) == set(TRAIN + HELDOUT)
     runner.one_run("base", 1, "[1/2]")
     runner.one_run("guided", 1, "[2/2]")
     run = json.loads(design.evidence_path(runner.evidence, "guided", 1).read_text())
@@ -475,11 +478,21 @@ def test_a_guided_runs_evidence_keeps_its_guidance_and_the_report_reads_what_the
     assert rollouts["unguided"]["apps_format"] == {
         "samples": 2, "passed": 1, "at_budget": 0, "reads_stdin": 1, "echoes_prefix": 0
     }  # fmt: skip
-    assert rollouts["unguided, on a task guided earlier"] == {
-        "apps_format": {"samples": 1, "passed": 1, "at_budget": 0, "reads_stdin": 1, "echoes_prefix": 0}
-    }
+    assert rollouts["unguided, on a task guided earlier"]["apps_format"] == {
+        "samples": 1, "passed": 1, "at_budget": 0, "reads_stdin": 1, "echoes_prefix": 0
+    }  # fmt: skip
+    assert set(rollouts["unguided, on a task guided earlier"]) == {"apps_format", "apps_stdin"}
     assert rollouts["unguided"]["mbpp_format"]["samples"] == 1 and "base" not in report["rollout_shapes"]
     assert "| G guided | guided | apps_format | 2 | 50.0% | 50.0% | 100.0% | 50.0% |" in text
+    # the APPS tasks judged on stdin, a descriptive split beside the strata: here every APPS task is stdin...
+    assert rollouts["guided"]["apps_stdin"] == rollouts["guided"]["apps_format"]
+    assert shapes["guided"]["apps_stdin"]["samples"] == runner.args.samples and shapes["guided"]["apps_stdin"]["passed"]
+    assert "apps_stdin: the APPS-format tasks judged on stdin" in text
+    # ...and a call-based one is not in it
+    (runner.evidence / "task_types.json").write_text(json.dumps(types | {"apps/4": "call", "apps/8": "call"}))
+    called = report_mod.build_report(runner.evidence, "cmd")
+    assert "apps_stdin" not in called["rollout_shapes"]["guided"]["guided"]
+    assert "apps_stdin" not in called["answer_shapes"]["guided"]
     examples = run["stages"]["grpo"]["rollout_examples"]
     assert [e["kind"] for e in examples] == ["guided, passed", "guided, failed", "unguided, on a task guided earlier"]
 
