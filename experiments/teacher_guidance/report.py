@@ -409,7 +409,8 @@ def markdown(report: dict) -> str:
         ]
         for arm in [a for a in report["arms"] if a in rollouts]:
             for kind in [k for k in ROLLOUT_KINDS if k in rollouts[arm]]:
-                for stratum, c in rollouts[arm][kind].items():
+                by_stratum = rollouts[arm][kind]
+                for stratum, c in [(g, by_stratum[g]) for g in [*STRATA, STDIN_GROUP] if g in by_stratum]:
                     n = c["samples"]
                     echo = f"{c['echoes_prefix'] / n:.1%}" if kind == "guided" else "-"
                     lines.append(
