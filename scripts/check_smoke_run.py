@@ -94,7 +94,7 @@ def check(out: Path, gpus: int, tolerance: float) -> list[str]:
     gradient = any(r.get("grad_norm", 0.0) > 0 for r in rows)
     tools = sum(r.get("multi_turn/tool_calls_mean", 0) for r in tool)
     print(
-        f"gpu_smoke: {'FAIL' if failures else 'OK'} ({gpus} process(es); engines {engines or 'n/a (one process)'}; "
+        f"gpu_smoke: {'FAIL' if failures else 'OK'} ({gpus} GPU(s); engines {engines or 'n/a (under 2 GPUs)'}; "
         f"logp diff per step {[round(r['rollout/logp_abs_diff'], 5) for r in rows]}; max |lora_B| {moved:.2e}"
         f"{'' if gradient else ' (no step had a gradient: the adapter check did not apply)'}; tool calls per "
         f"sample summed over steps {tools:.2f}{'' if tools else ' (masking of inserted results not exercised)'}; "

@@ -8,10 +8,12 @@
 # sampled-token log-probs equal the trainer's, so the log-prob threshold is 1e-3 instead of the 0.05 that bf16 on a
 # GPU needs.
 #
-# Legs: phase 1; phase 3 with grpo.rollout_backend=vllm (one process per visible GPU, up to 2; one on CPU);
-# phase 4 of the result and the base model with vLLM (--baseline); a --mode tool run of 2 steps (1 on CPU; multi-turn
-# rollouts continued on the same engine); on GPU only, a 2-step run with grpo.vllm_sleep_mode=true (vLLM's
-# CPU build refuses sleep mode) and check_vllm_adapter.py --sleep; scripts/check_vllm_adapter.py.
+# Legs: phase 1; phase 3 with grpo.rollout_backend=vllm (one process per visible GPU, up to 2; on CPU two processes
+# under accelerate launch, each with its own engine, and teacher-guided rollouts from the reference teacher's traces);
+# phase 4 of the result and the base model with vLLM (--baseline); a --mode tool run of 2 steps (on CPU 1 step in
+# one process: multi-turn rollouts continued on the same engine, built in the training process); on GPU only, a
+# 2-step run with grpo.vllm_sleep_mode=true (vLLM's CPU build refuses sleep mode) and check_vllm_adapter.py --sleep;
+# scripts/check_vllm_adapter.py.
 # The checks are scripts/check_smoke_run.py's (its docstring lists them; each fails only on a pipeline defect,
 # never on an unlucky model: tests/integration/phases/test_smoke_checks.py shows each one failing on a planted defect), plus:
 #   - vLLM samples with the adapter it is handed: samples drawn with a perturbed adapter's LoRA request match
@@ -50,6 +52,12 @@ if [ "$CPU_MODE" = 1 ]; then
   # prompts that overflow a prefill step, as 64 MBPP prompts do, are tests/vllm_cpu's own test.)
   EVAL=(--max_tasks 4 --num_samples 1 --k 1 --max_new_tokens 16)
   TOOL_STEPS=1  # the tool leg checks multi-turn sampling on the colocated engine; updates are the first leg's
+  # The first leg is two processes (gloo on CPU), guided: vLLM's external launcher with the merged weight sync and
+  # teacher-guided rollouts in one run (each rank's all-fail groups continue the reference teacher's prefixes).
+  PROCESSES=2
+  FIRST_LEG=(--set training.per_device_train_batch_size=1 --set guidance.enabled=true
+             --teacher_traces "$OUT/data/reference_traces.jsonl")
+  CHECK_GPUS=0
 else
   MODEL=${1:-Qwen/Qwen3-0.6B}
   OUT=${OUT:-outputs/gpu_smoke}
@@ -62,6 +70,9 @@ else
   STEPS=3
   EVAL=(--max_tasks 8 --num_samples 4 --k 1 2 4 --max_new_tokens 256)
   TOOL_STEPS=2
+  PROCESSES=$GPUS
+  FIRST_LEG=()
+  CHECK_GPUS=$GPUS
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -75,8 +86,18 @@ if [ "$GPUS" -gt 1 ]; then
 else
   LAUNCH=($PY)
 fi
-step "phase 3: $STEPS steps, grpo.rollout_backend=vllm, $GPUS process(es)"
-"${LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" --max_steps "$STEPS" 2>&1 | tee "$OUT/train.log"
+if [ "$CPU_MODE" = 1 ]; then
+  step "reference teacher's traces (verified solutions, no server) -> $OUT/data/reference_traces.jsonl"
+  $PY phase2_generate_teacher_traces.py --preset cpu --teacher references --input "$OUT/data/train.jsonl" \
+      --output "$OUT/data/reference_traces.jsonl" --set teacher.max_tasks=0 --set paths.data_dir="$OUT/data" >/dev/null
+  FIRST_LAUNCH=($PY -m accelerate.commands.launch --multi_gpu --num_processes "$PROCESSES" --num_machines 1
+                --mixed_precision no --dynamo_backend no)
+else
+  FIRST_LAUNCH=("${LAUNCH[@]}")
+fi
+step "phase 3: $STEPS steps, grpo.rollout_backend=vllm, $PROCESSES process(es)${FIRST_LEG[*]:+, guided}"
+"${FIRST_LAUNCH[@]}" phase3_train_grpo.py "${COMMON[@]}" ${FIRST_LEG[@]+"${FIRST_LEG[@]}"} --max_steps "$STEPS" 2>&1 \
+    | tee "$OUT/train.log"
 step "phase 4: evaluation.backend=vllm, trained adapter and --baseline"
 $PY phase4_evaluate.py "${COMMON[@]}" --set evaluation.backend=vllm --model_path "$OUT/final_model" --baseline \
     "${EVAL[@]}" 2>&1 | tee "$OUT/eval.log"
@@ -97,4 +118,4 @@ $PY -m scripts.check_vllm_adapter --model "$MODEL" --dtype "$DTYPE" --tolerance 
     | tee "$OUT/adapter_check.log" | grep "check_vllm_adapter" >&2
 grep -q "check_vllm_adapter: OK" "$OUT/adapter_check.log" || { echo "gpu_smoke: FAIL: vLLM did not sample with the adapter" >&2; exit 1; }
 step "checks"
-$PY scripts/check_smoke_run.py "$OUT" "$GPUS" "$TOLERANCE"
+$PY scripts/check_smoke_run.py "$OUT" "$CHECK_GPUS" "$TOLERANCE"

@@ -117,7 +117,7 @@ def pytest_runtest_logreport(report) -> None:
 # neither worker of `make test-vllm` is left alone with a long test at the end.
 LONGEST = (
     "test_the_smoke_script_in_cpu_mode",
-    "test_guided_rollouts_on_the_colocated_engine_in_two_processes_under_accelerate",
+    "test_guided_rollouts_with_asynchronous_rollouts",
 )
 SHORTEST = ("test_opd_teacher_scores_student_tokens_on_the_real_server", "test_seeded_prompts_longer_than_one")
 

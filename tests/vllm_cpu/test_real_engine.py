@@ -111,6 +111,20 @@ def assert_sampler_matches_trainer(output_dir: Path, done) -> list[float]:
     return diffs
 
 
+def assert_guided_rows(rows: list[dict]) -> list[dict]:
+    """A guided 2-step run: some all-fail group got guided samples, with prefixes shorter than the 32-token budget,
+    and every step's samples (guided ones scored in their guided context) have the trainer's log-probs."""
+    assert len(rows) == 2, rows
+    guided = [row["guidance/groups"] for row in rows]
+    assert sum(guided) >= 1, f"no group was guided: {guided}"
+    assert any("guidance/pass_rate_guided" in row for row in rows)
+    assert all(0 < row["guidance/prefix_tokens_mean"] < 32 for row in rows if row["guidance/groups"])
+    diffs = [row["rollout/logp_abs_diff"] for row in rows]
+    assert all(math.isfinite(d) and d < LOGP_TOLERANCE for d in diffs), f"|logp_vllm - logp_train| per step: {diffs}"
+    progress(f"guided groups per step {guided}; logp diff {diffs}")
+    return rows
+
+
 def served_models(url: str) -> list[str]:
     import urllib.request
 
@@ -265,12 +279,20 @@ def test_opd_teacher_scores_student_tokens_on_the_real_server(vllm_server):
 
 
 def test_the_smoke_script_in_cpu_mode(tmp_path):
-    """scripts/gpu_smoke.sh --cpu: phase 3 with the colocated engine (single, then tool mode), phase 4 with
-    vLLM and --baseline, and the adapter check (with the adapter it must pass, without it must fail)."""
+    """scripts/gpu_smoke.sh --cpu: phase 3 with the colocated engine, guided, in two processes under accelerate
+    launch (vLLM's external launcher: each rank builds its engine in its own process, gloo DDP on CPU, and loads
+    the policy's merged weights into it each step; each rank's all-fail groups get guided samples continuing the
+    teacher's prefix on its own engine; every sample's log-probs, guided or not, are the trainer's on both steps,
+    so the second step sampled the updated policy; no adapter folder is written), then tool mode in one process
+    (the engine built in the training process); phase 4 with vLLM and --baseline; and the adapter check (with the
+    adapter it must pass, without it must fail)."""
     from tests.vllm_cpu.conftest import ROOT
 
     out = tmp_path / "smoke"
-    progress("scripts/gpu_smoke.sh --cpu (phase 3 vllm, phase 4 vllm --baseline, tool mode, adapter check) ...")
+    progress(
+        "scripts/gpu_smoke.sh --cpu (phase 3 vllm guided in 2 processes, phase 4 vllm --baseline, tool mode, "
+        "adapter check) ..."
+    )
     import os
     import subprocess
     import sys
@@ -294,6 +316,9 @@ def test_the_smoke_script_in_cpu_mode(tmp_path):
     results = json.loads((out / "evaluation_results.json").read_text())
     assert results["baseline"]["pass_at_k"] and set(results["delta"]) == set(results["pass_at_k"]), results
     assert "check_vllm_adapter: OK" in (out / "adapter_check.log").read_text()
+    assert "phase 3: 2 steps, grpo.rollout_backend=vllm, 2 process(es), guided" in done.stderr, output_tail(done)
+    assert_guided_rows(metrics_rows(out))
+    assert not (out / ".vllm_adapters").exists()
 
 
 def test_seeded_prompts_longer_than_one_prefill_step_sample_on_the_cpu_engine():
