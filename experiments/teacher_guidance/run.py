@@ -248,14 +248,17 @@ class Runner(frame.SeededRunner):
         from utils.jsonl import write_json_atomic
 
         target = self.evidence / PARTIAL
+        listing = target / "stash.json"
+        caches = self.base_model_caches()
+        if not caches and listing.is_file() and not json.loads(listing.read_text())["caches"]:
+            return []  # nothing then, nothing now: a new time alone would be a commit that changes nothing
         shutil.rmtree(target, ignore_errors=True)
         stashed = []
-        for cache in self.base_model_caches():
+        for cache in caches:
             dest = target / cache.relative_to(self.work)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cache, dest)
             stashed.append(dest)
-        listing = target / "stash.json"
         rows = {str(p.relative_to(target)): len(p.read_text().splitlines()) for p in stashed}
         write_json_atomic(listing, {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "caches": rows})
         self.commit([listing], f"{sum(rows.values())} completions of the base model's unfinished passes stashed")

@@ -5,6 +5,7 @@ of each stage, and a report with strict and sanitized contrasts."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,25 @@ def test_a_stash_keeps_the_base_models_unfinished_caches_for_a_new_work_folder(t
     assert [str(p.relative_to(fresh.work)) for p in restored] == [f"prepass-{design.BUDGETS[1]}/eval_cache/b.jsonl"]
     assert (fresh.work / f"prepass-{design.BUDGETS[1]}/eval_cache/b.jsonl").read_text() == "1\n2\n"
     assert (fresh.work / "runs/base-s1/eval_cache/c.jsonl").read_text() == "1\n2\n"
+
+
+def test_a_stop_with_nothing_to_stash_after_an_empty_stash_writes_nothing(tmp_path):
+    """Every stop stashes; one with no unfinished base cache, after a stash that held none either, leaves the listing
+    as it was (no new time in it, so no commit that changes nothing but a timestamp)."""
+    runner = make_runner(tmp_path)
+    assert runner.stash_partial() == []
+    listing = runner.evidence / harness.PARTIAL / "stash.json"
+    before = listing.read_text()
+    time.sleep(1.1)  # the listing's time has whole seconds
+    assert runner.stash_partial() == []
+    assert listing.read_text() == before
+    cache = runner.work / "runs/base-s1/eval_cache/c.jsonl"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("1\n")
+    assert len(runner.stash_partial()) == 1  # a cache again: stashed
+    cache.unlink()
+    assert runner.stash_partial() == []  # and its removal is written
+    assert json.loads(listing.read_text())["caches"] == {}
 
 
 def test_b_trains_grpo_on_a_pool_reselected_on_its_sft_model_and_keeps_its_sft_stage(tmp_path):
