@@ -1,7 +1,7 @@
 """Does vLLM sample with the LoRA adapter it is handed? A deterministic check for the smoke tests.
 
     python -m scripts.check_vllm_adapter [--model embedded:SmolLM2-135M-Instruct] [--dtype float32]
-                                         [--tolerance 1e-3] [--without_adapter] [--sleep]
+                                         [--tolerance 1e-3] [--enforce_eager] [--without_adapter] [--sleep]
 
 The silent failure this catches: vLLM sampling from the base model (or from another adapter) while the
 trainer believes it sampled from the policy. A few steps of training barely move a LoRA adapter, so neither
@@ -56,6 +56,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="Seed of the perturbation and of the sampling.")
     parser.add_argument("--gpu_memory_utilization", type=float, default=0.3, help="vLLM's memory share.")
     parser.add_argument(
+        "--enforce_eager",
+        action="store_true",
+        help="Build the engine with vLLM's enforce_eager (no graph capture or compile: a quicker start for checks).",
+    )
+    parser.add_argument(
         "--sleep",
         action="store_true",
         help="GPU only: also sample with the adapter after a level-1 sleep and wake-up (must still match).",
@@ -105,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             lora_rank=args.lora_r,
             sleep_mode=args.sleep,
+            enforce_eager=args.enforce_eager,
         )
         rollout = VLLMRollout(
             build_engine(vllm, kwargs),

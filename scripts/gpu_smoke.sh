@@ -34,6 +34,7 @@ if [ "$CPU_MODE" = 1 ]; then
   GPUS=1
   DTYPE=float32
   TOLERANCE=0.001
+  ADAPTER_CHECK=(--enforce_eager)  # as the legs' engines (grpo.vllm_enforce_eager below)
   export VLLM_HOST_IP=${VLLM_HOST_IP:-127.0.0.1} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
   export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0} HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
   # each engine in the process that builds it: vLLM's CPU build otherwise starts an engine-core process and a worker
@@ -65,6 +66,7 @@ else
   [ "$GPUS" -ge 1 ] || { echo "gpu_smoke: no CUDA GPU visible (use --cpu for the CPU build of vLLM)" >&2; exit 1; }
   DTYPE=bfloat16
   TOLERANCE=0.05
+  ADAPTER_CHECK=()
   SIZES=(--preset gpu --set grpo.max_new_tokens=256 --set lora.r=16 --set lora.lora_alpha=32
          --set training.per_device_train_batch_size=2)
   STEPS=3
@@ -114,7 +116,8 @@ else
   SLEEP=(--sleep)
 fi
 step "check_vllm_adapter: a perturbed adapter, sampled with its LoRA request (must match) and without (must not)"
-$PY -m scripts.check_vllm_adapter --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" ${SLEEP[@]+"${SLEEP[@]}"} 2>&1 \
+$PY -m scripts.check_vllm_adapter --model "$MODEL" --dtype "$DTYPE" --tolerance "$TOLERANCE" ${ADAPTER_CHECK[@]+"${ADAPTER_CHECK[@]}"} \
+    ${SLEEP[@]+"${SLEEP[@]}"} 2>&1 \
     | tee "$OUT/adapter_check.log" | grep "check_vllm_adapter" >&2
 grep -q "check_vllm_adapter: OK" "$OUT/adapter_check.log" || { echo "gpu_smoke: FAIL: vLLM did not sample with the adapter" >&2; exit 1; }
 step "checks"

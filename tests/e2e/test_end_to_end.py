@@ -16,6 +16,37 @@ from tests.cli_helpers import TINY_STUDENT, cpu_argv, run_script
 from tests.fake_openai_server import FakeTeacher, RunningServer
 from utils.dataset_loader import read_tasks
 
+RESULT_KEYS = {  # evaluation_results.json's top level
+    "model",
+    "timestamp",
+    "eval_file",
+    "config",
+    "num_tasks",
+    "num_samples_per_task",
+    "num_samples_total",
+    "pass_at_k",
+    "not_computable_k",
+    "pass_at_k_by_source",
+    "pass_at_k_by_difficulty",
+    "mean_pass_fraction",
+    "format",
+    "mean_completion_tokens",
+    "status_counts",
+    "baseline",
+    "delta",
+    "eval_set",
+    "decoding",
+    "samples",
+    "pass_at_k_ci95",
+    "pass_at_k_lenient",
+    "pass_at_k_sanitized",
+    "delta_ci95",
+    "multi_turn",
+    "untrusted_tasks",
+    "no_hidden_test_tasks",
+    "provenance",
+}
+
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     proc = run_script(*args, timeout=timeout)
@@ -59,7 +90,7 @@ def test_four_phases_end_to_end(tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and all("loss/teacher_sft" in r for r in rows)
     assert (out / "final_model" / "adapter_config.json").is_file() and (out / "training_curves.png").is_file()
 
-    evaluated = run(
+    evaluate = (
         "phase4_evaluate.py",
         *common,
         "--model_path",
@@ -72,17 +103,37 @@ def test_four_phases_end_to_end(tmp_path):
         "--k",
         "1",
         "2",
+        "5",
         "--max_new_tokens",
         "8",
     )
+    evaluated = run(*evaluate)
     assert "Pass@k Results" in evaluated.stdout and "Delta (trained - baseline)" in evaluated.stdout
+    assert "Baseline (adapter disabled)" in evaluated.stdout and "pass@  5: not computable" in evaluated.stdout
+    assert "paired bootstrap over tasks" in evaluated.stdout
     result = json.loads((out / "evaluation_results.json").read_text())
+    assert set(result) == RESULT_KEYS
+    assert (
+        result["model"]["adapter"].endswith("final_model") and result["model"]["base_model"] == "embedded:tiny-random"
+    )
     assert (
         result["num_tasks"] == 3
         and result["num_samples_total"] == 6
         and result["num_samples_per_task"] == 2
-        and set(result["pass_at_k"]) == {"1", "2"}
+        and set(result["pass_at_k"]) == {"1", "2", "5"}
+        and result["pass_at_k"]["5"] is None  # 2 samples a task: pass@5 has no unbiased estimate
+        and result["not_computable_k"] == [5]
     )
-    assert result["baseline"] is not None and set(result["delta"]) == {"1", "2"}
-    samples = (out / "eval_samples.jsonl").read_text().splitlines()
+    assert set(result["baseline"]) >= {"pass_at_k", "format", "status_counts"}
+    assert result["delta"]["1"] == pytest.approx(result["pass_at_k"]["1"] - result["baseline"]["pass_at_k"]["1"])
+    low, high = result["delta_ci95"]["1"]
+    assert low <= result["delta"]["1"] <= high and result["delta_ci95"]["5"] is None
+    assert result["eval_set"]["name"] == "val" and result["eval_set"]["version"].startswith("phase-1 split, sha256:")
+    assert result["decoding"].startswith("sampled at temperature")
+    samples = [json.loads(line) for line in (out / "eval_samples.jsonl").read_text().splitlines()]
     assert len(samples) == 12  # 3 tasks x 2 samples x (trained, baseline)
+    assert {s["model"] for s in samples} == {"trained", "baseline"}
+    assert {"task_id", "sample_idx", "completion", "code", "status", "passed"} <= set(samples[0])
+    # the rerun finds every completion cached: nothing is generated again
+    again = run(*evaluate)
+    assert "generating:" not in again.stderr

@@ -38,9 +38,9 @@ def test_four_teacher_sft_steps_leave_held_out_answers_gradable(tmp_path):
             "training.max_steps=4",
             "training.save_steps=4",
             "training.learning_rate=1e-3",
-            "evaluation.num_samples=2",
+            "evaluation.num_samples=1",
             "evaluation.k_values=[1]",
-            "evaluation.temperature=0.7",
+            "evaluation.temperature=0",
             "evaluation.max_new_tokens=96",
         ],
     )
