@@ -82,6 +82,14 @@ class Teacher:
     def batch_lines(self) -> list[str]:
         return [line for line in self.lines if line.startswith("batch ")]
 
+    def batch_lines_once(self, count: int, within: float = 10) -> list[str]:
+        """The batch lines once `count` have been read: the server logs a batch after answering its requests, and
+        the reader thread gets the line some time after the client got its answers."""
+        deadline = time.monotonic() + within
+        while len(self.batch_lines()) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.batch_lines()
+
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
@@ -146,7 +154,7 @@ def test_two_concurrent_requests_are_one_batch(teacher, served):
 
     responses = asyncio.run(ask_two())
     assert all(r.ok and r.text for r in responses)
-    new = teacher.batch_lines()[before:]
+    new = teacher.batch_lines_once(before + 1)[before:]
     assert len(new) == 1 and " rows=2 requests=2 " in new[0], new
 
 
@@ -221,7 +229,8 @@ def test_a_burst_is_one_batch_a_seed_repeats_and_sigterm_stops_the_server():
                 return await asyncio.gather(*[c.complete([{"role": "user", "content": f"hi {i}"}]) for i in range(12)])
 
         assert all(r.ok for r in asyncio.run(burst()))
-        assert [line.split(" prompt_tokens")[0] for line in tiny.batch_lines()] == ["batch 1: rows=12 requests=12"]
+        batches = [line.split(" prompt_tokens")[0] for line in tiny.batch_lines_once(1)]
+        assert batches == ["batch 1: rows=12 requests=12"]
         body = {"model": served, "prompt": "hello", "max_tokens": 6, "seed": 11}
         first, second = tiny.post("/completions", body)[1], tiny.post("/completions", body)[1]
         assert first["choices"][0]["text"] == second["choices"][0]["text"]
