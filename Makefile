@@ -51,7 +51,7 @@ run: install ## Run the whole pipeline on the embedded CPU default (FRESH=1 star
 # cores, because most tests wait (sandbox programs, child phases, servers) more than they compute. TEST_WORKERS=0
 # runs in one process.
 TEST_WORKERS ?= 3
-test: install ## Run the unit and integration tests not marked slow (the inner loop, ~3 min on a 2-core machine)
+test: install ## Run the unit and integration tests not marked slow (the inner loop, ~2 min on a 2-core machine)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests/unit tests/integration -m "not slow"
 
 test-unit: install ## Run the unit tests only (pure functions, contracts, config, docs; seconds)
@@ -60,7 +60,7 @@ test-unit: install ## Run the unit tests only (pure functions, contracts, config
 # --maxschedchunk 8: pytest-xdist otherwise hands the first quarter of the collection to the workers in three runs of
 # consecutive tests, so the first worker got every end-to-end test (the longest ones) and ran them one after another
 # while the others finished early.
-test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~11 min)
+test-all: install ## Run every tier: unit, integration (slow included) and end-to-end (what CI runs, ~9 min)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 8 --durations=15
 
 # The contract tests check every call into vLLM against the real vLLM 0.33.0 classes. .venv-contract sees
