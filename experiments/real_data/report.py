@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from experiments.frame import write_report_files
-from experiments.real_data.design import EVAL_SETS, NAME
+from experiments.real_data.design import ARMS, EVAL_SETS, NAME, SAMPLES
 from experiments.teacher_guidance.report import analyse_runs, load_runs, run_rows
 from experiments.teacher_guidance.report import markdown as tg_markdown
 
@@ -21,12 +21,22 @@ def view(run: dict, eval_set: str) -> dict:
     return {**run, **{k: v for k, v in block.items()}}
 
 
+def arm_names(arm: str) -> dict:
+    """An arm's letter and label as the design names them (the base: no training)."""
+    return (
+        {"letter": ARMS[arm].letter, "label": ARMS[arm].label}
+        if arm in ARMS
+        else {"letter": arm, "label": "no training"}
+    )
+
+
 def build_report(evidence: Path, command: str) -> dict:
     prepass_path = evidence / "prepass.json"
     if not prepass_path.is_file():
         return {"complete": False, "command": command, "note": "no pre-pass yet: nothing to report"}
     prepass = json.loads(prepass_path.read_text())
     all_runs = load_runs(evidence)
+    recipe = json.loads((evidence / "recipe.json").read_text()) if (evidence / "recipe.json").is_file() else {}
     sets = {}
     for eval_set in EVAL_SETS:
         runs = [view(r, eval_set) for r in all_runs if r.get("stopped") or eval_set in (r.get("evals") or {})]
@@ -39,7 +49,12 @@ def build_report(evidence: Path, command: str) -> dict:
     return {
         "command": command,
         "load_at_report": list(os.getloadavg()),
+        "commits": sorted({(r.get("git") or {}).get("commit") or "unknown" for r in all_runs}),
+        # the recipe's sampler for the arms (the pre-pass records its own per budget)
+        "sampler": (recipe.get("flags") or {}).get("sampler", "kv"),
+        "samples": prepass.get("samples", SAMPLES),
         "max_new_tokens": prepass["max_new_tokens"],
+        "budgets_tried": prepass.get("budgets_tried") or [],
         "training_pool": prepass["training_pool"],
         "eval_sets": sets,
     }
@@ -57,10 +72,11 @@ def markdown(report: dict) -> str:
         shaped = {
             "analysis": block["analysis"],
             "runs": block["runs"],
-            "arms": {a: {"letter": a, "label": a} for a in sorted(arms)},
+            "arms": {a: arm_names(a) for a in sorted(arms, key=lambda a: list(ARMS).index(a) + 1 if a in ARMS else 0)},
             "design": "experiments/real_data/design.py",
             "command": report["command"],
-            "commits": [],
+            "commits": report.get("commits", []),
+            "sampler": report.get("sampler", "kv"),
             "load_at_report": report["load_at_report"],
             "complete": False,
             "flagged_runs": [k for k, r in block["runs"].items() if r["signal"] and not r["signal"]["ok"]],
@@ -69,7 +85,9 @@ def markdown(report: dict) -> str:
                 "duplicates_dropped": [],
                 "strata": {"all": block["tasks"]},
                 "max_new_tokens": report["max_new_tokens"],
-                "budgets_tried": [],
+                "budgets_tried": report.get("budgets_tried", []),
+                "heldout_note": f"{eval_set}: every problem ({block['tasks']}), {report.get('samples', SAMPLES)} "
+                "samples each, none dropped (MBPP's test ids; HumanEval is never trained)",
             },
         }
         parts.append(f"## {eval_set} ({block['tasks']} problems)\n\n" + tg_markdown(shaped).split("\n", 2)[2])

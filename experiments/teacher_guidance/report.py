@@ -288,9 +288,12 @@ def markdown(report: dict) -> str:
         + ", ".join(f"{x:.1f}" for x in report["load_at_report"])
         + ".",
         "",
-        f"Held-out set: {len(pop['heldout_set'])} tasks after dropping {len(pop['duplicates_dropped'] or [])} "
-        f"near-duplicates of training tasks and the base's 8-of-8 tasks; strata "
-        + ", ".join(f"{k} {v}" for k, v in pop["strata"].items())
+        (
+            pop.get("heldout_note")
+            or f"Held-out set: {len(pop['heldout_set'])} tasks after dropping {len(pop['duplicates_dropped'] or [])} "
+            f"near-duplicates of training tasks and the base's 8-of-8 tasks; strata "
+            + ", ".join(f"{k} {v}" for k, v in pop["strata"].items())
+        )
         + f". Budget {pop['max_new_tokens']} tokens (tried: "
         + ", ".join(
             f"{b['budget']}: {b['at_budget']:.1%} of the base's answers at the budget ({b.get('sampler', 'kv')})"

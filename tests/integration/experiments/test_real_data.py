@@ -106,5 +106,13 @@ def test_the_population_is_mbpps_published_ids_and_each_run_is_evaluated_on_both
     assert report["eval_sets"]["humaneval"]["tasks"] == 1
     assert "sft_grpo - grpo" not in report["eval_sets"]["mbpp_test"]["analysis"]["all"]["strict_pass@1"]["contrasts"]
     assert "## mbpp_test (2 problems)" in report_mod.markdown(report)
+    # the header says what ran: the arms' sampler, the budgets the pre-pass tried, the commits, the arms' letters
+    (tmp_path / "ev" / "recipe.json").write_text(json.dumps({"flags": {"sampler": "vllm"}}))
+    text = report_mod.markdown(report_mod.build_report(tmp_path / "ev", "cmd"))
+    assert "Arms sampled by vllm" in text
+    assert f"(tried: {real.BUDGETS[0]}: 0.0% of the base's answers at the budget" in text
+    assert f"commits {run['git']['commit'] or 'unknown'}" in text
+    assert "| B sft_grpo (teacher-SFT, then GRPO" in text
+    assert "near-duplicates" not in text and "mbpp_test: every problem (2), 4 samples each" in text
     left = real.remaining_hours({("base", 1), ("sft_grpo", 1)}, harness.tg_run.plan_runs([1, 2, 3], arms), True)
     assert f"2 of 12 runs landed; ~{left:.0f} h left" in harness.remaining_line(tmp_path / "ev", [1, 2, 3], arms)
