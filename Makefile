@@ -169,7 +169,7 @@ teacher-guidance: install $(VLLM_STAMP) ## Teacher content vs format control vs 
 	$(PY) -m experiments.teacher_guidance.run $(TG_ARGS)
 	@echo "Results: experiments/results/teacher_guidance.json, .md, .png (evidence: experiments/results/teacher_guidance/)"
 
-real-data: install $(VLLM_STAMP) ## The teacher-guidance arms on MBPP test and HumanEval (a GPU job; on 2 CPU cores ~38-52 h; resumable, niced; RD_ARGS)
+real-data: install $(VLLM_STAMP) ## The teacher-guidance arms on MBPP test and HumanEval (a GPU job; on 2 CPU cores ~37-51 h; resumable, niced; RD_ARGS)
 	$(PY) -m experiments.real_data.run $(RD_ARGS)
 	@echo "Results: experiments/results/real_data.json, .md (evidence: experiments/results/real_data/)"
 

@@ -608,13 +608,21 @@ class SeededRunner:
         python, env = vllm_python()
         return self.python(script, *flags, interpreter=python), env
 
-    def phase4(self, model_path: str, seed: int, folder: Path, output: Path, *flags: str) -> tuple[list[str], dict]:
+    def phase4(
+        self, model_path: str, seed: int, folder: Path, output: Path, *flags: str, samples: int | None = None
+    ) -> tuple[list[str], dict]:
         """Phase 4 of `model_path` with the experiment's decoding, seeded with `seed`, into `folder` (its completion
         cache), `output` and its samples beside it (`<output stem>.samples.jsonl`); `flags` name what it
-        evaluates."""
+        evaluates; `samples` per task instead of `--samples` (a pool's pass counts)."""
+        decoding = list(self.eval_flags)
+        if samples is not None:
+            at = decoding.index("--num_samples")
+            decoding[at + 1] = str(samples)
+            ks = decoding.index("--k")
+            decoding[ks + 1 : ks + 1 + len(self.ks)] = map(str, ks_for(samples))
         return self.sampling(
             "phase4_evaluate.py",
-            *self.eval_flags,
+            *decoding,
             *flags,
             "--set",
             f"training.seed={seed}",
@@ -673,9 +681,14 @@ class SeededRunner:
         write_tasks(self.data / "population.jsonl", [*train, *val])
         return [t.task_id for t in train], [t.task_id for t in val]
 
-    def pass_counts(self, name: str, model_path: str, task_file: Path, folder: Path, seed: int) -> tuple[dict, float]:
-        """Passes per task of `model_path` on `task_file` (`--samples` samples, the experiment's decoding)."""
-        command, env = self.phase4(model_path, seed, folder, folder / f"{name}.json", "--eval_file", str(task_file))
+    def pass_counts(
+        self, name: str, model_path: str, task_file: Path, folder: Path, seed: int, samples: int | None = None
+    ) -> tuple[dict, float]:
+        """Passes per task of `model_path` on `task_file` (`samples`, default `--samples`, a task; the experiment's
+        decoding)."""
+        command, env = self.phase4(
+            model_path, seed, folder, folder / f"{name}.json", "--eval_file", str(task_file), samples=samples
+        )
         wall = self.run(name, command, env=env)
         counts: dict[str, int] = {}
         for row in read_jsonl(folder / f"{name}.samples.jsonl"):

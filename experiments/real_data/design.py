@@ -6,8 +6,9 @@ Data. MBPP (`--mbpp_path`, default ../shared/data/mbpp.jsonl; else the hub) by i
 This is not phase 1's `standard` split, which trains on 1–10 and 511–974 (MBPP's prompt and validation ids
 included): the runner writes its own task files by id. HumanEval (164, the pinned wheel) is evaluated, never trained.
 
-Budget. `BUDGETS` tried in order on the base's validation pre-pass (90 × 8): the first at which at most
-`MAX_AT_BUDGET` of its answers end at the budget, for every rollout and evaluation.
+Budget. `BUDGETS` tried in order on the base's validation pre-pass (90 × `POOL_SAMPLES`): the first at which at
+most `MAX_AT_BUDGET` of its answers end at the budget (else the last), for every rollout and evaluation; then one
+pass of the base on the training tasks (374 × `POOL_SAMPLES`) at that budget chooses A's pool.
 
 Teacher data. The verified reference solutions of every training task, code-only targets (phase 3 keeps every
 trace outside the evaluation split; the evidence records phase 3's usable-trace count, expected 374 less the
@@ -25,10 +26,11 @@ sanitized grades (docs/output-format.md), the share ended by the budget.
 Contrasts (paired t over seeds, 95%; per benchmark, strict and sanitized): B − A, B − F, E − base, A − base, G − A,
 G − B. Seeds 1..3, extended to 5 for a contrast whose interval straddles 0.
 
-Cost on 2 CPU cores (`remaining_hours`, from the fixture rerun's measured rates, `RATES`): each budget try of the
-pre-pass samples the 464 training and validation tasks 8 times (~2.1 h); each run evaluates 664 tasks × 4 (~1.5 h);
-A trains 79 GRPO steps (~0.9 h); B and F each re-select their pool on 374 × 8 samples (~1.7 h) and train 32 steps;
-G trains 79 guided steps (~1.8 h). Base, A, B and F over 3 seeds with two budget tries: ~38 h; every arm: ~52 h.
+Cost on 2 CPU cores (`remaining_hours`, from the fixture rerun's measured rates, `RATES`): each budget try samples
+the 90 validation tasks 8 times (~0.4 h), the training pass 374 × 8 (~1.7 h); each run evaluates 664 tasks × 4
+(~1.5 h); A trains 79 GRPO steps (~0.9 h); B and F each re-select their pool on 374 × 8 samples (~1.7 h) and train 32
+steps; G trains 79 guided steps (~1.8 h). Base, A, B and F over 3 seeds with all three budget tries: ~37 h; every
+arm: ~51 h.
 """
 
 from __future__ import annotations
@@ -72,8 +74,10 @@ THROUGHPUT_SCRIPT = "experiments/real_data/throughput.sh"
 # per sample on vLLM's CPU engine at 384-512 tokens, per GRPO step (2 prompts x G 8, rollouts, scoring and the
 # update), per guided GRPO step, per teacher-SFT step (8 traces).
 RATES = {"sample_s": 2.0, "grpo_step_s": 41.0, "guided_step_s": 84.0, "sft_step_s": 15.0}
-POOL_SAMPLES = 8  # a pre-pass or pool re-selection samples each task this many times
-PREPASS_TRIES = 2  # budget tries expected before one cuts at most MAX_AT_BUDGET of the base's answers
+POOL_SAMPLES = 8  # a pre-pass or pool re-selection samples each task this many times (evaluations: SAMPLES)
+# budget tries expected: all three (a 4-task check of the runner on real MBPP cut 25% of the base's answers at each
+# of 256, 384 and 512 tokens, every one a loop that a larger budget does not end)
+PREPASS_TRIES = 3
 
 EVIDENCE_LABEL = "real data"
 DATA_SEED, VAL_RATIO = 42, 0.5  # unused: the split is MBPP's own ids
@@ -123,7 +127,7 @@ def remaining_hours(
     hours = (
         0.0
         if prepass_done
-        else PREPASS_TRIES * (len(TRAIN_IDS) + len(VALIDATION_IDS)) * POOL_SAMPLES * rates["sample_s"] / 3600
+        else (PREPASS_TRIES * len(VALIDATION_IDS) + len(TRAIN_IDS)) * POOL_SAMPLES * rates["sample_s"] / 3600
     )
     made: set[tuple[str, int]] = set()  # (SFT data, seed) stages made by an earlier run
     for seed, arm_name in plan:

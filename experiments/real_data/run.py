@@ -56,6 +56,47 @@ class Runner(tg_run.Runner):
             write_tasks(self.data / name, rows)
         return [t.task_id for t in train], [t.task_id for t in val]
 
+    def budget_population(self, train_ids: list[str], heldout_ids: list[str]) -> tuple[Path, list[str]]:
+        """The budget rule reads the validation tasks only (the held-out side of this split)."""
+        return self.data / "val.jsonl", heldout_ids
+
+    def train_pass_path(self, budget: int) -> Path:
+        return self.evidence / "prepass" / f"train-{budget}.json"
+
+    def population_counts(self, chosen: dict, train_ids: list[str], heldout_ids: list[str]) -> dict:
+        """The training tasks' base passes at the chosen budget (one pass, POOL_SAMPLES a task, evidence of its own
+        committed as it lands), beside the validation tasks' from the budget rule."""
+        from utils.jsonl import write_json_atomic
+
+        budget = chosen["budget"]
+        stored = self.train_pass_path(budget)
+        if not stored.is_file():
+            print(f"pre-pass: the base on the {len(train_ids)} training tasks at {budget} tokens", flush=True)
+            self.set_budget(budget)
+            folder = self.work / f"prepass-{budget}-train"
+            found, wall = self.pass_counts(
+                "prepass", self.model, self.data / "train.jsonl", folder, self.prepass_seed, self.pool_samples
+            )
+            rows = frame.read_jsonl(folder / "prepass.samples.jsonl")
+            record = {
+                "budget": budget,
+                "at_budget": sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1),
+                "wall_s": round(wall, 1),
+                "samples": len(rows),
+                "git": frame.git_commit(),
+                "counts": {t: found.get(t, 0) for t in train_ids},
+            }
+            write_json_atomic(stored, record)
+            self.commit([stored], f"the training tasks' pre-pass at {budget} tokens")
+        return {**json.loads(stored.read_text())["counts"], **chosen["counts"]}
+
+    def base_model_caches(self) -> list[Path]:
+        out = super().base_model_caches()
+        for budget in real.BUDGETS:
+            if not self.train_pass_path(budget).is_file():
+                out += sorted((self.work / f"prepass-{budget}-train" / "eval_cache").glob("*.jsonl"))
+        return out
+
     def duplicates(self) -> dict[str, str]:
         return {}  # MBPP's own splits; HumanEval is a different source
 
@@ -122,7 +163,12 @@ def main(argv: list[str] | None = None) -> dict:
             {
                 **tg_run.recipe_of(args),
                 "data": {"train": "601-974", "validation": "511-600", "eval_sets": list(real.EVAL_SETS)},
-                "sizes": {"sft": [real.SFT_STEPS, real.SFT_BATCH], "grpo": real.GRPO_STEPS},
+                "sizes": {
+                    "sft": [real.SFT_STEPS, real.SFT_BATCH],
+                    "grpo": real.GRPO_STEPS,
+                    "pool_samples": real.POOL_SAMPLES,
+                    "budget_rule": "validation",
+                },
             },
         )
         print(remaining_line(evidence, args.seeds, args.arms), flush=True)

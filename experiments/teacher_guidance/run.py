@@ -164,19 +164,19 @@ class Runner(frame.SeededRunner):
                 if tried[-1]["at_budget"] <= self.design.MAX_AT_BUDGET:
                     break
             chosen = tried[-1]
-            pool, heldout = frame.select_bands(
-                chosen["counts"], train_ids, self.heldout_ids(heldout_ids), self.args.samples
-            )
+            counts = self.population_counts(chosen, train_ids, heldout_ids)
+            pool, heldout = frame.select_bands(counts, train_ids, self.heldout_ids(heldout_ids), self.pool_samples)
             write_json_atomic(
                 path,
                 {
                     "samples": self.args.samples,
+                    "pool_samples": self.pool_samples,
                     "seed": self.prepass_seed,
                     "split": {"train": train_ids, "heldout": heldout_ids},
                     "max_new_tokens": chosen["budget"],
                     "budget_ok": chosen["at_budget"] <= self.design.MAX_AT_BUDGET,
                     "budgets_tried": [{k: v for k, v in t.items() if k != "counts"} for t in tried],
-                    "counts": chosen["counts"],
+                    "counts": counts,
                     "duplicates_dropped": sorted(set(heldout_ids) - set(self.heldout_ids(heldout_ids))),
                     "training_pool": pool,
                     "heldout_set": heldout,
@@ -192,6 +192,19 @@ class Runner(frame.SeededRunner):
         self.write_task_files(stored)
         return stored
 
+    @property
+    def pool_samples(self) -> int:
+        """Samples a task in the passes that choose a pool (the design's POOL_SAMPLES; else --samples)."""
+        return getattr(self.design, "POOL_SAMPLES", None) or self.args.samples
+
+    def budget_population(self, train_ids: list[str], heldout_ids: list[str]) -> tuple[Path, list[str]]:
+        """The task file (and its ids) each budget try samples: here every task of the population."""
+        return self.data / "population.jsonl", [*train_ids, *heldout_ids]
+
+    def population_counts(self, chosen: dict, train_ids: list[str], heldout_ids: list[str]) -> dict:
+        """Every population task's base passes at the chosen budget: here the chosen try's own counts."""
+        return chosen["counts"]
+
     def budget_try_path(self, budget: int) -> Path:
         return self.evidence / "prepass" / f"budget-{budget}.json"
 
@@ -206,10 +219,11 @@ class Runner(frame.SeededRunner):
             print(f"pre-pass at {budget} tokens: evidence exists, not redone", flush=True)
             return json.loads(stored.read_text())
         self.set_budget(budget)
-        print(f"pre-pass: the base on {len(train_ids) + len(heldout_ids)} tasks at {budget} tokens", flush=True)
+        task_file, ids = self.budget_population(train_ids, heldout_ids)
+        print(f"pre-pass: the base on {len(ids)} tasks at {budget} tokens", flush=True)
         load_start = os.getloadavg()
         folder = self.work / f"prepass-{budget}"
-        found, wall = self.pass_counts("prepass", self.model, self.data / "population.jsonl", folder, self.prepass_seed)
+        found, wall = self.pass_counts("prepass", self.model, task_file, folder, self.prepass_seed, self.pool_samples)
         rows = frame.read_jsonl(folder / "prepass.samples.jsonl")
         at_budget = sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1)
         record = {
@@ -221,7 +235,7 @@ class Runner(frame.SeededRunner):
             "samples": len(rows),
             "load": {"start": list(load_start), "end": list(os.getloadavg())},
             "git": frame.git_commit(),
-            "counts": {t: found.get(t, 0) for t in [*train_ids, *heldout_ids]},
+            "counts": {t: found.get(t, 0) for t in ids},
         }
         write_json_atomic(stored, record)
         self.commit([stored], f"the pre-pass at {budget} tokens ({at_budget:.1%} of the answers ended by the budget)")
@@ -372,9 +386,11 @@ class Runner(frame.SeededRunner):
         if record.is_file():
             return json.loads(record.read_text())
         start = time.monotonic()
-        counts, _ = self.pass_counts(f"{name}.prepass", str(model), self.all_train_file, folder, self.prepass_seed)
+        counts, _ = self.pass_counts(
+            f"{name}.prepass", str(model), self.all_train_file, folder, self.prepass_seed, self.pool_samples
+        )
         train = read_tasks(self.all_train_file)
-        pool = [t.task_id for t in train if 0 < counts.get(t.task_id, 0) < self.args.samples]
+        pool = [t.task_id for t in train if 0 < counts.get(t.task_id, 0) < self.pool_samples]
         write_tasks(folder / "pool.jsonl", [t for t in train if t.task_id in pool])
         out = {"counts": counts, "pool": pool, "wall_s": round(time.monotonic() - start, 1)}
         record.write_text(json.dumps(out))

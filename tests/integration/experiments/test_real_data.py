@@ -54,7 +54,7 @@ def fake_phases(runner, calls):
         rows = [
             {"task_id": t, "sample_idx": i, "passed": i == 0, "status": "x", "finish_reason": "stop", "num_tokens": 3}
             for t in ids
-            for i in range(runner.args.samples)
+            for i in range(int(flag["--num_samples"]))
         ]
         Path(flag["--samples_output"]).parent.mkdir(parents=True, exist_ok=True)
         Path(flag["--samples_output"]).write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -85,14 +85,28 @@ def test_the_population_is_mbpps_published_ids_and_each_run_is_evaluated_on_both
     assert train == ["mbpp/601", "mbpp/602", "mbpp/700", "mbpp/974"] and val == ["mbpp/520", "mbpp/530"]
     arms = ["grpo", "sft_grpo", "format"]
     # the plan's remainder (experiments/real_data/design.py's rates): all of it, then less what landed
-    assert harness.remaining_line(tmp_path / "ev", [1, 2, 3], arms).startswith("real data: 0 of 12 runs landed; ~38 h")
-    runner.prepass()
+    assert harness.remaining_line(tmp_path / "ev", [1, 2, 3], arms).startswith("real data: 0 of 12 runs landed; ~37 h")
+    prepass = runner.prepass()
+    # the budget rule on the validation tasks, then one pass on the training tasks at the chosen budget; the pools'
+    # passes at the design's POOL_SAMPLES, the evaluations at SAMPLES
+    passes = [(n, flags_of(c)) for n, c in calls if n.startswith("prepass")]
+    assert [(Path(f["--eval_file"][-1]).name, f["--num_samples"][-1]) for _, f in passes] == [
+        ("val.jsonl", str(real.POOL_SAMPLES)),
+        ("train.jsonl", str(real.POOL_SAMPLES)),
+    ]
+    assert passes[1][1]["--max_new_tokens"][-1] == str(real.BUDGETS[0])
+    assert prepass["budgets_tried"][0]["samples"] == len(val) * real.POOL_SAMPLES
+    assert prepass["samples"] == real.SAMPLES and prepass["pool_samples"] == real.POOL_SAMPLES
+    assert set(prepass["counts"]) == {*train, *val}
+    assert (tmp_path / "ev" / "prepass" / f"train-{real.BUDGETS[0]}.json").is_file()
     runner.references()
     runner.one_run("base", 1, "[1]")
     runner.one_run("sft_grpo", 1, "[2]")
     sft = flags_of(dict(calls)["sft_references-s1.train"])
     assert sft["--max_steps"] == [str(real.SFT_STEPS)]
     assert flags_of(dict(calls)["sft_grpo-s1.train"])["--max_steps"] == [str(real.GRPO_STEPS)]
+    assert flags_of(dict(calls)["sft_grpo-s1.prepass"])["--num_samples"][-1] == str(real.POOL_SAMPLES)
+    assert {flags_of(c)["--num_samples"][-1] for n, c in calls if ".eval." in n} == {str(real.SAMPLES)}
     evals = [n for n, _ in calls if ".eval." in n]
     assert evals == [
         "base-s1.eval.mbpp_test",
