@@ -257,6 +257,13 @@ def claim_work_folder(args: argparse.Namespace, recipe_flags: str) -> Path:
     return out
 
 
+def phase4_grades(result: dict, k: str) -> dict:
+    """Beside phase 4's strict pass@k: its EvalPlus-style sanitized pass@k and the share of answers the token budget
+    ended (None where a result predates them), so a report cannot show a format failure as a coding one."""
+    sanitized = result.get("pass_at_k_sanitized") or {}
+    return {"sanitized_pass": sanitized.get(k), "at_budget": (result.get("format") or {}).get("truncated")}
+
+
 def ks_for(samples: int) -> list[int]:
     """1, 2, 4, ... up to `samples` (and `samples` itself)."""
     ks, k = [], 1

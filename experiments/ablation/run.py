@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.frame import add_experiment_flags, claim_work_folder, recipe_values
+from experiments.frame import add_experiment_flags, claim_work_folder, phase4_grades, recipe_values
 
 # Every flag that changes a number: a resumed experiment must have the same values.
 RECIPE_FLAGS = (
@@ -227,8 +227,9 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
         "",
         "| variant | "
         + " | ".join(f"pass@{k} [95% CI]" for k in report["k_values"])
+        + f" | sanitized pass@{k_first} | ended by the budget"
         + f" | full − variant, pass@{k_first} [paired 95% CI] | variant − base, pass@{k_first} [paired 95% CI] |",
-        "|---|" + "---|" * (len(report["k_values"]) + 2),
+        "|---|" + "---|" * (len(report["k_values"]) + 4),
     ]
 
     def fmt(value, interval, signed=False):
@@ -243,6 +244,8 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
 
     for row in report["variants"]:
         cells = [fmt(row["pass_at_k"][str(k)], row["pass_at_k_ci95"][str(k)]) for k in report["k_values"]]
+        cells.append(fmt(row.get("sanitized_pass"), None))
+        cells.append(f"{row['at_budget']:.1%}" if row.get("at_budget") is not None else "n/a")
         vs_full = row["full_minus_variant"].get(k_first) if row["full_minus_variant"] else None
         vs_base = row["variant_minus_base"].get(k_first) if row["variant_minus_base"] else None
         cells.append(fmt(vs_full["delta"], vs_full["ci95"], True) if vs_full else "—")
@@ -401,6 +404,7 @@ def main(argv: list[str] | None = None) -> dict:
                 else None,
                 "pass_at_k": results[v.name]["pass_at_k"],
                 "pass_at_k_ci95": results[v.name]["pass_at_k_ci95"],
+                **phase4_grades(results[v.name], str(ks[0])),
                 "full_minus_variant": paired("full", v.name),
                 "variant_minus_base": paired(v.name, "base"),
             }

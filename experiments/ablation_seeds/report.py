@@ -65,12 +65,16 @@ def signal_check(metrics: list[dict]) -> dict:
 
 
 def taxonomy(runs: list[dict]) -> dict:
-    """Share of each sandbox status among all samples of these runs, the truncated share, mean tokens."""
+    """Share of each sandbox status among all samples of these runs, the truncated share, mean tokens, and the share
+    passing strict and sanitized (None where the evidence predates the sanitized column, the 8th)."""
     rows = [r for run in runs for r in run["samples"]]
     status = Counter(r[3] if r[3] in STATUS_CLASSES else "other" for r in rows)
     n = max(len(rows), 1)
+    graded = [r[7] for r in rows if len(r) > 7]
     return {
         **{s: status[s] / n for s in STATUS_CLASSES},
+        "passed": sum(bool(r[2]) for r in rows) / n,
+        "sanitized_passed": sum(map(bool, graded)) / len(graded) if rows and len(graded) == len(rows) else None,
         "truncated": sum(r[4] == "length" for r in rows) / n,
         "truncated_among_failures": sum(r[4] == "length" for r in rows if not r[2])
         / max(sum(not r[2] for r in rows), 1),
@@ -255,12 +259,15 @@ def markdown(report: dict) -> str:
         "",
         "## Failure taxonomy (share of all held-out samples, over seeds)",
         "",
-        "| arm | " + " | ".join(STATUS_CLASSES) + " | truncated | truncated among failures | mean tokens |",
-        "|---|" + "---|" * (len(STATUS_CLASSES) + 3),
+        "| arm | passed, strict / sanitized | "
+        + " | ".join(STATUS_CLASSES)
+        + " | truncated | truncated among failures | mean tokens |",
+        "|---|" + "---|" * (len(STATUS_CLASSES) + 4),
     ]
     for arm, t in report["failure_taxonomy"].items():
+        sanitized = f"{t['sanitized_passed']:.2f}" if t.get("sanitized_passed") is not None else "n/a"
         lines.append(
-            f"| {arm} | "
+            f"| {arm} | {t.get('passed', 0.0):.2f} / {sanitized} | "
             + " | ".join(f"{t[s]:.2f}" for s in STATUS_CLASSES)
             + f" | {t['truncated']:.2f} | {t['truncated_among_failures']:.2f} | "
             + (f"{t['mean_tokens']:.0f}" if t["mean_tokens"] is not None else "n/a")

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.frame import add_experiment_flags, claim_work_folder, ks_for, recipe_values
+from experiments.frame import add_experiment_flags, claim_work_folder, ks_for, phase4_grades, recipe_values
 
 ORDER = ("base", "full", "teacher_sft", "grpo", "grpo_teacher")
 # Every flag that changes a number: a resumed experiment must have the same values.
@@ -284,6 +284,7 @@ def build_report(args, out: Path, chosen: list[str], table: dict, command: str, 
             r = results[name]
             entry["pass_at_1"] = r["pass_at_k"]["1"]
             entry["pass_at_1_ci"] = r["pass_at_k_ci95"]["1"]
+            entry.update(phase4_grades(r, "1"))
             entry["pass_at_k"] = {str(k): r["pass_at_k"].get(str(k)) for k in ks}
             entry["pass_at_k_ci"] = {str(k): r["pass_at_k_ci95"].get(str(k)) for k in ks}
             entry["delta_vs_base"], entry["delta_vs_base_ci"] = delta(results, rows, name, "base", 1)
@@ -296,6 +297,7 @@ def build_report(args, out: Path, chosen: list[str], table: dict, command: str, 
             entry["humaneval"] = {
                 "pass_at_1": human[name]["pass_at_k"]["1"],
                 "pass_at_1_ci": human[name]["pass_at_k_ci95"]["1"],
+                **phase4_grades(human[name], "1"),
                 "delta_vs_base": d,
                 "delta_vs_base_ci": ci,
             }
@@ -345,6 +347,16 @@ def _fmt(value, interval=None, signed=False) -> str:
     return text + (f" [{interval[0]:{sign}.4f}, {interval[1]:{sign}.4f}]" if interval else "")
 
 
+def grades(variant: dict) -> str:
+    """The sanitized pass@1 and budget-share cells of a variant: pending until it is evaluated, n/a where its phase 4
+    result predates them."""
+    if variant.get("pass_at_1") is None:
+        return "pending | pending"
+    budget = variant.get("at_budget")
+    sanitized = variant.get("sanitized_pass")
+    return f"{_fmt(sanitized) if sanitized is not None else 'n/a'} | {f'{budget:.1%}' if budget is not None else 'n/a'}"
+
+
 def write_reports(report: dict, results_dir: Path) -> list[Path]:
     """learning_heldout.json, .md (the table) and .png (pass@1 per variant with intervals; entropy per step)."""
     from utils.jsonl import write_json_atomic
@@ -360,10 +372,10 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
         "",
         f"Command: `{report['command']}`",
         "",
-        "| variant | pass@1 [95% CI] | "
+        "| variant | pass@1 [95% CI] | sanitized pass@1 | ended by the budget | "
         + " | ".join(f"pass@{k}" for k in ks[1:])
         + " | − base [paired 95% CI] | − full [paired 95% CI] | HumanEval greedy pass@1 | HumanEval − base |",
-        "|---|---|" + "---|" * (len(ks) - 1) + "---|---|---|---|",
+        "|---|---|---|---|" + "---|" * (len(ks) - 1) + "---|---|---|---|",
     ]
     for v in report["variants"]:
         he = v.get("humaneval")
@@ -373,6 +385,8 @@ def write_reports(report: dict, results_dir: Path) -> list[Path]:
 
         lines.append(
             f"| {v['label']} | {_fmt(v.get('pass_at_1'), v.get('pass_at_1_ci'))} | "
+            + grades(v)
+            + " | "
             + " | ".join(_fmt((v.get("pass_at_k") or {}).get(str(k))) for k in ks[1:])
             + f" | {versus('base', v.get('delta_vs_base'), v.get('delta_vs_base_ci'))}"
             f" | {versus('full', v.get('delta_vs_full'), v.get('delta_vs_full_ci'))}"

@@ -39,6 +39,7 @@ def test_tiny_ablation_reports_and_resumes_without_retraining(tmp_path):
     assert saved["eval_set"]["name"] == "val" and saved["decoding"] == "greedy, 1 sample per task"
     for variant in saved["variants"]:
         assert variant["pass_at_k_ci95"]["1"] is not None
+        assert variant["sanitized_pass"] is not None and variant["at_budget"] is not None  # phase 4's, read
     full, teacher = saved["variants"][2], saved["variants"][1]
     assert full["full_minus_variant"] is None and full["variant_minus_base"]["1"]["ci95"] is not None
     assert teacher["full_minus_variant"]["1"]["ci95"] is not None

@@ -62,6 +62,7 @@ def test_toy_experiment_reports_every_field_and_resumes_without_redoing_anything
     base, full = saved["variants"]
     for v in (base, full):
         assert v["evaluated"] and v["pass_at_1_ci"] is not None and set(v["pass_at_k"]) == {"1", "2"}
+        assert v["sanitized_pass"] is not None and v["at_budget"] is not None  # phase 4's, read
     assert base["delta_vs_base"] is None and full["delta_vs_full"] is None
     assert full["delta_vs_base_ci"] is not None and base["delta_vs_full_ci"] is not None
     assert full["delta_vs_base"] == pytest.approx(full["pass_at_1"] - base["pass_at_1"])
