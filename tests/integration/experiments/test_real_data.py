@@ -130,3 +130,16 @@ def test_the_population_is_mbpps_published_ids_and_each_run_is_evaluated_on_both
     assert "near-duplicates" not in text and "mbpp_test: every problem (2), 4 samples each" in text
     left = real.remaining_hours({("base", 1), ("sft_grpo", 1)}, harness.tg_run.plan_runs([1, 2, 3], arms), True)
     assert f"2 of 12 runs landed; ~{left:.0f} h left" in harness.remaining_line(tmp_path / "ev", [1, 2, 3], arms)
+
+
+def test_an_unfinished_training_task_pass_is_stashed_until_its_evidence_lands(tmp_path):
+    args = harness.parse_args(["--output_dir", str(tmp_path / "w"), "--evidence_dir", str(tmp_path / "ev")])
+    runner = harness.Runner(args, tmp_path / "w", tmp_path / "ev", "cmd")
+    budget = real.BUDGETS[-1]
+    cache = tmp_path / "w" / f"prepass-{budget}-train" / "eval_cache" / "c.jsonl"
+    cache.parent.mkdir(parents=True)
+    cache.write_text('{"task_id": "mbpp/601"}\n')
+    assert cache in runner.base_model_caches()
+    runner.train_pass_path(budget).parent.mkdir(parents=True)
+    runner.train_pass_path(budget).write_text("{}")
+    assert cache not in runner.base_model_caches()
