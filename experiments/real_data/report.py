@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from experiments.frame import write_report_files
-from experiments.real_data.design import ARMS, EVAL_SETS, NAME, SAMPLES
+from experiments.real_data.design import ARMS, BASE, EVAL_SETS, NAME, SAMPLES
 from experiments.teacher_guidance.report import analyse_runs, load_runs, run_rows
 from experiments.teacher_guidance.report import markdown as tg_markdown
 
@@ -72,7 +72,7 @@ def markdown(report: dict) -> str:
         shaped = {
             "analysis": block["analysis"],
             "runs": block["runs"],
-            "arms": {a: arm_names(a) for a in sorted(arms, key=lambda a: list(ARMS).index(a) + 1 if a in ARMS else 0)},
+            "arms": {a: arm_names(a) for a in [BASE, *ARMS] if a in arms},
             "design": "experiments/real_data/design.py",
             "command": report["command"],
             "commits": report.get("commits", []),

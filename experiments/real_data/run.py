@@ -66,27 +66,11 @@ class Runner(tg_run.Runner):
     def population_counts(self, chosen: dict, train_ids: list[str], heldout_ids: list[str]) -> dict:
         """The training tasks' base passes at the chosen budget (one pass, POOL_SAMPLES a task, evidence of its own
         committed as it lands), beside the validation tasks' from the budget rule."""
-        from utils.jsonl import write_json_atomic
-
         budget = chosen["budget"]
         stored = self.train_pass_path(budget)
         if not stored.is_file():
             print(f"pre-pass: the base on the {len(train_ids)} training tasks at {budget} tokens", flush=True)
-            self.set_budget(budget)
-            folder = self.work / f"prepass-{budget}-train"
-            found, wall = self.pass_counts(
-                "prepass", self.model, self.data / "train.jsonl", folder, self.prepass_seed, self.pool_samples
-            )
-            rows = frame.read_jsonl(folder / "prepass.samples.jsonl")
-            record = {
-                "budget": budget,
-                "at_budget": sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1),
-                "wall_s": round(wall, 1),
-                "samples": len(rows),
-                "git": frame.git_commit(),
-                "counts": {t: found.get(t, 0) for t in train_ids},
-            }
-            write_json_atomic(stored, record)
+            self.base_pass(budget, self.data / "train.jsonl", train_ids, self.work / f"prepass-{budget}-train", stored)
             self.commit([stored], f"the training tasks' pre-pass at {budget} tokens")
         return {**json.loads(stored.read_text())["counts"], **chosen["counts"]}
 

@@ -209,26 +209,33 @@ class Runner(frame.SeededRunner):
         return self.evidence / "prepass" / f"budget-{budget}.json"
 
     def budget_try(self, budget: int, train_ids: list[str], heldout_ids: list[str]) -> dict:
-        """The base on every task at `budget` tokens: its pass counts and the share of answers the budget ended.
-        Each budget's try is evidence of its own, committed as it lands, so a new work folder (another machine)
-        goes on from the next budget."""
-        from utils.jsonl import write_json_atomic
-
+        """The base on the budget rule's tasks at `budget` tokens: its pass counts and the share of answers the budget
+        ended. Each budget's try is evidence of its own, committed as it lands, so a new work folder (another
+        machine) goes on from the next budget."""
         stored = self.budget_try_path(budget)
         if stored.is_file():
             print(f"pre-pass at {budget} tokens: evidence exists, not redone", flush=True)
             return json.loads(stored.read_text())
-        self.set_budget(budget)
         task_file, ids = self.budget_population(train_ids, heldout_ids)
         print(f"pre-pass: the base on {len(ids)} tasks at {budget} tokens", flush=True)
+        record = self.base_pass(budget, task_file, ids, self.work / f"prepass-{budget}", stored)
+        self.commit(
+            [stored], f"the pre-pass at {budget} tokens ({record['at_budget']:.1%} of the answers ended by the budget)"
+        )
+        return record
+
+    def base_pass(self, budget: int, task_file: Path, ids: list[str], folder: Path, stored: Path) -> dict:
+        """The untrained base on `task_file` at `budget` tokens, `pool_samples` a task, into `folder`; its record
+        (pass counts per id, the share the budget ended, tokens, time, load, commit) written to `stored`."""
+        from utils.jsonl import write_json_atomic
+
+        self.set_budget(budget)
         load_start = os.getloadavg()
-        folder = self.work / f"prepass-{budget}"
         found, wall = self.pass_counts("prepass", self.model, task_file, folder, self.prepass_seed, self.pool_samples)
         rows = frame.read_jsonl(folder / "prepass.samples.jsonl")
-        at_budget = sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1)
         record = {
             "budget": budget,
-            "at_budget": at_budget,
+            "at_budget": sum(r["finish_reason"] == "length" for r in rows) / max(len(rows), 1),
             "mean_tokens": sum(r["num_tokens"] for r in rows) / max(len(rows), 1),
             "wall_s": round(wall, 1),
             "sampler": self.sampler,
@@ -238,7 +245,6 @@ class Runner(frame.SeededRunner):
             "counts": {t: found.get(t, 0) for t in ids},
         }
         write_json_atomic(stored, record)
-        self.commit([stored], f"the pre-pass at {budget} tokens ({at_budget:.1%} of the answers ended by the budget)")
         return record
 
     # ---- the base model's unfinished sample caches, kept across work folders
