@@ -159,9 +159,12 @@ def add_seeded_experiment_flags(
     steps: int = 16,
     samples: int = 8,
     sampler: str | None = None,
+    samples_help: str | None = None,
+    max_new_tokens_help: str | None = None,
 ) -> None:
     """The flags of the seeded, resumable experiments: which seeds and arms run, the recipe's sizes, the folders;
-    each experiment adds its own after these. `sampler`: offer --sampler with this default (None: kv, no flag)."""
+    each experiment adds its own after these. `sampler`: offer --sampler with this default (None: kv, no flag).
+    `samples_help`, `max_new_tokens_help`: what those flags do where a design changes it."""
     parser.add_argument(
         "--seeds",
         type=int,
@@ -183,7 +186,8 @@ def add_seeded_experiment_flags(
         "--samples",
         type=int,
         default=samples,
-        help=f"Samples per task in the pre-pass and every evaluation (default {samples}; pass@k for k = 1, 2, 4 .. "
+        help=samples_help
+        or f"Samples per task in the pre-pass and every evaluation (default {samples}; pass@k for k = 1, 2, 4 .. "
         "up to it).",
     )
     parser.add_argument("--group", type=int, default=8, help=group_help)
@@ -191,7 +195,7 @@ def add_seeded_experiment_flags(
         "--max_new_tokens",
         type=int,
         default=max_new_tokens,
-        help=f"Token budget of rollouts and evaluations (default {max_new_tokens}).",
+        help=max_new_tokens_help or f"Token budget of rollouts and evaluations (default {max_new_tokens}).",
     )
     parser.add_argument(
         "--temperature",

@@ -33,6 +33,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "seeds": list(real.DEFAULT_SEEDS),
         "output_dir": "outputs/real_data",
         "evidence_dir": str(real.EVIDENCE_DIR),
+        "report_name": real.NAME,
+        "budgets": real.BUDGETS,
+        "samples_help": f"Samples per task in every evaluation (default {real.SAMPLES}; pass@k for k = 1, 2, 4 .. up "
+        f"to it); the budget tries, the training-task pass and the pool re-selections sample {real.POOL_SAMPLES} "
+        "(the design's POOL_SAMPLES).",
     }
     return tg_run.parse_args(argv, {"description": __doc__, "add_flags": add_flags, "defaults": defaults})
 

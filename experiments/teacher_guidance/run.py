@@ -48,16 +48,20 @@ def parse_args(argv: list[str] | None = None, variant: dict | None = None) -> ar
         seeds=tuple(defaults.get("seeds", design.DEFAULT_SEEDS)),
         arms=list(ARMS),
         default_arms=design.DEFAULT_ARMS,
-        arms_note="; guided runs once the config has a guidance section",
+        arms_note="",
         steps_help="Unused here: the design fixes every stage's steps (design.SFT_STEPS, design.GRPO_STEPS).",
         group_help="Rollouts per prompt in GRPO, G (default 8).",
         output_dir=defaults.get("output_dir", "outputs/teacher_guidance"),
         evidence_dir=Path(defaults.get("evidence_dir", design.EVIDENCE_DIR)),
         evidence_help="Evidence of every finished run, the pre-pass and the duplicate map "
         f"(default {Path(defaults.get('evidence_dir', design.EVIDENCE_DIR)).relative_to(frame.ROOT)}).",
-        report_name=design.NAME,
+        report_name=defaults.get("report_name", design.NAME),
         max_new_tokens=design.BUDGETS[0],
+        max_new_tokens_help="Unused here: the pre-pass's budget rule chooses the budget of every rollout and "
+        f"evaluation from {' / '.join(map(str, defaults.get('budgets', design.BUDGETS)))} tokens (the evidence's "
+        "prepass.json).",
         samples=defaults.get("samples", 8),
+        samples_help=defaults.get("samples_help"),
         sampler=defaults.get("sampler", design.SAMPLER),
     )
     parser.add_argument(
