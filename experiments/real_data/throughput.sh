@@ -2,7 +2,7 @@
 # Phase 4's sampling cost on the real-data experiment's evaluation sets, measured as CPU seconds per sample so the
 # figure holds on a shared machine: the base model, 16 problems x 4 samples at T 0.7, <= 256 new tokens, on MBPP
 # test and HumanEval with the kv sampler, on the fixture held-out tasks at the fixture rerun's first budget (the
-# calibration leg), and on MBPP test with vLLM's CPU engine (VLLM=1; needs .venv-vllm). One line per leg in
+# calibration leg), and on MBPP test and HumanEval with vLLM's CPU engine (VLLM=1; needs .venv-vllm). One line per leg in
 # $OUT/throughput.txt: name, exit code, wall s, user s, system s (the process and its reaped children), load.
 #   bash experiments/real_data/throughput.sh            # from the repository root
 set -u
@@ -27,5 +27,7 @@ if [ "${VLLM:-0}" = 1 ]; then
   ENVV=(OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE VLLM_HOST_IP=127.0.0.1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 VLLM_CPU_CI_ENV=1
         HF_HUB_OFFLINE=1)
   leg mbpp_vllm .venv-vllm/bin/python --eval_set mbpp_test --mbpp_path "$MBPP" --max_tasks 16 --max_new_tokens 256 \
+    --set evaluation.backend=vllm
+  leg humaneval_vllm .venv-vllm/bin/python --eval_set humaneval --max_tasks 16 --max_new_tokens 256 \
     --set evaluation.backend=vllm
 fi
