@@ -287,6 +287,9 @@ def test_a_stop_with_nothing_to_stash_after_an_empty_stash_writes_nothing(tmp_pa
     assert listing.read_text() == before
     cache = runner.work / "runs/base-s1/eval_cache/c.jsonl"
     cache.parent.mkdir(parents=True)
+    cache.write_text("")  # a pass that was stopped before its first batch came back: nothing to keep
+    assert runner.stash_partial() == []
+    assert listing.read_text() == before
     cache.write_text("1\n")
     assert len(runner.stash_partial()) == 1  # a cache again: stashed
     cache.unlink()
