@@ -254,9 +254,8 @@ class Runner(frame.SeededRunner):
     # ---- the base model's unfinished sample caches, kept across work folders
     def base_model_caches(self) -> list[Path]:
         """The completion caches of the untrained base's passes that have no evidence yet (the pre-pass at each
-        budget, the base's evaluation per seed), those holding at least one completion. They depend on no training,
-        so another work folder (another machine) can continue them; a trained arm's cache would belong to weights a
-        new folder trains again."""
+        budget, the base's evaluation per seed). They depend on no training, so another work folder (another
+        machine) can continue them; a trained arm's cache would belong to weights a new folder trains again."""
         out: list[Path] = []
         for budget in self.design.BUDGETS:
             if not self.budget_try_path(budget).is_file():
@@ -265,7 +264,7 @@ class Runner(frame.SeededRunner):
             seed = int(folder.name.rsplit("-s", 1)[1])
             if not self.design.evidence_path(self.evidence, BASE, seed).is_file():
                 out += sorted(folder.rglob("eval_cache/*.jsonl"))  # real data: one folder per evaluation set
-        return [cache for cache in out if cache.stat().st_size > 0]
+        return out
 
     def stash_partial(self) -> list[Path]:
         """Copy the base model's unfinished completion caches into the evidence (`partial/`, replacing an earlier
@@ -274,7 +273,7 @@ class Runner(frame.SeededRunner):
 
         target = self.evidence / PARTIAL
         listing = target / "stash.json"
-        caches = self.base_model_caches()
+        caches = [c for c in self.base_model_caches() if c.stat().st_size > 0]  # an empty one has nothing to keep
         if not caches and listing.is_file() and not json.loads(listing.read_text())["caches"]:
             return []  # nothing then, nothing now: a new time alone would be a commit that changes nothing
         shutil.rmtree(target, ignore_errors=True)
